@@ -1,0 +1,5 @@
+import sys
+
+from polarstack.cli import main
+
+sys.exit(main())

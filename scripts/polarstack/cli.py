@@ -1,0 +1,225 @@
+"""The `polarstack` command: argparse subcommands as `_add_<verb>` / `_cmd_<verb>` pairs.
+
+Expected failures are StackErrors, caught once in `main()`: one sentence on stderr and a named exit code
+(errors.ExitCode). A traceback appears only with `--debug`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from typing import Any, Callable
+
+from polarstack import __version__
+from polarstack.errors import ExitCode, StackError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
+
+
+# --- emulate-engine ---------------------------------------------------------------------------------------
+
+
+def _add_emulate_engine(sub) -> None:
+    p = sub.add_parser("emulate-engine", help="serve an HTTP stand-in for one sglang engine (CPU only)",
+                       description="Answer like sglang at the pinned version, with its own protocol models.")
+    p.add_argument("--port", type=int, required=True, help="TCP port to listen on")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--model", default=None, help="served model name (default Qwen2.5-7B-Instruct)")
+    p.add_argument("--seed", type=int, default=0, help="seed for deterministic tokens and logprobs")
+    p.set_defaults(handler=_cmd_emulate_engine)
+
+
+def _cmd_emulate_engine(args: argparse.Namespace) -> int:
+    from polarstack import emulator
+
+    if not 0 < args.port < 65536:
+        raise StackError(f"--port {args.port} is not a TCP port.", ExitCode.USAGE)
+    emulator.serve(args.port, host=args.host, model=args.model or emulator.DEFAULT_MODEL, seed=args.seed)
+    return 0
+
+
+# --- smoke ------------------------------------------------------------------------------------------------
+
+
+def _add_smoke(sub) -> None:
+    p = sub.add_parser("smoke", help="prove the path yields trainable tokens before GRPO launches",
+                       description="Send Polar-shaped chat requests, extract token ids as Polar does, check invariants.")
+    p.add_argument("--base-url", required=True, help="Polar's inference base URL (router or engine)")
+    p.add_argument("--model", default=None, help="model name to send (default: first id of GET /v1/models)")
+    p.add_argument("--requests", type=int, default=2, help="single-turn requests (default 2)")
+    p.add_argument("--turns", type=int, default=2, help="turns of the multi-turn session (default 2; 0 skips it)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
+    p.add_argument("--max-tokens", type=int, default=16, help="max_tokens per request (default 16)")
+    p.add_argument("--route", choices=("base", "polar"), default="base",
+                   help="base: every request to --base-url (older Polar); polar: resolve like current Polar's "
+                        "client (GET /workers, then straight to regular workers)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=_cmd_smoke)
+
+
+def _cmd_smoke(args: argparse.Namespace) -> int:
+    from polarstack.smoke import run_smoke
+
+    report = run_smoke(args.base_url, model=args.model, requests=args.requests, turns=args.turns,
+                       timeout=args.timeout, route=args.route, max_tokens=args.max_tokens)
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        _render_smoke(report)
+    if not report.ok:
+        raise StackError(report.message, report.code)
+    return 0
+
+
+def _render_smoke(report) -> None:
+    from rich.table import Table
+
+    console = _console()
+    res = report.resolution
+    console.print(f"smoke: route={res.route} base={res.base_url} model={report.model}")
+    if res.note:
+        console.print(f"  path: {res.note}")
+    table = Table("#", "kind", "turn", "url", "HTTP", "ms", "prompt ids", "response ids", "trainable", "problems")
+    for index, entry in enumerate(report.exchanges, 1):
+        verdict = entry.get("verdict", {})
+        found = verdict.get("problems", [])
+        problems = f"{len(found)}: {found[0]['message'][:90]}" if found else ""
+        table.add_row(str(index), entry["kind"], str(entry["turn"]), entry["url"], str(entry["status"]),
+                      f"{entry['elapsed_ms']:.1f}", str(verdict.get("prompt_tokens", "-")),
+                      str(verdict.get("response_tokens", "-")), str(verdict.get("trainable_tokens", "-")),
+                      problems or "-")
+    if report.exchanges:
+        console.print(table)
+    for warning in report.warnings:
+        console.print(f"  warning: {warning}")
+    verdict = "PASS" if report.ok else f"FAIL ({report.code.name}, exit {int(report.code)})"
+    console.print(f"verdict: {verdict}; trainable tokens {report.trainable_tokens}; {report.elapsed:.3f} s")
+
+
+# --- probe ------------------------------------------------------------------------------------------------
+
+
+def _add_probe(sub) -> None:
+    p = sub.add_parser("probe", help="issue #52's probe: same body direct and through a path, with a diagnosis")
+    p.add_argument("--direct", required=True, help="the engine's URL")
+    p.add_argument("--via", required=True, help="the URL under test (usually a router)")
+    p.add_argument("--model", default=None, help="model name (default: first id of the engine's /v1/models)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=_cmd_probe)
+
+
+def _cmd_probe(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from polarstack.probe import run_probe
+
+    report = run_probe(args.direct, args.via, model=args.model, timeout=args.timeout)
+    if args.json:
+        _print_json(report.as_dict())
+    elif report.direct:
+        table = Table("path", "url", "HTTP", "bytes", "choices[0] keys", "trainable")
+        for label, side in (("direct", report.direct), ("via", report.via)):
+            if side:
+                table.add_row(label, side["url"], str(side["status"]), str(side["bytes"]),
+                              ", ".join(side["choice_keys"]), str(side["trainable_tokens"]))
+        console = _console()
+        console.print(table)
+        console.print(f"diagnosis: {report.diagnosis}" + (f" ({report.evidence})" if report.evidence else ""))
+    if report.code != ExitCode.OK:
+        raise StackError(report.message, report.code)
+    return 0
+
+
+# --- routers ----------------------------------------------------------------------------------------------
+
+
+def _add_routers(sub) -> None:
+    p = sub.add_parser("routers", help="router releases: catalog, install")
+    rsub = p.add_subparsers(dest="routers_cmd", required=True, metavar="{catalog,install}")
+    cat = rsub.add_parser("catalog", help="what each pinned/known release accepts and forwards")
+    cat.add_argument("--json", action="store_true")
+    cat.set_defaults(handler=_cmd_routers_catalog)
+    ins = rsub.add_parser("install", help="install releases into their cached virtual environments")
+    ins.add_argument("releases", nargs="+", metavar="PACKAGE==VERSION")
+    ins.set_defaults(handler=_cmd_routers_install)
+
+
+def _cmd_routers_catalog(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from polarstack.routers import MEASURED, RouterRelease, is_installed
+
+    rows = []
+    for package, version in sorted(MEASURED, key=lambda pv: (pv[0], tuple(int(x) for x in pv[1].split(".")))):
+        rel = RouterRelease(package, version)
+        rows.append({"release": rel.spec, "module": rel.module, "forwards_chat_return_flags": rel.forwards_unknown_chat_fields,
+                     "worker_api": rel.has_worker_api, "startup_check_interval_flag": rel.accepts_startup_check_interval,
+                     "prometheus_port_flag": rel.accepts_prometheus_port, "installed": is_installed(rel)})
+    if args.json:
+        _print_json(rows)
+        return 0
+    table = Table(*rows[0].keys())
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    _console().print(table)
+    return 0
+
+
+def _cmd_routers_install(args: argparse.Namespace) -> int:
+    from polarstack.routers import RouterRelease, install
+
+    for spec in args.releases:
+        print(install(RouterRelease.parse(spec), quiet=False))
+    return 0
+
+
+# --- main -------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="polarstack", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"polarstack {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_emulate_engine, _add_smoke, _add_probe, _add_routers):
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except StackError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"polarstack: {exc.message}", file=sys.stderr)
+        return int(exc.code)
+    except KeyboardInterrupt:
+        print("polarstack: interrupted.", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug: say so in one line, traceback only with --debug
+        if args.debug:
+            traceback.print_exc()
+        print(f"polarstack: internal error ({type(exc).__name__}: {exc}); rerun with --debug and report it.",
+              file=sys.stderr)
+        return int(ExitCode.INTERNAL)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""`polarstack smoke`: send Polar-shaped requests down the configured path and prove trainable tokens.
+
+Two routes (../shared/reference/polar-contract.md, "Which URL Polar actually calls"):
+- `base`: every request goes to the given URL, as older Polar revisions (upstream issue #52) do;
+- `polar`: resolve the URL the way current Polar's InferenceClient does (src/polar/gateway/proxy.py,
+  `_regular_worker_urls` / `_completion_url`): `GET <base>/workers`; if it lists workers and none is a
+  prefill/decode worker, requests go round-robin straight to the regular workers' /v1/chat/completions,
+  bypassing the router; otherwise (error, non-2xx, no list) they go to the base URL.
+
+Exit codes: 0 only when trainable tokens > 0 and no invariant fails; otherwise the most fundamental failure
+wins (unreachable, HTTP error, malformed body, token fields missing, invariant violated).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from polarstack import contract
+from polarstack.errors import ExitCode, StackError
+from polarstack.http import client, error_message, request
+
+WORKING_PROFILES = "engine-direct, router-passthrough or patched-router"
+SINGLE_PROMPTS = (
+    "Write a Python function that returns the sum of a list of integers.",
+    "Explain in one sentence what a unit test is.",
+    "Write a Python function is_palindrome(s) that ignores case.",
+    "List three uses of a hash map.",
+)
+FOLLOW_UPS = ("Now add a docstring.", "Add a test for the empty input.", "Make it handle None.", "Summarize the change.")
+
+
+@dataclass
+class Resolution:
+    route: str  # "base" or "polar"
+    base_url: str
+    targets: list[str]  # URLs chat requests go to (round-robin)
+    bypassed: bool = False  # Polar sends straight to the workers the router lists
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"route": self.route, "base_url": self.base_url, "targets": self.targets,
+                "router_bypassed": self.bypassed, "note": self.note}
+
+
+@dataclass
+class SmokeReport:
+    resolution: Resolution
+    model: str
+    exchanges: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    code: ExitCode = ExitCode.OK
+    message: str = ""
+    fields_missing: list[str] = field(default_factory=list)
+    elapsed: float = 0.0
+
+    @property
+    def trainable_tokens(self) -> int:
+        return sum(e["verdict"]["trainable_tokens"] for e in self.exchanges if "verdict" in e)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == ExitCode.OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": "pass" if self.ok else "fail",
+            "exit_code": int(self.code),
+            "code": self.code.name,
+            "message": self.message,
+            "trainable_tokens": self.trainable_tokens,
+            "fields_missing": self.fields_missing,
+            "model": self.model,
+            **self.resolution.as_dict(),
+            "requests": self.exchanges,
+            "warnings": self.warnings,
+            "elapsed_seconds": round(self.elapsed, 4),
+        }
+
+
+def _v1(base: str, endpoint: str) -> str:
+    """proxy.py `_v1_endpoint`: do not double `/v1` when the base URL already ends with it."""
+    base = base.rstrip("/")
+    return f"{base}/{endpoint}" if base.endswith("/v1") else f"{base}/v1/{endpoint}"
+
+
+def _root(base: str) -> str:
+    base = base.rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def resolve(base_url: str, route: str, http) -> Resolution:
+    base_url = base_url.rstrip("/")
+    if route == "base":
+        return Resolution("base", base_url, [base_url], note="every request to the base URL (older Polar revisions)")
+    if route != "polar":
+        raise StackError(f"--route must be base or polar, not {route!r}.", ExitCode.USAGE)
+    reply = request(http, "GET", f"{_root(base_url)}/workers")
+    workers = None
+    if 200 <= reply.status < 300:
+        try:
+            payload = json.loads(reply.body)
+        except ValueError:
+            payload = None
+        workers = payload.get("workers") if isinstance(payload, dict) else None
+    if not isinstance(workers, list):
+        return Resolution("polar", base_url, [base_url], note=f"GET /workers answered HTTP {reply.status} without a "
+                          "worker list, so Polar sends every request to the base URL")
+    types = {w.get("worker_type") for w in workers if isinstance(w, dict)}
+    if types & {"prefill", "decode"}:
+        return Resolution("polar", base_url, [base_url], note="prefill/decode workers listed: Polar keeps the router")
+    urls: list[str] = []
+    for worker in workers:
+        url = worker.get("url") if isinstance(worker, dict) else None
+        if (isinstance(worker, dict) and worker.get("worker_type", "regular") == "regular" and isinstance(url, str)
+                and url.startswith(("http://", "https://")) and url.rstrip("/") not in urls):
+            urls.append(url.rstrip("/"))
+    if not urls:
+        return Resolution("polar", base_url, [base_url], note="the router lists no regular worker: Polar uses the base URL")
+    return Resolution("polar", base_url, urls, bypassed=True,
+                      note=f"the router lists {len(urls)} regular worker(s): Polar sends each chat request straight to "
+                      "a worker, round-robin, so the router is bypassed and its cache-aware routing is lost")
+
+
+def discover_model(http, url: str) -> str:
+    """The first model id of GET /v1/models, as a researcher's topology would name it; 'default' otherwise."""
+    reply = request(http, "GET", _v1(url, "models"))
+    if 200 <= reply.status < 300:
+        try:
+            data = json.loads(reply.body).get("data")
+            if isinstance(data, list) and data and isinstance(data[0], dict) and isinstance(data[0].get("id"), str):
+                return data[0]["id"]
+        except (ValueError, AttributeError):
+            pass
+    return "default"
+
+
+def _fail(report: SmokeReport, code: ExitCode, message: str) -> SmokeReport:
+    report.code, report.message = code, message
+    return report
+
+
+def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, turns: int = 2, timeout: float = 10.0,
+              route: str = "base", max_tokens: int = 16) -> SmokeReport:
+    """Send `requests` single-turn requests and one `turns`-turn session; never raises StackError for the
+    path's failures (they become the report's code and message), only for bad arguments."""
+    if requests < 0 or turns < 0 or requests + turns == 0:
+        raise StackError("--requests and --turns must be >= 0 and not both 0.", ExitCode.USAGE)
+    if timeout <= 0:
+        raise StackError("--timeout must be positive.", ExitCode.USAGE)
+    started = time.perf_counter()
+    with client(timeout) as http:
+        resolution = Resolution("base", base_url.rstrip("/"), [base_url.rstrip("/")])
+        report = SmokeReport(resolution, model or "")
+        try:
+            report.resolution = resolution = resolve(base_url, route, http)
+            report.model = model or discover_model(http, resolution.targets[0])
+            _exchange_all(report, http, requests, turns, max_tokens)
+        except StackError as exc:
+            report.code, report.message = exc.code, exc.message
+        report.elapsed = time.perf_counter() - started
+    if report.code == ExitCode.OK:
+        _judge(report)
+    return report
+
+
+def _exchange_all(report: SmokeReport, http, requests: int, turns: int, max_tokens: int) -> None:
+    targets = report.resolution.targets
+    counter = 0
+
+    def send(messages: list[dict[str, Any]], kind: str, turn: int) -> dict[str, Any] | None:
+        nonlocal counter
+        target = targets[counter % len(targets)]
+        counter += 1
+        body = contract.prepare_request({"model": report.model, "messages": messages, "max_tokens": max_tokens})
+        url = _v1(target, "chat/completions")
+        reply = request(http, "POST", url, body)
+        entry: dict[str, Any] = {"kind": kind, "turn": turn, "url": url, "status": reply.status,
+                                 "elapsed_ms": round(reply.elapsed * 1000, 2), "bytes": len(reply.body)}
+        report.exchanges.append(entry)
+        if not 200 <= reply.status < 300:
+            detail = error_message(reply.body)
+            if reply.status == 404 and "model" in detail.lower():
+                raise StackError(f"{url} does not serve model {report.model!r} (HTTP 404: {detail}); pass --model "
+                                 "with the engine's served model name.", ExitCode.HTTP_ERROR)
+            raise StackError(f"{url} answered HTTP {reply.status} ({detail}); fix the engine or router before "
+                             "training.", ExitCode.HTTP_ERROR)
+        parsed = reply.json()
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
+            raise StackError(f"{url} answered HTTP {reply.status} with JSON that is not a chat completion (no "
+                             "choices); check that the URL points at an OpenAI-compatible engine or router.",
+                             ExitCode.MALFORMED)
+        verdict = contract.analyze_response(parsed)
+        entry["verdict"] = verdict.as_dict()
+        entry["_prompt_ids"] = verdict.prompt_ids
+        return parsed
+
+    for index in range(requests):
+        send([{"role": "user", "content": SINGLE_PROMPTS[index % len(SINGLE_PROMPTS)]}], "single", 1)
+    if turns:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": SINGLE_PROMPTS[0]}]
+        previous: list[int] = []
+        for turn in range(1, turns + 1):
+            parsed = send(list(messages), "session", turn)
+            prompt_ids = report.exchanges[-1].pop("_prompt_ids")
+            if turn > 1:
+                problem = contract.check_prefix(previous, prompt_ids)
+                if problem:
+                    report.warnings.append(problem.message)
+            previous = prompt_ids
+            content = ""
+            if parsed:
+                message = parsed["choices"][0].get("message") if isinstance(parsed["choices"][0], dict) else None
+                content = message.get("content") or "" if isinstance(message, dict) else ""
+            messages += [{"role": "assistant", "content": content},
+                         {"role": "user", "content": FOLLOW_UPS[(turn - 1) % len(FOLLOW_UPS)]}]
+    for entry in report.exchanges:
+        entry.pop("_prompt_ids", None)
+
+
+def _judge(report: SmokeReport) -> None:
+    verdicts = [e["verdict"] for e in report.exchanges]
+    missing = [p for v in verdicts for p in v["problems"] if p["kind"] == contract.MISSING]
+    violations = [p for v in verdicts for p in v["problems"] if p["kind"] == contract.INVARIANT]
+    report.warnings += [p["message"] for v in verdicts for p in v["problems"] if p["kind"] == contract.WARNING]
+    if report.resolution.bypassed:
+        report.warnings.append(report.resolution.note)
+    if missing:
+        keys = [set(v["choice_keys"]) for v in verdicts]
+        lost = []
+        if not any("prompt_token_ids" in k or "input_token_ids" in k for k in keys):
+            lost.append("return_prompt_token_ids")
+        if not any("meta_info" in k for k in keys):
+            lost.append("return_meta_info")
+        report.fields_missing = lost
+        where = ", ".join(sorted({e["url"] for e in report.exchanges}))
+        if lost:
+            answers = " and ".join(f"`{'prompt_token_ids' if f == 'return_prompt_token_ids' else 'meta_info'}`"
+                                   for f in lost)
+            _fail(report, ExitCode.TOKENS_MISSING,
+                  f"zero trainable tokens: every request set {' and '.join(lost)} but no response from {where} carries "
+                  f"{answers}, so something on the path dropped those request fields before the engine (sglang-router "
+                  f"0.1.5-0.3.2 and smg <= 1.4.1 do); use the {WORKING_PROFILES} profile, and run `polarstack probe` "
+                  "to confirm.")
+        else:
+            first = missing[0]["message"] if missing else "no response carried usable token ids"
+            _fail(report, ExitCode.TOKENS_MISSING,
+                  f"zero trainable tokens from {where}: {first}; check the engine version and the path "
+                  f"(the {WORKING_PROFILES} profiles are known to work).")
+        return
+    if violations:
+        _fail(report, ExitCode.INVARIANT,
+              f"token fields are present but inconsistent: {violations[0]['message']} (at {violations[0]['field']}); "
+              "slime would drop these groups, so fix the engine before training.")
+        return
+    if report.trainable_tokens == 0:
+        _fail(report, ExitCode.TOKENS_MISSING, "zero trainable tokens although every response carried token fields; "
+              "raise --max-tokens or check the engine's output.")
+        return
+    report.code = ExitCode.OK
+    report.message = (f"{report.trainable_tokens} trainable tokens from {len(verdicts)} responses via "
+                      f"{', '.join(report.resolution.targets)}")
