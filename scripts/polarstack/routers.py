@@ -16,11 +16,8 @@ import contextlib
 import fcntl
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -29,6 +26,7 @@ import httpx
 
 from polarstack.cache import cache_dir
 from polarstack.errors import ExitCode, StackError
+from polarstack.processes import free_port, stop_pid, wait_http
 
 PACKAGES = ("sglang-router", "smg")
 LAUNCH_MODULES = {"sglang-router": "sglang_router.launch_router", "smg": "smg.launch_router"}
@@ -121,12 +119,6 @@ class RouterRelease:
         return args + list(extra or [])
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 # --- installation --------------------------------------------------------------------------------------
 
 
@@ -205,60 +197,6 @@ class RunningRouter:
 
     def stop(self, timeout: float = 10.0) -> None:
         stop_pid(self.process.pid, self.process, timeout)
-
-
-def stop_pid(pid: int, process: subprocess.Popen | None = None, timeout: float = 10.0) -> None:
-    """Stop the process we started, by its pid: SIGTERM, then SIGKILL after `timeout`."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None:
-            if process.poll() is not None:
-                return
-        else:
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    return
-            except ChildProcessError:
-                if not _alive(pid):
-                    return
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    if process is not None:
-        process.wait(timeout=5)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def wait_http(url: str, timeout: float, process: subprocess.Popen | None = None, path: str = "/health") -> float:
-    """Poll GET url+path until it answers 2xx; returns the seconds waited. Raises StackError on timeout/exit."""
-    started = time.monotonic()
-    deadline = started + timeout
-    with httpx.Client(timeout=1.0) as client:
-        while time.monotonic() < deadline:
-            if process is not None and process.poll() is not None:
-                raise StackError(f"process {process.pid} serving {url} exited with code {process.returncode} "
-                                 "before it became healthy.", ExitCode.ENVIRONMENT)
-            try:
-                if client.get(url + path).is_success:
-                    return time.monotonic() - started
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-    raise StackError(f"{url}{path} did not answer 2xx within {timeout:g} s.", ExitCode.UNREACHABLE)
 
 
 def start(release: RouterRelease, worker_urls: list[str], *, port: int | None = None,

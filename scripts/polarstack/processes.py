@@ -1,0 +1,98 @@
+"""Processes the stack starts on loopback: free ports, readiness polling, start of an emulator, stop by pid."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from polarstack.errors import ExitCode, StackError
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop_pid(pid: int, process: subprocess.Popen | None = None, timeout: float = 10.0) -> None:
+    """Stop the process we started, by its pid: SIGTERM, then SIGKILL after `timeout`."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None:
+            if process.poll() is not None:
+                return
+        else:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    return
+            except ChildProcessError:
+                if not _alive(pid):
+                    return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    if process is not None:
+        process.wait(timeout=5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def wait_http(url: str, timeout: float, process: subprocess.Popen | None = None, path: str = "/health") -> float:
+    """Poll GET url+path until it answers 2xx; returns the seconds waited. Raises StackError on timeout/exit."""
+    started = time.monotonic()
+    deadline = started + timeout
+    with httpx.Client(timeout=1.0) as client:
+        while time.monotonic() < deadline:
+            if process is not None and process.poll() is not None:
+                raise StackError(f"process {process.pid} serving {url} exited with code {process.returncode} "
+                                 "before it became healthy.", ExitCode.ENVIRONMENT)
+            try:
+                if client.get(url + path).is_success:
+                    return time.monotonic() - started
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+    raise StackError(f"{url}{path} did not answer 2xx within {timeout:g} s.", ExitCode.UNREACHABLE)
+
+
+
+def start_emulator(port: int | None = None, *, model: str | None = None, seed: int = 0, log_path: Path | None = None,
+                   timeout: float = 30.0) -> tuple[subprocess.Popen, int]:
+    """Start `polarstack emulate-engine` on 127.0.0.1 and wait until /health answers; (process, port)."""
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(seed)]
+    if model:
+        cmd += ["--model", model]
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    try:
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    finally:
+        if log_path:
+            log.close()
+    try:
+        wait_http(f"http://127.0.0.1:{port}", timeout, process)
+    except StackError:
+        stop_pid(process.pid, process)
+        raise
+    return process, port

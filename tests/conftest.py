@@ -1,0 +1,72 @@
+"""Shared fixtures: engine emulators and real routers on 127.0.0.1, each stopped by its own pid."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from polarstack.processes import start_emulator, stop_pid
+from polarstack.routers import RouterRelease, RunningRouter
+from polarstack.routers import start as start_router
+
+
+@dataclass
+class Engine:
+    process: subprocess.Popen
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def requests(self, path: str = "/v1/chat/completions") -> list[dict]:
+        return httpx.get(f"{self.url}/_emulator/requests", params={"path": path}).json()["requests"]
+
+    def clear(self) -> None:
+        httpx.delete(f"{self.url}/_emulator/requests")
+
+    def fault(self, mode: str, **extra) -> None:
+        httpx.post(f"{self.url}/_emulator/fault", json={"mode": mode, **extra}).raise_for_status()
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[Engine]:
+    """One emulator for read-only tests (tests must not change its fault mode)."""
+    process, port = start_emulator(seed=0)
+    try:
+        yield Engine(process, port)
+    finally:
+        stop_pid(process.pid, process)
+
+
+@pytest.fixture
+def engine_factory() -> Iterator:
+    """Start private emulators (for fault injection); all stopped at the end of the test."""
+    started: list[Engine] = []
+
+    def make(**kwargs) -> Engine:
+        process, port = start_emulator(**kwargs)
+        started.append(Engine(process, port))
+        return started[-1]
+
+    yield make
+    for item in started:
+        stop_pid(item.process.pid, item.process)
+
+
+@pytest.fixture
+def router_factory() -> Iterator:
+    """Start real router releases in front of engines; all stopped by pid at the end of the test."""
+    started: list[RunningRouter] = []
+
+    def make(spec: str, worker_urls: list[str], **kwargs) -> RunningRouter:
+        started.append(start_router(RouterRelease.parse(spec), worker_urls, **kwargs))
+        return started[-1]
+
+    yield make
+    for router in started:
+        router.stop()

@@ -1,0 +1,82 @@
+"""Pins the root cause of upstream issue #52 with the REAL router wheels from PyPI, on loopback:
+sglang-router 0.1.4 and smg 1.13.0 forward Polar's request fields and smoke passes through them;
+sglang-router 0.3.2 drops them, smoke fails with TOKENS_MISSING naming both, and the engine's request log
+shows the fields never arrived. Also: Polar's worker bypass, smg's model check, probe's diagnosis."""
+
+import json
+
+import pytest
+
+from polarstack.cli import main
+from polarstack.errors import ExitCode
+
+pytestmark = pytest.mark.router
+
+PASSTHROUGH, STOCK, PATCHED = "sglang-router==0.1.4", "sglang-router==0.3.2", "smg==1.13.0"
+
+
+def smoke(capsys, url, *extra):
+    code = main(["smoke", "--base-url", url, "--json", *extra])
+    out, err = capsys.readouterr()
+    return code, json.loads(out), err
+
+
+@pytest.mark.parametrize("spec", [PASSTHROUGH, PATCHED])
+def test_smoke_passes_through_forwarding_routers(engine, router_factory, capsys, spec):
+    router = router_factory(spec, [engine.url])
+    engine.clear()
+    code, report, err = smoke(capsys, router.url)
+    assert code == 0, err
+    assert report["trainable_tokens"] > 0
+    received = engine.requests()
+    assert len(received) == 4
+    assert all(r["body"]["return_prompt_token_ids"] is True and r["body"]["return_meta_info"] is True for r in received)
+
+
+def test_smoke_fails_through_stock_router_with_the_request_diagnosis(engine, router_factory, capsys):
+    router = router_factory(STOCK, [engine.url])
+    engine.clear()
+    code, report, err = smoke(capsys, router.url)
+    assert code == ExitCode.TOKENS_MISSING
+    assert report["fields_missing"] == ["return_prompt_token_ids", "return_meta_info"]
+    assert "return_prompt_token_ids" in err and "return_meta_info" in err and "dropped" in err
+    received = engine.requests()
+    assert received, "the router forwarded the chat requests"
+    assert all("return_prompt_token_ids" not in r["body"] and "return_meta_info" not in r["body"] for r in received)
+
+
+def test_smoke_direct_passes(engine, capsys):
+    code, report, _ = smoke(capsys, engine.url)
+    assert code == 0 and report["router_bypassed"] is False
+
+
+def test_polar_route_bypasses_a_router_that_lists_workers(engine, router_factory, capsys):
+    router = router_factory(STOCK, [engine.url])
+    code, report, _ = smoke(capsys, router.url, "--route", "polar")
+    assert code == 0
+    assert report["router_bypassed"] is True and report["targets"] == [engine.url]
+    assert any("cache-aware routing is lost" in w for w in report["warnings"])
+
+
+def test_polar_route_keeps_a_router_without_worker_list(engine, router_factory, capsys):
+    router = router_factory(PASSTHROUGH, [engine.url])  # 0.1.4 has no GET /workers
+    code, report, _ = smoke(capsys, router.url, "--route", "polar")
+    assert code == 0 and report["router_bypassed"] is False and report["targets"] == [router.url]
+
+
+def test_smg_model_mismatch_is_an_http_error_naming_the_fix(engine, router_factory, capsys):
+    router = router_factory(PATCHED, [engine.url])
+    code, report, err = smoke(capsys, router.url, "--model", "not-served")
+    assert code == ExitCode.HTTP_ERROR
+    assert "--model" in err and "not-served" in err
+
+
+def test_probe_tells_request_loss_from_response_loss(engine, router_factory, capsys):
+    router = router_factory(STOCK, [engine.url])
+    code = main(["probe", "--direct", engine.url, "--via", router.url, "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.TOKENS_MISSING
+    assert report["diagnosis"] == "request fields dropped on the way in"
+    assert report["via"]["engine_received_flags"] is False
+    assert report["via"]["generate_meta_info_survives"] is True
+    assert report["direct"]["bytes"] > report["via"]["bytes"]

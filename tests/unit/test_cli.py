@@ -1,0 +1,93 @@
+"""Pins the CLI contract: exit codes, --json output, one sentence on stderr and no traceback on failures.
+
+Calls `polarstack.cli.main([...])` in-process against an emulator on loopback (marker emulator)."""
+
+import json
+import time
+
+import pytest
+
+from polarstack.cli import main
+from polarstack.errors import ExitCode
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.emulator
+def test_smoke_direct_passes_with_json(engine, capsys):
+    code, out, err = run(capsys, "smoke", "--base-url", engine.url, "--json")
+    report = json.loads(out)
+    assert code == 0 and report["verdict"] == "pass"
+    assert report["trainable_tokens"] > 0
+    assert len(report["requests"]) == 4  # 2 single-turn + a 2-turn session
+    assert err == ""
+
+
+@pytest.mark.emulator
+def test_smoke_human_output_has_a_table(engine, capsys):
+    code, out, _ = run(capsys, "smoke", "--base-url", engine.url, "--requests", "1", "--turns", "3")
+    assert code == 0
+    assert "verdict: PASS" in out and "session" in out
+
+
+@pytest.mark.unit
+def test_smoke_unreachable_is_fast_and_clean(capsys):
+    started = time.monotonic()
+    code, out, err = run(capsys, "smoke", "--base-url", "http://127.0.0.1:9", "--json")
+    assert time.monotonic() - started < 5
+    assert code == ExitCode.UNREACHABLE
+    assert json.loads(out)["code"] == "UNREACHABLE"
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("mode,code", [
+    ("no_extensions", ExitCode.TOKENS_MISSING),
+    ("http500", ExitCode.HTTP_ERROR),
+    ("html", ExitCode.HTTP_ERROR),
+    ("truncated", ExitCode.MALFORMED),
+    ("nan_logprobs", ExitCode.INVARIANT),
+    ("positive_logprobs", ExitCode.INVARIANT),
+    ("length_mismatch", ExitCode.INVARIANT),
+])
+def test_smoke_failure_modes_have_distinct_codes(engine_factory, capsys, mode, code):
+    engine = engine_factory()
+    engine.fault(mode)
+    got, out, err = run(capsys, "smoke", "--base-url", engine.url, "--json")
+    assert got == code, err
+    assert json.loads(out)["exit_code"] == int(code)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.emulator
+def test_smoke_timeout_is_unreachable(engine_factory, capsys):
+    engine = engine_factory()
+    engine.fault("delay", seconds=3)
+    code, _, err = run(capsys, "smoke", "--base-url", engine.url, "--timeout", "0.5", "--requests", "1", "--turns", "0")
+    assert code == ExitCode.UNREACHABLE and "did not answer within" in err
+
+
+@pytest.mark.emulator
+def test_smoke_model_mismatch_names_the_fix(engine, capsys):
+    # the emulator, like sglang, echoes any model; a 404 model_not_found comes from smg (see router tests).
+    code, out, _ = run(capsys, "smoke", "--base-url", engine.url, "--model", "other", "--json")
+    assert code == 0 and json.loads(out)["model"] == "other"
+
+
+@pytest.mark.unit
+def test_bad_arguments_are_usage_errors(capsys):
+    code, _, err = run(capsys, "smoke", "--base-url", "http://127.0.0.1:9", "--requests", "0", "--turns", "0")
+    assert code == ExitCode.USAGE and "--requests" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["smoke"])
+    assert exc.value.code == 2
+
+
+@pytest.mark.emulator
+def test_probe_direct_against_itself_preserves(engine, capsys):
+    code, out, _ = run(capsys, "probe", "--direct", engine.url, "--via", engine.url, "--json")
+    assert code == 0 and json.loads(out)["diagnosis"] == "token fields preserved"
