@@ -15,12 +15,18 @@ PYTEST_ARGS ?=
 # Base URL `make smoke` checks when no profile is up (empty: read it from the run state).
 BASE_URL ?=
 # Route smoke takes: base (every request to BASE_URL) or polar (resolve like current Polar's client).
-ROUTE ?= base
+ROUTE ?=
+# Profile for up/smoke/train: engine-direct, router-passthrough, patched-router or stock-router.
+PROFILE ?= engine-direct
+# Where the stack runs: docker (the GPU node) or local (emulated engines + real routers on 127.0.0.1).
+RUNTIME ?= docker
+# Router releases for `make router-matrix` (empty: sglang-router 0.1.0-0.3.2 and every smg release).
+RELEASES ?=
 
 VENV_PY := $(VENV)/bin/python
 CLI := $(VENV)/bin/polarstack
 
-.PHONY: help test smoke _venv
+.PHONY: help test smoke demo up down status router-matrix _venv _local_only
 
 help: ## list the public targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -35,6 +41,26 @@ $(VENV)/.installed: pyproject.toml
 test: _venv ## run the whole test suite (unit, emulator, real routers); no GPU or Docker needed
 	@$(VENV_PY) -m pytest $(PYTEST_ARGS)
 
-smoke: _venv ## prove the path yields trainable tokens (BASE_URL=..., ROUTE=base|polar)
-	@test -n "$(BASE_URL)" || { echo "make smoke needs BASE_URL=http://127.0.0.1:PORT (or a profile that is up)" >&2; exit 2; }
-	@$(CLI) smoke --base-url "$(BASE_URL)" --route "$(ROUTE)"
+demo: _venv ## every profile up locally in turn, smoke, a table; exit 0 only if all behave as expected
+	@$(CLI) demo
+
+up: _venv ## start PROFILE (RUNTIME=local: emulated engines + the real router on 127.0.0.1)
+	@$(MAKE) _up_$(RUNTIME)
+
+down: _venv ## stop what `make up` started (RUNTIME=local|docker)
+	@$(MAKE) _down_$(RUNTIME)
+
+status: _venv ## what the local runtime has up
+	@$(CLI) status
+
+smoke: _venv ## prove the path yields trainable tokens (the profile that is up, or BASE_URL=..., ROUTE=base|polar)
+	@$(CLI) smoke $(if $(BASE_URL),--base-url "$(BASE_URL)") $(if $(ROUTE),--route "$(ROUTE)")
+
+router-matrix: _venv ## measure router releases in front of the emulator; regenerates docs/router-matrix.md
+	@$(CLI) routers matrix $(if $(RELEASES),--releases $(RELEASES)) --json docs/router-matrix.json --markdown docs/router-matrix.md
+
+_up_local:
+	@$(CLI) up --profile "$(PROFILE)" --runtime local
+
+_down_local:
+	@$(CLI) down --runtime local

@@ -57,15 +57,17 @@ def _cmd_emulate_engine(args: argparse.Namespace) -> int:
 def _add_smoke(sub) -> None:
     p = sub.add_parser("smoke", help="prove the path yields trainable tokens before GRPO launches",
                        description="Send Polar-shaped chat requests, extract token ids as Polar does, check invariants.")
-    p.add_argument("--base-url", required=True, help="Polar's inference base URL (router or engine)")
+    p.add_argument("--base-url", default=None,
+                   help="Polar's inference base URL (router or engine); default: the profile that is up locally")
     p.add_argument("--model", default=None, help="model name to send (default: first id of GET /v1/models)")
     p.add_argument("--requests", type=int, default=2, help="single-turn requests (default 2)")
     p.add_argument("--turns", type=int, default=2, help="turns of the multi-turn session (default 2; 0 skips it)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
     p.add_argument("--max-tokens", type=int, default=16, help="max_tokens per request (default 16)")
-    p.add_argument("--route", choices=("base", "polar"), default="base",
+    p.add_argument("--route", choices=("base", "polar"), default=None,
                    help="base: every request to --base-url (older Polar); polar: resolve like current Polar's "
-                        "client (GET /workers, then straight to regular workers)")
+                        "client (GET /workers, then straight to regular workers); default: the profile's "
+                        "POLAR_ROUTE when a profile is up, else base")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_cmd_smoke)
 
@@ -73,8 +75,17 @@ def _add_smoke(sub) -> None:
 def _cmd_smoke(args: argparse.Namespace) -> int:
     from polarstack.smoke import run_smoke
 
-    report = run_smoke(args.base_url, model=args.model, requests=args.requests, turns=args.turns,
-                       timeout=args.timeout, route=args.route, max_tokens=args.max_tokens)
+    base_url, route = args.base_url, args.route
+    if base_url is None:
+        from polarstack.local import read_state
+
+        state = read_state()
+        if state is None or not state.live():
+            raise StackError("no profile is up locally and no --base-url was given; run `make up PROFILE=engine-direct "
+                             "RUNTIME=local` or pass --base-url.", ExitCode.USAGE)
+        base_url, route = state.base_url, route or state.data.get("route", "base")
+    report = run_smoke(base_url, model=args.model, requests=args.requests, turns=args.turns,
+                       timeout=args.timeout, route=route or "base", max_tokens=args.max_tokens)
     if args.json:
         _print_json(report.as_dict())
     else:
@@ -144,12 +155,125 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- up / down / status (local runtime) -------------------------------------------------------------------
+
+
+def _add_up(sub) -> None:
+    p = sub.add_parser("up", help="start a profile's topology (local: emulated engines + the real router)")
+    p.add_argument("--profile", required=True, help="profile name (configs/profiles/<name>.env)")
+    p.add_argument("--runtime", choices=("local",), default="local",
+                   help="local: processes on 127.0.0.1 (the docker runtime is driven by `make up`)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each process (default 60)")
+    p.add_argument("--json", action="store_true", help="print the run state as JSON")
+    p.set_defaults(handler=_cmd_up)
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    from polarstack import local, profiles
+
+    profile = profiles.load(args.profile)
+    state = local.up(profile, timeout=args.timeout, progress=lambda m: print(m, file=sys.stderr))
+    if args.json:
+        _print_json(state.data)
+    else:
+        print(f"{profile.name} is up locally; Polar's base URL: {state.base_url} (route {profile.route}); "
+              f"state in {state.path}")
+    return 0
+
+
+def _add_down(sub) -> None:
+    p = sub.add_parser("down", help="stop exactly what `up` started")
+    p.add_argument("--runtime", choices=("local",), default="local")
+    p.set_defaults(handler=_cmd_down)
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    from polarstack import local
+
+    profile, pids = local.down()
+    if profile is None:
+        print("nothing is up locally; nothing to stop.", file=sys.stderr)
+    else:
+        print(f"{profile} is down (stopped pids {', '.join(map(str, pids)) or 'none: all had exited'}).")
+    return 0
+
+
+def _add_status(sub) -> None:
+    p = sub.add_parser("status", help="what the local runtime has up")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_status)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from polarstack import local
+
+    state = local.read_state()
+    data = {"up": False} if state is None else {"up": bool(state.live()), **state.data,
+                                                "live_pids": [p["pid"] for p in state.live()]}
+    if args.json:
+        _print_json(data)
+    elif state is None:
+        print("nothing is up locally.")
+    else:
+        for proc in state.processes:
+            alive = "running" if proc in state.live() else "gone"
+            print(f"{proc['role']:10} pid {proc['pid']:>7} {proc['url']} {alive}")
+        print(f"profile {state.data['profile']}: base URL {state.data.get('base_url')}")
+    return 0
+
+
+# --- demo -------------------------------------------------------------------------------------------------
+
+
+def _add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="every profile up locally in turn, smoke, a table; exit 0 if all as expected")
+    p.add_argument("--profiles", nargs="+", default=None, help="subset of profiles (default: all four)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_demo)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    import time
+
+    from rich.table import Table
+
+    from polarstack.demo import run_demo
+
+    started = time.perf_counter()
+    rows = run_demo(args.profiles, progress=lambda m: print(m, file=sys.stderr))
+    elapsed = time.perf_counter() - started
+    if args.json:
+        _print_json({"rows": rows, "elapsed_seconds": round(elapsed, 2)})
+    else:
+        table = Table("profile", "router release", "expected", "verdict", "trainable tokens", "smoke s", "as expected")
+        for row in rows:
+            table.add_row(row["profile"], row["router"], row["expected"], row["verdict"], str(row["trainable_tokens"]),
+                          "-" if row.get("smoke_seconds") is None else f"{row['smoke_seconds']:.3f}",
+                          "yes" if row["as_expected"] else "NO")
+        console = _console()
+        console.print(table)
+        console.print(f"demo finished in {elapsed:.1f} s")
+    wrong = [row for row in rows if not row["as_expected"]]
+    if wrong:
+        row = wrong[0]
+        raise StackError(f"profile {row['profile']} gave {row['verdict']} where {row['expected']} was expected: "
+                         f"{row['message']}", ExitCode.GATE if row["expected"] == "pass" else ExitCode.INVARIANT)
+    return 0
+
+
 # --- routers ----------------------------------------------------------------------------------------------
 
 
 def _add_routers(sub) -> None:
     p = sub.add_parser("routers", help="router releases: catalog, install")
-    rsub = p.add_subparsers(dest="routers_cmd", required=True, metavar="{catalog,install}")
+    rsub = p.add_subparsers(dest="routers_cmd", required=True, metavar="{catalog,install,matrix}")
+    mat = rsub.add_parser("matrix", help="measure router releases in front of the emulator (issue #52's bisection)")
+    mat.add_argument("--releases", nargs="+", metavar="PACKAGE==VERSION", default=None,
+                     help="releases to sweep (default: sglang-router 0.1.0-0.3.2 and every smg release)")
+    mat.add_argument("--json", dest="json_file", metavar="FILE", default=None, help="write the rows as JSON")
+    mat.add_argument("--markdown", metavar="FILE", default=None, help="write a Markdown report")
+    mat.add_argument("--latency-requests", type=int, default=200, help="requests each way for latency (default 200)")
+    mat.set_defaults(handler=_cmd_routers_matrix)
     cat = rsub.add_parser("catalog", help="what each pinned/known release accepts and forwards")
     cat.add_argument("--json", action="store_true")
     cat.set_defaults(handler=_cmd_routers_catalog)
@@ -179,6 +303,35 @@ def _cmd_routers_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_routers_matrix(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from polarstack import matrix
+    from polarstack.routers import RouterRelease
+
+    if args.latency_requests < 1:
+        raise StackError("--latency-requests must be at least 1.", ExitCode.USAGE)
+    releases = [RouterRelease.parse(s) for s in args.releases] if args.releases else matrix.default_releases()
+    command = "polarstack routers matrix " + " ".join(sys.argv[3:]) if len(sys.argv) > 3 else "polarstack routers matrix"
+    from rich.console import Console
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=False) as progress:
+        task = progress.add_task("router releases", total=len(releases))
+
+        def advance(row):
+            progress.update(task, advance=1, description=f"router releases (last: {row['release']})")
+
+        rows = matrix.run_matrix(releases, args.latency_requests, on_row=advance)
+    matrix.write_outputs(rows, args.json_file, args.markdown, command)
+    table = Table(*(title for _, title in matrix.COLUMNS), "note")
+    for row in rows:
+        table.add_row(*(matrix.cell(row, key) for key, _ in matrix.COLUMNS), row.get("note", "")[:60])
+    _console().print(table)
+    return 0
+
+
 def _cmd_routers_install(args: argparse.Namespace) -> int:
     from polarstack.routers import RouterRelease, install
 
@@ -195,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"polarstack {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_emulate_engine, _add_smoke, _add_probe, _add_routers):
+    for add in (_add_emulate_engine, _add_smoke, _add_probe, _add_up, _add_down, _add_status, _add_demo, _add_routers):
         add(sub)
     return parser
 

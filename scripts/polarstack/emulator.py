@@ -41,7 +41,7 @@ _WORDS = ("the agent reads the file and runs the tests then fixes the bug in the
           "hello world sure here is code def return for in if else print list dict sum result").split()
 
 FAULT_MODES = ("none", "delay", "http500", "html", "truncated", "nan_logprobs", "positive_logprobs",
-               "length_mismatch", "no_extensions")
+               "length_mismatch", "no_extensions", "always_extensions")
 
 
 @dataclass
@@ -130,6 +130,55 @@ def meta_info(state: EngineState, rid: str, prompt: list[int], gen: Generation, 
     return meta
 
 
+class RequestLog:
+    """Plain ASGI middleware: record every request (method, path, parsed body, x- headers) before the route runs."""
+
+    def __init__(self, app, state: EngineState) -> None:
+        self.app, self.state = app, state
+
+    def _record(self, scope, body: bytes) -> None:
+        path = scope.get("path", "")
+        if path.startswith("/_emulator/"):
+            return
+        try:
+            parsed: Any = json.loads(body) if body else None
+        except ValueError:
+            parsed = body.decode("utf-8", "replace")
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])
+                   if k.lower().startswith((b"x-", b"content-type"))}
+        self.state.requests.append({"time": time.time(), "method": scope.get("method"), "path": path,
+                                    "query": scope.get("query_string", b"").decode("latin-1"), "body": parsed,
+                                    "headers": headers})
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        chunks: list[bytes] = []
+        done = False
+
+        async def logged_receive():
+            nonlocal done
+            message = await receive()
+            if message["type"] == "http.request" and not done:
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    done = True
+                    self._record(scope, b"".join(chunks))
+            return message
+
+        if scope.get("method") in ("GET", "HEAD", "DELETE"):
+            done = True
+            self._record(scope, b"")
+        self.state.running += 1
+        try:
+            await self.app(scope, logged_receive, send)
+        finally:
+            self.state.running -= 1
+            self.state.served += 1
+            if not done:
+                self._record(scope, b"".join(chunks))
+
+
 def _visible_text(state: EngineState, ids: list[int], skip_special: bool = True) -> str:
     return state.tokenizer.decode(ids, skip_special_tokens=skip_special).lstrip()
 
@@ -142,6 +191,7 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
     proto = sglang_protocol.protocol()
     GenerateReqInput = sglang_protocol.generate_model()
     app = FastAPI(title="polarstack sglang emulator", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(RequestLog, state=state)
 
     def error(message: str, err_type: str = "BadRequest", status: int = 400) -> JSONResponse:
         body = proto.ErrorResponse(message=message, type=err_type, code=status).model_dump()
@@ -159,25 +209,6 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
         if media_type != "application/json":
             raise RequestValidationError(errors=[{"loc": ["header", "content-type"], "type": "value_error",
                                                   "msg": "Unsupported Media Type: Only 'application/json' is allowed"}])
-
-    @app.middleware("http")
-    async def _log_requests(request: Request, call_next):
-        body = await request.body()
-        if not request.url.path.startswith("/_emulator/"):
-            try:
-                parsed: Any = json.loads(body) if body else None
-            except ValueError:
-                parsed = body.decode("utf-8", "replace")
-            entry = {"time": time.time(), "method": request.method, "path": request.url.path,
-                     "query": str(request.url.query), "body": parsed,
-                     "headers": {k: v for k, v in request.headers.items() if k.lower().startswith(("x-", "content-type"))}}
-            state.requests.append(entry)
-        state.running += 1
-        try:
-            return await call_next(request)
-        finally:
-            state.running -= 1
-            state.served += 1
 
     # --- health and info (http_server.py) ------------------------------------------------------------
     @app.get("/health")
@@ -338,6 +369,9 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
         gens = [generate(state, prompt, max_new, salt=i, sampling_seed=request.seed, ignore_eos=request.ignore_eos,
                          min_new_tokens=request.min_tokens) for i in range(request.n)]
         extensions = state.fault.get("mode") != "no_extensions"
+        # "always_extensions" is a measurement mode (not sglang's behaviour): it tells whether a router would
+        # pass the fields through if an engine emitted them unasked (router-behavior.md's third column).
+        forced = state.fault.get("mode") == "always_extensions"
         if request.stream:
             return StreamingResponse(chat_stream(request, prompt, gens, rid), media_type="text/event-stream")
         choices = []
@@ -355,8 +389,8 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
                 logprobs=logprobs,
                 finish_reason=gen.finish_reason["type"],
                 matched_stop=gen.finish_reason.get("matched"),
-                prompt_token_ids=list(prompt) if request.return_prompt_token_ids and extensions else None,
-                meta_info=meta if request.return_meta_info and extensions else None,
+                prompt_token_ids=list(prompt) if (request.return_prompt_token_ids or forced) and extensions else None,
+                meta_info=meta if (request.return_meta_info or forced) and extensions else None,
             ))
         completion = sum(len(g.output_ids) for g in gens)
         usage = proto.UsageInfo(prompt_tokens=len(prompt), completion_tokens=completion,

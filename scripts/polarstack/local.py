@@ -1,0 +1,197 @@
+"""The local runtime: a profile's topology as processes on 127.0.0.1 (emulated engines + the real router).
+
+Run state (pids, ports, resolved base URL) lives in one ignored directory (`.run/` at the repository root,
+or POLARSTACK_RUN_DIR). `up` refuses when a live topology is recorded there; `down` stops exactly the pids
+it recorded, after checking each pid still runs the command it started (a recycled pid is left alone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from polarstack.errors import ExitCode, StackError
+from polarstack.pins import repo_root
+from polarstack.processes import free_port, stop_pid, wait_http
+from polarstack.profiles import Profile
+from polarstack.routers import install, register_worker
+
+STATE_FILE = "state.json"
+
+
+def run_dir() -> Path:
+    env = os.environ.get("POLARSTACK_RUN_DIR")
+    return Path(env) if env else repo_root() / ".run"
+
+
+def start_time(pid: int) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot), or None if there is no such process.
+
+    Routers retitle themselves (smg shows as `smg::router`, sglang-router 0.3.2 as `sglang::router`), so
+    command lines cannot identify them; (pid, start time) does, and a recycled pid has another start time.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] == "Z":  # a zombie has finished
+        return None
+    return int(fields[19])
+
+
+def _owned(entry: dict[str, Any]) -> bool:
+    """Is entry's pid alive and still the process we started?"""
+    return entry.get("start_time") is not None and start_time(entry["pid"]) == entry["start_time"]
+
+
+@dataclass
+class LocalState:
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def processes(self) -> list[dict[str, Any]]:
+        return self.data["processes"]
+
+    @property
+    def base_url(self) -> str:
+        return self.data["base_url"]
+
+    def live(self) -> list[dict[str, Any]]:
+        return [p for p in self.processes if _owned(p)]
+
+
+def read_state(directory: Path | None = None) -> LocalState | None:
+    path = (directory or run_dir()) / STATE_FILE
+    if not path.exists():
+        return None
+    try:
+        return LocalState(path, json.loads(path.read_text()))
+    except (ValueError, OSError):
+        raise StackError(f"{path} is unreadable; remove it after checking no polarstack process still runs "
+                         "(`ps -ef | grep polarstack`).", ExitCode.STATE) from None
+
+
+def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "AWS_", "OPENAI_"))}
+    with open(log_path, "wb") as log:
+        # A new session: the topology outlives the `polarstack up` process and a Ctrl-C in its terminal.
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+
+
+def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0,
+       progress=print) -> LocalState:
+    directory = directory or run_dir()
+    existing = read_state(directory)
+    if existing is not None:
+        alive = existing.live()
+        if alive:
+            raise StackError(f"profile {existing.data['profile']} is already up locally (pids "
+                             f"{', '.join(str(p['pid']) for p in alive)}); run `make down RUNTIME=local` first.",
+                             ExitCode.STATE)
+        existing.path.unlink()  # stale: every recorded process is gone
+    logs = directory / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    started: list[dict[str, Any]] = []
+    state = LocalState(directory / STATE_FILE, {
+        "profile": profile.name, "runtime": "local", "started_at": time.time(), "processes": started,
+        "route": profile.route, "expect": profile.expect, "polar_worker_discovery": profile.values["POLAR_WORKER_DISCOVERY"],
+    })
+    try:
+        release = profile.router
+        if release is not None:
+            install(release, quiet=False)  # before any engine starts: a cold install can take seconds
+        engines: list[tuple[subprocess.Popen, int]] = []
+        for index in range(profile.engine_count):
+            port = free_port()
+            cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(index)]
+            process = _spawn(cmd, logs / f"engine-{index}.log")
+            started.append({"role": f"engine-{index}", "pid": process.pid, "port": port,
+                            "start_time": start_time(process.pid),
+                            "url": f"http://127.0.0.1:{port}", "log": str(logs / f"engine-{index}.log")})
+            engines.append((process, port))
+            _save(state)
+        for process, port in engines:
+            wait_http(f"http://127.0.0.1:{port}", timeout, process)
+        progress(f"up: {len(engines)} emulated engine(s) on {', '.join(str(p) for _, p in engines)}")
+        engine_urls = [f"http://127.0.0.1:{port}" for _, port in engines]
+        if release is not None:
+            port, prom = free_port(), free_port()
+            static = engine_urls if profile.registration == "static" else []
+            cmd = [str(install(release)), *release.launch_args(port, static, prom)]
+            log_path = logs / "router.log"
+            process = _spawn(cmd, log_path)
+            started.append({"role": "router", "pid": process.pid, "port": port, "start_time": start_time(process.pid),
+                            "url": f"http://127.0.0.1:{port}", "log": str(log_path), "release": release.spec})
+            _save(state)
+            try:
+                wait_http(f"http://127.0.0.1:{port}", timeout, process)
+            except StackError as exc:
+                tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+                raise StackError(f"{release.spec} did not start: {exc.message} {tail}", ExitCode.ENVIRONMENT) from None
+            router_url = f"http://127.0.0.1:{port}"
+            if profile.registration == "register":
+                for url in engine_urls:
+                    register_worker(router_url, url)
+                _wait_registered(router_url, engine_urls, timeout)
+            progress(f"up: {release.spec} on {port} ({profile.registration} registration)")
+        state.data["base_url"] = started[-1]["url"] if profile.polar_base == "router" else engine_urls[0]
+        state.data["engine_urls"] = engine_urls
+        _save(state)
+        return state
+    except BaseException:
+        _stop_all(started)
+        state.path.unlink(missing_ok=True)
+        raise
+
+
+def _wait_registered(router_url: str, engine_urls: list[str], timeout: float) -> None:
+    """slime's registration is asynchronous (202): wait until GET /workers lists every engine, healthy."""
+    deadline = time.monotonic() + timeout
+    listed: set[str] = set()
+    while time.monotonic() < deadline:
+        try:
+            workers = httpx.get(f"{router_url}/workers", timeout=2).json().get("workers", [])
+            listed = {w.get("url", "").rstrip("/") for w in workers if w.get("is_healthy", True)}
+            if set(engine_urls) <= listed:
+                return
+        except (httpx.HTTPError, ValueError, AttributeError):
+            pass
+        time.sleep(0.1)
+    raise StackError(f"the router at {router_url} did not list {sorted(set(engine_urls) - listed)} as healthy "
+                     f"workers within {timeout:g} s after POST /workers.", ExitCode.ENVIRONMENT)
+
+
+def _save(state: LocalState) -> None:
+    tmp = state.path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state.data, indent=2))
+    tmp.replace(state.path)
+
+
+def _stop_all(entries: list[dict[str, Any]]) -> list[int]:
+    stopped = []
+    for entry in reversed(entries):  # router first, then engines
+        if _owned(entry):
+            stop_pid(entry["pid"])
+            stopped.append(entry["pid"])
+    return stopped
+
+
+def down(*, directory: Path | None = None) -> tuple[str | None, list[int]]:
+    """Stop what `up` recorded; (profile or None when nothing was up, pids stopped)."""
+    state = read_state(directory)
+    if state is None:
+        return None, []
+    stopped = _stop_all(state.processes)
+    state.path.unlink(missing_ok=True)
+    return state.data.get("profile"), stopped

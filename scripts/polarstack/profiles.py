@@ -1,0 +1,169 @@
+"""Profiles: one KEY=value file per profile in configs/profiles/, read by both runtimes.
+
+The local runtime (polarstack up --runtime local) and Docker Compose (--env-file) read the same files.
+Validation names the file and the fix: unknown keys, bad values, GPU sets that overlap or exceed the node,
+a router the pins file does not define.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from polarstack.errors import ExitCode, StackError
+from polarstack.pins import parse_env_file, pins, repo_root
+from polarstack.routers import RouterRelease
+
+PROFILE_ORDER = ("router-passthrough", "engine-direct", "patched-router", "stock-router")
+ROUTERS = {"passthrough": "ROUTER_PASSTHROUGH", "patched": "ROUTER_PATCHED", "stock": "ROUTER_STOCK"}
+REQUIRED = ("PROFILE_NAME", "PROFILE_ROLE", "ROUTER", "ROUTER_REGISTRATION", "ENGINE_COUNT", "ENGINE_GPUS",
+            "TRAINER_GPUS", "ENGINE_PORT_BASE", "ROUTER_PORT", "POLAR_BASE", "POLAR_ROUTE",
+            "POLAR_WORKER_DISCOVERY", "EXPECT_SMOKE")
+NODE_GPUS_DEFAULT = 4
+
+
+def profiles_dir() -> Path:
+    return repo_root() / "configs" / "profiles"
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in profiles_dir().glob("*.env") if not p.name.endswith(".local.env"))
+
+
+def _gpus(path: Path, key: str, text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip() != ""]
+    except ValueError:
+        raise StackError(f"{path}: {key}={text!r} must be comma-separated GPU indices like 0,1.", ExitCode.USAGE) from None
+    if len(set(values)) != len(values):
+        raise StackError(f"{path}: {key}={text} lists a GPU twice.", ExitCode.USAGE)
+    return values
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: Path
+    values: dict[str, str]
+
+    @property
+    def role(self) -> str:
+        return self.values["PROFILE_ROLE"]
+
+    @property
+    def router(self) -> RouterRelease | None:
+        key = self.values["ROUTER"]
+        if key == "none":
+            return None
+        prefix = ROUTERS[key]
+        table = pins()
+        return RouterRelease(table[f"{prefix}_PACKAGE"], table[f"{prefix}_VERSION"])
+
+    @property
+    def registration(self) -> str:
+        return self.values["ROUTER_REGISTRATION"]
+
+    @property
+    def engine_count(self) -> int:
+        return int(self.values["ENGINE_COUNT"])
+
+    @property
+    def engine_gpus(self) -> list[int]:
+        return _gpus(self.path, "ENGINE_GPUS", self.values["ENGINE_GPUS"])
+
+    @property
+    def trainer_gpus(self) -> list[int]:
+        return _gpus(self.path, "TRAINER_GPUS", self.values["TRAINER_GPUS"])
+
+    @property
+    def polar_base(self) -> str:
+        return self.values["POLAR_BASE"]
+
+    @property
+    def route(self) -> str:
+        return self.values["POLAR_ROUTE"]
+
+    @property
+    def expect(self) -> str:
+        return self.values["EXPECT_SMOKE"]
+
+    def engine_port(self, index: int) -> int:
+        return int(self.values["ENGINE_PORT_BASE"]) + 10 * index
+
+    @property
+    def router_port(self) -> int:
+        return int(self.values["ROUTER_PORT"])
+
+    def base_url(self, host: str = "127.0.0.1") -> str:
+        port = self.router_port if self.polar_base == "router" else self.engine_port(0)
+        return f"http://{host}:{port}"
+
+
+def validate(name: str, path: Path, values: dict[str, str], node_gpus: int) -> None:
+    def bad(message: str) -> StackError:
+        return StackError(f"{path}: {message}", ExitCode.USAGE)
+
+    missing = [k for k in REQUIRED if k not in values]
+    if missing:
+        raise bad(f"missing {', '.join(missing)}; copy the key from configs/profiles/engine-direct.env.")
+    unknown = sorted(set(values) - set(REQUIRED))
+    if unknown:
+        raise bad(f"unknown key {unknown[0]}; the profile keys are {', '.join(REQUIRED)}.")
+    empty = [k for k in REQUIRED if values[k] == ""]
+    if empty:
+        raise bad(f"{empty[0]} is empty; give it a value.")
+    choices = {"PROFILE_ROLE": ("working", "diagnostic"), "ROUTER": ("none", *ROUTERS),
+               "ROUTER_REGISTRATION": ("none", "static", "register"), "POLAR_BASE": ("engine-0", "router"),
+               "POLAR_ROUTE": ("base", "polar"), "POLAR_WORKER_DISCOVERY": ("on", "off"),
+               "EXPECT_SMOKE": ("pass", "TOKENS_MISSING", "INVARIANT", "HTTP_ERROR")}
+    for key, allowed in choices.items():
+        if values[key] not in allowed:
+            raise bad(f"{key}={values[key]} must be one of {', '.join(allowed)}.")
+    for key in ("ENGINE_COUNT", "ENGINE_PORT_BASE", "ROUTER_PORT"):
+        if not values[key].isdigit() or int(values[key]) <= 0:
+            raise bad(f"{key}={values[key]} must be a positive integer.")
+    if (values["ROUTER"] == "none") != (values["ROUTER_REGISTRATION"] == "none"):
+        raise bad("ROUTER and ROUTER_REGISTRATION must both be none or both be set.")
+    if values["ROUTER"] == "none" and values["POLAR_BASE"] == "router":
+        raise bad("POLAR_BASE=router needs a ROUTER; set POLAR_BASE=engine-0.")
+    engines = _gpus(path, "ENGINE_GPUS", values["ENGINE_GPUS"])
+    trainer = _gpus(path, "TRAINER_GPUS", values["TRAINER_GPUS"])
+    if len(engines) != int(values["ENGINE_COUNT"]):
+        raise bad(f"ENGINE_GPUS={values['ENGINE_GPUS']} lists {len(engines)} GPU(s) for ENGINE_COUNT="
+                  f"{values['ENGINE_COUNT']}; give one GPU per engine.")
+    if not trainer:
+        raise bad("TRAINER_GPUS is empty; the trainer needs at least one GPU.")
+    overlap = sorted(set(engines) & set(trainer))
+    if overlap:
+        raise bad(f"GPU {overlap[0]} is in both ENGINE_GPUS and TRAINER_GPUS; engines and trainer need disjoint GPUs.")
+    beyond = [g for g in engines + trainer if not 0 <= g < node_gpus]
+    if beyond:
+        raise bad(f"GPU {beyond[0]} does not exist on a {node_gpus}-GPU node (NODE_GPUS={node_gpus}); use 0-{node_gpus - 1}.")
+    if values["ROUTER"] != "none":
+        prefix = ROUTERS[values["ROUTER"]]
+        table = pins()
+        for suffix in ("PACKAGE", "VERSION"):
+            if f"{prefix}_{suffix}" not in table:
+                raise bad(f"ROUTER={values['ROUTER']} needs {prefix}_{suffix} in configs/pins.env.")
+        release = RouterRelease(table[f"{prefix}_PACKAGE"], table[f"{prefix}_VERSION"])
+        if values["ROUTER_REGISTRATION"] == "register" and not release.has_worker_api:
+            raise bad(f"{release.spec} has no POST /workers; use ROUTER_REGISTRATION=static.")
+
+
+def load(name: str, *, node_gpus: int | None = None, path: Path | None = None) -> Profile:
+    """Load and validate configs/profiles/<name>.env (plus overrides in <name>.local.env, if present)."""
+    if path is None:
+        path = profiles_dir() / f"{name}.env"
+        if not path.exists():
+            raise StackError(f"unknown profile {name!r}; choose one of {', '.join(available())}.", ExitCode.USAGE)
+    values = parse_env_file(path)
+    local = path.with_name(path.stem + ".local.env")
+    if local.exists():
+        values.update(parse_env_file(local))
+    for key in REQUIRED:  # the environment overrides a profile value, as Compose does
+        if key in os.environ and key not in ("PROFILE_NAME",):
+            values[key] = os.environ[key]
+    node = node_gpus if node_gpus is not None else int(os.environ.get("NODE_GPUS", NODE_GPUS_DEFAULT))
+    validate(name, path, values, node)
+    return Profile(name, path, values)
