@@ -26,7 +26,7 @@ RELEASES ?=
 VENV_PY := $(VENV)/bin/python
 CLI := $(VENV)/bin/polarstack
 
-.PHONY: help test smoke demo up down status router-matrix _venv _local_only
+.PHONY: help test smoke demo up down ps logs status build pin clean router-matrix _venv _runtime
 
 help: ## list the public targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -44,23 +44,36 @@ test: _venv ## run the whole test suite (unit, emulator, real routers); no GPU o
 demo: _venv ## every profile up locally in turn, smoke, a table; exit 0 only if all behave as expected
 	@$(CLI) demo
 
-up: _venv ## start PROFILE (RUNTIME=local: emulated engines + the real router on 127.0.0.1)
-	@$(MAKE) _up_$(RUNTIME)
+up: _venv _runtime ## start PROFILE (RUNTIME=docker: the GPU stack; RUNTIME=local: emulated engines + real router)
+	@if [ "$(RUNTIME)" = local ]; then $(CLI) up --profile "$(PROFILE)"; else $(CLI) compose up --profile "$(PROFILE)"; fi
 
-down: _venv ## stop what `make up` started (RUNTIME=local|docker)
-	@$(MAKE) _down_$(RUNTIME)
+down: _venv _runtime ## stop what `make up` started; volumes are kept (RUNTIME=docker|local)
+	@if [ "$(RUNTIME)" = local ]; then $(CLI) down; else $(CLI) compose down --profile "$(PROFILE)"; fi
+
+ps: _venv _runtime ## list the stack's containers (docker) or processes (local)
+	@if [ "$(RUNTIME)" = local ]; then $(CLI) status; else $(CLI) compose ps --profile "$(PROFILE)"; fi
+
+logs: _venv ## last log lines of the docker stack (SERVICE=engine-0 to pick one)
+	@$(CLI) compose logs --profile "$(PROFILE)" $(if $(SERVICE),--service "$(SERVICE)")
 
 status: _venv ## what the local runtime has up
 	@$(CLI) status
 
+build: _venv ## build the images of PROFILE from the pins in configs/pins.env
+	@$(CLI) compose build --profile "$(PROFILE)"
+
+pin: _venv ## resolve base-image tags to digests in configs/pins.env (needs a registry; else changes nothing)
+	@$(CLI) pin
+
+clean: _venv ## remove the docker stack AND its volumes (models, checkpoints, logs), after asking
+	@$(CLI) compose clean --profile "$(PROFILE)"
+
 smoke: _venv ## prove the path yields trainable tokens (the profile that is up, or BASE_URL=..., ROUTE=base|polar)
-	@$(CLI) smoke $(if $(BASE_URL),--base-url "$(BASE_URL)") $(if $(ROUTE),--route "$(ROUTE)")
+	@$(CLI) smoke $(if $(BASE_URL),--base-url "$(BASE_URL)",--profile "$(PROFILE)" --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto)) $(if $(ROUTE),--route "$(ROUTE)")
 
 router-matrix: _venv ## measure router releases in front of the emulator; regenerates docs/router-matrix.md
 	@$(CLI) routers matrix $(if $(RELEASES),--releases $(RELEASES)) --json docs/router-matrix.json --markdown docs/router-matrix.md
 
-_up_local:
-	@$(CLI) up --profile "$(PROFILE)" --runtime local
+_runtime:
+	@case "$(RUNTIME)" in docker|local) ;; *) echo "RUNTIME=$(RUNTIME) is not docker or local" >&2; exit 2;; esac
 
-_down_local:
-	@$(CLI) down --runtime local

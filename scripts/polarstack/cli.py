@@ -68,6 +68,12 @@ def _add_smoke(sub) -> None:
                    help="base: every request to --base-url (older Polar); polar: resolve like current Polar's "
                         "client (GET /workers, then straight to regular workers); default: the profile's "
                         "POLAR_ROUTE when a profile is up, else base")
+    p.add_argument("--profile", default=None,
+                   help="check a profile of the docker runtime: its base URL, route and (for slime-registered "
+                        "routers) a temporary registration of its engines")
+    p.add_argument("--runtime", choices=("auto", "local", "docker"), default="auto",
+                   help="without --base-url: local (the run state of `polarstack up`), docker (--profile's ports), "
+                        "or auto (local when a profile is up locally, else docker)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_cmd_smoke)
 
@@ -75,17 +81,26 @@ def _add_smoke(sub) -> None:
 def _cmd_smoke(args: argparse.Namespace) -> int:
     from polarstack.smoke import run_smoke
 
-    base_url, route = args.base_url, args.route
-    if base_url is None:
+    base_url, route, register = args.base_url, args.route, None
+    if base_url is None and args.runtime in ("auto", "local"):
         from polarstack.local import read_state
 
         state = read_state()
-        if state is None or not state.live():
+        if state is not None and state.live():
+            base_url, route = state.base_url, route or state.data.get("route", "base")
+        elif args.runtime == "local" or args.profile is None:
             raise StackError("no profile is up locally and no --base-url was given; run `make up PROFILE=engine-direct "
                              "RUNTIME=local` or pass --base-url.", ExitCode.USAGE)
-        base_url, route = state.base_url, route or state.data.get("route", "base")
+    if base_url is None and args.profile is not None:
+        from polarstack import profiles
+
+        profile = profiles.load(args.profile)
+        base_url = profile.base_url()
+        route = route or profile.route
+        if profile.registration == "register" and profile.polar_base == "router":
+            register = [f"http://127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
     report = run_smoke(base_url, model=args.model, requests=args.requests, turns=args.turns,
-                       timeout=args.timeout, route=route or "base", max_tokens=args.max_tokens)
+                       timeout=args.timeout, route=route or "base", max_tokens=args.max_tokens, register=register)
     if args.json:
         _print_json(report.as_dict())
     else:
@@ -261,6 +276,91 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- compose (docker runtime) ------------------------------------------------------------------------------
+
+COMPOSE_VERBS = {  # verb: (compose arguments, needs GPUs)
+    "up": (["up", "--detach", "--wait"], True),
+    "down": (["down"], False),
+    "ps": (["ps"], False),
+    "logs": (["logs", "--tail", "200"], False),
+    "build": (["build"], False),
+}
+
+
+def _add_compose(sub) -> None:
+    p = sub.add_parser("compose", help="the docker runtime: render a profile for Compose v2 and drive it")
+    p.add_argument("verb", choices=("env", "config", *COMPOSE_VERBS, "clean"),
+                   help="env: render .run/compose/<profile>.env and .gpus.yaml; config: the rendered Compose model")
+    p.add_argument("--profile", required=True, help="profile name (configs/profiles/<name>.env)")
+    p.add_argument("--yes", action="store_true", help="clean: do not ask before removing the volumes")
+    p.add_argument("--service", action="append", default=[], help="limit to a service (repeatable; logs, ps, build)")
+    p.set_defaults(handler=_cmd_compose)
+
+
+def _cmd_compose(args: argparse.Namespace) -> int:
+    from polarstack import compose, profiles
+
+    profile = profiles.load(args.profile)
+    if args.verb == "env":
+        env_path, gpus_path = compose.render(profile)
+        print(env_path)
+        print(gpus_path)
+        return 0
+    if args.verb == "config":
+        proc = compose.run_compose(profile, ["config"], capture=True)
+        if proc.returncode != 0:
+            raise StackError(f"Compose rejected profile {profile.name}: {compose._first_line(proc)}", ExitCode.USAGE)
+        sys.stdout.write(proc.stdout)
+        return 0
+    if args.verb == "clean":
+        compose.check_node("clean", profile, need_gpus=False)
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise StackError("make clean deletes the models, checkpoints, weight-updates and logs volumes; "
+                                 "rerun in a terminal to confirm, or pass --yes.", ExitCode.USAGE)
+            answer = input("Delete the volumes models, checkpoints, weight-updates and logs? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("nothing deleted.")
+                return 0
+        return compose.run_compose(profile, ["down", "--volumes"]).returncode
+    compose_args, need_gpus = COMPOSE_VERBS[args.verb]
+    compose.check_node(args.verb, profile, need_gpus=need_gpus)
+    proc = compose.run_compose(profile, [*compose_args, *args.service])
+    if proc.returncode != 0:
+        raise StackError(f"docker compose {args.verb} failed for profile {profile.name} (exit {proc.returncode}); "
+                         "see the output above.", ExitCode.ENVIRONMENT)
+    return 0
+
+
+def _add_pin(sub) -> None:
+    p = sub.add_parser("pin", help="resolve base-image tags in configs/pins.env to digests (needs a registry)")
+    p.set_defaults(handler=_cmd_pin)
+
+
+def _cmd_pin(args: argparse.Namespace) -> int:
+    from polarstack.pin import run_pin
+
+    for key, value in run_pin().items():
+        print(f"{key}={value}")
+    return 0
+
+
+def _add_polar_switch(sub) -> None:
+    p = sub.add_parser("polar-switch", help="Polar's worker-discovery switch (POLAR_WORKER_DISCOVERY=on|off)")
+    p.add_argument("action", choices=("install", "status"), help="install: write the .pth hook into site-packages")
+    p.set_defaults(handler=_cmd_polar_switch)
+
+
+def _cmd_polar_switch(args: argparse.Namespace) -> int:
+    from polarstack import polar_switch
+
+    if args.action == "install":
+        print(f"installed {polar_switch.install_pth()}")
+        return 0
+    print(f"{polar_switch.ENV}={'on' if polar_switch.discovery_enabled() else 'off'}")
+    return 0
+
+
 # --- routers ----------------------------------------------------------------------------------------------
 
 
@@ -348,7 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"polarstack {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_emulate_engine, _add_smoke, _add_probe, _add_up, _add_down, _add_status, _add_demo, _add_routers):
+    for add in (_add_emulate_engine, _add_smoke, _add_probe, _add_up, _add_down, _add_status, _add_demo, _add_compose,
+                _add_pin, _add_polar_switch, _add_routers):
         add(sub)
     return parser
 

@@ -160,12 +160,13 @@ def measure(release: RouterRelease, engines: Engines, latency_requests: int = 20
     return row
 
 
-def _retrying_post(http: httpx.Client, url: str, body: dict[str, Any], tries: int = 20) -> httpx.Response | None:
-    """The first request right after startup may race worker health checks: retry 503/5xx briefly."""
+def _retrying_post(http: httpx.Client, url: str, body: dict[str, Any], tries: int = 40) -> httpx.Response | None:
+    """The first request right after startup may race the router's worker discovery: 5xx, or a 404 while the
+    router does not know the worker's model yet (seen with smg 1.4.0). Retry those for up to ~10 s."""
     reply = None
     for _ in range(tries):
         reply = http.post(url, json=body)
-        if reply.status_code < 500:
+        if reply.status_code < 500 and reply.status_code != 404:
             return reply
         time.sleep(0.25)
     return reply
@@ -258,7 +259,8 @@ def to_markdown(rows: list[dict[str, Any]], command: str, date: str) -> str:
              "Each release ran on 127.0.0.1 in front of `polarstack emulate-engine` (sglang "
              "protocol models at the pinned version). \"reach engine\" is read from the engine's own request log.",
              "Latency: interleaved sequential chat requests (max_tokens 1) direct and through the router, "
-             "in the same run; \"added\" is through minus direct.", "",
+             "in the same run; \"added\" is through minus direct, so a negative value means the router's cost "
+             "is below what this run can resolve.", "",
              "| " + " | ".join(title for _, title in COLUMNS) + " | note |",
              "|" + "---|" * (len(COLUMNS) + 1)]
     for row in rows:

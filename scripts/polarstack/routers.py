@@ -59,10 +59,10 @@ class RouterRelease:
 
     @classmethod
     def parse(cls, spec: str) -> "RouterRelease":
-        """`sglang-router==0.1.4` or `smg==1.13.0`."""
+        """`PACKAGE==VERSION`, for example `sglang-router==0.1.0`."""
         package, sep, version = spec.partition("==")
         if not sep:
-            raise StackError(f"router release {spec!r} must look like sglang-router==0.1.4 or smg==1.13.0.",
+            raise StackError(f"router release {spec!r} must look like PACKAGE==VERSION (sglang-router==X.Y.Z or smg==X.Y.Z).",
                              ExitCode.USAGE)
         return cls(package.strip(), version.strip())
 

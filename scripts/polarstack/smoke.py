@@ -13,6 +13,9 @@ wins (unreachable, HTTP error, malformed body, token fields missing, invariant v
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import importlib.util
 import json
 import time
 from dataclasses import dataclass, field
@@ -91,12 +94,53 @@ def _root(base: str) -> str:
     return base[: -len("/v1")] if base.endswith("/v1") else base
 
 
-def resolve(base_url: str, route: str, http) -> Resolution:
+def polar_importable() -> bool:
+    try:
+        return importlib.util.find_spec("polar.gateway.proxy") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def resolve_with_polar(base_url: str, requests: int) -> Resolution:
+    """Ask Polar's own InferenceClient where its chat requests go (inside the trainer, where Polar is installed).
+
+    Calls `_completion_url` once per request, as `InferenceClient._completion` does, so round-robin and the
+    worker-discovery switch (polar_switch) act exactly as in the gateway.
+    """
+    from polar.gateway.engine import get_engine
+    from polar.gateway.proxy import InferenceClient
+
+    async def ask() -> list[str]:
+        client = InferenceClient(base_url, get_engine("sglang"))
+        try:
+            http = await client._get_client()
+            return [await client._completion_url(http) for _ in range(max(requests, 1))]
+        finally:
+            await client.close()
+
+    urls = asyncio.run(ask())
+    targets = []
+    for url in urls:
+        target = url if url.startswith(("http://", "https://")) else base_url
+        target = target.split("/v1/", 1)[0].rstrip("/") if "/v1/" in target else target.rstrip("/")
+        targets.append(target)
+    bypassed = any(t != base_url.rstrip("/") for t in targets)
+    ordered = list(dict.fromkeys(targets))
+    note = ("Polar's own client sends chat requests straight to the worker(s) the router lists, so the router is "
+            "bypassed and its cache-aware routing is lost" if bypassed else
+            "Polar's own client sends every chat request to the base URL")
+    return Resolution("polar", base_url.rstrip("/"), ordered, bypassed=bypassed, note=note + " (resolved with the "
+                      "installed polar.gateway.proxy)")
+
+
+def resolve(base_url: str, route: str, http, requests: int = 1) -> Resolution:
     base_url = base_url.rstrip("/")
     if route == "base":
         return Resolution("base", base_url, [base_url], note="every request to the base URL (older Polar revisions)")
     if route != "polar":
         raise StackError(f"--route must be base or polar, not {route!r}.", ExitCode.USAGE)
+    if polar_importable():
+        return resolve_with_polar(base_url, requests)
     reply = request(http, "GET", f"{_root(base_url)}/workers")
     workers = None
     if 200 <= reply.status < 300:
@@ -142,8 +186,62 @@ def _fail(report: SmokeReport, code: ExitCode, message: str) -> SmokeReport:
     return report
 
 
+@contextlib.contextmanager
+def registered(router_url: str, engine_urls: list[str], timeout: float):
+    """Register engines the router does not list yet, as slime does (POST /workers), for the duration of a
+    smoke; afterwards remove exactly those (DELETE /workers/{id}, slime's own removal call), so slime's
+    registration at launch does not meet a 409 for an existing worker."""
+    from polarstack.routers import register_worker
+
+    added: list[str] = []
+    with client(timeout) as http:
+        listed = _listed_workers(http, router_url)
+        for url in engine_urls:
+            if url not in listed:
+                register_worker(router_url, url, timeout)
+                added.append(url)
+        deadline = time.monotonic() + max(timeout, 10)
+        while added and not set(added) <= set(_listed_workers(http, router_url)):
+            if time.monotonic() > deadline:
+                raise StackError(f"the router at {router_url} did not list {added} after POST /workers.",
+                                 ExitCode.HTTP_ERROR)
+            time.sleep(0.1)
+    try:
+        yield added
+    finally:
+        with client(timeout) as http:
+            for url, worker_id in _listed_workers(http, router_url).items():
+                if url in added and worker_id:
+                    request(http, "DELETE", f"{router_url}/workers/{worker_id}")
+            # Removal is asynchronous too (smg answers 202): wait until the router no longer lists them.
+            deadline = time.monotonic() + max(timeout, 10)
+            while added and set(added) & set(_listed_workers(http, router_url)):
+                if time.monotonic() > deadline:
+                    raise StackError(f"the router at {router_url} still lists {added} after DELETE /workers; remove "
+                                     "them before launching, or slime's registration will meet a 409.",
+                                     ExitCode.HTTP_ERROR)
+                time.sleep(0.1)
+
+
+def _listed_workers(http, router_url: str) -> dict[str, str]:
+    reply = request(http, "GET", f"{router_url}/workers")
+    try:
+        workers = json.loads(reply.body).get("workers", []) if 200 <= reply.status < 300 else []
+    except (ValueError, AttributeError):
+        workers = []
+    return {w.get("url", "").rstrip("/"): w.get("id", "") for w in workers if isinstance(w, dict)}
+
+
 def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, turns: int = 2, timeout: float = 10.0,
-              route: str = "base", max_tokens: int = 16) -> SmokeReport:
+              route: str = "base", max_tokens: int = 16, register: list[str] | None = None) -> SmokeReport:
+    if register:
+        try:
+            with registered(base_url.rstrip("/"), register, timeout):
+                return run_smoke(base_url, model=model, requests=requests, turns=turns, timeout=timeout, route=route,
+                                 max_tokens=max_tokens)
+        except StackError as exc:
+            report = SmokeReport(Resolution(route, base_url.rstrip("/"), [base_url.rstrip("/")]), model or "")
+            return _fail(report, exc.code, exc.message)
     """Send `requests` single-turn requests and one `turns`-turn session; never raises StackError for the
     path's failures (they become the report's code and message), only for bad arguments."""
     if requests < 0 or turns < 0 or requests + turns == 0:
@@ -155,7 +253,7 @@ def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, tur
         resolution = Resolution("base", base_url.rstrip("/"), [base_url.rstrip("/")])
         report = SmokeReport(resolution, model or "")
         try:
-            report.resolution = resolution = resolve(base_url, route, http)
+            report.resolution = resolution = resolve(base_url, route, http, requests + turns)
             report.model = model or discover_model(http, resolution.targets[0])
             _exchange_all(report, http, requests, turns, max_tokens)
         except StackError as exc:

@@ -1,4 +1,4 @@
-"""Pins the engine emulator's fidelity to sglang 0.5.15.post1: validation, extension fields only when asked,
+"""Pins the engine emulator's fidelity to the pinned sglang: validation, extension fields only when asked,
 sglang's rejection of the return_* flags with streaming, deterministic tokens, multi-turn prefixes, request log."""
 
 import json

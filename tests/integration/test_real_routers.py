@@ -1,6 +1,6 @@
 """Pins the root cause of upstream issue #52 with the REAL router wheels from PyPI, on loopback:
-sglang-router 0.1.4 and smg 1.13.0 forward Polar's request fields and smoke passes through them;
-sglang-router 0.3.2 drops them, smoke fails with TOKENS_MISSING naming both, and the engine's request log
+the pinned passthrough (sglang-router 0.1.x) and patched (smg >= 1.5) releases forward Polar's request fields
+and smoke passes through them; the pinned stock release (slime's floor, sglang-router 0.3.x) drops them, smoke fails with TOKENS_MISSING naming both, and the engine's request log
 shows the fields never arrived. Also: Polar's worker bypass, smg's model check, probe's diagnosis."""
 
 import json
@@ -9,10 +9,13 @@ import pytest
 
 from polarstack.cli import main
 from polarstack.errors import ExitCode
+from polarstack.pins import pin
 
 pytestmark = pytest.mark.router
 
-PASSTHROUGH, STOCK, PATCHED = "sglang-router==0.1.4", "sglang-router==0.3.2", "smg==1.13.0"
+# The releases the profiles pin (configs/pins.env), so these tests follow a pin change.
+PASSTHROUGH, PATCHED, STOCK = (f"{pin(k + '_PACKAGE')}=={pin(k + '_VERSION')}"
+                               for k in ("ROUTER_PASSTHROUGH", "ROUTER_PATCHED", "ROUTER_STOCK"))
 
 
 def smoke(capsys, url, *extra):

@@ -83,7 +83,7 @@ def test_bad_arguments_are_usage_errors(capsys):
     code, _, err = run(capsys, "smoke", "--base-url", "http://127.0.0.1:9", "--requests", "0", "--turns", "0")
     assert code == ExitCode.USAGE and "--requests" in err
     with pytest.raises(SystemExit) as exc:
-        main(["smoke"])
+        main(["smoke", "--timeout", "soon"])
     assert exc.value.code == 2
 
 

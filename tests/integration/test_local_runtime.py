@@ -1,0 +1,71 @@
+"""Pins the local runtime: `up` starts a profile's topology on 127.0.0.1 (emulated engines + the real router),
+`smoke` finds the base URL in the run state, `up` twice refuses, `down` stops exactly the recorded pids (routers
+that retitle themselves included) and `down` with nothing up is a clear no-op. Also runs `make demo`'s profiles."""
+
+import json
+
+import pytest
+
+from polarstack import local
+from polarstack.cli import main
+from polarstack.errors import ExitCode
+
+pytestmark = pytest.mark.router
+
+
+@pytest.fixture
+def run_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
+    yield tmp_path / "run"
+    local.down(directory=tmp_path / "run")  # never leave processes behind, even when a test fails
+
+
+def test_up_smoke_down_patched_router(run_dir, capsys):
+    assert main(["up", "--profile", "patched-router", "--json"]) == 0
+    state = json.loads(capsys.readouterr().out)
+    roles = [p["role"] for p in state["processes"]]
+    assert roles == ["engine-0", "engine-1", "router"]
+    assert state["base_url"] == state["processes"][-1]["url"]
+    assert all(p["url"].startswith("http://127.0.0.1:") for p in state["processes"])
+
+    assert main(["up", "--profile", "engine-direct"]) == ExitCode.STATE
+    assert "already up" in capsys.readouterr().err
+
+    assert main(["smoke", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["base_url"] == state["base_url"] and report["route"] == "base"
+
+    pids = [p["pid"] for p in state["processes"]]
+    assert main(["down"]) == 0
+    capsys.readouterr()
+    assert all(local.start_time(pid) is None for pid in pids), "down left a process running"
+    assert main(["down"]) == 0
+    assert "nothing is up" in capsys.readouterr().err
+
+
+def test_smoke_without_state_or_url_is_a_usage_error(run_dir, capsys):
+    assert main(["smoke"]) == ExitCode.USAGE
+    assert "make up" in capsys.readouterr().err
+
+
+def test_stale_state_is_replaced(run_dir, capsys):
+    assert main(["up", "--profile", "engine-direct"]) == 0
+    state = local.read_state()
+    for proc in state.processes:
+        from polarstack.processes import stop_pid
+
+        stop_pid(proc["pid"])
+    assert main(["up", "--profile", "engine-direct"]) == 0  # the dead topology does not block a new one
+    assert main(["down"]) == 0
+
+
+def test_demo_profiles_behave_as_documented(capsys):
+    code = main(["demo", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    rows = {row["profile"]: row for row in result["rows"]}
+    assert code == 0, rows
+    for name in ("router-passthrough", "engine-direct", "patched-router"):
+        assert rows[name]["verdict"] == "pass" and rows[name]["trainable_tokens"] > 0
+    stock = rows["stock-router"]
+    assert stock["verdict"] == "TOKENS_MISSING"
+    assert stock["fields_missing"] == ["return_prompt_token_ids", "return_meta_info"]

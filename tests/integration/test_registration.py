@@ -1,0 +1,37 @@
+"""Pins the pre-launch smoke on a router that slime registers engines with (patched-router on Docker): the
+smoke registers the engines the router does not list (POST /workers, as slime does), checks the path, then
+removes exactly those (DELETE /workers/{id}), so slime's own registration at launch meets no 409."""
+
+import httpx
+import pytest
+
+from polarstack.pins import pin
+from polarstack.smoke import run_smoke
+
+pytestmark = pytest.mark.router
+PATCHED = f"{pin('ROUTER_PATCHED_PACKAGE')}=={pin('ROUTER_PATCHED_VERSION')}"
+
+
+def listed(router_url):
+    return sorted(w["url"].rstrip("/") for w in httpx.get(f"{router_url}/workers").json()["workers"])
+
+
+def test_temporary_registration_leaves_the_router_as_found(engine_factory, router_factory):
+    first, second = engine_factory(seed=0), engine_factory(seed=1)
+    router = router_factory(PATCHED, [])
+    assert listed(router.url) == []
+    report = run_smoke(router.url, register=[first.url, second.url])
+    assert report.ok, report.message
+    assert report.trainable_tokens > 0
+    assert listed(router.url) == []  # slime can now register both without a 409
+    received = len(first.requests()) + len(second.requests())
+    assert received == len(report.exchanges)
+
+
+def test_workers_registered_by_others_stay(engine_factory, router_factory):
+    first, second = engine_factory(seed=0), engine_factory(seed=1)
+    router = router_factory(PATCHED, [])
+    assert httpx.post(f"{router.url}/workers", json={"url": first.url, "worker_type": "regular"}).status_code == 202
+    report = run_smoke(router.url, register=[first.url, second.url])
+    assert report.ok, report.message
+    assert listed(router.url) == [first.url]

@@ -1,0 +1,69 @@
+"""Pins profile validation: every shipped profile is valid, and broken ones fail with the file and the fix named."""
+
+import shutil
+
+import pytest
+
+from polarstack import profiles
+from polarstack.errors import ExitCode, StackError
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("name", profiles.PROFILE_ORDER)
+def test_shipped_profiles_are_valid(name):
+    profile = profiles.load(name)
+    assert profile.name == name
+    assert not set(profile.engine_gpus) & set(profile.trainer_gpus)
+
+
+def test_profile_roles_and_routers():
+    assert profiles.load("engine-direct").router is None
+    assert profiles.load("router-passthrough").router.forwards_unknown_chat_fields
+    assert profiles.load("patched-router").router.forwards_unknown_chat_fields
+    assert not profiles.load("stock-router").router.forwards_unknown_chat_fields
+    assert profiles.load("stock-router").expect == "TOKENS_MISSING"
+
+
+def broken(tmp_path, name, replace):
+    src = profiles.profiles_dir() / f"{name}.env"
+    text = src.read_text()
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / f"{name}.env"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("replace,needle", [
+    ({"TRAINER_GPUS=1,2,3": "TRAINER_GPUS=0,1,2"}, "GPU 0 is in both ENGINE_GPUS and TRAINER_GPUS"),
+    ({"TRAINER_GPUS=1,2,3": "TRAINER_GPUS=1,2,3,4"}, "GPU 4 does not exist on a 4-GPU node"),
+    ({"ENGINE_COUNT=1": "ENGINE_COUNT=2"}, "one GPU per engine"),
+    ({"POLAR_ROUTE=polar": "POLAR_ROUTE=sideways"}, "POLAR_ROUTE=sideways must be one of"),
+    ({"ENGINE_PORT_BASE=30000\n": ""}, "missing ENGINE_PORT_BASE"),
+    ({"EXPECT_SMOKE=pass": "EXPECT_SMOKE=pass\nGPU_COUNT=4"}, "unknown key GPU_COUNT"),
+])
+def test_broken_profiles_name_file_and_fix(tmp_path, replace, needle):
+    path = broken(tmp_path, "engine-direct", replace)
+    with pytest.raises(StackError) as exc:
+        profiles.load("engine-direct", path=path)
+    assert exc.value.code == ExitCode.USAGE
+    assert str(path) in exc.value.message and needle in exc.value.message
+
+
+def test_static_only_router_cannot_register(tmp_path):
+    path = broken(tmp_path, "router-passthrough", {"ROUTER_REGISTRATION=static": "ROUTER_REGISTRATION=register"})
+    with pytest.raises(StackError, match="has no POST /workers"):
+        profiles.load("router-passthrough", path=path)
+
+
+def test_environment_overrides_profile_values(monkeypatch):
+    monkeypatch.setenv("TRAINER_GPUS", "0,1")
+    with pytest.raises(StackError, match="GPU 0 is in both"):
+        profiles.load("engine-direct")
+
+
+def test_unknown_profile():
+    with pytest.raises(StackError, match="choose one of"):
+        profiles.load("nope")
