@@ -20,13 +20,17 @@ ROUTE ?=
 PROFILE ?= engine-direct
 # Where the stack runs: docker (the GPU node) or local (emulated engines + real routers on 127.0.0.1).
 RUNTIME ?= docker
+# Task for `make train`: humaneval or mbpp.
+TASK ?=
+# 1: print and validate the launch of `make train` without running anything.
+DRY_RUN ?=
 # Router releases for `make router-matrix` (empty: sglang-router 0.1.0-0.3.2 and every smg release).
 RELEASES ?=
 
 VENV_PY := $(VENV)/bin/python
 CLI := $(VENV)/bin/polarstack
 
-.PHONY: help test smoke demo up down ps logs status build pin clean router-matrix _venv _runtime
+.PHONY: train verify help test smoke demo up down ps logs status build pin clean router-matrix _venv _runtime
 
 help: ## list the public targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -70,6 +74,13 @@ clean: _venv ## remove the docker stack AND its volumes (models, checkpoints, lo
 
 smoke: _venv ## prove the path yields trainable tokens (the profile that is up, or BASE_URL=..., ROUTE=base|polar)
 	@$(CLI) smoke $(if $(BASE_URL),--base-url "$(BASE_URL)",--profile "$(PROFILE)" --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto)) $(if $(ROUTE),--route "$(ROUTE)")
+
+train: _venv ## GRPO on TASK=humaneval|mbpp behind the smoke gate (DRY_RUN=1 prints and validates only)
+	@test -n "$(TASK)" || { echo "make train needs TASK=humaneval or TASK=mbpp" >&2; exit 2; }
+	@$(CLI) train --task "$(TASK)" $(if $(filter command line environment,$(origin PROFILE)),--profile "$(PROFILE)") --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run)
+
+verify: _venv ## run all 164 canonical HumanEval solutions through the sandboxed verifier
+	@$(CLI) verify --task humaneval
 
 router-matrix: _venv ## measure router releases in front of the emulator; regenerates docs/router-matrix.md
 	@$(CLI) routers matrix $(if $(RELEASES),--releases $(RELEASES)) --json docs/router-matrix.json --markdown docs/router-matrix.md

@@ -361,6 +361,168 @@ def _cmd_polar_switch(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- tasks / verify / train ---------------------------------------------------------------------------------
+
+
+def _add_tasks(sub) -> None:
+    p = sub.add_parser("tasks", help="prepare code tasks for slime and Polar")
+    tsub = p.add_subparsers(dest="tasks_cmd", required=True, metavar="{prepare}")
+    prep = tsub.add_parser("prepare", help="write train.jsonl, workspaces, hidden tests and polar_config.yaml")
+    prep.add_argument("task", help="humaneval or mbpp")
+    prep.add_argument("--out", required=True, help="output directory")
+    prep.add_argument("--source", default=None, help="mbpp: a JSONL file in MBPP's schema instead of the Hub")
+    prep.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    prep.add_argument("--json", action="store_true")
+    prep.set_defaults(handler=_cmd_tasks_prepare)
+
+
+def _cmd_tasks_prepare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from polarstack.tasks import prepare
+
+    result = prepare(args.task, Path(args.out), source=Path(args.source) if args.source else None, limit=args.limit)
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"{result['problems']} {result['task']} problems -> {result['train_jsonl']} and {result['polar_config']}")
+    return 0
+
+
+def _add_verify(sub) -> None:
+    p = sub.add_parser("verify", help="run tasks' tests in the sandbox (canonical solutions by default)")
+    p.add_argument("--task", default="humaneval", help="humaneval or mbpp")
+    p.add_argument("--source", default=None, help="mbpp: a JSONL file in MBPP's schema")
+    p.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds per program (default 10)")
+    p.add_argument("--workers", type=int, default=None, help="parallel sandboxes (default: CPU count, at least 2)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_verify)
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from polarstack import tasks, verifier
+
+    if args.task == "humaneval":
+        problems = tasks.load_humaneval()
+        items = [(dict(p, kind="humaneval"), p["canonical_solution"]) for p in problems]
+    elif args.task == "mbpp":
+        problems = tasks.load_mbpp(Path(args.source) if args.source else None)
+        items = [(dict(p, kind="mbpp"), p["code"]) for p in problems]
+    else:
+        raise StackError(f"unknown task {args.task!r}; choose one of {', '.join(tasks.TASKS)}.", ExitCode.USAGE)
+    limits = verifier.Limits(timeout=args.timeout)
+    started = time.perf_counter()
+    outcomes = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True)) as progress, \
+            ThreadPoolExecutor(max_workers=args.workers or max(2, __import__("os").cpu_count() or 2)) as pool:
+        bar = progress.add_task(f"{args.task} canonical solutions", total=len(items))
+        for outcome in pool.map(lambda pair: verifier.verify(pair[0], pair[1], limits), items):
+            outcomes.append(outcome)
+            progress.advance(bar)
+    elapsed = time.perf_counter() - started
+    failed = [(items[i][0]["task_id"], o.reason) for i, o in enumerate(outcomes) if not o.passed]
+    result = {"task": args.task, "problems": len(items), "passed": len(items) - len(failed), "failed": failed,
+              "seconds": round(elapsed, 2)}
+    if args.json:
+        _print_json(result)
+    else:
+        print(f"{result['passed']}/{result['problems']} canonical {args.task} solutions pass in the sandbox "
+              f"({elapsed:.1f} s)")
+    if failed:
+        raise StackError(f"{len(failed)} canonical solution(s) failed, first {failed[0][0]} ({failed[0][1]}); the "
+                         "sandbox limits are too tight for this machine or the task data is wrong.", ExitCode.TASK_DATA)
+    return 0
+
+
+def _add_train(sub) -> None:
+    p = sub.add_parser("train", help="GRPO with Polar on slime: render, gate with the smoke, launch")
+    p.add_argument("--task", required=True, help="humaneval or mbpp")
+    p.add_argument("--profile", default=None, help="profile (default: the one up locally, else engine-direct)")
+    p.add_argument("--runtime", choices=("auto", "local", "docker"), default="auto",
+                   help="auto: the local runtime when a profile is up there, else docker")
+    p.add_argument("--dry-run", action="store_true", help="print and validate every command and file; launch nothing")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override configs/train/defaults.yaml (dotted key), repeatable")
+    p.add_argument("--source", default=None, help="mbpp: a JSONL file in MBPP's schema instead of the Hub")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(handler=_cmd_train)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    import os
+    import time
+    from pathlib import Path
+
+    from polarstack import compose, local, profiles, tasks
+    from polarstack.smoke import run_smoke
+    from polarstack.train import TRAINER_RUN_DIR, build_plan, load_defaults
+
+    if args.task not in tasks.TASKS:
+        raise StackError(f"unknown task {args.task!r}; choose one of {', '.join(tasks.TASKS)}.", ExitCode.USAGE)
+    state = local.read_state() if args.runtime in ("auto", "local") else None
+    live = state is not None and bool(state.live())
+    if args.runtime == "local" and not live:
+        raise StackError("nothing is up locally; run `make up PROFILE=engine-direct RUNTIME=local` first.", ExitCode.STATE)
+    runtime = "local" if live else "docker"
+    name = args.profile or (state.data["profile"] if live else "engine-direct")
+    if live and name != state.data["profile"]:
+        raise StackError(f"profile {state.data['profile']} is up locally, not {name}; run `make down RUNTIME=local` "
+                         f"and `make up PROFILE={name} RUNTIME=local`, or drop PROFILE.", ExitCode.STATE)
+    profile = profiles.load(name)
+    knobs = compose.stack_knobs()
+    run_id = f"{args.task}-{name}-{time.strftime('%Y%m%dT%H%M%S')}"
+    plan = build_plan(args.task, profile, run_id=run_id, config=load_defaults(args.set),
+                      model_path=os.environ.get("MODEL_PATH") or knobs.get("MODEL_PATH"),
+                      served_model_name=knobs.get("SERVED_MODEL_NAME"))
+    if args.task == "humaneval":
+        tasks.load_humaneval()  # validates the task data now, not on the GPU node
+    if args.dry_run:
+        if args.json:
+            _print_json({"runtime": runtime, **plan.as_dict()})
+        else:
+            print(f"# dry run: {args.task} on profile {name} ({runtime} runtime); nothing is launched")
+            print(f"# tasks: polarstack tasks prepare {args.task} --out .run/train/{run_id}/tasks")
+            for command in plan.as_dict()["commands"]:
+                print(command)
+            for file_name, text in plan.files.items():
+                print(f"# --- {TRAINER_RUN_DIR}/{run_id}/{file_name} ---")
+                print(text.rstrip())
+        return 0
+    if runtime == "docker":
+        compose.check_node("train", profile, need_gpus=True)
+    base_url = state.base_url if live else profile.base_url()
+    register = None
+    if runtime == "docker" and profile.registration == "register" and profile.polar_base == "router":
+        register = [f"http://127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
+    report = run_smoke(base_url, route=state.data.get("route", profile.route) if live else profile.route,
+                       model=None if live else knobs.get("SERVED_MODEL_NAME"), register=register)
+    if not report.ok:
+        raise StackError(f"refusing to launch {args.task} on {name}: {report.message}", ExitCode.GATE)
+    print(f"gate passed: {report.message}", file=sys.stderr)
+    if runtime == "local":
+        raise StackError(f"the gate passed, but training needs the GPU stack, which the local runtime does not have: "
+                         f"on the GPU node run `make up PROFILE={name}` and then `make train TASK={args.task}`.",
+                         ExitCode.ENVIRONMENT)
+    out = local.run_dir() / "train" / run_id
+    tasks.prepare(args.task, out / "tasks", source=Path(args.source) if args.source else None,
+                  tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{run_id}/tasks")
+    for file_name, text in plan.files.items():
+        (out / file_name).write_text(text)
+    proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/launch.sh"])
+    if proc.returncode != 0:
+        raise StackError(f"the training job of run {run_id} failed (exit {proc.returncode}); see `make logs "
+                         f"SERVICE=trainer` and {out}.", ExitCode.ENVIRONMENT)
+    return 0
+
+
 # --- routers ----------------------------------------------------------------------------------------------
 
 
@@ -449,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_emulate_engine, _add_smoke, _add_probe, _add_up, _add_down, _add_status, _add_demo, _add_compose,
-                _add_pin, _add_polar_switch, _add_routers):
+                _add_pin, _add_polar_switch, _add_tasks, _add_verify, _add_train, _add_routers):
         add(sub)
     return parser
 

@@ -69,3 +69,16 @@ def test_demo_profiles_behave_as_documented(capsys):
     stock = rows["stock-router"]
     assert stock["verdict"] == "TOKENS_MISSING"
     assert stock["fields_missing"] == ["return_prompt_token_ids", "return_meta_info"]
+
+
+@pytest.mark.parametrize("profile,code,needle", [
+    ("stock-router", ExitCode.GATE, "refusing to launch humaneval on stock-router: zero trainable tokens"),
+    ("engine-direct", ExitCode.ENVIRONMENT, "the gate passed, but training needs the GPU stack"),
+])
+def test_train_is_gated_by_the_smoke(run_dir, capsys, profile, code, needle):
+    assert main(["up", "--profile", profile]) == 0
+    capsys.readouterr()
+    assert main(["train", "--task", "humaneval"]) == code
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not (run_dir / "train").exists()  # nothing was rendered for a launch

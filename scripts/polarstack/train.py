@@ -1,0 +1,239 @@
+"""`make train TASK=humaneval|mbpp`: render, validate and (behind the smoke gate) launch GRPO with Polar on slime.
+
+The launch follows ../shared/reference/slime.md ("A 4-GPU, one-node GRPO launch") and Polar's swegym example:
+a Ray head on 127.0.0.1, Polar's rollout server and gateway (topology.yaml points the gateway at the profile's
+base URL), and `ray job submit ... train_async.py` with external engines, the profile's router arguments,
+Polar's rollout function behind this project's gate, Polar's reward and data-source hooks, and GRPO settings.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from polarstack.errors import ExitCode, StackError
+from polarstack.pins import repo_root
+from polarstack.profiles import Profile
+from polarstack.tasks import TASKS, polar_config
+
+TRAINER_RUN_DIR = "/run-polarstack/train"  # the host's .run/train, mounted into the trainer (compose.yaml)
+SLIME_DIR = "/root/slime"
+
+
+def load_defaults(overrides: list[str] | None = None, path: Path | None = None) -> dict[str, Any]:
+    path = path or repo_root() / "configs" / "train" / "defaults.yaml"
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise StackError(f"cannot read {path} ({exc}); restore it from git.", ExitCode.USAGE) from None
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise StackError(f"--set {item!r} must look like section.key=value.", ExitCode.USAGE)
+        node = config
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                raise StackError(f"--set {key}: configs/train/defaults.yaml has no section {part!r}.", ExitCode.USAGE)
+            node = node[part]
+        if parts[-1] not in node:
+            raise StackError(f"--set {key}: configs/train/defaults.yaml has no key {parts[-1]!r} there.", ExitCode.USAGE)
+        node[parts[-1]] = yaml.safe_load(raw)
+    return config
+
+
+@dataclass
+class LaunchPlan:
+    task: str
+    profile: str
+    run_id: str
+    tensor_parallel: int
+    trainer_gpus: list[int]
+    base_url: str
+    commands: list[list[str]] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+    train_args: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "profile": self.profile, "run_id": self.run_id,
+                "tensor_model_parallel_size": self.tensor_parallel, "trainer_gpus": self.trainer_gpus,
+                "base_url": self.base_url, "commands": [shlex.join(c) for c in self.commands],
+                "files": self.files}
+
+
+def _int(config: dict[str, Any], section: str, key: str) -> int:
+    value = config[section][key]
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise StackError(f"{section}.{key}={value!r} must be a positive integer (configs/train/defaults.yaml).",
+                         ExitCode.USAGE)
+    return value
+
+
+def validate(task: str, profile: Profile, config: dict[str, Any], model_path: str | None) -> int:
+    """Refuse, with one sentence each, what would fail or silently mistrain on the GPU node. Returns TP."""
+    if task not in TASKS:
+        raise StackError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}.", ExitCode.USAGE)
+    model = model_path if model_path is not None else config["model"].get("hf_checkpoint")
+    if not model:
+        raise StackError("no model path: set MODEL_PATH (configs/stack.env) or model.hf_checkpoint in "
+                         "configs/train/defaults.yaml.", ExitCode.USAGE)
+    if not str(model).startswith("/"):
+        raise StackError(f"model path {model!r} must be an absolute path inside the trainer (the models volume is "
+                         "mounted at /models).", ExitCode.USAGE)
+    gpus = profile.trainer_gpus
+    section = config["parallel"].get(profile.name) or config["parallel"]["default"]
+    tp = section["tensor_model_parallel_size"]
+    groups = _int(config, "model", "num_query_groups")
+    if not isinstance(tp, int) or tp <= 0:
+        raise StackError(f"tensor_model_parallel_size={tp!r} must be a positive integer.", ExitCode.USAGE)
+    if groups % tp:
+        raise StackError(f"tensor-parallel size {tp} does not divide {config['model']['name']}'s {groups} query "
+                         f"groups; use one of {', '.join(str(d) for d in range(1, groups + 1) if groups % d == 0)}.",
+                         ExitCode.USAGE)
+    if len(gpus) % tp:
+        raise StackError(f"tensor-parallel size {tp} does not divide the {len(gpus)} trainer GPU(s) of profile "
+                         f"{profile.name} (TRAINER_GPUS={','.join(map(str, gpus))}).", ExitCode.USAGE)
+    n = _int(config, "grpo", "n_samples_per_prompt")
+    rollout = _int(config, "grpo", "rollout_batch_size")
+    batch = _int(config, "grpo", "global_batch_size")
+    if n < 2:
+        raise StackError(f"n_samples_per_prompt={n}: GRPO needs at least 2 samples per prompt to compare them.",
+                         ExitCode.USAGE)
+    if batch % n:
+        raise StackError(f"global_batch_size={batch} is not a multiple of n_samples_per_prompt={n}: a training "
+                         "batch would split a GRPO group.", ExitCode.USAGE)
+    if (rollout * n) % batch:
+        raise StackError(f"rollout_batch_size x n_samples_per_prompt = {rollout * n} is not a multiple of "
+                         f"global_batch_size={batch}; slime's GRPO normalization reshapes by group only when the "
+                         "sample count equals n x rollout_batch_size, and would treat the batch as one group.",
+                         ExitCode.USAGE)
+    return tp
+
+
+def topology(profile: Profile, config: dict[str, Any], model_name: str) -> dict[str, Any]:
+    polar = config["polar"]
+    return {
+        "rollout": {"host": "127.0.0.1", "port": polar["rollout_port"],
+                    "public_url": f"http://127.0.0.1:{polar['rollout_port']}", "save_dir": "/logs/polar-rollouts"},
+        "gateway": {"heartbeat_interval_seconds": 30, "nodes": [{
+            "id": polar["node_id"], "host": "127.0.0.1", "port": polar["gateway_port"],
+            "public_url": f"http://127.0.0.1:{polar['gateway_port']}",
+            "max_init_workers": polar["max_init_workers"], "max_run_workers": polar["max_run_workers"],
+            "max_postrun_workers": polar["max_postrun_workers"], "model_served": model_name,
+            # Polar's inference base URL: the router, or engine-0 for engine-direct (SGLANG_ROUTER_BASE_URL).
+            "inference": {"engine": "sglang", "base_url": profile.base_url()},
+        }]},
+    }
+
+
+def build_plan(task: str, profile: Profile, *, run_id: str, config: dict[str, Any] | None = None,
+               model_path: str | None = None, served_model_name: str | None = None) -> LaunchPlan:
+    config = copy.deepcopy(config or load_defaults())
+    tp = validate(task, profile, config, model_path)
+    model = config["model"]
+    grpo = config["grpo"]
+    hf = model_path or model["hf_checkpoint"]
+    served = served_model_name or model["name"]
+    run_dir = f"{TRAINER_RUN_DIR}/{run_id}"
+    engines = [f"127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
+    plan = LaunchPlan(task, profile.name, run_id, tp, profile.trainer_gpus, profile.base_url())
+
+    gate = config["gate"]
+    polar_values = {
+        "polar_rollout_url": f"http://127.0.0.1:{config['polar']['rollout_port']}",
+        "polar_gateway_url": f"http://127.0.0.1:{config['polar']['gateway_port']}",
+        "polar_served_model_name": served,
+        # Read by polarstack.gate (the rollout-function wrapper) inside the job.
+        "polar_gate_base_url": profile.base_url(),
+        "polar_gate_route": profile.route,
+        "polar_gate_max_zero_token_groups": gate["max_zero_token_groups"],
+        "polar_gate_delegate": gate["delegate"],
+    }
+    plan.files["polar_config.yaml"] = yaml.safe_dump(polar_config(task, f"{run_dir}/tasks", polar_values),
+                                                     sort_keys=False)
+    plan.files["topology.yaml"] = yaml.safe_dump(topology(profile, config, served), sort_keys=False)
+
+    args = [
+        "--actor-num-nodes", "1", "--actor-num-gpus-per-node", str(len(profile.trainer_gpus)),
+        "--num-gpus-per-node", "4",
+        "--rollout-external-engine-addrs", *engines,
+    ]
+    if profile.registration == "register":  # slime registers the engines with this router (POST /workers)
+        args += ["--sglang-router-ip", "127.0.0.1", "--sglang-router-port", str(profile.router_port)]
+    args += [
+        "--hf-checkpoint", hf, "--ref-load", model.get("ref_load") or hf, "--save", f"{model['save']}/{run_id}",
+        *[str(a) for a in model["args"]],
+        "--prompt-data", f"{run_dir}/tasks/train.jsonl", "--input-key", "prompt", "--label-key", "label",
+        "--metadata-key", "metadata", "--reward-key", "score",
+        "--rollout-function-path", "polarstack.gate.generate_rollout_gated",
+        "--custom-rm-path", "slime_bridge.reward.reward_func",
+        "--custom-reward-post-process-path", "slime_bridge.reward_post_process.post_process_rewards",
+        "--data-source-path", "slime_bridge.data_source.CeilEpochRolloutDataSourceWithBuffer",
+        "--custom-config-path", f"{run_dir}/polar_config.yaml",
+        "--advantage-estimator", grpo["advantage_estimator"],
+        "--n-samples-per-prompt", str(grpo["n_samples_per_prompt"]),
+        "--rollout-batch-size", str(grpo["rollout_batch_size"]),
+        "--global-batch-size", str(grpo["global_batch_size"]),
+        "--num-rollout", str(grpo["num_rollout"]),
+        "--rollout-max-response-len", str(grpo["rollout_max_response_len"]),
+        "--rollout-max-prompt-len", str(grpo["rollout_max_prompt_len"]),
+        "--use-kl-loss", "--kl-loss-coef", str(grpo["kl_loss_coef"]), "--kl-loss-type", grpo["kl_loss_type"],
+        "--eps-clip", str(grpo["eps_clip"]), "--eps-clip-high", str(grpo["eps_clip_high"]),
+        "--optimizer", "adam", "--lr", str(grpo["lr"]), "--lr-decay-style", "constant",
+        "--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size", "1",
+        "--context-parallel-size", "1",
+        "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(grpo["max_tokens_per_gpu"]),
+    ]
+    if grpo.get("use_tis"):
+        args.append("--use-tis")
+    if tp > 1:
+        args.append("--sequence-parallel")
+    plan.train_args = args
+
+    runtime_env = {"env_vars": {"PYTHONPATH": "/root/Megatron-LM", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+                                "SGLANG_ROUTER_BASE_URL": profile.base_url(),
+                                "POLAR_WORKER_DISCOVERY": profile.values["POLAR_WORKER_DISCOVERY"]}}
+    dashboard = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
+    plan.commands = [
+        ["ray", "start", "--head", "--node-ip-address=127.0.0.1", f"--num-gpus={len(profile.trainer_gpus)}",
+         "--disable-usage-stats", "--dashboard-host=127.0.0.1", f"--dashboard-port={config['ray']['dashboard_port']}"],
+        ["polar", "serve_rollout", "-c", f"{run_dir}/topology.yaml"],
+        ["polar", "serve_gateway", "-c", f"{run_dir}/topology.yaml", "--node-id", config["polar"]["node_id"]],
+        ["ray", "job", "submit", f"--address={dashboard}", f"--runtime-env-json={json.dumps(runtime_env)}",
+         f"--working-dir={SLIME_DIR}", "--", "python3", "train_async.py", *args],
+    ]
+    plan.files["launch.sh"] = launch_script(plan, run_dir, config)
+    return plan
+
+
+def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str:
+    """The script `make train` runs inside the trainer container (the Ray head is already up there)."""
+    rollout = f"http://127.0.0.1:{config['polar']['rollout_port']}/health"
+    gateway = f"http://127.0.0.1:{config['polar']['gateway_port']}/health"
+    ray_start, serve_rollout, serve_gateway, submit = plan.commands
+    return "\n".join([
+        "#!/usr/bin/env bash",
+        f"# Rendered by `polarstack train --task {plan.task} --profile {plan.profile}` (run {plan.run_id}).",
+        "set -euo pipefail",
+        f"cd {shlex.quote(run_dir)}",
+        f"export SGLANG_ROUTER_BASE_URL={shlex.quote(plan.base_url)}",
+        "pids=()",
+        "cleanup() { for pid in \"${pids[@]}\"; do kill \"$pid\" 2>/dev/null || true; done; }",
+        "trap cleanup EXIT",
+        "# The Ray head runs as the container's main process (compose.yaml); start one only if it is missing.",
+        f"ray status >/dev/null 2>&1 || {shlex.join(ray_start)}",
+        f"{shlex.join(serve_rollout)} > polar-rollout.log 2>&1 & pids+=($!)",
+        f"{shlex.join(serve_gateway)} > polar-gateway.log 2>&1 & pids+=($!)",
+        f"for url in {rollout} {gateway}; do",
+        "  for _ in $(seq 1 60); do python3 /usr/local/bin/polarstack-healthcheck \"$url\" >/dev/null && break; sleep 2; done",
+        "  python3 /usr/local/bin/polarstack-healthcheck \"$url\"",
+        "done",
+        shlex.join(submit),
+        "",
+    ])

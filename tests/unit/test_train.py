@@ -1,0 +1,91 @@
+"""Pins the GRPO launch that `make train` renders: engine addresses, the profile's router arguments, Polar's
+rollout function behind the gate, Polar's hooks and GRPO settings; and the refusals (unknown task, missing
+model path, GPU layouts that do not fit, a TP size that does not divide the 4 query groups, batch sizes that
+GRPO's normalization would treat as one group)."""
+
+import json
+
+import pytest
+import yaml
+
+from polarstack.cli import main
+from polarstack.errors import ExitCode
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def no_local_state(tmp_path, monkeypatch):
+    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
+
+
+def plan(capsys, *extra):
+    code = main(["train", "--task", "humaneval", "--dry-run", "--json", *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def submitted(p):
+    return next(c for c in p["commands"] if c.startswith("ray job submit"))
+
+
+def test_engine_direct_launch(capsys):
+    p = plan(capsys)
+    cmd = submitted(p)
+    assert p["profile"] == "engine-direct" and p["trainer_gpus"] == [1, 2, 3]
+    assert "--rollout-external-engine-addrs 127.0.0.1:30000 --hf-checkpoint" in cmd
+    assert "--sglang-router-ip" not in cmd
+    assert "--rollout-function-path polarstack.gate.generate_rollout_gated" in cmd
+    for flag in ("--advantage-estimator grpo", "--kl-loss-type low_var_kl", "--eps-clip 0.2", "--eps-clip-high 0.28",
+                 "--lr 1e-06", "--use-tis", "--use-kl-loss", "--custom-rm-path slime_bridge.reward.reward_func",
+                 "--data-source-path slime_bridge.data_source.CeilEpochRolloutDataSourceWithBuffer",
+                 "--tensor-model-parallel-size 1", "--num-query-groups 4"):
+        assert flag in cmd, flag
+    assert "--dynamic-history" not in cmd  # slime v0.3.1 would silently ignore it; set in the custom config
+    config = yaml.safe_load(p["files"]["polar_config.yaml"])
+    assert config["polar_gate_delegate"] == "slime_bridge.rollout.generate_rollout_polar_async"
+    assert config["polar_gate_base_url"] == "http://127.0.0.1:30000" and config["dynamic_history"] is True
+    topology = yaml.safe_load(p["files"]["topology.yaml"])
+    assert topology["gateway"]["nodes"][0]["inference"] == {"engine": "sglang", "base_url": "http://127.0.0.1:30000"}
+
+
+def test_patched_router_registers_with_slime(capsys):
+    cmd = submitted(plan(capsys, "--profile", "patched-router"))
+    assert "--rollout-external-engine-addrs 127.0.0.1:30000 127.0.0.1:30010" in cmd
+    assert "--sglang-router-ip 127.0.0.1 --sglang-router-port 30080" in cmd
+    assert "--tensor-model-parallel-size 2" in cmd and "--sequence-parallel" in cmd
+    assert '"POLAR_WORKER_DISCOVERY": "off"' in cmd
+
+
+def test_router_passthrough_keeps_slime_off_the_static_router(capsys):
+    p = plan(capsys, "--profile", "router-passthrough")
+    assert "--sglang-router-ip" not in submitted(p)  # 0.1.4 has no POST /workers
+    assert yaml.safe_load(p["files"]["topology.yaml"])["gateway"]["nodes"][0]["inference"]["base_url"] == \
+        "http://127.0.0.1:30080"
+
+
+@pytest.mark.parametrize("argv,env,needle", [
+    (["--set", "parallel.default.tensor_model_parallel_size=3", "--profile", "patched-router"], {},
+     "does not divide Qwen2.5-7B-Instruct's 4 query groups"),
+    (["--set", "parallel.engine-direct.tensor_model_parallel_size=2"], {}, "does not divide the 3 trainer GPU"),
+    (["--set", "grpo.global_batch_size=60"], {}, "not a multiple of n_samples_per_prompt=8"),
+    (["--set", "grpo.global_batch_size=48"], {}, "would treat the batch as one group"),
+    (["--set", "grpo.n_samples_per_prompt=1", "--set", "grpo.global_batch_size=8"], {}, "at least 2 samples"),
+    ([], {"MODEL_PATH": ""}, "no model path"),
+    ([], {"MODEL_PATH": "models/q"}, "must be an absolute path"),
+    ([], {"TRAINER_GPUS": "1,2,3,4"}, "GPU 4 does not exist on a 4-GPU node"),
+    (["--set", "grpo.nope=1"], {}, "has no key 'nope'"),
+])
+def test_refusals(capsys, monkeypatch, argv, env, needle):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    code = main(["train", "--task", "humaneval", "--dry-run", *argv])
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE, err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_unknown_task(capsys):
+    assert main(["train", "--task", "nope", "--dry-run"]) == ExitCode.USAGE
+    assert "choose one of humaneval, mbpp" in capsys.readouterr().err
