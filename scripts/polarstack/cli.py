@@ -523,6 +523,58 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- bench --------------------------------------------------------------------------------------------------
+
+
+def _add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="measure every profile on the local runtime side by side")
+    p.add_argument("--profiles", nargs="+", default=None, help="subset of profiles (default: all four)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions per profile (default 3)")
+    p.add_argument("--latency-requests", type=int, default=200, help="sequential requests each way (default 200)")
+    p.add_argument("--throughput-requests", type=int, default=128, help="requests per concurrency (default 128)")
+    p.add_argument("--sessions", type=int, default=16, help="concurrent multi-turn sessions (default 16)")
+    p.add_argument("--turns", type=int, default=6, help="turns per session (default 6)")
+    p.add_argument("--out", default="docs", help="where benchmarks.md/.json/.png go (default docs)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(handler=_cmd_bench)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from polarstack import bench
+
+    for name in ("reps", "latency_requests", "throughput_requests", "sessions", "turns"):
+        if getattr(args, name) < 1:
+            raise StackError(f"--{name.replace('_', '-')} must be at least 1.", ExitCode.USAGE)
+    data = bench.run_bench(args.profiles, reps=args.reps, latency_requests=args.latency_requests,
+                           throughput_requests=args.throughput_requests, sessions=args.sessions, turns=args.turns,
+                           progress=lambda m: print(m, file=sys.stderr))
+    command = "polarstack bench" + ("" if len(sys.argv) <= 2 else " " + " ".join(sys.argv[2:]))
+    paths = bench.write_outputs(data, Path(args.out), command)
+    if args.json:
+        _print_json(data)
+        return 0
+    c = data["concurrencies"]
+    table = Table("profile", "router", "smoke", "smoke s", "added median ms", "added p99 ms",
+                  *[f"req/s c={x}" for x in c], "yield")
+    for name, row in data["profiles"].items():
+        table.add_row(name, row["router"], row["smoke_verdict"], bench._fmt(row["smoke_seconds"]),
+                      bench._fmt(row["added_median_ms"]), bench._fmt(row["added_p99_ms"]),
+                      *[bench._fmt(row["throughput"][str(x)], 0) for x in c], bench._fmt(row["token_yield"], 2))
+    console = _console()
+    console.print(table)
+    affinity = Table("profile", "routing", "cache share", "prompt tokens per engine")
+    for name, row in data["profiles"].items():
+        for routing, aff in row.get("affinity", {}).items():
+            affinity.add_row(name, routing, f"{aff['cache_share']:.3f}", str(aff["per_engine_prompt_tokens"]))
+    console.print(affinity)
+    console.print(f"wrote {paths['markdown']}, {paths['json']}, {paths['plot']}")
+    return 0
+
+
 # --- routers ----------------------------------------------------------------------------------------------
 
 
@@ -611,7 +663,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_emulate_engine, _add_smoke, _add_probe, _add_up, _add_down, _add_status, _add_demo, _add_compose,
-                _add_pin, _add_polar_switch, _add_tasks, _add_verify, _add_train, _add_routers):
+                _add_pin, _add_polar_switch, _add_tasks, _add_verify, _add_train, _add_bench,
+                _add_routers):
         add(sub)
     return parser
 

@@ -55,6 +55,10 @@ class EngineState:
     fault: dict[str, Any] = field(default_factory=lambda: {"mode": "none"})
     running: int = 0
     served: int = 0
+    prompt_tokens_total: int = 0
+    cached_tokens_total: int = 0
+    generated_tokens_total: int = 0
+    chat_completions: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def cached_prefix(self, prompt: list[int]) -> int:
@@ -105,6 +109,10 @@ def generate(state: EngineState, prompt: list[int], max_new_tokens: int | None, 
         finish = {"type": "length", "length": limit}
     logprobs = [round(-rng.uniform(0.0005, 3.0), 6) for _ in ids]
     cached = state.cached_prefix(prompt)
+    with state.lock:
+        state.prompt_tokens_total += len(prompt)
+        state.cached_tokens_total += cached
+        state.generated_tokens_total += len(ids)
     return Generation(ids, logprobs, finish, cached, started)
 
 
@@ -242,6 +250,7 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
     async def flush_cache():
         with state.lock:
             state.prefixes.clear()
+            state.prompt_tokens_total = state.cached_tokens_total = state.generated_tokens_total = 0
         return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. (When there are "
                                  "running or waiting requests, the operation will not be performed.)\n")
 
@@ -300,6 +309,13 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
     async def debug_clear():
         state.requests.clear()
         return {"cleared": True}
+
+    @app.get("/_emulator/stats")
+    async def stats():
+        """Totals since start or the last /flush_cache: what a prefix-cache-aware measurement needs."""
+        return {"prompt_tokens": state.prompt_tokens_total, "cached_tokens": state.cached_tokens_total,
+                "generated_tokens": state.generated_tokens_total, "served": state.served,
+                "chat_completions": state.chat_completions}
 
     @app.get("/_emulator/fault")
     async def fault_get():
@@ -363,6 +379,8 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
         injected = await apply_fault()
         if injected is not None:
             return injected
+        with state.lock:
+            state.chat_completions += 1
         prompt = chat_prompt(request)
         max_new = request.max_completion_tokens or request.max_tokens
         rid = uuid.uuid4().hex
