@@ -30,7 +30,7 @@ RELEASES ?=
 VENV_PY := $(VENV)/bin/python
 CLI := $(VENV)/bin/polarstack
 
-.PHONY: bench train verify help test smoke demo up down ps logs status build pin clean router-matrix _venv _runtime
+.PHONY: verify-offline bench train verify help test smoke demo up down ps logs status build pin clean router-matrix _venv _runtime
 
 help: ## list the public targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -78,6 +78,9 @@ smoke: _venv ## prove the path yields trainable tokens (the profile that is up, 
 train: _venv ## GRPO on TASK=humaneval|mbpp behind the smoke gate (DRY_RUN=1 prints and validates only)
 	@test -n "$(TASK)" || { echo "make train needs TASK=humaneval or TASK=mbpp" >&2; exit 2; }
 	@$(CLI) train --task "$(TASK)" $(if $(filter command line environment,$(origin PROFILE)),--profile "$(PROFILE)") --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run)
+
+verify-offline: _venv ## check every rendered command line and image pin against the pinned upstreams (no GPU)
+	@$(CLI) verify-offline
 
 bench: _venv ## measure every profile locally side by side; regenerates docs/benchmarks.md/.json/.png
 	@$(VENV_PY) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'

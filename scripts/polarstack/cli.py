@@ -575,6 +575,38 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- verify-offline -----------------------------------------------------------------------------------------
+
+
+def _add_verify_offline(sub) -> None:
+    p = sub.add_parser("verify-offline", help="check every rendered command line and pin against the pinned upstreams")
+    p.add_argument("--skip-downloads", action="store_true", help="do not resolve pins on the package index")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_verify_offline)
+
+
+def _cmd_verify_offline(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from polarstack import verify_offline
+
+    checks, elapsed = verify_offline.run(args.skip_downloads, progress=lambda m: print(f"verify-offline: {m}", file=sys.stderr))
+    failed = [c for c in checks if not c.ok]
+    if args.json:
+        _print_json({"ok": not failed, "seconds": round(elapsed, 2),
+                     "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail, "problems": c.problems} for c in checks]})
+    else:
+        table = Table("check", "result")
+        for check in checks:
+            table.add_row(check.name, "ok" if check.ok else "FAIL: " + "; ".join(check.problems)[:200])
+        console = _console()
+        console.print(table)
+        console.print(f"{len(checks) - len(failed)}/{len(checks)} checks passed in {elapsed:.1f} s")
+    if failed:
+        raise StackError(failed[0].problems[0] if failed[0].problems else failed[0].name, ExitCode.USAGE)
+    return 0
+
+
 # --- routers ----------------------------------------------------------------------------------------------
 
 
@@ -664,7 +696,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_emulate_engine, _add_smoke, _add_probe, _add_up, _add_down, _add_status, _add_demo, _add_compose,
                 _add_pin, _add_polar_switch, _add_tasks, _add_verify, _add_train, _add_bench,
-                _add_routers):
+                _add_verify_offline, _add_routers):
         add(sub)
     return parser
 

@@ -20,6 +20,7 @@ ROUTERS = {"passthrough": "ROUTER_PASSTHROUGH", "patched": "ROUTER_PATCHED", "st
 REQUIRED = ("PROFILE_NAME", "PROFILE_ROLE", "ROUTER", "ROUTER_REGISTRATION", "ENGINE_COUNT", "ENGINE_GPUS",
             "TRAINER_GPUS", "ENGINE_PORT_BASE", "ROUTER_PORT", "POLAR_BASE", "POLAR_ROUTE",
             "POLAR_WORKER_DISCOVERY", "EXPECT_SMOKE")
+OPTIONAL = ("ENGINE_EXTRA_ARGS",)  # extra sglang.launch_server flags (docker runtime), may be empty
 NODE_GPUS_DEFAULT = 4
 
 
@@ -46,6 +47,10 @@ class Profile:
     name: str
     path: Path
     values: dict[str, str]
+
+    @property
+    def engine_extra_args(self) -> list[str]:
+        return self.values.get("ENGINE_EXTRA_ARGS", "").split()
 
     @property
     def role(self) -> str:
@@ -107,7 +112,7 @@ def validate(name: str, path: Path, values: dict[str, str], node_gpus: int) -> N
     missing = [k for k in REQUIRED if k not in values]
     if missing:
         raise bad(f"missing {', '.join(missing)}; copy the key from configs/profiles/engine-direct.env.")
-    unknown = sorted(set(values) - set(REQUIRED))
+    unknown = sorted(set(values) - set(REQUIRED) - set(OPTIONAL))
     if unknown:
         raise bad(f"unknown key {unknown[0]}; the profile keys are {', '.join(REQUIRED)}.")
     empty = [k for k in REQUIRED if values[k] == ""]
@@ -161,7 +166,7 @@ def load(name: str, *, node_gpus: int | None = None, path: Path | None = None) -
     local = path.with_name(path.stem + ".local.env")
     if local.exists():
         values.update(parse_env_file(local))
-    for key in REQUIRED:  # the environment overrides a profile value, as Compose does
+    for key in (*REQUIRED, *OPTIONAL):  # the environment overrides a profile value, as Compose does
         if key in os.environ and key not in ("PROFILE_NAME",):
             values[key] = os.environ[key]
     node = node_gpus if node_gpus is not None else int(os.environ.get("NODE_GPUS", NODE_GPUS_DEFAULT))
