@@ -9,9 +9,22 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from polarstack.errors import ExitCode
 from polarstack.processes import start_emulator, stop_pid
 from polarstack.routers import RouterRelease, RunningRouter
 from polarstack.routers import start as start_router
+
+
+# The emulator's response faults and the smoke's exit code for each (README, "Failure modes and exit codes").
+FAULT_EXIT_CODES = [
+    ("no_extensions", ExitCode.TOKENS_MISSING),
+    ("http500", ExitCode.HTTP_ERROR),
+    ("html", ExitCode.HTTP_ERROR),
+    ("truncated", ExitCode.MALFORMED),
+    ("nan_logprobs", ExitCode.INVARIANT),
+    ("positive_logprobs", ExitCode.INVARIANT),
+    ("length_mismatch", ExitCode.INVARIANT),
+]
 
 
 @dataclass

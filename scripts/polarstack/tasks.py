@@ -138,6 +138,13 @@ def _verifier_problem(task: str, problem: dict[str, Any]) -> dict[str, Any]:
 def task_template(task: str, timeout_seconds: int = 900) -> dict[str, Any]:
     """Polar's polar_task_template for a code task (placeholders: {sample.metadata.*}, {args.*})."""
     test_name = f"{task}_verifier"
+    # The task's starting files as a git repository: the evaluator diffs the agent's work against this commit.
+    workspace = [
+        {"type": "upload_dir", "source": "{args.polar_tasks_dir}/workspaces/{sample.metadata.workspace}",
+         "target": WORKDIR},
+        {"type": "exec", "command": (f"cd {WORKDIR} && git init -q && git config user.email polar@localhost "
+                                     "&& git config user.name polar && git add -A && git commit -qm task")},
+    ]
     return {
         "timeout_seconds": timeout_seconds,
         "runtime": {
@@ -146,20 +153,11 @@ def task_template(task: str, timeout_seconds: int = 900) -> dict[str, Any]:
             "network": "host",
             "workdir": WORKDIR,
             "env": {"HOME": "/polar/session/home"},
-            "prepare": [
-                {"type": "exec", "command": f"mkdir -p {WORKDIR} /polar/session/home"},
-                {"type": "upload_dir", "source": "{args.polar_tasks_dir}/workspaces/{sample.metadata.workspace}",
-                 "target": WORKDIR},
-                {"type": "exec", "command": (f"cd {WORKDIR} && git init -q && git config user.email polar@localhost "
-                                             "&& git config user.name polar && git add -A && git commit -qm task")},
-            ],
+            "prepare": [{"type": "exec", "command": f"mkdir -p {WORKDIR} /polar/session/home"}, *workspace],
             # The evaluation runtime alone receives the tests and the verifier: the agent never sees them.
             "eval_prepare": [
                 {"type": "exec", "command": f"mkdir -p {EVALDIR} {WORKDIR}"},
-                {"type": "upload_dir", "source": "{args.polar_tasks_dir}/workspaces/{sample.metadata.workspace}",
-                 "target": WORKDIR},
-                {"type": "exec", "command": (f"cd {WORKDIR} && git init -q && git config user.email polar@localhost "
-                                             "&& git config user.name polar && git add -A && git commit -qm task")},
+                *workspace,
                 {"type": "upload_file", "source": "{args.polar_tasks_dir}/eval/verifier.py",
                  "target": f"{EVALDIR}/verifier.py"},
                 {"type": "upload_file", "source": "{args.polar_tasks_dir}/eval/{sample.metadata.workspace}/problem.json",

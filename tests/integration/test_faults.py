@@ -16,6 +16,7 @@ from polarstack.cli import main
 from polarstack.errors import ExitCode
 from polarstack.pins import pin
 from polarstack.smoke import run_smoke
+from conftest import FAULT_EXIT_CODES
 
 pytestmark = pytest.mark.router
 PATCHED = f"{pin('ROUTER_PATCHED_PACKAGE')}=={pin('ROUTER_PATCHED_VERSION')}"
@@ -82,15 +83,7 @@ def local_engine_direct(tmp_path, monkeypatch):
     assert all(gone(pid) for pid in pids), "a process survived `down`"
 
 
-@pytest.mark.parametrize("mode,smoke_code", [
-    ("http500", ExitCode.HTTP_ERROR),
-    ("html", ExitCode.HTTP_ERROR),
-    ("truncated", ExitCode.MALFORMED),
-    ("nan_logprobs", ExitCode.INVARIANT),
-    ("positive_logprobs", ExitCode.INVARIANT),
-    ("length_mismatch", ExitCode.INVARIANT),
-    ("no_extensions", ExitCode.TOKENS_MISSING),
-])
+@pytest.mark.parametrize("mode,smoke_code", FAULT_EXIT_CODES)
 def test_each_fault_has_its_code_and_blocks_training(local_engine_direct, capsys, mode, smoke_code):
     import httpx
 

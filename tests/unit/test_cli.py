@@ -9,6 +9,7 @@ import pytest
 
 from polarstack.cli import main
 from polarstack.errors import ExitCode
+from conftest import FAULT_EXIT_CODES
 
 
 def run(capsys, *argv):
@@ -45,15 +46,7 @@ def test_smoke_unreachable_is_fast_and_clean(capsys):
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize("mode,code", [
-    ("no_extensions", ExitCode.TOKENS_MISSING),
-    ("http500", ExitCode.HTTP_ERROR),
-    ("html", ExitCode.HTTP_ERROR),
-    ("truncated", ExitCode.MALFORMED),
-    ("nan_logprobs", ExitCode.INVARIANT),
-    ("positive_logprobs", ExitCode.INVARIANT),
-    ("length_mismatch", ExitCode.INVARIANT),
-])
+@pytest.mark.parametrize("mode,code", FAULT_EXIT_CODES)
 def test_smoke_failure_modes_have_distinct_codes(engine_factory, capsys, mode, code):
     engine = engine_factory()
     engine.fault(mode)
