@@ -42,7 +42,7 @@ $(VENV)/.installed: pyproject.toml
 	@$(VENV_PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	@touch $@
 
-test: _venv ## run the whole test suite (unit, emulator, real routers); no GPU or Docker needed
+test: _venv ## run the whole test suite (unit, emulator, real routers, sandbox, static); no GPU or Docker needed
 	@$(VENV_PY) -m pytest $(PYTEST_ARGS)
 
 demo: _venv ## every profile up locally in turn, smoke, a table; exit 0 only if all behave as expected

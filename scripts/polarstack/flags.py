@@ -18,7 +18,6 @@ import functools
 import json
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import repo_root

@@ -20,7 +20,7 @@ import httpx
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import repo_root
-from polarstack.processes import free_port, stop_pid, wait_http
+from polarstack.processes import child_env, free_port, stop_pid, wait_http
 from polarstack.profiles import Profile
 from polarstack.routers import install, register_worker
 
@@ -82,7 +82,7 @@ def read_state(directory: Path | None = None) -> LocalState | None:
 
 
 def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "AWS_", "OPENAI_"))}
+    env = child_env()
     with open(log_path, "wb") as log:
         # A new session: the topology outlives the `polarstack up` process and a Ctrl-C in its terminal.
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,

@@ -77,6 +77,14 @@ def wait_http(url: str, timeout: float, process: subprocess.Popen | None = None,
 
 
 
+SECRET_PREFIXES = ("HF_", "HUGGING", "AWS_", "OPENAI_")
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment without credentials: what every process the stack starts inherits."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIXES)}
+
+
 def start_emulator(port: int | None = None, *, model: str | None = None, seed: int = 0, log_path: Path | None = None,
                    timeout: float = 30.0) -> tuple[subprocess.Popen, int]:
     """Start `polarstack emulate-engine` on 127.0.0.1 and wait until /health answers; (process, port)."""
@@ -86,7 +94,7 @@ def start_emulator(port: int | None = None, *, model: str | None = None, seed: i
         cmd += ["--model", model]
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
     try:
-        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env())
     finally:
         if log_path:
             log.close()

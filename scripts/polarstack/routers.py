@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import shutil
 import subprocess
 import sys
@@ -26,7 +25,7 @@ import httpx
 
 from polarstack.cache import cache_dir
 from polarstack.errors import ExitCode, StackError
-from polarstack.processes import free_port, stop_pid, wait_http
+from polarstack.processes import child_env, free_port, stop_pid, wait_http
 
 PACKAGES = ("sglang-router", "smg")
 LAUNCH_MODULES = {"sglang-router": "sglang_router.launch_router", "smg": "smg.launch_router"}
@@ -210,7 +209,7 @@ def start(release: RouterRelease, worker_urls: list[str], *, port: int | None = 
     log_dir = log_dir or (cache_dir() / "logs")
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"router-{release.package}-{release.version}-{port}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "AWS_", "OPENAI_"))}
+    env = child_env()
     env["RUST_LOG"] = env.get("RUST_LOG", "warn")
     with open(log_path, "wb") as log:
         process = subprocess.Popen([str(python), *release.launch_args(port, worker_urls, prometheus_port, extra_args)],

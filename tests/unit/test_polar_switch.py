@@ -69,7 +69,7 @@ def standin(tmp_path):
     return tmp_path
 
 
-def run_python(code: str, standin, discovery: str, site=None) -> subprocess.CompletedProcess:
+def run_python(code: str, standin, discovery: str) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(standin), "POLAR_WORKER_DISCOVERY": discovery}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
 

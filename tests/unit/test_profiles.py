@@ -1,6 +1,5 @@
 """Pins profile validation: every shipped profile is valid, and broken ones fail with the file and the fix named."""
 
-import shutil
 
 import pytest
 

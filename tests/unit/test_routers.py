@@ -44,3 +44,12 @@ def test_bad_specs_are_rejected(spec):
 def test_each_release_has_its_own_venv():
     a, b = RouterRelease.parse("sglang-router==0.1.4"), RouterRelease.parse("sglang-router==0.1.5")
     assert venv_dir(a) != venv_dir(b)
+
+
+def test_started_processes_inherit_no_credentials(monkeypatch):
+    from polarstack.processes import child_env
+
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    env = child_env()
+    assert "HF_TOKEN" not in env and "OPENAI_API_KEY" not in env and env["PATH"]
