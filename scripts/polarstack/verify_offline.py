@@ -108,6 +108,20 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
     return checks
 
 
+def check_sequence_budget(profile: profiles.Profile) -> Check:
+    """harness prompt (measured) + task prompt + response <= seq_length <= max_tokens_per_gpu x CP <= model context."""
+    from polarstack import budget
+
+    config = load_defaults()
+    label = f"profile {profile.name}: sequence budget of one agent trace"
+    try:
+        plan = build_plan("humaneval", profile, run_id="verify", config=config)
+    except StackError as exc:  # build_plan refuses a broken budget itself
+        return Check(label, False, "", [exc.message])
+    problems = budget.check(plan.train_args, config)
+    return Check(label, not problems, budget.summary(plan.train_args, config), problems)
+
+
 def _python_of(tag: str) -> str:
     match = re.match(r"(\d+\.\d+)", tag)
     if not match:
@@ -123,6 +137,7 @@ def pin_requirements() -> list[tuple[str, str, str]]:
     for prefix in ("ROUTER_PASSTHROUGH", "ROUTER_PATCHED", "ROUTER_STOCK"):
         out.append((f"{table[prefix + '_PACKAGE']}=={table[prefix + '_VERSION']}", router_python, f"router image ({prefix})"))
     out.append((f"ray=={table['RAY_VERSION']}", router_python, "trainer image (RAY_VERSION)"))
+    out.append((table["HF_HUB_REQUIREMENT"], router_python, "model-download image (HF_HUB_REQUIREMENT)"))
     pyproject = (repo_root() / "pyproject.toml").read_text()
     rich = re.search(r'"(rich==[^"]+)"', pyproject)
     if rich:
@@ -188,6 +203,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
             progress(f"profile {name}")
             try:
                 checks += check_profile(profiles.load(name), Path(tmp) / name)
+                checks.append(check_sequence_budget(profiles.load(name)))
             except StackError as exc:  # a profile that cannot even be rendered is a failed check, not a crash
                 checks.append(Check(f"profile {name}", False, "", [exc.message]))
     return checks, time.perf_counter() - started
