@@ -161,6 +161,23 @@ def _sentence(verb: str, missing: list[str], values: dict[str, str]) -> str:
     return f"make {verb} needs {' and '.join(what)}, which are missing: run {', then '.join(fixes)}."
 
 
+def _check_context(host: Path) -> None:
+    """The model's context (config.json max_position_embeddings) must hold context.seq_length (polarstack.budget)."""
+    import json
+
+    from polarstack.train import load_defaults
+
+    try:
+        native = json.loads((host / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError):
+        return
+    seq = load_defaults()["context"]["seq_length"]
+    if isinstance(native, int) and native < seq:
+        raise StackError(f"MODEL_DIR={host} holds a model with max_position_embeddings={native}, below "
+                         f"context.seq_length={seq} (configs/train/defaults.yaml); lower seq_length or use the "
+                         "model it was sized for.", ExitCode.USAGE)
+
+
 def check_before_up(profile) -> None:
     """Refuse `make up` (ExitCode.ASSETS_MISSING) when weights or the agent sandbox are absent."""
     values = knobs()
@@ -173,6 +190,7 @@ def check_before_up(profile) -> None:
             raise StackError(f"MODEL_DIR={host} does not hold usable weights ({problems[0]}); point MODEL_DIR at the "
                              "directory with config.json and the safetensors shards, or unset it and run `make model`.",
                              ExitCode.ASSETS_MISSING)
+        _check_context(host)
     else:
         paths.insert(0, f"{model_path(values)}/{MODEL_MARKER}")
     absent = _missing_in_volume(paths)

@@ -529,6 +529,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise StackError(f"the gate passed, but training needs the GPU stack, which the local runtime does not have: "
                          f"on the GPU node run `make up PROFILE={name}` and then `make train TASK={args.task}`.",
                          ExitCode.ENVIRONMENT)
+    from polarstack import assets
+
+    assets.check_in_trainer(profile)  # apptainer, the SIF and the agent CLI dir, looked up inside the trainer
     out = local.run_dir() / "train" / run_id
     tasks.prepare(args.task, out / "tasks", source=Path(args.source) if args.source else None,
                   tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{run_id}/tasks")
