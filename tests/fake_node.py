@@ -6,6 +6,7 @@ Knobs (environment of the test process, read by the fakes at call time):
   FAKE_IMAGES="a b"    `docker image inspect` succeeds for references containing one of these words
   FAKE_ABSENT="p q"    paths the look-up container (`docker run ... sh -c ... check PATHS`) reports missing
   FAKE_NO_APPTAINER=1  `command -v apptainer` fails in the trainer image (run or compose exec)
+  FAKE_SANDBOX_ERROR=x `compose exec trainer` reports that starting the sandbox failed with x
   FAKE_COMPOSE_RC=N    exit code of the fake Compose binary
 """
 
@@ -42,7 +43,8 @@ echo "compose $*" >> "$FAKE_LOG"
 case "$*" in
   *"exec -T trainer sh -c"*)
     [ "${FAKE_NO_APPTAINER:-0}" = 1 ] && echo apptainer
-    for absent in ${FAKE_ABSENT:-}; do echo "$absent"; done ;;
+    for absent in ${FAKE_ABSENT:-}; do echo "$absent"; done
+    [ -n "${FAKE_SANDBOX_ERROR:-}" ] && echo "exec-failed: $FAKE_SANDBOX_ERROR" ;;
 esac
 exit "${FAKE_COMPOSE_RC:-0}"
 '''
@@ -62,6 +64,6 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("COMPOSE_BIN", str(bin_dir / "compose"))
     monkeypatch.setenv("FAKE_LOG", str(log))
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    for knob in ("FAKE_VOLUME", "FAKE_IMAGES", "FAKE_ABSENT", "FAKE_NO_APPTAINER", "FAKE_COMPOSE_RC", "MODEL_DIR"):
+    for knob in ("FAKE_VOLUME", "FAKE_IMAGES", "FAKE_ABSENT", "FAKE_NO_APPTAINER", "FAKE_COMPOSE_RC", "FAKE_SANDBOX_ERROR", "MODEL_DIR"):
         monkeypatch.delenv(knob, raising=False)
     return log

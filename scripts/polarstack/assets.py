@@ -216,15 +216,33 @@ def check_in_trainer(profile) -> None:
     """Before `make train` launches: the same three things, looked up inside the running trainer."""
     from polarstack.compose import run_compose
 
+    cli = f"{AGENT_CLI_DIR}/bin/{AGENT_CLI_BIN}"
+    # Presence first; then one real sandbox start the way Polar's runtime does it (no home/cwd, the agent CLI dir
+    # bound read-only at /opt/node), so a node that cannot run apptainer in a container fails here, not mid-run.
     script = ("command -v apptainer >/dev/null || echo apptainer; "
-              f"[ -e {SIF_PATH} ] || echo sif; [ -x {AGENT_CLI_DIR}/bin/{AGENT_CLI_BIN} ] || echo agent-cli")
+              f"[ -e {SIF_PATH} ] || echo sif; [ -x {cli} ] || echo agent-cli; "
+              f"if command -v apptainer >/dev/null && [ -e {SIF_PATH} ] && [ -x {cli} ]; then "
+              f"out=$(apptainer exec --no-mount home,cwd --bind {AGENT_CLI_DIR}:{AGENT_CLI_MOUNT}:ro {SIF_PATH} "
+              f"{AGENT_CLI_MOUNT}/bin/{AGENT_CLI_BIN} --version 2>&1) && echo \"sandbox-ok: $out\" >&2 "
+              "|| echo \"exec-failed: $(printf '%s' \"$out\" | tail -n 1)\"; fi")
     proc = run_compose(profile, ["exec", "-T", "trainer", "sh", "-c", script], capture=True)
     if proc.returncode != 0:
         raise StackError(f"cannot look inside the trainer of profile {profile.name} (exit {proc.returncode}); "
                          "is the stack up? run `make up` first.", ExitCode.STATE)
-    missing = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+    lines = [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+    failed = [line.removeprefix("exec-failed:").strip() for line in lines if line.startswith("exec-failed:")]
+    missing = [line for line in lines if not line.startswith("exec-failed:")]
     if missing:
         raise StackError(_sentence("train", missing, knobs()), ExitCode.ASSETS_MISSING, details=missing)
+    if failed:
+        raise StackError(f"apptainer in the trainer cannot start the agent sandbox ({failed[0][:160]}); the trainer "
+                         "needs /dev/fuse, seccomp and AppArmor unconfined (compose.yaml) and a host kernel that allows "
+                         "unprivileged user namespaces: see docs/gpu-node.md, \"The agent sandbox\".",
+                         ExitCode.ENVIRONMENT)
+    for line in (proc.stderr or "").splitlines():
+        if line.startswith("sandbox-ok:"):
+            print(f"polarstack: agent sandbox starts in the trainer ({line.removeprefix('sandbox-ok:').strip()})",
+                  file=sys.stderr)
 
 
 # --- make model / make sif -----------------------------------------------------------------------------------

@@ -181,6 +181,15 @@ def test_train_checks_inside_the_trainer(tmp_path, monkeypatch):
     assert exc.value.code == ExitCode.ASSETS_MISSING and "make sif" in exc.value.message
 
 
+def test_train_names_a_sandbox_that_cannot_start(tmp_path, monkeypatch):
+    fake_node.install(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_SANDBOX_ERROR", "FATAL: could not create user namespace")
+    with pytest.raises(Exception) as exc:
+        assets.check_in_trainer(profiles.load("engine-direct"))
+    assert exc.value.code == ExitCode.ENVIRONMENT
+    assert "could not create user namespace" in exc.value.message and "/dev/fuse" in exc.value.message
+
+
 def test_make_model_with_model_dir_downloads_nothing(tmp_path, monkeypatch, capsys):
     log = fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("MODEL_DIR", str(fake_weights(tmp_path / "weights")))
