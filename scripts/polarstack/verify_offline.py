@@ -8,6 +8,9 @@
 2. Every Python package the images pin resolves on the package index at that version for the image's
    Python and platform (`pip download --no-deps --only-binary=:all:`, cached).
 3. One source: images/README.md names every pin, the recorded upstream option tables match the pins.
+4. Meaning for the GPU node (docs/gpu-node.md): the trace budget (measured harness prompt + task prompt +
+   response <= seq_length <= max_tokens_per_gpu x CP <= model context), and the weights source, the agent
+   sandbox, the agent-CLI mount and apptainer's grant present in the rendered plan.
 """
 
 from __future__ import annotations
@@ -108,6 +111,53 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
     return checks
 
 
+def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
+    """Weights source, sandbox image, agent CLI and their mounts are all in the rendered plan (docs/gpu-node.md)."""
+    import json
+
+    import yaml
+
+    from polarstack import assets
+
+    label = f"profile {profile.name}: weights source, agent sandbox and agent CLI in the plan"
+    binary = compose.bundled_compose()
+    command = [str(binary)] if binary else compose.compose_command()
+    proc = subprocess.run([*command, *compose.compose_args(profile, tmp), "--profile", assets.SANDBOX_PROFILE,
+                           "config", "--format", "json"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return Check(label, False, "", [f"Compose rejected profile {profile.name} with the sandbox profile: "
+                                        f"{proc.stderr.strip().splitlines()[-1:]}"])
+    services = json.loads(proc.stdout)["services"]
+    problems = []
+    download = services.get("model-download")
+    if download is None:
+        problems.append("no model-download service: nothing puts the weights into the models volume")
+    for name in (s for s in services if s.startswith("engine-")):
+        if (services[name].get("depends_on") or {}).get("model-download", {}).get("condition") != \
+                "service_completed_successfully":
+            problems.append(f"{name} does not wait for model-download to complete")
+    if "sandbox-build" not in services:
+        problems.append("no sandbox-build service: nothing builds polarstack-code.sif and the agent CLI dir")
+    trainer = services.get("trainer", {})
+    if [d.get("source") for d in trainer.get("devices") or []] != ["/dev/fuse"] or \
+            not {"seccomp=unconfined", "apparmor=unconfined"} <= set(trainer.get("security_opt") or []):
+        problems.append("the trainer lacks /dev/fuse or the seccomp/AppArmor options apptainer needs inside Docker")
+    if trainer.get("privileged") or trainer.get("cap_add"):
+        problems.append("the trainer is privileged or has added capabilities: apptainer needs neither")
+    plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
+    config = yaml.safe_load(plan.files["polar_config.yaml"])
+    runtime = config["polar_task_template"]["runtime"]
+    if runtime.get("backend") != "apptainer" or not runtime.get("image", "").endswith(assets.SIF_NAME):
+        problems.append(f"the task template does not run {assets.SIF_NAME} with the apptainer backend")
+    mount = f"{{args.polar_agent_cli_dir}}:{assets.AGENT_CLI_MOUNT}:ro"
+    if mount not in (runtime.get("kwargs") or {}).get("volumes", []):
+        problems.append(f"the task template does not mount the agent CLI dir ({mount}) into the sandbox")
+    if config.get("polar_agent_cli_dir") != assets.AGENT_CLI_DIR or \
+            config.get("polar_apptainer_image_dir") != assets.SANDBOX_DIR:
+        problems.append("polar_agent_cli_dir / polar_apptainer_image_dir are not where `make sif` installs them")
+    return Check(label, not problems, "model-download -> engines; sandbox-build; /dev/fuse; agent CLI mount", problems)
+
+
 def check_sequence_budget(profile: profiles.Profile) -> Check:
     """harness prompt (measured) + task prompt + response <= seq_length <= max_tokens_per_gpu x CP <= model context."""
     from polarstack import budget
@@ -204,6 +254,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
             try:
                 checks += check_profile(profiles.load(name), Path(tmp) / name)
                 checks.append(check_sequence_budget(profiles.load(name)))
+                checks.append(check_assets(profiles.load(name), Path(tmp) / f"{name}-assets"))
             except StackError as exc:  # a profile that cannot even be rendered is a failed check, not a crash
                 checks.append(Check(f"profile {name}", False, "", [exc.message]))
     return checks, time.perf_counter() - started

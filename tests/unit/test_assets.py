@@ -269,3 +269,14 @@ def test_download_verifies_against_the_hub_and_rechecks_offline(tmp_path):
     hf.write_text("#!/bin/sh\nexit 99\n")  # the rerun must not call the Hub
     proc = entrypoint(target, extra_env=env)
     assert proc.returncode == 0 and "already in" in proc.stdout
+
+
+def test_verify_offline_checks_the_assets_in_the_plan(tmp_path, monkeypatch):
+    from polarstack import verify_offline
+
+    monkeypatch.delenv("MODEL_DIR", raising=False)
+    check = verify_offline.check_assets(profiles.load("patched-router"), tmp_path)
+    assert check.ok, check.problems
+    monkeypatch.setattr("polarstack.tasks.AGENT_CLI_MOUNT", "/elsewhere")
+    check = verify_offline.check_assets(profiles.load("patched-router"), tmp_path / "b")
+    assert not check.ok and "does not mount the agent CLI dir" in check.problems[0]
