@@ -209,6 +209,28 @@ def check_pin(requirement: str, python: str) -> tuple[bool, str]:
     return False, (lines[-1] if lines else f"pip exit {proc.returncode}")
 
 
+def check_npm_pin(package: str, version: str) -> Check:
+    """The sandbox image's agent CLI (`make sif`) exists on the npm registry at the pinned version."""
+    import shutil
+
+    name = f"{package}@{version} on the npm registry (sandbox image, AGENT_CLI_VERSION)"
+    if shutil.which("npm") is None:
+        return Check(name, False, "", [f"npm is not installed, so {package}@{version} cannot be resolved; install "
+                                       "npm or pass --skip-downloads"])
+    try:
+        proc = subprocess.run(["npm", "view", f"{package}@{version}", "version"], capture_output=True, text=True,
+                              timeout=120)
+    except subprocess.TimeoutExpired:
+        return Check(name, False, "", [f"npm view {package}@{version} did not answer within 120 s"])
+    found = proc.stdout.strip()
+    if proc.returncode == 0 and found == version:
+        return Check(name, True, "resolved")
+    lines = (proc.stderr or "").strip().splitlines()
+    reason = next((l for l in lines if "404" in l or "notarget" in l.lower()), lines[0] if lines else "no such version")
+    return Check(name, False, "", [f"{package}@{version} (AGENT_CLI_VERSION) does not resolve on the npm registry: "
+                                   f"{reason[:160]}"])
+
+
 def check_pins(skip_downloads: bool = False) -> list[Check]:
     checks = []
     table = pins()
@@ -225,6 +247,8 @@ def check_pins(skip_downloads: bool = False) -> list[Check]:
         checks.append(Check(f"{requirement} for CPython {python} x86_64 ({why})", ok, detail,
                             [] if ok else [f"{requirement} ({why}) does not resolve on the package index for "
                                            f"CPython {python} x86_64: {detail}"]))
+    if not skip_downloads:
+        checks.append(check_npm_pin(table["AGENT_CLI_PACKAGE"], table["AGENT_CLI_VERSION"]))
     readme = (repo_root() / "images" / "README.md").read_text()
     missing = [f"{k}={v}" for k, v in table.items() if v and v not in readme]
     checks.append(Check("images/README.md names every pin", not missing, "",

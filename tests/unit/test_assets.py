@@ -280,3 +280,15 @@ def test_verify_offline_checks_the_assets_in_the_plan(tmp_path, monkeypatch):
     monkeypatch.setattr("polarstack.tasks.AGENT_CLI_MOUNT", "/elsewhere")
     check = verify_offline.check_assets(profiles.load("patched-router"), tmp_path / "b")
     assert not check.ok and "does not mount the agent CLI dir" in check.problems[0]
+
+
+def test_verify_offline_resolves_the_agent_cli_pin_on_npm(monkeypatch, tmp_path):
+    from polarstack import verify_offline
+
+    npm = tmp_path / "npm"
+    npm.write_text("#!/bin/sh\ncase \"$2\" in *@2.1.332) echo 2.1.332 ;; *) echo 'npm error code E404' >&2; exit 1 ;; esac\n")
+    npm.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert verify_offline.check_npm_pin("@anthropic-ai/claude-code", "2.1.332").ok
+    check = verify_offline.check_npm_pin("@anthropic-ai/claude-code", "0.0.999")
+    assert not check.ok and "E404" in check.problems[0] and "AGENT_CLI_VERSION" in check.problems[0]
