@@ -102,6 +102,8 @@ def model_override(profile, directory: Path) -> Path | None:
     if not PurePosixPath(target).is_relative_to("/models") or target.rstrip("/") == "/models":
         raise StackError(f"MODEL_PATH={target} must be a directory under /models for MODEL_DIR to be mounted there.",
                          ExitCode.USAGE)
+    # model-download mounts the volume read-write and runs first (engines depend on it), so the bind's mount point
+    # exists in the volume before the engines mount it read-only.
     bind = {"type": "bind", "source": str(host), "target": target, "read_only": True}
     from polarstack.compose import engine_services
 
@@ -262,9 +264,9 @@ def run_oneshot(verb: str, profile) -> int:
             print(f"MODEL_DIR={host} holds config.json and every shard; nothing to download (`make up` mounts it "
                   "read-only).", file=sys.stderr)
             return 0
-        args = ["run", "--rm", "model-download"]
-    else:
-        args = ["--profile", SANDBOX_PROFILE, "run", "--rm", "sandbox-build"]
+        args = ["run", "--rm", "--build", "model-download"]
+    else:  # --build: a changed pin (NODE_IMAGE_TAG, APPTAINER_RELEASE) rebuilds even under the same image tag
+        args = ["--profile", SANDBOX_PROFILE, "run", "--rm", "--build", "sandbox-build"]
     proc = run_compose(profile, args)
     if proc.returncode != 0:
         raise StackError(f"make {verb} failed (exit {proc.returncode}); see the output above (it is resumable: "

@@ -201,9 +201,9 @@ def test_make_model_with_model_dir_downloads_nothing(tmp_path, monkeypatch, caps
 def test_make_model_runs_the_one_shot_service(tmp_path, monkeypatch):
     log = fake_node.install(tmp_path, monkeypatch)
     assert main(["compose", "model"]) == 0
-    assert log.read_text().splitlines()[-1].endswith("run --rm model-download")
+    assert log.read_text().splitlines()[-1].endswith("run --rm --build model-download")
     assert main(["compose", "sif"]) == 0
-    assert log.read_text().splitlines()[-1].endswith("--profile sandbox run --rm sandbox-build")
+    assert log.read_text().splitlines()[-1].endswith("--profile sandbox run --rm --build sandbox-build")
 
 
 # --- the model-download entrypoint ------------------------------------------------------------------------------
