@@ -211,6 +211,10 @@ def main() -> int:
                       "note": ("Qwen byte-level BPE (the Qwen3 release of the vocabulary, shared with Qwen2.5 for "
                                "text); an estimate: the engine sees the request after Polar's gateway and the chat "
                                "template re-render it (tools preamble, role markers).")},
+        "caveat": ("Measured with `claude -p` and no other flags. Polar's claude_code preset "
+                   "(src/polar/agent/presets/claude_code.py) could not be read from the code index used here, so "
+                   "flags it adds (for example an appended system prompt or a tool allow-list) are not reflected; "
+                   "configs/train/defaults.yaml keeps context.harness_margin_tokens on top of this figure."),
         "agent_turn": measure(agent, tok),
         "max_tokens_requested": agent.get("max_tokens"),
     }
