@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 import fake_node
 from polarstack import assets, compose, profiles
