@@ -16,8 +16,9 @@ PYTEST_ARGS ?=
 BASE_URL ?=
 # Route smoke takes: base (every request to BASE_URL) or polar (resolve like current Polar's client).
 ROUTE ?=
-# Profile for up/smoke/train: engine-direct, router-passthrough, patched-router or stock-router.
-PROFILE ?= engine-direct
+# Profile for up/smoke/train: engine-direct, router-passthrough, patched-router or stock-router
+# (empty: the profile `make up` started, recorded in .run/docker-state.json, else engine-direct).
+PROFILE ?=
 # Where the stack runs: docker (the GPU node) or local (emulated engines + real routers on 127.0.0.1).
 RUNTIME ?= docker
 # Task for `make train`: humaneval or mbpp.
@@ -29,8 +30,11 @@ RELEASES ?=
 
 VENV_PY := $(VENV)/bin/python
 CLI := $(VENV)/bin/polarstack
+_PROFILE_ARG = $(if $(PROFILE),--profile "$(PROFILE)")
+# Run a command and print its wall-clock time (GPU-node steps take minutes to hours; see README "On the GPU node").
+_timed = started=$$(date +%s); rc=0; $(1) || rc=$$?; echo "make $@: $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
-.PHONY: verify-offline bench train verify help test smoke demo up down ps logs status build pin clean router-matrix _venv _runtime
+.PHONY: verify-offline bench train verify help test smoke demo up down ps logs status build pin clean router-matrix model sif _venv _runtime
 
 help: ## list the public targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -49,35 +53,41 @@ demo: _venv ## every profile up locally in turn, smoke, a table; exit 0 only if 
 	@$(CLI) demo
 
 up: _venv _runtime ## start PROFILE (RUNTIME=docker: the GPU stack; RUNTIME=local: emulated engines + real router)
-	@if [ "$(RUNTIME)" = local ]; then $(CLI) up --profile "$(PROFILE)"; else $(CLI) compose up --profile "$(PROFILE)"; fi
+	@if [ "$(RUNTIME)" = local ]; then $(CLI) up --profile "$(or $(PROFILE),engine-direct)"; else $(call _timed,$(CLI) compose up $(_PROFILE_ARG)); fi
 
 down: _venv _runtime ## stop what `make up` started; volumes are kept (RUNTIME=docker|local)
-	@if [ "$(RUNTIME)" = local ]; then $(CLI) down; else $(CLI) compose down --profile "$(PROFILE)"; fi
+	@if [ "$(RUNTIME)" = local ]; then $(CLI) down; else $(CLI) compose down $(_PROFILE_ARG); fi
 
 ps: _venv _runtime ## list the stack's containers (docker) or processes (local)
-	@if [ "$(RUNTIME)" = local ]; then $(CLI) status; else $(CLI) compose ps --profile "$(PROFILE)"; fi
+	@if [ "$(RUNTIME)" = local ]; then $(CLI) status; else $(CLI) compose ps $(_PROFILE_ARG); fi
 
 logs: _venv ## last log lines of the docker stack (SERVICE=engine-0 to pick one)
-	@$(CLI) compose logs --profile "$(PROFILE)" $(if $(SERVICE),--service "$(SERVICE)")
+	@$(CLI) compose logs $(_PROFILE_ARG) $(if $(SERVICE),--service "$(SERVICE)")
 
 status: _venv ## what the local runtime has up
 	@$(CLI) status
 
 build: _venv ## build the images of PROFILE from the pins in configs/pins.env
-	@$(CLI) compose build --profile "$(PROFILE)"
+	@$(call _timed,$(CLI) compose build $(_PROFILE_ARG))
+
+model: _venv ## download MODEL_NAME into the models volume (hf download, resumable, verified); or set MODEL_DIR=/path
+	@$(call _timed,$(CLI) compose model $(_PROFILE_ARG))
+
+sif: _venv ## build the agent sandbox (polarstack-code.sif + the pinned agent CLI dir) into the models volume
+	@$(call _timed,$(CLI) compose sif $(_PROFILE_ARG))
 
 pin: _venv ## resolve base-image tags to digests in configs/pins.env (needs a registry; else changes nothing)
 	@$(CLI) pin
 
 clean: _venv ## remove the docker stack AND its volumes (models, checkpoints, logs), after asking
-	@$(CLI) compose clean --profile "$(PROFILE)"
+	@$(CLI) compose clean $(_PROFILE_ARG)
 
 smoke: _venv ## prove the path yields trainable tokens (the profile that is up, or BASE_URL=..., ROUTE=base|polar)
-	@$(CLI) smoke $(if $(BASE_URL),--base-url "$(BASE_URL)",--profile "$(PROFILE)" --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto)) $(if $(ROUTE),--route "$(ROUTE)")
+	@$(call _timed,$(CLI) smoke $(if $(BASE_URL),--base-url "$(BASE_URL)",$(_PROFILE_ARG) --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto)) $(if $(ROUTE),--route "$(ROUTE)"))
 
 train: _venv ## GRPO on TASK=humaneval|mbpp behind the smoke gate (DRY_RUN=1 prints and validates only)
 	@test -n "$(TASK)" || { echo "make train needs TASK=humaneval or TASK=mbpp" >&2; exit 2; }
-	@$(CLI) train --task "$(TASK)" $(if $(filter command line environment,$(origin PROFILE)),--profile "$(PROFILE)") --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run)
+	@$(call _timed,$(CLI) train --task "$(TASK)" $(_PROFILE_ARG) --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run))
 
 verify-offline: _venv ## check every rendered command line and image pin against the pinned upstreams (no GPU)
 	@$(CLI) verify-offline

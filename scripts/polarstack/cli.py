@@ -88,13 +88,14 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
         state = read_state()
         if state is not None and state.live():
             base_url, route = state.base_url, route or state.data.get("route", "base")
-        elif args.runtime == "local" or args.profile is None:
+        elif args.runtime == "local":
             raise StackError("no profile is up locally and no --base-url was given; run `make up PROFILE=engine-direct "
                              "RUNTIME=local` or pass --base-url.", ExitCode.USAGE)
-    if base_url is None and args.profile is not None:
-        from polarstack import profiles
+    if base_url is None:
+        from polarstack import docker_state, profiles
 
-        profile = profiles.load(args.profile)
+        # The docker runtime: the profile given, else the one `make up` recorded, else engine-direct.
+        profile = profiles.load(docker_state.profile_name(args.profile))
         base_url = profile.base_url()
         route = route or profile.route
         if profile.registration == "register" and profile.polar_base == "router":
@@ -289,18 +290,23 @@ COMPOSE_VERBS = {  # verb: (compose arguments, needs GPUs)
 
 def _add_compose(sub) -> None:
     p = sub.add_parser("compose", help="the docker runtime: render a profile for Compose v2 and drive it")
-    p.add_argument("verb", choices=("env", "config", *COMPOSE_VERBS, "clean"),
-                   help="env: render .run/compose/<profile>.env and .gpus.yaml; config: the rendered Compose model")
-    p.add_argument("--profile", required=True, help="profile name (configs/profiles/<name>.env)")
+    p.add_argument("verb", choices=("env", "config", *COMPOSE_VERBS, "clean", "model", "sif"),
+                   help="env: render .run/compose/<profile>.env and .gpus.yaml; config: the rendered Compose model; "
+                        "model: download the weights into the models volume; sif: build the agent sandbox image")
+    p.add_argument("--profile", default=None,
+                   help="profile name (configs/profiles/<name>.env); default: the one `make up` started, else "
+                        "engine-direct")
     p.add_argument("--yes", action="store_true", help="clean: do not ask before removing the volumes")
     p.add_argument("--service", action="append", default=[], help="limit to a service (repeatable; logs, ps, build)")
     p.set_defaults(handler=_cmd_compose)
 
 
 def _cmd_compose(args: argparse.Namespace) -> int:
-    from polarstack import compose, profiles
+    from polarstack import assets, compose, docker_state, profiles
 
-    profile = profiles.load(args.profile)
+    profile = profiles.load(docker_state.profile_name(args.profile))
+    if args.verb in ("model", "sif"):
+        return assets.run_oneshot(args.verb, profile)
     if args.verb == "env":
         env_path, gpus_path = compose.render(profile)
         print(env_path)
@@ -322,13 +328,23 @@ def _cmd_compose(args: argparse.Namespace) -> int:
             if answer.strip().lower() not in ("y", "yes"):
                 print("nothing deleted.")
                 return 0
-        return compose.run_compose(profile, ["down", "--volumes"]).returncode
+        code = compose.run_compose(profile, ["down", "--volumes"]).returncode
+        if code == 0:
+            docker_state.clear()
+        return code
     compose_args, need_gpus = COMPOSE_VERBS[args.verb]
     compose.check_node(args.verb, profile, need_gpus=need_gpus)
+    if args.verb == "up":  # weights, sandbox image and agent CLI before any engine starts (one sentence each)
+        assets.check_before_up(profile)
     proc = compose.run_compose(profile, [*compose_args, *args.service])
     if proc.returncode != 0:
         raise StackError(f"docker compose {args.verb} failed for profile {profile.name} (exit {proc.returncode}); "
                          "see the output above.", ExitCode.ENVIRONMENT)
+    if args.verb == "up":
+        print(f"{profile.name} is up (state in {docker_state.write(profile)}); `make smoke` and `make train` use it.",
+              file=sys.stderr)
+    elif args.verb == "down":
+        docker_state.clear()
     return 0
 
 
@@ -472,7 +488,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.runtime == "local" and not live:
         raise StackError("nothing is up locally; run `make up PROFILE=engine-direct RUNTIME=local` first.", ExitCode.STATE)
     runtime = "local" if live else "docker"
-    name = args.profile or (state.data["profile"] if live else "engine-direct")
+    from polarstack import docker_state
+
+    name = args.profile or (state.data["profile"] if live else docker_state.profile_name(None))
     if live and name != state.data["profile"]:
         raise StackError(f"profile {state.data['profile']} is up locally, not {name}; run `make down RUNTIME=local` "
                          f"and `make up PROFILE={name} RUNTIME=local`, or drop PROFILE.", ExitCode.STATE)
@@ -511,6 +529,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise StackError(f"the gate passed, but training needs the GPU stack, which the local runtime does not have: "
                          f"on the GPU node run `make up PROFILE={name}` and then `make train TASK={args.task}`.",
                          ExitCode.ENVIRONMENT)
+    from polarstack import assets
+
+    assets.check_in_trainer(profile)  # apptainer, the SIF and the agent CLI dir, looked up inside the trainer
     out = local.run_dir() / "train" / run_id
     tasks.prepare(args.task, out / "tasks", source=Path(args.source) if args.source else None,
                   tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{run_id}/tasks")

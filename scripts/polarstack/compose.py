@@ -4,7 +4,9 @@ A profile file (configs/profiles/<name>.env) is the single source for both runti
 rendered, together with configs/stack.env and configs/pins.env, into:
 - .run/compose/<name>.env: every variable compose.yaml interpolates, including the derived ones (engine
   ports and URLs, the router's launch flags from the router catalog, slime's router arguments);
-- .run/compose/<name>.gpus.yaml: the GPU device_ids of each GPU service (Compose cannot split a list).
+- .run/compose/<name>.gpus.yaml: the GPU device_ids of each GPU service (Compose cannot split a list);
+- .run/compose/<name>.model.yaml, only with MODEL_DIR set: the host's weights bind-mounted read-only
+  (polarstack.assets.model_override).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def render_values(profile: Profile) -> dict[str, str]:
     values["SGLANG_ROUTER_BASE_URL"] = profile.base_url()
     values["TRAINER_NUM_GPUS"] = str(len(profile.trainer_gpus))
     values["TRAINER_GPUS"] = ",".join(map(str, profile.trainer_gpus))
+    values["HF_HUB_VERSION"] = values.get("HF_HUB_REQUIREMENT", "").partition("==")[2]  # model-download image tag
     release = profile.router
     if release is not None:
         flags = release.launch_args(profile.router_port, [], profile.router_port + 1)
@@ -125,8 +128,14 @@ def render(profile: Profile, directory: Path | None = None) -> tuple[Path, Path]
 
 
 def compose_args(profile: Profile, directory: Path | None = None) -> list[str]:
+    from polarstack.assets import model_override
+
     env_path, gpus_path = render(profile, directory)
-    return ["-f", str(compose_file()), "-f", str(gpus_path), "--env-file", str(env_path), "--profile", profile.name]
+    files = ["-f", str(compose_file()), "-f", str(gpus_path)]
+    model = model_override(profile, gpus_path.parent)  # MODEL_DIR: weights bind-mounted read-only
+    if model is not None:
+        files += ["-f", str(model)]
+    return [*files, "--env-file", str(env_path), "--profile", profile.name]
 
 
 # --- finding the binaries and checking the node -------------------------------------------------------

@@ -27,11 +27,13 @@ from typing import Any, Iterable
 
 import yaml
 
+from polarstack.assets import AGENT_CLI_DIR, AGENT_CLI_MOUNT, SANDBOX_DIR
 from polarstack.errors import ExitCode, StackError
 
 TASKS = ("humaneval", "mbpp")
 WORKDIR = "/polar/session/workspace"
 EVALDIR = "/polar/session/eval"
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # the sandbox image's own PATH
 HUMANEVAL_FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 MBPP_FIELDS = ("task_id", "text", "code", "test_list")
 
@@ -152,7 +154,10 @@ def task_template(task: str, timeout_seconds: int = 900) -> dict[str, Any]:
             "image": "{args.polar_apptainer_image_dir}/polarstack-code.sif",
             "network": "host",
             "workdir": WORKDIR,
-            "env": {"HOME": "/polar/session/home"},
+            # The agent CLI dir `make sif` builds (node + the pinned CLI), mounted read-only as Polar's example does
+            # (examples/swegym_slime_grpo/polar_config.yaml: runtime.kwargs.volumes -> apptainer --bind).
+            "env": {"HOME": "/polar/session/home", "PATH": f"{AGENT_CLI_MOUNT}/bin:{SANDBOX_PATH}"},
+            "kwargs": {"volumes": [f"{{args.polar_agent_cli_dir}}:{AGENT_CLI_MOUNT}:ro"]},
             "prepare": [{"type": "exec", "command": f"mkdir -p {WORKDIR} /polar/session/home"}, *workspace],
             # The evaluation runtime alone receives the tests and the verifier: the agent never sees them.
             "eval_prepare": [
@@ -193,7 +198,8 @@ def polar_config(task: str, tasks_dir: str, values: dict[str, Any] | None = None
         "polar_callback_host": "127.0.0.1",
         "polar_min_complete_accept_fraction": 0.5,
         "polar_tasks_dir": tasks_dir,
-        "polar_apptainer_image_dir": "/models/apptainer",
+        "polar_apptainer_image_dir": SANDBOX_DIR,
+        "polar_agent_cli_dir": AGENT_CLI_DIR,
         "polar_served_model_name": "default",
         # slime v0.3.1 silently ignores unknown command-line flags (megatron_parse_args(ignore_unknown_args=True)),
         # so Polar's --dynamic-history would be dropped there; keys of this file are set on args instead.

@@ -190,11 +190,18 @@ def build_plan(task: str, profile: Profile, *, run_id: str, config: dict[str, An
         "--context-parallel-size", "1",
         "--use-dynamic-batch-size", "--max-tokens-per-gpu", str(grpo["max_tokens_per_gpu"]),
     ]
+    context = config["context"]
+    args += ["--seq-length", str(context["seq_length"]), *[str(a) for a in context.get("recompute") or []]]
     if grpo.get("use_tis"):
         args.append("--use-tis")
     if tp > 1:
         args.append("--sequence-parallel")
     plan.train_args = args
+    from polarstack import budget  # harness + task + response must fit the trace budget
+
+    problems = budget.check(args, config)
+    if problems:
+        raise StackError(problems[0] + ".", ExitCode.USAGE)
 
     runtime_env = {"env_vars": {"PYTHONPATH": "/root/Megatron-LM", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
                                 "SGLANG_ROUTER_BASE_URL": profile.base_url(),

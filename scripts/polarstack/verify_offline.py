@@ -8,6 +8,9 @@
 2. Every Python package the images pin resolves on the package index at that version for the image's
    Python and platform (`pip download --no-deps --only-binary=:all:`, cached).
 3. One source: images/README.md names every pin, the recorded upstream option tables match the pins.
+4. Meaning for the GPU node (docs/gpu-node.md): the trace budget (measured harness prompt + task prompt +
+   response <= seq_length <= max_tokens_per_gpu x CP <= model context), and the weights source, the agent
+   sandbox, the agent-CLI mount and apptainer's grant present in the rendered plan.
 """
 
 from __future__ import annotations
@@ -108,6 +111,67 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
     return checks
 
 
+def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
+    """Weights source, sandbox image, agent CLI and their mounts are all in the rendered plan (docs/gpu-node.md)."""
+    import json
+
+    import yaml
+
+    from polarstack import assets
+
+    label = f"profile {profile.name}: weights source, agent sandbox and agent CLI in the plan"
+    binary = compose.bundled_compose()
+    command = [str(binary)] if binary else compose.compose_command()
+    proc = subprocess.run([*command, *compose.compose_args(profile, tmp), "--profile", assets.SANDBOX_PROFILE,
+                           "config", "--format", "json"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return Check(label, False, "", [f"Compose rejected profile {profile.name} with the sandbox profile: "
+                                        f"{proc.stderr.strip().splitlines()[-1:]}"])
+    services = json.loads(proc.stdout)["services"]
+    problems = []
+    download = services.get("model-download")
+    if download is None:
+        problems.append("no model-download service: nothing puts the weights into the models volume")
+    for name in (s for s in services if s.startswith("engine-")):
+        if (services[name].get("depends_on") or {}).get("model-download", {}).get("condition") != \
+                "service_completed_successfully":
+            problems.append(f"{name} does not wait for model-download to complete")
+    if "sandbox-build" not in services:
+        problems.append("no sandbox-build service: nothing builds polarstack-code.sif and the agent CLI dir")
+    trainer = services.get("trainer", {})
+    if [d.get("source") for d in trainer.get("devices") or []] != ["/dev/fuse"] or \
+            not {"seccomp=unconfined", "apparmor=unconfined"} <= set(trainer.get("security_opt") or []):
+        problems.append("the trainer lacks /dev/fuse or the seccomp/AppArmor options apptainer needs inside Docker")
+    if trainer.get("privileged") or trainer.get("cap_add"):
+        problems.append("the trainer is privileged or has added capabilities: apptainer needs neither")
+    plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
+    config = yaml.safe_load(plan.files["polar_config.yaml"])
+    runtime = config["polar_task_template"]["runtime"]
+    if runtime.get("backend") != "apptainer" or not runtime.get("image", "").endswith(assets.SIF_NAME):
+        problems.append(f"the task template does not run {assets.SIF_NAME} with the apptainer backend")
+    mount = f"{{args.polar_agent_cli_dir}}:{assets.AGENT_CLI_MOUNT}:ro"
+    if mount not in (runtime.get("kwargs") or {}).get("volumes", []):
+        problems.append(f"the task template does not mount the agent CLI dir ({mount}) into the sandbox")
+    if config.get("polar_agent_cli_dir") != assets.AGENT_CLI_DIR or \
+            config.get("polar_apptainer_image_dir") != assets.SANDBOX_DIR:
+        problems.append("polar_agent_cli_dir / polar_apptainer_image_dir are not where `make sif` installs them")
+    return Check(label, not problems, "model-download -> engines; sandbox-build; /dev/fuse; agent CLI mount", problems)
+
+
+def check_sequence_budget(profile: profiles.Profile) -> Check:
+    """harness prompt (measured) + task prompt + response <= seq_length <= max_tokens_per_gpu x CP <= model context."""
+    from polarstack import budget
+
+    config = load_defaults()
+    label = f"profile {profile.name}: sequence budget of one agent trace"
+    try:
+        plan = build_plan("humaneval", profile, run_id="verify", config=config)
+    except StackError as exc:  # build_plan refuses a broken budget itself
+        return Check(label, False, "", [exc.message])
+    problems = budget.check(plan.train_args, config)
+    return Check(label, not problems, budget.summary(plan.train_args, config), problems)
+
+
 def _python_of(tag: str) -> str:
     match = re.match(r"(\d+\.\d+)", tag)
     if not match:
@@ -123,6 +187,7 @@ def pin_requirements() -> list[tuple[str, str, str]]:
     for prefix in ("ROUTER_PASSTHROUGH", "ROUTER_PATCHED", "ROUTER_STOCK"):
         out.append((f"{table[prefix + '_PACKAGE']}=={table[prefix + '_VERSION']}", router_python, f"router image ({prefix})"))
     out.append((f"ray=={table['RAY_VERSION']}", router_python, "trainer image (RAY_VERSION)"))
+    out.append((table["HF_HUB_REQUIREMENT"], router_python, "model-download image (HF_HUB_REQUIREMENT)"))
     pyproject = (repo_root() / "pyproject.toml").read_text()
     rich = re.search(r'"(rich==[^"]+)"', pyproject)
     if rich:
@@ -144,6 +209,28 @@ def check_pin(requirement: str, python: str) -> tuple[bool, str]:
     return False, (lines[-1] if lines else f"pip exit {proc.returncode}")
 
 
+def check_npm_pin(package: str, version: str) -> Check:
+    """The sandbox image's agent CLI (`make sif`) exists on the npm registry at the pinned version."""
+    import shutil
+
+    name = f"{package}@{version} on the npm registry (sandbox image, AGENT_CLI_VERSION)"
+    if shutil.which("npm") is None:
+        return Check(name, False, "", [f"npm is not installed, so {package}@{version} cannot be resolved; install "
+                                       "npm or pass --skip-downloads"])
+    try:
+        proc = subprocess.run(["npm", "view", f"{package}@{version}", "version"], capture_output=True, text=True,
+                              timeout=120)
+    except subprocess.TimeoutExpired:
+        return Check(name, False, "", [f"npm view {package}@{version} did not answer within 120 s"])
+    found = proc.stdout.strip()
+    if proc.returncode == 0 and found == version:
+        return Check(name, True, "resolved")
+    lines = (proc.stderr or "").strip().splitlines()
+    reason = next((l for l in lines if "404" in l or "notarget" in l.lower()), lines[0] if lines else "no such version")
+    return Check(name, False, "", [f"{package}@{version} (AGENT_CLI_VERSION) does not resolve on the npm registry: "
+                                   f"{reason[:160]}"])
+
+
 def check_pins(skip_downloads: bool = False) -> list[Check]:
     checks = []
     table = pins()
@@ -160,6 +247,8 @@ def check_pins(skip_downloads: bool = False) -> list[Check]:
         checks.append(Check(f"{requirement} for CPython {python} x86_64 ({why})", ok, detail,
                             [] if ok else [f"{requirement} ({why}) does not resolve on the package index for "
                                            f"CPython {python} x86_64: {detail}"]))
+    if not skip_downloads:
+        checks.append(check_npm_pin(table["AGENT_CLI_PACKAGE"], table["AGENT_CLI_VERSION"]))
     readme = (repo_root() / "images" / "README.md").read_text()
     missing = [f"{k}={v}" for k, v in table.items() if v and v not in readme]
     checks.append(Check("images/README.md names every pin", not missing, "",
@@ -188,6 +277,8 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
             progress(f"profile {name}")
             try:
                 checks += check_profile(profiles.load(name), Path(tmp) / name)
+                checks.append(check_sequence_budget(profiles.load(name)))
+                checks.append(check_assets(profiles.load(name), Path(tmp) / f"{name}-assets"))
             except StackError as exc:  # a profile that cannot even be rendered is a failed check, not a crash
                 checks.append(Check(f"profile {name}", False, "", [exc.message]))
     return checks, time.perf_counter() - started

@@ -19,11 +19,12 @@ pytestmark = pytest.mark.static
 ROOT = repo_root()
 BIN = Path(sys.executable).parent
 EXPECTED_SERVICES = {
-    "engine-direct": {"engine-0", "trainer"},
-    "router-passthrough": {"engine-0", "engine-1", "router", "trainer"},
-    "patched-router": {"engine-0", "engine-1", "router", "trainer"},
-    "stock-router": {"engine-0", "engine-1", "router", "trainer"},
+    "engine-direct": {"model-download", "engine-0", "trainer"},
+    "router-passthrough": {"model-download", "engine-0", "engine-1", "router", "trainer"},
+    "patched-router": {"model-download", "engine-0", "engine-1", "router", "trainer"},
+    "stock-router": {"model-download", "engine-0", "engine-1", "router", "trainer"},
 }
+ONE_SHOT = {"model-download", "sandbox-build"}  # run to completion; no GPU, no healthcheck
 
 
 def compose_binary() -> str:
@@ -64,11 +65,11 @@ def test_profile_services_and_gpus(rendered, name):
     assert set(config["services"]) == EXPECTED_SERVICES[name]
     used: list[int] = []
     for svc_name, svc in config["services"].items():
-        if svc_name != "router":
+        if svc_name != "router" and svc_name not in ONE_SHOT:
             used += gpus(svc)
     assert len(used) == len(set(used)), f"GPU sets overlap: {used}"
     assert all(0 <= g <= 3 for g in used)
-    layout = {svc: gpus(config["services"][svc]) for svc in config["services"] if svc != "router"}
+    layout = {svc: gpus(config["services"][svc]) for svc in config["services"] if svc != "router" and svc not in ONE_SHOT}
     if name == "engine-direct":
         assert layout == {"engine-0": [0], "trainer": [1, 2, 3]}
     else:
@@ -79,9 +80,13 @@ def test_profile_services_and_gpus(rendered, name):
 def test_every_service_is_healthchecked_and_ordered(rendered, name):
     for svc_name, svc in rendered[name]["services"].items():
         check = svc.get("healthcheck", {})
+        if svc_name in ONE_SHOT:
+            assert check.get("disable") is True and svc["restart"] == "no", svc_name
+            continue
         assert check.get("test") and "polarstack-healthcheck" in " ".join(check["test"]), svc_name
-        for dep in svc.get("depends_on", {}).values():
-            assert dep["condition"] == "service_healthy"
+        for dep_name, dep in svc.get("depends_on", {}).items():
+            expected = "service_completed_successfully" if dep_name in ONE_SHOT else "service_healthy"
+            assert dep["condition"] == expected, (svc_name, dep_name)
     for engine in (s for s in rendered[name]["services"] if s.startswith("engine-")):
         assert rendered[name]["services"][engine]["healthcheck"]["start_period"] in ("15m0s", "900s")
 
@@ -185,7 +190,7 @@ def test_hadolint(dockerfile):
 
 
 def test_shellcheck():
-    scripts = ["images/router/entrypoint.sh", ".ci/run"]
+    scripts = ["images/router/entrypoint.sh", "images/sandbox/install.sh", ".ci/run"]
     proc = subprocess.run([str(BIN / "shellcheck"), *scripts], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout
 

