@@ -39,6 +39,8 @@ def _add_emulate_engine(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--model", default=None, help="served model name (default Qwen2.5-7B-Instruct)")
     p.add_argument("--seed", type=int, default=0, help="seed for deterministic tokens and logprobs")
+    p.add_argument("--tool-call-parser", default=None, metavar="NAME",
+                   help="parse tool calls into message.tool_calls as sglang does with this flag (Qwen format only)")
     p.set_defaults(handler=_cmd_emulate_engine)
 
 
@@ -47,7 +49,18 @@ def _cmd_emulate_engine(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise StackError(f"--port {args.port} is not a TCP port.", ExitCode.USAGE)
-    emulator.serve(args.port, host=args.host, model=args.model or emulator.DEFAULT_MODEL, seed=args.seed)
+    parser = args.tool_call_parser
+    if parser is not None:
+        from polarstack import toolcheck
+
+        if parser not in toolcheck.parser_choices():
+            raise StackError(f"--tool-call-parser {parser} is not a parser of the pinned sglang; choose one of "
+                             f"{', '.join(toolcheck.parser_choices())}.", ExitCode.USAGE)
+        if parser not in toolcheck.qwen25_names():
+            raise StackError(f"--tool-call-parser {parser}: the emulator writes only the Qwen format "
+                             f"(sglang's Qwen25Detector); use {' or '.join(toolcheck.qwen25_names())}.", ExitCode.USAGE)
+    emulator.serve(args.port, host=args.host, model=args.model or emulator.DEFAULT_MODEL, seed=args.seed,
+                   tool_call_parser=parser)
     return 0
 
 

@@ -3,7 +3,7 @@
 The launch follows ../shared/reference/slime.md ("A 4-GPU, one-node GRPO launch") and Polar's swegym example:
 a Ray head on 127.0.0.1, Polar's rollout server and gateway (topology.yaml points the gateway at the profile's
 base URL), and `ray job submit ... train_async.py` with external engines, the profile's router arguments,
-Polar's rollout function behind this project's gate, Polar's reward and data-source hooks, and GRPO settings.
+Polar's rollout function behind this project's gate, Polar's reward hooks, and GRPO settings.
 """
 
 from __future__ import annotations
@@ -174,7 +174,10 @@ def build_plan(task: str, profile: Profile, *, run_id: str, config: dict[str, An
         "--rollout-function-path", "polarstack.gate.generate_rollout_gated",
         "--custom-rm-path", "slime_bridge.reward.reward_func",
         "--custom-reward-post-process-path", "slime_bridge.reward_post_process.post_process_rewards",
-        "--data-source-path", "slime_bridge.data_source.CeilEpochRolloutDataSourceWithBuffer",
+        # No --data-source-path: Polar's CeilEpochRolloutDataSourceWithBuffer needs slime API that slime v0.3.1 lacks
+        # (_state_lock, ...; configs/upstream/polar-bridge.json, slime-api.json). slime's default
+        # RolloutDataSourceWithBuffer has no get_samples_with_reservation, so Polar's worker
+        # (rollout.py AsyncPolarRolloutWorker._next_group_for_submission) falls back to get_samples(1).
         "--custom-config-path", f"{run_dir}/polar_config.yaml",
         "--advantage-estimator", grpo["advantage_estimator"],
         "--n-samples-per-prompt", str(grpo["n_samples_per_prompt"]),
