@@ -24,6 +24,8 @@ RUNTIME ?= docker
 TASK ?=
 # 1: print and validate the launch of `make train` without running anything.
 DRY_RUN ?=
+# 1: `make train` continues the run's last checkpoint (refused when there is none).
+RESUME ?=
 # Router releases for `make router-matrix` (empty: sglang-router 0.1.0-0.3.2 and every smg release).
 RELEASES ?=
 
@@ -77,7 +79,7 @@ smoke: _venv ## prove the path yields trainable tokens (the profile that is up, 
 
 train: _venv ## GRPO on TASK=humaneval|mbpp behind the smoke gate (DRY_RUN=1 prints and validates only)
 	@test -n "$(TASK)" || { echo "make train needs TASK=humaneval or TASK=mbpp" >&2; exit 2; }
-	@$(CLI) train --task "$(TASK)" $(if $(filter command line environment,$(origin PROFILE)),--profile "$(PROFILE)") --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run)
+	@$(CLI) train --task "$(TASK)" $(if $(filter command line environment,$(origin PROFILE)),--profile "$(PROFILE)") --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(RESUME)),--resume)
 
 verify-offline: _venv ## check every rendered command line and image pin against the pinned upstreams (no GPU)
 	@$(CLI) verify-offline

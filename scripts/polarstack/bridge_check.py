@@ -21,9 +21,15 @@ from polarstack.pins import pins, repo_root
 HOOK_OPTIONS = ("--data-source-path", "--custom-rm-path", "--custom-reward-post-process-path", "--rollout-function-path")
 
 
-@lru_cache(maxsize=None)
 def facts() -> tuple[dict[str, Any], dict[str, Any]]:
-    base = repo_root() / "configs" / "upstream"
+    return _facts(str(repo_root()))
+
+
+@lru_cache(maxsize=None)
+def _facts(root: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    from pathlib import Path
+
+    base = Path(root) / "configs" / "upstream"
     try:
         bridge = json.loads((base / "polar-bridge.json").read_text())
         slime = json.loads((base / "slime-api.json").read_text())

@@ -465,6 +465,8 @@ def _add_train(sub) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override configs/train/defaults.yaml (dotted key), repeatable")
     p.add_argument("--source", default=None, help="mbpp: a JSONL file in MBPP's schema instead of the Hub")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the run's last checkpoint (--load of its save dir); refused when there is none")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(handler=_cmd_train)
 
@@ -494,7 +496,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     run_id = f"{args.task}-{name}-{time.strftime('%Y%m%dT%H%M%S')}"
     plan = build_plan(args.task, profile, run_id=run_id, config=load_defaults(args.set),
                       model_path=os.environ.get("MODEL_PATH") or knobs.get("MODEL_PATH"),
-                      served_model_name=knobs.get("SERVED_MODEL_NAME"))
+                      served_model_name=knobs.get("SERVED_MODEL_NAME"), resume=args.resume)
     if args.task == "humaneval":
         tasks.load_humaneval()  # validates the task data now, not on the GPU node
     if args.dry_run:
@@ -508,6 +510,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             for file_name, text in plan.files.items():
                 print(f"# --- {TRAINER_RUN_DIR}/{run_id}/{file_name} ---")
                 print(text.rstrip())
+            for line in plan.as_dict()["watch"]:
+                print(f"# on the GPU node, watch: {line}")
         return 0
     if runtime == "docker":
         compose.check_node("train", profile, need_gpus=True)
@@ -529,7 +533,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
                   tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{run_id}/tasks")
     for file_name, text in plan.files.items():
         (out / file_name).write_text(text)
+    from polarstack.train import RESUME_REFUSED, watch_lines
+
+    print("what to watch on the GPU node:\n  " + "\n  ".join(watch_lines(plan)), file=sys.stderr)
     proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/launch.sh"])
+    if proc.returncode == RESUME_REFUSED:  # launch.sh's checkpoint guard (train.checkpoint_guard) said why
+        raise StackError(f"the trainer refused run {run_id}: " + (
+            f"RESUME=1 found no checkpoint in {plan.checkpoint_dir}; run make train without RESUME to start it."
+            if args.resume else f"{plan.checkpoint_dir} already holds a checkpoint; make train RESUME=1 continues it."),
+            ExitCode.STATE)
     if proc.returncode != 0:
         raise StackError(f"the training job of run {run_id} failed (exit {proc.returncode}); see `make logs "
                          f"SERVICE=trainer` and {out}.", ExitCode.ENVIRONMENT)

@@ -8,6 +8,8 @@
 2. Every Python package the images pin resolves on the package index at that version for the image's
    Python and platform (`pip download --no-deps --only-binary=:all:`, cached).
 3. One source: images/README.md names every pin, the recorded upstream option tables match the pins.
+4. Meaning (polarstack.meaning): the Polar bridge's slime API exists at the pinned slime, the engines parse tool
+   calls, checkpoints/dropout/resume, and the weight-sync transport reaches the engines across containers.
 """
 
 from __future__ import annotations
@@ -105,6 +107,9 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
         problems += flags.check_tokens(options, table, command=label, program=program)
         checks.append(Check(f"{label}: train_async.py, ray start, ray job submit", not problems,
                             f"{len(plan.train_args)} train_async tokens", [p.sentence() for p in problems]))
+    from polarstack import meaning  # what the flags mean for this stack (issue 10)
+
+    checks += meaning.check_profile(profile, model)
     return checks
 
 
