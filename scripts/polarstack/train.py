@@ -183,10 +183,12 @@ def watch_lines(plan: LaunchPlan) -> list[str]:
     return [
         "tool calls: the smoke's tool request passed; in Polar's rollouts look for tool_use blocks and nonzero "
         "polar/reward_mean (all-zero rewards mean the agent never acted).",
-        f"weight sync ({transport}): after each rollout, the engines log a weight update "
-        + ("(update_weights_from_disk from weight_vNNNNNN under --update-weight-disk-dir)"
-           if transport == "disk" else "(init_weights_update_group, then update_weights_from_distributed)")
-        + " and their /get_weight_version increases.",
+        f"weight sync ({transport}): " + (
+            "after each update the engines log 'Start update_weights. Load format=...' (sglang tokenizer_manager "
+            "update_weights_from_disk) for weight_vNNNNNN under --update-weight-disk-dir, and GET /model_info shows "
+            "weight_version N (slime passes the version)." if transport == "disk" else
+            "the trainer and engines form an NCCL group (init_weights_update_group); not confirmed across "
+            "containers here: look for NCCL errors in the engine and trainer logs at the first update."),
         f"checkpoints: {plan.checkpoint_dir}/latest_checkpointed_iteration.txt appears after the first save "
         f"(every --save-interval rollouts); `make train RESUME=1` continues from it.",
         "bridge data source: slime's RolloutDataSourceWithBuffer; Polar's polar/reservations/* metrics stay absent "
