@@ -3,7 +3,7 @@
 Why: Polar's Anthropic transform builds `tool_use` blocks only from `message.tool_calls`
 (../shared/reference/gpu-node.md), and sglang fills `message.tool_calls` only when the engine runs with
 `--tool-call-parser` and the request carries tools with tool_choice other than "none"
-(sglang/srt/entrypoints/openai/serving_chat.py `_build_chat_response`, ~l.1348-1361 at 0.5.15.post1). Without it
+(sglang/srt/entrypoints/openai/serving_chat.py `_build_chat_response`, ~l.1348-1361 at SGLANG_VERSION). Without it
 the agent can never edit a file, every reward is 0 and GRPO learns nothing while training runs.
 
 - `parser_choices()`: the names the pinned `--tool-call-parser` accepts, read with `ast` from the wheel
