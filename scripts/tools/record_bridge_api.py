@@ -28,6 +28,7 @@ import datetime
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 # --------------------------------------------------------------------------------------------- polar side
@@ -177,7 +178,7 @@ class SlimeSource:
         for path in (f"{rel}.py", f"{rel}/__init__.py"):
             if path not in self._trees:
                 text = self.text(path)
-                self._trees[path] = ast.parse(text) if text is not None else None
+                self._trees[path] = _parse(text) if text is not None else None
             if self._trees[path] is not None:
                 return path, self._trees[path]
         return None
@@ -229,7 +230,7 @@ class SlimeSource:
         path = "slime/utils/arguments.py"
         text = self.text(path) or ""
         found: dict = {"exists": False}
-        for node in ast.walk(ast.parse(text)):
+        for node in ast.walk(_parse(text)):
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
@@ -245,6 +246,12 @@ class SlimeSource:
                     except ValueError:
                         found[kw.arg] = ast.unparse(kw.value)
         return found
+
+
+def _parse(text: str) -> ast.Module:
+    with warnings.catch_warnings():  # upstream sources may hold invalid escape sequences; they still parse
+        warnings.simplefilter("ignore")
+        return ast.parse(text)
 
 
 def _top_level(tree: ast.Module, name: str) -> ast.AST | None:

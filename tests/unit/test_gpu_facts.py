@@ -239,3 +239,13 @@ def test_unknown_transport_is_refused(monkeypatch):
     with pytest.raises(StackError) as exc:
         profiles.load("engine-direct")
     assert exc.value.code == ExitCode.USAGE and "WEIGHT_SYNC_TRANSPORT=carrier-pigeon" in exc.value.message
+
+
+SLIME_GIT = Path(__import__("os").environ.get("SLIME_GIT_DIR", "/work/.mirror/THUDM+slime/repo"))
+
+
+@pytest.mark.skipif(not SLIME_GIT.exists(), reason=f"needs a slime git directory (SLIME_GIT_DIR, default {SLIME_GIT})")
+def test_slime_api_json_is_what_the_tool_records_from_the_pinned_slime():
+    bridge, committed = bridge_check.facts()
+    fresh = record_tool().record_slime(SLIME_GIT, pins()["SLIME_COMMIT"], bridge, list(committed["options"]))
+    assert fresh["symbols"] == committed["symbols"] and fresh["options"] == committed["options"]
