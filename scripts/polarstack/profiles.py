@@ -163,12 +163,13 @@ def validate(name: str, path: Path, values: dict[str, str], node_gpus: int) -> N
 
 
 def knob(profile: Profile | None, key: str, default: str = "") -> str:
-    """A stack knob: the profile's value, else the environment's, else configs/stack.env's, else `default`."""
-    if profile is not None and profile.values.get(key):
+    """A stack knob: the profile's value, else the environment's, else configs/stack.env's, else `default`.
+    A value set empty on purpose stays empty (as Compose sees it)."""
+    if profile is not None and key in profile.values:
         return profile.values[key]
-    if os.environ.get(key):
+    if key in os.environ:
         return os.environ[key]
-    return parse_env_file(repo_root() / "configs" / "stack.env").get(key) or default
+    return parse_env_file(repo_root() / "configs" / "stack.env").get(key, default)
 
 
 def load(name: str, *, node_gpus: int | None = None, path: Path | None = None) -> Profile:

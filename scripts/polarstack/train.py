@@ -166,13 +166,13 @@ def weight_sync_args(profile: Profile) -> list[str]:
     nccl: slime's default; trainer and engines join one NCCL group (UpdateWeightFromDistributed)."""
     from polarstack.profiles import WEIGHT_SYNC_TRANSPORTS, knob
 
-    transport = knob(profile, "WEIGHT_SYNC_TRANSPORT", "disk")
+    transport = knob(profile, "WEIGHT_SYNC_TRANSPORT") or "disk"
     if transport not in WEIGHT_SYNC_TRANSPORTS:
         raise StackError(f"WEIGHT_SYNC_TRANSPORT={transport} must be one of {', '.join(WEIGHT_SYNC_TRANSPORTS)} "
                          "(configs/stack.env or the profile).", ExitCode.USAGE)
     if transport == "disk":
         return ["--update-weight-mode", "full", "--update-weight-transport", "disk",
-                "--update-weight-disk-dir", knob(profile, "WEIGHT_UPDATE_DIR", "/shared/weight-updates")]
+                "--update-weight-disk-dir", knob(profile, "WEIGHT_UPDATE_DIR") or "/shared/weight-updates"]
     return ["--update-weight-mode", "full", "--update-weight-transport", "nccl"]
 
 

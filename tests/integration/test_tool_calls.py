@@ -103,3 +103,11 @@ def test_verify_offline_fails_for_a_bad_parser(monkeypatch, capsys):
     assert main(["verify-offline", "--skip-downloads", "--json"]) == ExitCode.USAGE
     problems = [p for c in json.loads(capsys.readouterr().out)["checks"] for p in c["problems"]]
     assert any("--tool-call-parser qwen9 is not a parser of the pinned sglang" in p for p in problems), problems
+
+
+@pytest.mark.router
+def test_verify_offline_fails_when_the_parser_is_unset(monkeypatch, capsys):
+    monkeypatch.setenv(toolcheck.PARSER_KNOB, "")
+    assert main(["verify-offline", "--skip-downloads", "--json"]) == ExitCode.USAGE
+    problems = [p for c in json.loads(capsys.readouterr().out)["checks"] for p in c["problems"]]
+    assert any(toolcheck.PARSER_KNOB in p for p in problems), problems
