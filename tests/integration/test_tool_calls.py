@@ -111,3 +111,15 @@ def test_verify_offline_fails_when_the_parser_is_unset(monkeypatch, capsys):
     assert main(["verify-offline", "--skip-downloads", "--json"]) == ExitCode.USAGE
     problems = [p for c in json.loads(capsys.readouterr().out)["checks"] for p in c["problems"]]
     assert any(toolcheck.PARSER_KNOB in p for p in problems), problems
+
+
+def test_local_runtime_without_parser_fails_the_smoke_with_12(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv(toolcheck.PARSER_KNOB, "")
+    assert main(["up", "--profile", "engine-direct"]) == 0
+    try:
+        capsys.readouterr()
+        assert main(["smoke", "--json"]) == ExitCode.TOOL_CALLS
+        assert "--tool-call-parser" in capsys.readouterr().err
+    finally:
+        assert main(["down"]) == 0
