@@ -540,7 +540,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if proc.returncode == RESUME_REFUSED:  # launch.sh's checkpoint guard (train.checkpoint_guard) said why
         raise StackError(f"the trainer refused run {run_id}: " + (
             f"RESUME=1 found no checkpoint in {plan.checkpoint_dir}; run make train without RESUME to start it."
-            if args.resume else f"{plan.checkpoint_dir} already holds a checkpoint; make train RESUME=1 continues it."),
+            if args.resume else f"{plan.checkpoint_dir} already holds a checkpoint; make train RESUME=1 continues it, or "
+            "SET=checkpoint.run_name=NEW starts another run."),
             ExitCode.STATE)
     if proc.returncode != 0:
         raise StackError(f"the training job of run {run_id} failed (exit {proc.returncode}); see `make logs "

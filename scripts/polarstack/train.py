@@ -294,7 +294,7 @@ def checkpoint_guard(plan: LaunchPlan) -> list[str]:
                 f"  echo {shlex.quote(f'RESUME=1 found no checkpoint to continue in {plan.checkpoint_dir} (no latest_checkpointed_iteration.txt); run make train without RESUME to start this run.')} >&2",
                 f"  exit {RESUME_REFUSED}", "fi"]
     return [f"if [ -s {tracker} ]; then",
-            f"  echo {shlex.quote(f'{plan.checkpoint_dir} already holds a checkpoint of this run; make train RESUME=1 continues it, or pass --set checkpoint.run_name=NEW to start another run.')} >&2",
+            f"  echo {shlex.quote(f'{plan.checkpoint_dir} already holds a checkpoint of this run; make train RESUME=1 continues it, or make train SET=checkpoint.run_name=NEW starts another run.')} >&2",
             f"  exit {RESUME_REFUSED}", "fi"]
 
 

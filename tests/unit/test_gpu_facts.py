@@ -200,6 +200,7 @@ def test_resume_flag_reaches_the_plan(capsys):
 def test_makefile_passes_resume():
     text = (repo_root() / "Makefile").read_text()
     assert "RESUME ?=" in text and "$(if $(filter 1 yes true,$(RESUME)),--resume)" in text
+    assert '$(foreach s,$(SET),--set "$(s)")' in text  # the guard's advice (SET=checkpoint.run_name=NEW) works
 
 
 # --- point 7: weight sync across containers ---------------------------------------------------------------------
