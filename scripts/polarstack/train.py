@@ -145,6 +145,9 @@ def checkpoint_dir(task: str, profile: Profile, config: dict[str, Any]) -> str:
 
 def hygiene_args(config: dict[str, Any], ckpt: str, resume: bool) -> list[str]:
     """--save-interval, dropout 0.0 and (RESUME=1) --load of the run's own checkpoint directory."""
+    if "save_interval" not in (config.get("checkpoint") or {}):
+        raise StackError("checkpoint.save_interval is missing from configs/train/defaults.yaml; without it slime "
+                         "v0.3.1 never saves a checkpoint.", ExitCode.USAGE)
     interval = _int(config, "checkpoint", "save_interval")
     training = config.get("training") or {}
     args = ["--save-interval", str(interval),
@@ -282,7 +285,7 @@ def build_plan(task: str, profile: Profile, *, run_id: str, config: dict[str, An
     return plan
 
 
-RESUME_REFUSED = 9  # launch.sh's exit code when RESUME=1 finds no checkpoint or a fresh run would overwrite one
+RESUME_REFUSED = int(ExitCode.STATE)  # launch.sh's exit code when RESUME=1 finds no checkpoint or a fresh run would overwrite one
 
 
 def checkpoint_guard(plan: LaunchPlan) -> list[str]:
