@@ -25,6 +25,10 @@ RUNTIME ?= docker
 TASK ?=
 # 1: print and validate the launch of `make train` without running anything.
 DRY_RUN ?=
+# 1: `make train` continues the run's last checkpoint (refused when there is none).
+RESUME ?=
+# Overrides of configs/train/defaults.yaml for `make train`, space-separated key=value (e.g. SET="checkpoint.save_interval=10").
+SET ?=
 # Router releases for `make router-matrix` (empty: sglang-router 0.1.0-0.3.2 and every smg release).
 RELEASES ?=
 
@@ -87,7 +91,7 @@ smoke: _venv ## prove the path yields trainable tokens (the profile that is up, 
 
 train: _venv ## GRPO on TASK=humaneval|mbpp behind the smoke gate (DRY_RUN=1 prints and validates only)
 	@test -n "$(TASK)" || { echo "make train needs TASK=humaneval or TASK=mbpp" >&2; exit 2; }
-	@$(call _timed,$(CLI) train --task "$(TASK)" $(_PROFILE_ARG) --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run))
+	@$(call _timed,$(CLI) train --task "$(TASK)" $(_PROFILE_ARG) --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(RESUME)),--resume) $(foreach s,$(SET),--set "$(s)"))
 
 verify-offline: _venv ## check every rendered command line and image pin against the pinned upstreams (no GPU)
 	@$(CLI) verify-offline

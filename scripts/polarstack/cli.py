@@ -39,6 +39,8 @@ def _add_emulate_engine(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--model", default=None, help="served model name (default Qwen2.5-7B-Instruct)")
     p.add_argument("--seed", type=int, default=0, help="seed for deterministic tokens and logprobs")
+    p.add_argument("--tool-call-parser", default=None, metavar="NAME",
+                   help="parse tool calls into message.tool_calls as sglang does with this flag (Qwen format only)")
     p.set_defaults(handler=_cmd_emulate_engine)
 
 
@@ -47,7 +49,18 @@ def _cmd_emulate_engine(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise StackError(f"--port {args.port} is not a TCP port.", ExitCode.USAGE)
-    emulator.serve(args.port, host=args.host, model=args.model or emulator.DEFAULT_MODEL, seed=args.seed)
+    parser = args.tool_call_parser
+    if parser is not None:
+        from polarstack import toolcheck
+
+        if parser not in toolcheck.parser_choices():
+            raise StackError(f"--tool-call-parser {parser} is not a parser of the pinned sglang; choose one of "
+                             f"{', '.join(toolcheck.parser_choices())}.", ExitCode.USAGE)
+        if parser not in toolcheck.qwen25_names():
+            raise StackError(f"--tool-call-parser {parser}: the emulator writes only the Qwen format "
+                             f"(sglang's Qwen25Detector); use {' or '.join(toolcheck.qwen25_names())}.", ExitCode.USAGE)
+    emulator.serve(args.port, host=args.host, model=args.model or emulator.DEFAULT_MODEL, seed=args.seed,
+                   tool_call_parser=parser)
     return 0
 
 
@@ -468,6 +481,8 @@ def _add_train(sub) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override configs/train/defaults.yaml (dotted key), repeatable")
     p.add_argument("--source", default=None, help="mbpp: a JSONL file in MBPP's schema instead of the Hub")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the run's last checkpoint (--load of its save dir); refused when there is none")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(handler=_cmd_train)
 
@@ -499,7 +514,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     run_id = f"{args.task}-{name}-{time.strftime('%Y%m%dT%H%M%S')}"
     plan = build_plan(args.task, profile, run_id=run_id, config=load_defaults(args.set),
                       model_path=os.environ.get("MODEL_PATH") or knobs.get("MODEL_PATH"),
-                      served_model_name=knobs.get("SERVED_MODEL_NAME"))
+                      served_model_name=knobs.get("SERVED_MODEL_NAME"), resume=args.resume)
     if args.task == "humaneval":
         tasks.load_humaneval()  # validates the task data now, not on the GPU node
     if args.dry_run:
@@ -513,6 +528,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             for file_name, text in plan.files.items():
                 print(f"# --- {TRAINER_RUN_DIR}/{run_id}/{file_name} ---")
                 print(text.rstrip())
+            for line in plan.as_dict()["watch"]:
+                print(f"# on the GPU node, watch: {line}")
         return 0
     if runtime == "docker":
         compose.check_node("train", profile, need_gpus=True)
@@ -537,7 +554,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
                   tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{run_id}/tasks")
     for file_name, text in plan.files.items():
         (out / file_name).write_text(text)
+    from polarstack.train import RESUME_REFUSED, watch_lines
+
+    print("what to watch on the GPU node:\n  " + "\n  ".join(watch_lines(plan)), file=sys.stderr)
     proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/launch.sh"])
+    if proc.returncode == RESUME_REFUSED:  # launch.sh's checkpoint guard (train.checkpoint_guard) said why
+        raise StackError(f"the trainer refused run {run_id}: " + (
+            f"RESUME=1 found no checkpoint in {plan.checkpoint_dir}; run make train without RESUME to start it."
+            if args.resume else f"{plan.checkpoint_dir} already holds a checkpoint; make train RESUME=1 continues it, or "
+            "SET=checkpoint.run_name=NEW starts another run."),
+            ExitCode.STATE)
     if proc.returncode != 0:
         raise StackError(f"the training job of run {run_id} failed (exit {proc.returncode}); see `make logs "
                          f"SERVICE=trainer` and {out}.", ExitCode.ENVIRONMENT)

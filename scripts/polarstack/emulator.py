@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from polarstack import sglang_protocol
+from polarstack import sglang_protocol, toolcheck
 from polarstack.tokenizer import ENDOFTEXT, IM_END, SPECIAL_IDS, Tokenizer, encode_chat
 
 DEFAULT_MODEL = "Qwen2.5-7B-Instruct"
@@ -59,6 +59,8 @@ class EngineState:
     cached_tokens_total: int = 0
     generated_tokens_total: int = 0
     chat_completions: int = 0
+    # `--tool-call-parser` of the emulated engine (None: sglang's default, no parsing; see polarstack.toolcheck).
+    tool_call_parser: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def cached_prefix(self, prompt: list[int]) -> int:
@@ -108,6 +110,29 @@ def generate(state: EngineState, prompt: list[int], max_new_tokens: int | None, 
         ids = ids[:limit]
         finish = {"type": "length", "length": limit}
     logprobs = [round(-rng.uniform(0.0005, 3.0), 6) for _ in ids]
+    cached = state.cached_prefix(prompt)
+    with state.lock:
+        state.prompt_tokens_total += len(prompt)
+        state.cached_tokens_total += cached
+        state.generated_tokens_total += len(ids)
+    return Generation(ids, logprobs, finish, cached, started)
+
+
+def generate_tool_call(state: EngineState, prompt: list[int], tools: list[Any], max_new_tokens: int | None, *,
+                       salt: int = 0, sampling_seed: int | None = None) -> Generation:
+    """The emulated model's answer when tools are offered: one Qwen-format call of the first tool, then <|im_end|>
+    (deterministic; cut at max_new_tokens like any generation)."""
+    started = time.time()
+    rng = _rng(state.seed, prompt, salt, sampling_seed)
+    limit = max_new_tokens if max_new_tokens is not None else 128
+    ids = state.tokenizer.encode(toolcheck.tool_call_text(tools))
+    if len(ids) < limit:
+        ids.append(IM_END)
+        finish: dict[str, Any] = {"type": "stop", "matched": IM_END}
+    else:
+        ids = ids[:limit]
+        finish = {"type": "length", "length": limit}
+    logprobs = [round(-rng.uniform(0.0005, 1.0), 6) for _ in ids]
     cached = state.cached_prefix(prompt)
     with state.lock:
         state.prompt_tokens_total += len(prompt)
@@ -384,8 +409,12 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
         prompt = chat_prompt(request)
         max_new = request.max_completion_tokens or request.max_tokens
         rid = uuid.uuid4().hex
-        gens = [generate(state, prompt, max_new, salt=i, sampling_seed=request.seed, ignore_eos=request.ignore_eos,
-                         min_new_tokens=request.min_tokens) for i in range(request.n)]
+        if request.tools:
+            gens = [generate_tool_call(state, prompt, [t.model_dump() for t in request.tools], max_new, salt=i,
+                                       sampling_seed=request.seed) for i in range(request.n)]
+        else:
+            gens = [generate(state, prompt, max_new, salt=i, sampling_seed=request.seed,
+                             ignore_eos=request.ignore_eos, min_new_tokens=request.min_tokens) for i in range(request.n)]
         extensions = state.fault.get("mode") != "no_extensions"
         # "always_extensions" is a measurement mode (not sglang's behaviour): it tells whether a router would
         # pass the fields through if an engine emitted them unasked (router-behavior.md's third column).
@@ -400,12 +429,13 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
             if request.logprobs:
                 logprobs = proto.ChoiceLogprobs(content=[token_logprob(t, lp, request.top_logprobs or 0, rng)
                                                          for t, lp in zip(gen.output_ids, gen.logprobs)])
+            text = _visible_text(state, gen.output_ids, request.skip_special_tokens)
+            text, tool_calls, finish_type = parse_tool_calls(request, text, gen.finish_reason["type"])
             choices.append(proto.ChatCompletionResponseChoice(
                 index=index,
-                message=proto.ChatMessage(role="assistant", content=_visible_text(state, gen.output_ids,
-                                                                                  request.skip_special_tokens)),
+                message=proto.ChatMessage(role="assistant", content=text, tool_calls=tool_calls),
                 logprobs=logprobs,
-                finish_reason=gen.finish_reason["type"],
+                finish_reason=finish_type,
                 matched_stop=gen.finish_reason.get("matched"),
                 prompt_token_ids=list(prompt) if (request.return_prompt_token_ids or forced) and extensions else None,
                 meta_info=meta if (request.return_meta_info or forced) and extensions else None,
@@ -418,6 +448,16 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
         body = response.model_dump()
         corrupted = corrupt(body)
         return corrupted if corrupted is not None else JSONResponse(body)
+
+    def parse_tool_calls(request: Any, text: str, finish_type: str) -> tuple[str, list[Any] | None, str]:
+        """serving_chat.py's conditions (~l.1348-1361): parse only with a parser, tools, and tool_choice != "none";
+        then `_process_tool_calls` (~l.1504-1548): finish_reason "stop" becomes "tool_calls"."""
+        if not (state.tool_call_parser and request.tools and request.tool_choice != "none"):
+            return text, None, finish_type
+        if toolcheck.QWEN_BOT not in text:
+            return text, None, finish_type
+        normal, calls = toolcheck.parse_qwen25(text, [t.function.name for t in request.tools])
+        return normal, [proto.ToolCall(**c) for c in calls], ("tool_calls" if finish_type == "stop" else finish_type)
 
     async def chat_stream(request: Any, prompt: list[int], gens: list[Generation], rid: str):
         created = int(time.time())
@@ -546,11 +586,12 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
     return app
 
 
-def serve(port: int, host: str = "127.0.0.1", model: str = DEFAULT_MODEL, seed: int = 0) -> None:
+def serve(port: int, host: str = "127.0.0.1", model: str = DEFAULT_MODEL, seed: int = 0,
+          tool_call_parser: str | None = None) -> None:
     """Run the emulator in the foreground until interrupted."""
     import uvicorn
 
-    state = EngineState(model=model, seed=seed, port=port)
+    state = EngineState(model=model, seed=seed, port=port, tool_call_parser=tool_call_parser)
     app = create_app(state)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)

@@ -23,6 +23,7 @@ class ExitCode(enum.IntEnum):
     STATE = 9  # run state conflict: already up, nothing up, stale pids
     TASK_DATA = 10  # task data missing or invalid
     GATE = 11  # the training gate refused to launch
+    TOOL_CALLS = 12  # a request carrying tools got no parsed message.tool_calls (engine lacks --tool-call-parser)
     ASSETS_MISSING = 13  # GPU-node assets absent: model weights, the sandbox image, the agent CLI, apptainer
 
 

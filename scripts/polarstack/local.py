@@ -21,7 +21,7 @@ import httpx
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import repo_root
 from polarstack.processes import child_env, free_port, stop_pid, wait_http
-from polarstack.profiles import Profile
+from polarstack.profiles import Profile, knob
 from polarstack.routers import install, register_worker
 
 STATE_FILE = "state.json"
@@ -115,6 +115,9 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
         for index in range(profile.engine_count):
             port = free_port()
             cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(index)]
+            parser = knob(profile, "ENGINE_TOOL_CALL_PARSER")  # as the docker engines run (compose.yaml)
+            if parser:
+                cmd += ["--tool-call-parser", parser]
             process = _spawn(cmd, logs / f"engine-{index}.log")
             started.append({"role": f"engine-{index}", "pid": process.pid, "port": port,
                             "start_time": start_time(process.pid),

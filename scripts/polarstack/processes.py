@@ -86,10 +86,17 @@ def child_env() -> dict[str, str]:
 
 
 def start_emulator(port: int | None = None, *, model: str | None = None, seed: int = 0, log_path: Path | None = None,
-                   timeout: float = 30.0) -> tuple[subprocess.Popen, int]:
-    """Start `polarstack emulate-engine` on 127.0.0.1 and wait until /health answers; (process, port)."""
+                   timeout: float = 30.0, tool_call_parser: str | None = "stack") -> tuple[subprocess.Popen, int]:
+    """Start `polarstack emulate-engine` on 127.0.0.1 and wait until /health answers; (process, port).
+    tool_call_parser "stack": the stack's ENGINE_TOOL_CALL_PARSER (as the engines run); None: no parser."""
     port = port or free_port()
     cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(seed)]
+    if tool_call_parser == "stack":
+        from polarstack.profiles import knob
+
+        tool_call_parser = knob(None, "ENGINE_TOOL_CALL_PARSER") or None
+    if tool_call_parser:
+        cmd += ["--tool-call-parser", tool_call_parser]
     if model:
         cmd += ["--model", model]
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL

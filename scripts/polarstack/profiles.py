@@ -20,7 +20,10 @@ ROUTERS = {"passthrough": "ROUTER_PASSTHROUGH", "patched": "ROUTER_PATCHED", "st
 REQUIRED = ("PROFILE_NAME", "PROFILE_ROLE", "ROUTER", "ROUTER_REGISTRATION", "ENGINE_COUNT", "ENGINE_GPUS",
             "TRAINER_GPUS", "ENGINE_PORT_BASE", "ROUTER_PORT", "POLAR_BASE", "POLAR_ROUTE",
             "POLAR_WORKER_DISCOVERY", "EXPECT_SMOKE")
-OPTIONAL = ("ENGINE_EXTRA_ARGS",)  # extra sglang.launch_server flags (docker runtime), may be empty
+OPTIONAL = ("ENGINE_EXTRA_ARGS",  # extra sglang.launch_server flags (docker runtime), may be empty
+            # configs/stack.env knobs a profile may override (issue 10 points 4 and 7); see `knob`.
+            "ENGINE_TOOL_CALL_PARSER", "WEIGHT_SYNC_TRANSPORT")
+WEIGHT_SYNC_TRANSPORTS = ("disk", "nccl")  # slime --update-weight-transport choices at SLIME_COMMIT
 NODE_GPUS_DEFAULT = 4
 
 
@@ -132,6 +135,9 @@ def validate(name: str, path: Path, values: dict[str, str], node_gpus: int) -> N
         raise bad("ROUTER and ROUTER_REGISTRATION must both be none or both be set.")
     if values["ROUTER"] == "none" and values["POLAR_BASE"] == "router":
         raise bad("POLAR_BASE=router needs a ROUTER; set POLAR_BASE=engine-0.")
+    transport = values.get("WEIGHT_SYNC_TRANSPORT")
+    if transport and transport not in WEIGHT_SYNC_TRANSPORTS:
+        raise bad(f"WEIGHT_SYNC_TRANSPORT={transport} must be one of {', '.join(WEIGHT_SYNC_TRANSPORTS)}.")
     engines = _gpus(path, "ENGINE_GPUS", values["ENGINE_GPUS"])
     trainer = _gpus(path, "TRAINER_GPUS", values["TRAINER_GPUS"])
     if len(engines) != int(values["ENGINE_COUNT"]):
@@ -154,6 +160,16 @@ def validate(name: str, path: Path, values: dict[str, str], node_gpus: int) -> N
         release = RouterRelease(table[f"{prefix}_PACKAGE"], table[f"{prefix}_VERSION"])
         if values["ROUTER_REGISTRATION"] == "register" and not release.has_worker_api:
             raise bad(f"{release.spec} has no POST /workers; use ROUTER_REGISTRATION=static.")
+
+
+def knob(profile: Profile | None, key: str, default: str = "") -> str:
+    """A stack knob: the profile's value, else the environment's, else configs/stack.env's, else `default`.
+    A value set empty on purpose stays empty (as Compose sees it)."""
+    if profile is not None and key in profile.values:
+        return profile.values[key]
+    if key in os.environ:
+        return os.environ[key]
+    return parse_env_file(repo_root() / "configs" / "stack.env").get(key, default)
 
 
 def load(name: str, *, node_gpus: int | None = None, path: Path | None = None) -> Profile:

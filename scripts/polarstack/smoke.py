@@ -261,6 +261,10 @@ def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, tur
         report.elapsed = time.perf_counter() - started
     if report.code == ExitCode.OK:
         _judge(report)
+    if report.code == ExitCode.OK:  # issue 10 point 4: tool schemas must come back as parsed tool_calls
+        from polarstack.toolcheck import check_tool_calls
+
+        check_tool_calls(report, timeout)
     return report
 
 

@@ -3,7 +3,7 @@
 The launch follows ../shared/reference/slime.md ("A 4-GPU, one-node GRPO launch") and Polar's swegym example:
 a Ray head on 127.0.0.1, Polar's rollout server and gateway (topology.yaml points the gateway at the profile's
 base URL), and `ray job submit ... train_async.py` with external engines, the profile's router arguments,
-Polar's rollout function behind this project's gate, Polar's reward and data-source hooks, and GRPO settings.
+Polar's rollout function behind this project's gate, Polar's reward hooks, and GRPO settings.
 """
 
 from __future__ import annotations
@@ -59,12 +59,15 @@ class LaunchPlan:
     commands: list[list[str]] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
     train_args: list[str] = field(default_factory=list)
+    checkpoint_dir: str = ""  # --save (and --load when resuming): stable across runs of one run name
+    resume: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"task": self.task, "profile": self.profile, "run_id": self.run_id,
                 "tensor_model_parallel_size": self.tensor_parallel, "trainer_gpus": self.trainer_gpus,
                 "base_url": self.base_url, "commands": [shlex.join(c) for c in self.commands],
-                "files": self.files}
+                "files": self.files, "checkpoint_dir": self.checkpoint_dir, "resume": self.resume,
+                "watch": watch_lines(self)}
 
 
 def _int(config: dict[str, Any], section: str, key: str) -> int:
@@ -132,17 +135,83 @@ def topology(profile: Profile, config: dict[str, Any], model_name: str) -> dict[
     }
 
 
+def checkpoint_dir(task: str, profile: Profile, config: dict[str, Any]) -> str:
+    """Where this run saves (and a resume loads): model.save/<checkpoint.run_name or task-profile>."""
+    name = str((config.get("checkpoint") or {}).get("run_name") or f"{task}-{profile.name}")
+    if "/" in name or name in (".", ".."):
+        raise StackError(f"checkpoint.run_name={name!r} must be a plain directory name.", ExitCode.USAGE)
+    return f"{config['model']['save']}/{name}"
+
+
+def hygiene_args(config: dict[str, Any], ckpt: str, resume: bool) -> list[str]:
+    """--save-interval, dropout 0.0 and (RESUME=1) --load of the run's own checkpoint directory."""
+    if "save_interval" not in (config.get("checkpoint") or {}):
+        raise StackError("checkpoint.save_interval is missing from configs/train/defaults.yaml; without it slime "
+                         "v0.3.1 never saves a checkpoint.", ExitCode.USAGE)
+    interval = _int(config, "checkpoint", "save_interval")
+    training = config.get("training") or {}
+    args = ["--save-interval", str(interval),
+            "--attention-dropout", str(float(training.get("attention_dropout", 0.0))),
+            "--hidden-dropout", str(float(training.get("hidden_dropout", 0.0)))]
+    if resume:
+        # slime v0.3.1 (slime/utils/arguments.py ~l.1759-1779): a --load without latest_checkpointed_iteration.txt
+        # silently falls back to --ref-load at rollout 0, so launch.sh refuses that case before submitting.
+        args += ["--load", ckpt]
+    return args
+
+
+def weight_sync_args(profile: Profile) -> list[str]:
+    """How slime sends weights to the external engines (WEIGHT_SYNC_TRANSPORT; docs/gpu-facts.md).
+
+    disk: slime v0.3.1 UpdateWeightFromDisk writes an HF checkpoint to <dir>/weight_vNNNNNN and RayTrainGroup
+    `_reload_rollout_weights_from_disk` asks each engine to `update_weights_from_disk` that same path, so the
+    directory must be a volume mounted at the same path in trainer and engines (compose.yaml `weight-updates`).
+    nccl: slime's default; trainer and engines join one NCCL group (UpdateWeightFromDistributed)."""
+    from polarstack.profiles import WEIGHT_SYNC_TRANSPORTS, knob
+
+    transport = knob(profile, "WEIGHT_SYNC_TRANSPORT") or "disk"
+    if transport not in WEIGHT_SYNC_TRANSPORTS:
+        raise StackError(f"WEIGHT_SYNC_TRANSPORT={transport} must be one of {', '.join(WEIGHT_SYNC_TRANSPORTS)} "
+                         "(configs/stack.env or the profile).", ExitCode.USAGE)
+    if transport == "disk":
+        return ["--update-weight-mode", "full", "--update-weight-transport", "disk",
+                "--update-weight-disk-dir", knob(profile, "WEIGHT_UPDATE_DIR") or "/shared/weight-updates"]
+    return ["--update-weight-mode", "full", "--update-weight-transport", "nccl"]
+
+
+def watch_lines(plan: LaunchPlan) -> list[str]:
+    """What only the GPU node can confirm, and where to look (printed by `make train`)."""
+    args = plan.train_args
+    transport = args[args.index("--update-weight-transport") + 1] if "--update-weight-transport" in args else "nccl"
+    return [
+        "tool calls: the smoke's tool request passed; in Polar's rollouts look for tool_use blocks and nonzero "
+        "polar/reward_mean (all-zero rewards mean the agent never acted).",
+        f"weight sync ({transport}): " + (
+            "after each update the engines log 'Start update_weights. Load format=...' (sglang tokenizer_manager "
+            "update_weights_from_disk) for weight_vNNNNNN under --update-weight-disk-dir, and GET /model_info shows "
+            "weight_version N (slime passes the version)." if transport == "disk" else
+            "the trainer and engines form an NCCL group (init_weights_update_group); not confirmed across "
+            "containers here: look for NCCL errors in the engine and trainer logs at the first update."),
+        f"checkpoints: {plan.checkpoint_dir}/latest_checkpointed_iteration.txt appears after the first save "
+        f"(every --save-interval rollouts); `make train RESUME=1` continues from it.",
+        "bridge data source: slime's RolloutDataSourceWithBuffer; Polar's polar/reservations/* metrics stay absent "
+        "(no at-least-once replay of in-flight groups on resume).",
+    ]
+
+
 def build_plan(task: str, profile: Profile, *, run_id: str, config: dict[str, Any] | None = None,
-               model_path: str | None = None, served_model_name: str | None = None) -> LaunchPlan:
+               model_path: str | None = None, served_model_name: str | None = None, resume: bool = False) -> LaunchPlan:
     config = copy.deepcopy(config or load_defaults())
     tp = validate(task, profile, config, model_path)
+    ckpt = checkpoint_dir(task, profile, config)
     model = config["model"]
     grpo = config["grpo"]
     hf = model_path or model["hf_checkpoint"]
     served = served_model_name or model["name"]
     run_dir = f"{TRAINER_RUN_DIR}/{run_id}"
     engines = [f"127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
-    plan = LaunchPlan(task, profile.name, run_id, tp, profile.trainer_gpus, profile.base_url())
+    plan = LaunchPlan(task, profile.name, run_id, tp, profile.trainer_gpus, profile.base_url(),
+                      checkpoint_dir=ckpt, resume=resume)
 
     gate = config["gate"]
     polar_values = {
@@ -167,14 +236,18 @@ def build_plan(task: str, profile: Profile, *, run_id: str, config: dict[str, An
     if profile.registration == "register":  # slime registers the engines with this router (POST /workers)
         args += ["--sglang-router-ip", "127.0.0.1", "--sglang-router-port", str(profile.router_port)]
     args += [
-        "--hf-checkpoint", hf, "--ref-load", model.get("ref_load") or hf, "--save", f"{model['save']}/{run_id}",
+        "--hf-checkpoint", hf, "--ref-load", model.get("ref_load") or hf, "--save", ckpt,
+        *hygiene_args(config, ckpt, resume), *weight_sync_args(profile),
         *[str(a) for a in model["args"]],
         "--prompt-data", f"{run_dir}/tasks/train.jsonl", "--input-key", "prompt", "--label-key", "label",
         "--metadata-key", "metadata", "--reward-key", "score",
         "--rollout-function-path", "polarstack.gate.generate_rollout_gated",
         "--custom-rm-path", "slime_bridge.reward.reward_func",
         "--custom-reward-post-process-path", "slime_bridge.reward_post_process.post_process_rewards",
-        "--data-source-path", "slime_bridge.data_source.CeilEpochRolloutDataSourceWithBuffer",
+        # No --data-source-path: Polar's CeilEpochRolloutDataSourceWithBuffer needs slime API that slime v0.3.1 lacks
+        # (_state_lock, ...; configs/upstream/polar-bridge.json, slime-api.json). slime's default
+        # RolloutDataSourceWithBuffer has no get_samples_with_reservation, so Polar's worker
+        # (rollout.py AsyncPolarRolloutWorker._next_group_for_submission) falls back to get_samples(1).
         "--custom-config-path", f"{run_dir}/polar_config.yaml",
         "--advantage-estimator", grpo["advantage_estimator"],
         "--n-samples-per-prompt", str(grpo["n_samples_per_prompt"]),
@@ -219,6 +292,22 @@ def build_plan(task: str, profile: Profile, *, run_id: str, config: dict[str, An
     return plan
 
 
+RESUME_REFUSED = int(ExitCode.STATE)  # launch.sh's exit code when RESUME=1 finds no checkpoint or a fresh run would overwrite one
+
+
+def checkpoint_guard(plan: LaunchPlan) -> list[str]:
+    """Lines of launch.sh that check, inside the trainer (the checkpoints volume lives there), that RESUME=1 has a
+    checkpoint to continue and that a fresh run does not write over another run's checkpoints."""
+    tracker = shlex.quote(f"{plan.checkpoint_dir}/latest_checkpointed_iteration.txt")
+    if plan.resume:
+        return [f"if [ ! -s {tracker} ]; then",
+                f"  echo {shlex.quote(f'RESUME=1 found no checkpoint to continue in {plan.checkpoint_dir} (no latest_checkpointed_iteration.txt); run make train without RESUME to start this run.')} >&2",
+                f"  exit {RESUME_REFUSED}", "fi"]
+    return [f"if [ -s {tracker} ]; then",
+            f"  echo {shlex.quote(f'{plan.checkpoint_dir} already holds a checkpoint of this run; make train RESUME=1 continues it, or make train SET=checkpoint.run_name=NEW starts another run.')} >&2",
+            f"  exit {RESUME_REFUSED}", "fi"]
+
+
 def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str:
     """The script `make train` runs inside the trainer container (the Ray head is already up there)."""
     rollout = f"http://127.0.0.1:{config['polar']['rollout_port']}/health"
@@ -235,6 +324,7 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
         "trap cleanup EXIT",
         "# The Ray head runs as the container's main process (compose.yaml); start one only if it is missing.",
         f"ray status >/dev/null 2>&1 || {shlex.join(ray_start)}",
+        *checkpoint_guard(plan),
         f"{shlex.join(serve_rollout)} > polar-rollout.log 2>&1 & pids+=($!)",
         f"{shlex.join(serve_gateway)} > polar-gateway.log 2>&1 & pids+=($!)",
         f"for url in {rollout} {gateway}; do",

@@ -11,6 +11,8 @@
 4. Meaning for the GPU node (docs/gpu-node.md): the trace budget (measured harness prompt + task prompt +
    response <= seq_length <= max_tokens_per_gpu x CP <= model context), and the weights source, the agent
    sandbox, the agent-CLI mount and apptainer's grant present in the rendered plan.
+5. Meaning (polarstack.meaning): the Polar bridge's slime API exists at the pinned slime, the engines parse tool
+   calls, checkpoints/dropout/resume, and the weight-sync transport reaches the engines across containers.
 """
 
 from __future__ import annotations
@@ -108,6 +110,9 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
         problems += flags.check_tokens(options, table, command=label, program=program)
         checks.append(Check(f"{label}: train_async.py, ray start, ray job submit", not problems,
                             f"{len(plan.train_args)} train_async tokens", [p.sentence() for p in problems]))
+    from polarstack import meaning  # what the flags mean for this stack (issue 10)
+
+    checks += meaning.check_profile(profile, model)
     return checks
 
 

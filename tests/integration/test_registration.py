@@ -25,7 +25,8 @@ def test_temporary_registration_leaves_the_router_as_found(engine_factory, route
     assert report.trainable_tokens > 0
     assert listed(router.url) == []  # slime can now register both without a 409
     received = len(first.requests()) + len(second.requests())
-    assert received == len(report.exchanges)
+    assert received == len(report.exchanges) + 1  # + the smoke's tool-call request (issue 10 point 4)
+    assert report.tool_check["tool_calls"] == 1
 
 
 def test_workers_registered_by_others_stay(engine_factory, router_factory):
