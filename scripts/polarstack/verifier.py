@@ -357,6 +357,7 @@ try:
     namespace = {"__name__": "__judge__", "__ps_eq": strict_eq, "__ps_checked": checked}
     if cfg["kind"] == "humaneval":
         exec(compile(cfg["prompt"], "prompt.py", "exec"), namespace)  # helpers the tests use (task data)
+        namespace[cfg["entry_point"]] = Proxy(cfg["entry_point"])  # tests may call it by name (HumanEval/33)
         exec(load(cfg["test"], "test.py", namespace), namespace)
         namespace["check"](Proxy(cfg["entry_point"]))
     else:
@@ -378,7 +379,7 @@ report("passed")
 # --- the launcher: namespaces, chroot, uid, rlimits, then exec; its child is the namespace's init ---------
 
 _LAUNCHER = r'''
-import ctypes, json, os, resource, signal, sys
+import ctypes, fcntl, json, os, resource, signal, sys
 cfg = json.loads(sys.stdin.read())
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
@@ -460,7 +461,9 @@ def write_files(directory):
 
 def worker():
     """Limits, the sandbox uid, the channel on fds 3 and 4, the status, then exec the program."""
-    channel = [os.dup(fd) for fd in cfg["channel"]]
+    global STATUS
+    # Move the status and channel fds above 10 first, so that placing the channel on 3 and 4 overwrites neither.
+    STATUS, *channel = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in [STATUS] + cfg["channel"]]
     stdin = os.open("/dev/null", os.O_RDONLY)
     for target, fd in zip((0, 3, 4), [stdin] + (channel or [stdin, stdin])):
         os.dup2(fd, target)
@@ -480,7 +483,8 @@ def worker():
     check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
     check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # cleared by the uid switch; dies with its parent
     os.write(STATUS, b"isolated\n" if cfg["isolate"] else b"unisolated\n")
-    os.closerange(5, 1 << 16)
+    os.closerange(5, STATUS)
+    os.closerange(STATUS + 1, 1 << 16)
     resource.setrlimit(resource.RLIMIT_NOFILE, (cfg["open_files"], cfg["open_files"]))
     try:
         os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
