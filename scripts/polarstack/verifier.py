@@ -750,6 +750,15 @@ def run_program(program: str, limits: Limits | None = None) -> Run:
     return Run(None if timed_out else returncode, timed_out, time.monotonic() - started, tail)
 
 
+def probe_sandbox(limits: Limits | None = None) -> None:
+    """Raise IsolationUnavailable (or ValueError for an unknown mode) unless a program can run in the sandbox."""
+    limits = limits or Limits()
+    run = run_program("pass\n", Limits(timeout=max(limits.timeout, 5.0), isolation=limits.isolation))
+    if run.returncode != 0:
+        raise RuntimeError(f"a program that does nothing failed in the sandbox (exit {run.returncode}): "
+                           f"{run.stderr_tail[-200:]}")
+
+
 # --- task data: what the candidate gets (never the tests) and what the judge gets --------------------------
 
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
