@@ -39,7 +39,6 @@ import random
 import re
 import secrets
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -204,60 +203,229 @@ def _main():
 _main()
 '''
 
-# --- the judge: trusted, outside the sandbox; runs the tests, talks to the candidate, reports with the secret -
+# --- the supervisor: one trusted process per run, outside the sandbox. It forks the sandbox side first (from a
+# memory that holds only the candidate's own files), then reads the tests and the secret, judges, tears the
+# sandbox down and reports on a pipe only it holds. ----------------------------------------------------------
 
-_JUDGE = r'''
-import ast, builtins, json, os, select, sys, time
-''' + _CODEC + r'''
-cfg = json.loads(sys.stdin.read())
-SECRET = cfg.pop("secret")
-REQ, RESP, REPORT = cfg["req"], cfg["resp"], cfg["report"]
-DEADLINE = time.monotonic() + cfg["timeout"]
+_SANDBOX_SIDE = r'''
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME = 4096, 16384, 1 << 18, 1 << 21
+NEWUSER = 0x10000000
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
+STATUS = -1
+
+
+def fail(message):
+    os.write(STATUS, ("error " + message + "\n").encode())
+    os._exit(125)
+
+
+def check(result, what):
+    if result != 0:
+        fail("%s: %s" % (what, os.strerror(ctypes.get_errno())))
+
+
+def mount(source, target, fstype, flags, data=None):
+    enc = lambda s: s.encode() if s is not None else None
+    check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), "mount %s" % target)
+
+
+def remount_readonly(target):
+    """Every mount at or under target becomes read-only, nosuid and nodev (keeping the flags it has)."""
+    with open("/proc/self/mountinfo") as handle:
+        points = [line.split()[4].encode().decode("unicode_escape") for line in handle]
+    for point in points:
+        if point == target or point.startswith(target + "/"):
+            current = os.statvfs(point).f_flag
+            flags = current & (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048)
+            flags |= MS_RELATIME if current & 4096 else 0
+            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | flags)
+
+
+def build_root(cfg, root):
+    """A fresh tmpfs as /, read-only binds of the system directories, private /tmp /var/tmp /dev/shm, its /proc."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=%dm,nr_inodes=16384,mode=755" % cfg["tmpfs_mb"])
+    for path in cfg["binds"]:
+        os.makedirs(root + path, exist_ok=True)
+        mount(path, root + path, None, MS_BIND | MS_REC)
+        remount_readonly(root + path)
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        if os.path.islink("/" + name):
+            os.symlink(os.readlink("/" + name), root + "/" + name)
+        elif os.path.isdir("/" + name) and "/" + name not in cfg["binds"]:
+            os.makedirs(root + "/" + name)
+            mount("/" + name, root + "/" + name, None, MS_BIND | MS_REC)
+            remount_readonly(root + "/" + name)
+    os.makedirs(root + "/dev")
+    for device in ("null", "zero", "full", "random", "urandom"):
+        open(root + "/dev/" + device, "w").close()
+        mount("/dev/" + device, root + "/dev/" + device, None, MS_BIND)
+    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, root + "/dev/" + link)
+    for path in ("/tmp", "/var/tmp", "/dev/shm"):
+        os.makedirs(root + path)
+        os.chmod(root + path, 0o1777)
+    os.makedirs(root + "/proc")
+    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.makedirs(root + "/sandbox", mode=0o700)
+    write_files(cfg, root + "/sandbox")
+    os.chroot(root)
+    os.chdir("/sandbox")
+    libc.sethostname(b"sandbox", 7)
+
+
+def write_files(cfg, directory):
+    for name, text in cfg["files"].items():
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as handle:
+            handle.write(text)
+        if cfg["uid"] >= 0:
+            os.chown(os.path.join(directory, name), cfg["uid"], cfg["uid"])
+    if cfg["uid"] >= 0:
+        os.chown(directory, cfg["uid"], cfg["uid"])
+
+
+def exit_code(status):
+    return os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def worker(cfg, channel):
+    """Limits, the sandbox uid, the channel on fds 3 and 4, the status, then exec the program."""
+    global STATUS
+    # Move the status and channel fds above 10 first, so that placing the channel on 3 and 4 overwrites neither.
+    STATUS, *channel = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in [STATUS, *channel]]
+    stdin = os.open("/dev/null", os.O_RDONLY)
+    for target, fd in zip((0, 3, 4), [stdin, *(channel or [stdin, stdin])]):
+        os.dup2(fd, target)
+    mb = 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu"], cfg["cpu"] + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (cfg["memory_mb"] * mb, cfg["memory_mb"] * mb))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["file_size_mb"] * mb, cfg["file_size_mb"] * mb))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if cfg["uid"] >= 0:
+        try:
+            os.setgroups([])
+            os.setgid(cfg["uid"])
+            os.setuid(cfg["uid"])
+        except OSError as exc:
+            fail("cannot switch to the sandbox uid %d (%s)" % (cfg["uid"], exc.strerror))
+    resource.setrlimit(resource.RLIMIT_NPROC, (cfg["nproc"], cfg["nproc"]))
+    check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
+    check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # cleared by the uid switch; dies with its parent
+    os.write(STATUS, b"isolated\n" if cfg["isolate"] else b"unisolated\n")
+    os.closerange(5, STATUS)
+    os.closerange(STATUS + 1, 1 << 16)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (cfg["open_files"], cfg["open_files"]))
+    try:
+        os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
+    except OSError as exc:
+        os.write(2, ("polarstack-verifier: cannot run %s (%s)\n" % (cfg["argv"][0], exc.strerror)).encode())
+        os._exit(127)
+
+
+def init(cfg, channel):
+    """PID 1 of the sandbox: build its root, start the program, reap; when it exits the kernel kills the rest."""
+    check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    libc.prctl(4, 0, 0, 0, 0)  # not dumpable: the program cannot read this process's memory through /proc
+    build_root(cfg, "/tmp")
+    program = os.fork()
+    if program == 0:
+        worker(cfg, channel)
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == program:
+            os._exit(exit_code(status))
+
+
+def sandbox_side(cfg, channel, status):
+    """The forked child: unshare, then the namespace's init (or, isolation off, the program in its own session);
+    it forwards the program's exit code, and SIGTERM makes it kill the init (everything) or the process group."""
+    global STATUS
+    STATUS = status
+    try:
+        check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # dies with the supervisor
+        if cfg["isolate"]:
+            check(libc.unshare(cfg["unshare_flags"]), "unshare")
+            if cfg["unshare_flags"] & NEWUSER:
+                for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (os.getuid(), os.getuid())),
+                                   ("gid_map", "%d %d 1" % (os.getgid(), os.getgid()))):
+                    with open("/proc/self/" + name, "w") as handle:
+                        handle.write(text)
+        libc.prctl(4, 0, 0, 0, 0)  # not dumpable (after the maps: it makes /proc/self root's)
+        child = os.fork()
+        if child == 0:
+            if cfg["isolate"]:
+                init(cfg, channel)
+            os.setsid()
+            os.chdir(cfg["workdir"])
+            worker(cfg, channel)
+    except OSError as exc:
+        fail("%s (%s)" % (exc.strerror, exc.filename))
+    except BaseException as exc:
+        fail(repr(exc))
+    kill = (lambda *_: os.kill(child, 9)) if cfg["isolate"] else (lambda *_: os.killpg(child, 9))
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, kill)
+    _, status = os.waitpid(child, 0)
+    try:
+        kill()
+    except OSError:
+        pass
+    os._exit(exit_code(status))
+'''
+
+_JUDGE_SIDE = r'''
 MAX_MESSAGE = 64 << 20
 STDLIB = getattr(sys, "stdlib_module_names", ("math", "re", "string", "collections", "itertools", "heapq"))
 state = {"calls": 0, "checks": 0}
 
 
-def report(verdict, detail=""):
-    os.write(REPORT, (json.dumps(dict(state, secret=SECRET, verdict=verdict, detail=detail[:400])) + "\n").encode())
-    os._exit(0)
+class Verdict(Exception):
+    """Ends the judging: verdict ("failed", "timeout") and a detail."""
 
 
-class CandidateGone(Exception):
-    pass
+class Channel:
+    def __init__(self, out_fd, in_fd, deadline):
+        self.out_fd, self.in_fd, self.deadline, self.buffer = out_fd, in_fd, deadline, bytearray()
+        os.set_blocking(out_fd, False)  # never block past the deadline: select, then read or write what is ready
+        os.set_blocking(in_fd, False)
 
-
-_buffer = bytearray()
-
-
-def recv():
-    while b"\n" not in _buffer:
-        left = DEADLINE - time.monotonic()
+    def wait(self, fd, writing):
+        left = self.deadline - time.monotonic()
         if left <= 0:
-            report("timeout", "the solution did not answer before the deadline")
-        if not select.select([RESP], [], [], left)[0]:
-            continue
-        chunk = os.read(RESP, 1 << 16)
-        if not chunk:
-            raise CandidateGone("the solution's process ended or closed its channel before answering")
-        _buffer.extend(chunk)
-        if len(_buffer) > MAX_MESSAGE:
-            raise CandidateGone("the solution sent an oversized answer")
-    line, _, rest = bytes(_buffer).partition(b"\n")
-    _buffer[:] = rest
-    message = json.loads(line)
-    if type(message) is not dict:
-        raise CandidateGone("the solution sent a malformed answer")
-    return message
+            raise Verdict("timeout", "the solution did not answer before the deadline")
+        select.select([] if writing else [fd], [fd] if writing else [], [], left)
 
-
-def send(obj):
-    data = (json.dumps(obj) + "\n").encode()
-    try:
+    def send(self, obj):
+        data = (json.dumps(obj) + "\n").encode()
         while data:
-            data = data[os.write(REQ, data):]
-    except OSError:
-        raise CandidateGone("the solution's process is gone") from None
+            try:
+                data = data[os.write(self.out_fd, data):]
+            except BlockingIOError:
+                self.wait(self.out_fd, True)
+            except OSError:
+                raise Verdict("failed", "the solution's process is gone") from None
+
+    def recv(self):
+        while b"\n" not in self.buffer:
+            self.wait(self.in_fd, False)
+            try:
+                chunk = os.read(self.in_fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                raise Verdict("failed", "the solution's process ended or closed its channel before answering")
+            self.buffer.extend(chunk)
+            if len(self.buffer) > MAX_MESSAGE:
+                raise Verdict("failed", "the solution sent an oversized answer")
+        line, _, rest = bytes(self.buffer).partition(b"\n")
+        self.buffer[:] = rest
+        message = json.loads(line)
+        if type(message) is not dict:
+            raise Verdict("failed", "the solution sent a malformed answer")
+        return message
 
 
 class CandidateRaised(RuntimeError):
@@ -267,12 +435,12 @@ class CandidateRaised(RuntimeError):
 class Proxy:
     """Stands for a function of the solution: the call runs in the sandbox, the answer comes back as plain data."""
 
-    def __init__(self, name):
-        self.name = name
+    def __init__(self, channel, name):
+        self.channel, self.name = channel, name
 
     def __call__(self, *args, **kwargs):
-        send({"call": self.name, "args": enc(list(args)), "kwargs": enc(dict(kwargs))})
-        answer = recv()
+        self.channel.send({"call": self.name, "args": enc(list(args)), "kwargs": enc(dict(kwargs))})
+        answer = self.channel.recv()
         state["calls"] += 1
         if set(answer) == {"value"}:
             return dec(answer["value"])
@@ -281,7 +449,7 @@ class Proxy:
             if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, Warning):
                 raise kind(str(answer["message"]))
             raise CandidateRaised(str(answer["message"]))
-        raise CandidateGone("the solution sent a malformed answer")
+        raise Verdict("failed", "the solution sent a malformed answer")
 
 
 def _category(x):
@@ -328,7 +496,7 @@ class Strict(ast.NodeTransformer):
         return ast.copy_location(ast.Expr(call), node)
 
 
-def load(source, name, namespace):
+def load(channel, source, name, namespace):
     tree = ast.fix_missing_locations(Strict().visit(ast.parse(source, name)))
     stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
     for node in ast.walk(tree):
@@ -344,200 +512,122 @@ def load(source, name, namespace):
             if free in stored or free in namespace or hasattr(builtins, free):
                 continue
             # A module the solution imported (MBPP asserts may use it): the judge imports its own copy.
-            namespace[free] = __import__(free) if free in STDLIB else Proxy(free)
+            namespace[free] = __import__(free) if free in STDLIB else Proxy(channel, free)
     return compile(tree, name, "exec")
 
 
-try:
-    hello = recv()
+def judge(task, channel):
+    """Run the task's tests against the solution behind `channel`; returns normally only if every check held."""
+    hello = channel.recv()
     if "load_error" in hello:
-        report("failed", "the solution does not load: %s" % hello["load_error"])
+        raise Verdict("failed", "the solution does not load: %s" % hello["load_error"])
     if hello != {"ready": True}:
-        raise CandidateGone("the solution sent a malformed greeting")
+        raise Verdict("failed", "the solution sent a malformed greeting")
     namespace = {"__name__": "__judge__", "__ps_eq": strict_eq, "__ps_checked": checked}
-    if cfg["kind"] == "humaneval":
-        exec(compile(cfg["prompt"], "prompt.py", "exec"), namespace)  # helpers the tests use (task data)
-        namespace[cfg["entry_point"]] = Proxy(cfg["entry_point"])  # tests may call it by name (HumanEval/33)
-        exec(load(cfg["test"], "test.py", namespace), namespace)
-        namespace["check"](Proxy(cfg["entry_point"]))
+    if task["kind"] == "humaneval":
+        exec(compile(task["prompt"], "prompt.py", "exec"), namespace)  # helpers the tests use (task data)
+        namespace[task["entry_point"]] = Proxy(channel, task["entry_point"])  # tests may call it by name
+        exec(load(channel, task["test"], "test.py", namespace), namespace)
+        namespace["check"](Proxy(channel, task["entry_point"]))
     else:
-        exec(compile(cfg["setup"], "setup.py", "exec"), namespace)
-        for number, line in enumerate(cfg["tests"], 1):
-            exec(load(line, "test_%d.py" % number, namespace), namespace)
-except CandidateGone as exc:
-    report("failed", str(exc))
-except BaseException as exc:
-    try:
-        report("failed", "%s: %s" % (type(exc).__name__, exc))
-    except BaseException:
-        report("failed", type(exc).__name__)
-if state["calls"] == 0 or state["checks"] == 0:
-    report("failed", "the tests made no call to the solution or checked nothing")
-report("passed")
+        exec(compile(task["setup"], "setup.py", "exec"), namespace)
+        for number, line in enumerate(task["tests"], 1):
+            exec(load(channel, line, "test_%d.py" % number, namespace), namespace)
+    if state["calls"] == 0 or state["checks"] == 0:
+        raise Verdict("failed", "the tests made no call to the solution or checked nothing")
 '''
 
-# --- the launcher: namespaces, chroot, uid, rlimits, then exec; its child is the namespace's init ---------
+_SUPERVISOR = r'''
+import ast, builtins, ctypes, fcntl, json, os, resource, select, signal, sys, time
+''' + _CODEC + _SANDBOX_SIDE + _JUDGE_SIDE + r'''
 
-_LAUNCHER = r'''
-import ctypes, fcntl, json, os, resource, signal, sys
-cfg = json.loads(sys.stdin.read())
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
-STATUS = cfg["status"]
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
-MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME = 4096, 16384, 1 << 18, 1 << 21
-NEWUSER = 0x10000000
-
-
-def fail(message):
-    os.write(STATUS, ("error " + message + "\n").encode())
-    os._exit(125)
+def read_exactly(count):
+    data = b""
+    while len(data) < count:
+        chunk = os.read(0, count - len(data))
+        if not chunk:
+            raise SystemExit("polarstack-verifier: truncated configuration")
+        data += chunk
+    return data
 
 
-def check(result, what):
-    if result != 0:
-        fail("%s: %s" % (what, os.strerror(ctypes.get_errno())))
-
-
-def mount(source, target, fstype, flags, data=None):
-    enc = lambda s: s.encode() if s is not None else None
-    check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), "mount %s" % target)
-
-
-def remount_readonly(target):
-    """Every mount at or under target becomes read-only, nosuid and nodev (keeping the flags it has)."""
-    with open("/proc/self/mountinfo") as handle:
-        points = [line.split()[4].encode().decode("unicode_escape") for line in handle]
-    for point in points:
-        if point == target or point.startswith(target + "/"):
-            current = os.statvfs(point).f_flag
-            flags = current & (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048)
-            flags |= MS_RELATIME if current & 4096 else 0
-            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | flags)
-
-
-def build_root(root):
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
-    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=%dm,nr_inodes=16384,mode=755" % cfg["tmpfs_mb"])
-    for path in cfg["binds"]:
-        os.makedirs(root + path, exist_ok=True)
-        mount(path, root + path, None, MS_BIND | MS_REC)
-        remount_readonly(root + path)
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        if os.path.islink("/" + name):
-            os.symlink(os.readlink("/" + name), root + "/" + name)
-        elif os.path.isdir("/" + name) and "/" + name not in cfg["binds"]:
-            os.makedirs(root + "/" + name)
-            mount("/" + name, root + "/" + name, None, MS_BIND | MS_REC)
-            remount_readonly(root + "/" + name)
-    os.makedirs(root + "/dev")
-    for device in ("null", "zero", "full", "random", "urandom"):
-        open(root + "/dev/" + device, "w").close()
-        mount("/dev/" + device, root + "/dev/" + device, None, MS_BIND)
-    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2")):
-        os.symlink(target, root + "/dev/" + link)
-    for path in ("/tmp", "/var/tmp", "/dev/shm"):
-        os.makedirs(root + path)
-        os.chmod(root + path, 0o1777)
-    os.makedirs(root + "/proc")
-    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    os.makedirs(root + "/sandbox", mode=0o700)
-    write_files(root + "/sandbox")
-    os.chroot(root)
-    os.chdir("/sandbox")
-    libc.sethostname(b"sandbox", 7)
-
-
-def write_files(directory):
-    for name, text in cfg["files"].items():
-        with open(os.path.join(directory, name), "w", encoding="utf-8") as handle:
-            handle.write(text)
-        if cfg["uid"] >= 0:
-            os.chown(os.path.join(directory, name), cfg["uid"], cfg["uid"])
-    if cfg["uid"] >= 0:
-        os.chown(directory, cfg["uid"], cfg["uid"])
-
-
-def worker():
-    """Limits, the sandbox uid, the channel on fds 3 and 4, the status, then exec the program."""
-    global STATUS
-    # Move the status and channel fds above 10 first, so that placing the channel on 3 and 4 overwrites neither.
-    STATUS, *channel = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in [STATUS] + cfg["channel"]]
-    stdin = os.open("/dev/null", os.O_RDONLY)
-    for target, fd in zip((0, 3, 4), [stdin] + (channel or [stdin, stdin])):
-        os.dup2(fd, target)
-    mb = 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu"], cfg["cpu"] + 1))
-    resource.setrlimit(resource.RLIMIT_AS, (cfg["memory_mb"] * mb, cfg["memory_mb"] * mb))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["file_size_mb"] * mb, cfg["file_size_mb"] * mb))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if cfg["uid"] >= 0:
-        try:
-            os.setgroups([])
-            os.setgid(cfg["uid"])
-            os.setuid(cfg["uid"])
-        except OSError as exc:
-            fail("cannot switch to the sandbox uid %d (%s)" % (cfg["uid"], exc.strerror))
-    resource.setrlimit(resource.RLIMIT_NPROC, (cfg["nproc"], cfg["nproc"]))
-    check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
-    check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # cleared by the uid switch; dies with its parent
-    os.write(STATUS, b"isolated\n" if cfg["isolate"] else b"unisolated\n")
-    os.closerange(5, STATUS)
-    os.closerange(STATUS + 1, 1 << 16)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (cfg["open_files"], cfg["open_files"]))
-    try:
-        os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
-    except OSError as exc:
-        os.write(2, ("polarstack-verifier: cannot run %s (%s)\n" % (cfg["argv"][0], exc.strerror)).encode())
-        os._exit(127)
-
-
-def init():
-    """PID 1 of the sandbox: build its root, start the program, reap; when it exits the kernel kills the rest."""
-    check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")
-    build_root("/tmp")
-    program = os.fork()
-    if program == 0:
-        worker()
+def wait_exit(pid, deadline):
+    """The exit code of child `pid` if it ends before `deadline`, else None."""
     while True:
-        pid, status = os.waitpid(-1, 0)
-        if pid == program:
-            os._exit(os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return exit_code(status)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)
 
 
-check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # dies with the verifier thread that started it
-if cfg["isolate"]:
-    check(libc.unshare(cfg["unshare_flags"]), "unshare")
-    if cfg["unshare_flags"] & NEWUSER:
-        for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (os.getuid(), os.getuid())),
-                           ("gid_map", "%d %d 1" % (os.getgid(), os.getgid()))):
-            with open("/proc/self/" + name, "w") as handle:
-                handle.write(text)
-child = os.fork()
-if child == 0:
-    try:
-        if cfg["isolate"]:
-            init()
+def read_status(fd, deadline):
+    data = b""
+    while not data.endswith(b"\n") and time.monotonic() < deadline:
+        if select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+    return data.decode("utf-8", "replace").strip()
+
+
+def main():
+    started = time.monotonic()
+    libc_ = ctypes.CDLL(None)
+    libc_.prctl(1, signal.SIGKILL, 0, 0, 0)  # dies with the verifier thread that started it
+    sandbox = json.loads(read_exactly(int(read_exactly(12))))  # the candidate's files and the limits only
+    deadline = started + sandbox["timeout"]
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    status_r, status_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        for fd in (req_w, resp_r, status_r, sandbox["report"]):
+            os.close(fd)
+        os.dup2(os.open("/dev/null", os.O_RDONLY), 0)  # the configuration file (tests, secret) stays up here
+        sandbox_side(sandbox, [req_r, resp_w] if sandbox["judge"] else [], status_w)
+    for fd in (req_r, resp_w, status_w):
+        os.close(fd)
+    rest = json.loads(read_exactly(os.fstat(0).st_size - os.lseek(0, 0, os.SEEK_CUR)))  # tests and the secret
+    report = {"secret": rest.pop("secret"), "status": read_status(status_r, deadline)}
+    returncode = None
+    if report["status"] in ("isolated", "unisolated"):
+        if sandbox["judge"]:
+            try:
+                judge(rest, Channel(req_w, resp_r, deadline))
+                report["verdict"], report["detail"] = "passed", ""
+            except Verdict as verdict:
+                report["verdict"], report["detail"] = verdict.args
+            except BaseException as exc:
+                try:
+                    report["verdict"], report["detail"] = "failed", ("%s: %s" % (type(exc).__name__, exc))[:400]
+                except BaseException:
+                    report["verdict"], report["detail"] = "failed", type(exc).__name__
         else:
-            os.setsid()
-            os.chdir(cfg["workdir"])
-            worker()
-    except OSError as exc:
-        fail("%s (%s)" % (exc.strerror, exc.filename))
-    except BaseException as exc:
-        fail(repr(exc))
-# Isolated: killing the namespace's init kills everything in it. Not isolated: the program's process group.
-kill = (lambda *_: os.kill(child, signal.SIGKILL)) if cfg["isolate"] else (lambda *_: os.killpg(child, signal.SIGKILL))
-for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(signum, kill)
-_, status = os.waitpid(child, 0)
-try:
-    kill()
-except OSError:
-    pass
-os._exit(os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+            returncode = wait_exit(child, deadline)
+            report["verdict"] = "timeout" if returncode is None else "exited"
+    os.close(req_w)  # the program reads end-of-file and ends; its namespace goes with it
+    for signum in (None, signal.SIGTERM, signal.SIGKILL) if returncode is None else ():
+        if signum is not None:
+            try:
+                os.kill(child, signum)
+            except OSError:
+                pass
+        grace = 2.0 if signum is not None else 0.0 if report.get("verdict") == "timeout" else 0.5
+        code = wait_exit(child, time.monotonic() + grace)
+        if code is not None:
+            if not sandbox["judge"]:
+                returncode = code
+            break
+    report.update(state, returncode=returncode)
+    os.write(sandbox["report"], (json.dumps(report) + "\n").encode())
+
+
+main()
 '''
+
 
 _NEWNS, _NEWUTS, _NEWIPC, _NEWUSER, _NEWPID, _NEWNET = 0x20000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
 
@@ -665,89 +755,74 @@ def _drain(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _stop(process: subprocess.Popen, deadline: float) -> None:
-    """Let the launcher finish until `deadline`, then SIGTERM (it kills the namespace's init), then SIGKILL."""
-    for action, until in ((None, deadline), (signal.SIGTERM, time.monotonic() + _GRACE),
-                          (signal.SIGKILL, time.monotonic() + 2 * _GRACE)):
-        if action is not None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(action)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=max(0.0, until - time.monotonic()))
-            return
-
-
-class _Sandbox:
-    """One launcher: the program in its sandbox, with fds 3 (in) and 4 (out) wired to `channel`."""
-
-    def __init__(self, files: dict[str, str], argv_tail: list[str], limits: Limits, uid: int, channel: tuple[int, int]):
-        self.isolate = isolation_mode(limits.isolation) == "namespaces"
-        self.uid = uid
+def _supervise(files: dict[str, str], argv_tail: list[str], limits: Limits,
+               task: dict[str, Any] | None) -> tuple[dict[str, Any], str, float]:
+    """Run one supervisor (sandbox + judge when `task` is given); every wait is bounded. Returns its report (empty
+    when it gave none carrying this run's secret), the tail of the program's and supervisor's stderr, seconds."""
+    isolate = isolation_mode(limits.isolation) == "namespaces"
+    started = time.monotonic()
+    secret = secrets.token_hex(16)
+    with _sandbox_uid() as uid:
         python = _system_python()
-        self.workdir = None if self.isolate else tempfile.mkdtemp(prefix="polarstack-verify-")
-        if self.workdir and uid >= 0:
-            os.chown(self.workdir, uid, uid)
-        config = {"isolate": self.isolate, "unshare_flags": _unshare_flags(), "binds": _binds(python), "files": files,
-                  "uid": uid, "workdir": self.workdir, "tmpfs_mb": 256, "cpu": limits.cpu_seconds,
-                  "memory_mb": limits.memory_mb, "file_size_mb": limits.file_size_mb, "nproc": limits.nproc,
-                  "open_files": limits.open_files, "argv": [python, "-I", *argv_tail],
-                  "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-                          "HOME": self.workdir or "/sandbox", "PYTHONDONTWRITEBYTECODE": "1"}}
-        if self.workdir:
+        workdir = None if isolate else tempfile.mkdtemp(prefix="polarstack-verify-")
+        if workdir:
             for name, text in files.items():
-                Path(self.workdir, name).write_text(text, encoding="utf-8")
-                if uid >= 0:
-                    os.chown(Path(self.workdir, name), uid, uid)
-        status_r, status_w = os.pipe()
-        self.status_fd = status_r
-        config["status"], config["channel"] = status_w, list(channel)
-        self.stderr = tempfile.TemporaryFile()
-        with tempfile.TemporaryFile() as stdin:
-            stdin.write(json.dumps(config).encode())
-            stdin.seek(0)
-            try:
-                self.process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LAUNCHER], stdin=stdin,
-                                                stdout=self.stderr, stderr=self.stderr, env={},
-                                                pass_fds=(status_w, *channel), start_new_session=True)
-            finally:
-                os.close(status_w)
-
-    def finish(self, deadline: float) -> tuple[int | None, bool, str, str]:
-        """Stop (bounded), clean up; returns (returncode, ran out of time, status line, stderr tail)."""
-        timed_out = False
+                Path(workdir, name).write_text(text, encoding="utf-8")
+            if uid >= 0:
+                for path in (workdir, *(Path(workdir, name) for name in files)):
+                    os.chown(path, uid, uid)
+        report_r, report_w = os.pipe()
+        sandbox = {"isolate": isolate, "unshare_flags": _unshare_flags(), "binds": _binds(python), "files": files,
+                   "uid": uid, "workdir": workdir, "tmpfs_mb": 256, "cpu": limits.cpu_seconds,
+                   "memory_mb": limits.memory_mb, "file_size_mb": limits.file_size_mb, "nproc": limits.nproc,
+                   "open_files": limits.open_files, "argv": [python, "-I", *argv_tail], "judge": task is not None,
+                   "timeout": limits.timeout, "report": report_w,
+                   "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir or "/sandbox",
+                           "PYTHONDONTWRITEBYTECODE": "1"}}
+        head = json.dumps(sandbox).encode()
+        stderr = tempfile.TemporaryFile()
         try:
-            self.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        _stop(self.process, time.monotonic())
-        status = _drain(self.status_fd).decode("utf-8", "replace")
-        os.close(self.status_fd)
-        if not self.isolate:
-            if self.uid >= 0:
-                _kill_uid(self.uid)
-            shutil.rmtree(self.workdir, ignore_errors=True)
-        tail = _tail(self.stderr)
-        self.stderr.close()
-        lines = status.splitlines()
-        if lines and lines[-1].startswith("error "):
-            message = lines[-1][6:]
-            if self.isolate:
-                raise IsolationUnavailable(
-                    f"the verifier's sandbox cannot be set up here ({message}); run as root or where unprivileged user "
-                    f"namespaces are allowed, or opt out of isolation with {ISOLATION_ENV}=none (see docs/tasks.md)")
-            raise RuntimeError(f"the sandbox could not start: {message}")
-        return self.process.returncode, timed_out, (lines[0] if lines else ""), tail
+            with tempfile.TemporaryFile() as stdin:
+                stdin.write(b"%012d" % len(head) + head + json.dumps(dict(task or {}, secret=secret)).encode())
+                stdin.seek(0)
+                process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _SUPERVISOR], stdin=stdin,
+                                           stdout=stderr, stderr=stderr, env={}, pass_fds=(report_w,),
+                                           start_new_session=True)
+        finally:
+            os.close(report_w)
+        try:
+            try:
+                process.wait(timeout=limits.timeout + 3 * _GRACE)
+            except subprocess.TimeoutExpired:  # backstop: its own deadline did not hold; its sandbox dies with it
+                process.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=_GRACE)
+            report = _parse_report(_drain(report_r), secret)
+        finally:
+            os.close(report_r)
+            if workdir:
+                if uid >= 0:
+                    _kill_uid(uid)
+                shutil.rmtree(workdir, ignore_errors=True)
+        tail = _tail(stderr)
+        stderr.close()
+    status = str(report.get("status", ""))
+    if status.startswith("error "):
+        if isolate:
+            raise IsolationUnavailable(
+                f"the verifier's sandbox cannot be set up here ({status[6:]}); run as root or where unprivileged user "
+                f"namespaces are allowed, or opt out of isolation with {ISOLATION_ENV}=none (see docs/tasks.md)")
+        raise RuntimeError(f"the sandbox could not start: {status[6:]}")
+    return report, tail, time.monotonic() - started
 
 
 def run_program(program: str, limits: Limits | None = None) -> Run:
     """Run `program` (Python source, as program.py in the sandbox's working directory); its exit code is reported
     for probing the sandbox, never used as a reward."""
     limits = limits or Limits()
-    started = time.monotonic()
-    with _sandbox_uid() as uid:
-        sandbox = _Sandbox({"program.py": program}, ["program.py"], limits, uid, (0, 0))
-        returncode, timed_out, _, tail = sandbox.finish(started + limits.timeout)
-    return Run(None if timed_out else returncode, timed_out, time.monotonic() - started, tail)
+    report, tail, seconds = _supervise({"program.py": program}, ["program.py"], limits, None)
+    timed_out = report.get("verdict") == "timeout"
+    return Run(None if timed_out else report.get("returncode"), timed_out, seconds, tail)
 
 
 def probe_sandbox(limits: Limits | None = None) -> None:
@@ -795,58 +870,18 @@ def _judge_task(problem: dict[str, Any]) -> dict[str, Any]:
 def verify(problem: dict[str, Any], completion: str, limits: Limits | None = None) -> Outcome:
     """Run the problem's tests against the completion; raises IsolationUnavailable (fail closed)."""
     limits = limits or Limits()
-    started = time.monotonic()
-    deadline = started + limits.timeout
-    req_r, req_w = os.pipe()
-    resp_r, resp_w = os.pipe()
-    report_r, report_w = os.pipe()
-    secret = secrets.token_hex(16)
-    judge = judge_err = None
-    try:
-        with _sandbox_uid() as uid:
-            try:
-                sandbox = _Sandbox({"solution.py": solution_source(problem, completion)}, ["-c", _RUNNER], limits,
-                                   uid, (req_r, resp_w))
-            finally:
-                os.close(req_r)
-                os.close(resp_w)
-            judge_err = tempfile.TemporaryFile()
-            with tempfile.TemporaryFile() as stdin:
-                stdin.write(json.dumps(dict(_judge_task(problem), req=req_w, resp=resp_r, report=report_w,
-                                            timeout=limits.timeout, secret=secret)).encode())
-                stdin.seek(0)
-                judge = subprocess.Popen([sys.executable, "-I", "-S", "-c", _JUDGE], stdin=stdin, stdout=judge_err,
-                                         stderr=judge_err, env={}, pass_fds=(req_w, resp_r, report_w),
-                                         start_new_session=True)
-            for fd in (req_w, resp_r, report_w):
-                os.close(fd)
-            req_w = resp_r = report_w = -1
-            timed_out = False
-            try:
-                judge.wait(timeout=max(0.0, deadline - time.monotonic()) + 0.5)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(judge.pid, signal.SIGKILL)
-                judge.wait(timeout=_GRACE)
-            _, _, status, tail = sandbox.finish(time.monotonic() + (0 if timed_out else 1.0))
-        report = _parse_report(_drain(report_r), secret)
-    finally:
-        for fd in (req_w, resp_r, report_w, report_r):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-    seconds = time.monotonic() - started
-    if timed_out or report.get("verdict") == "timeout":
-        return Outcome(False, "timeout", seconds, report.get("detail", "deadline passed"), tail)
+    report, tail, seconds = _supervise({"solution.py": solution_source(problem, completion)}, ["-c", _RUNNER],
+                                       limits, _judge_task(problem))
+    verdict, detail = report.get("verdict"), str(report.get("detail", ""))
+    calls, checks = int(report.get("calls") or 0), int(report.get("checks") or 0)
+    if verdict == "timeout" or (not report and seconds >= limits.timeout):
+        return Outcome(False, "timeout", seconds, detail or "deadline passed", tail, calls, checks)
     if not report:
-        return Outcome(False, "error", seconds, "the judge gave no valid report", tail + _tail(judge_err))
+        return Outcome(False, "error", seconds, "the supervisor gave no valid report", tail)
     wanted = "isolated" if isolation_mode(limits.isolation) == "namespaces" else "unisolated"
-    calls, checks = int(report.get("calls", 0)), int(report.get("checks", 0))
-    if report.get("verdict") == "passed" and status == wanted and calls > 0 and checks > 0:
+    if verdict == "passed" and report.get("status") == wanted and calls > 0 and checks > 0:
         return Outcome(True, "passed", seconds, "", tail, calls, checks)
-    return Outcome(False, "failed", seconds, str(report.get("detail") or f"sandbox status {status!r}"), tail,
-                   calls, checks)
+    return Outcome(False, "failed", seconds, detail or f"sandbox status {report.get('status')!r}", tail, calls, checks)
 
 
 def _parse_report(data: bytes, secret: str) -> dict[str, Any]:

@@ -135,7 +135,7 @@ def test_unprivileged_user_cannot_read_the_parents_environment_or_ssh_key(open_d
               "problem = json.load(open('problem.json'))\n"
               "good = verifier.verify(problem, problem['canonical_solution'])\n"
               "bad = verifier.verify(problem, '    return None\\nimport sys\\nsys.exit(0)\\n')\n"
-              "print(json.dumps([run.returncode, run.stderr_tail, good.passed, good.detail, bad.passed]))\n")
+              "print(json.dumps([run.returncode, run.stderr_tail, good.passed, getattr(good, 'detail', ''), bad.passed]))\n")
     proc = subprocess.run([SYSTEM_PYTHON, "-I", "-c", driver, probe], cwd=open_dir, user=65534, group=65534,
                           extra_groups=[], capture_output=True, text=True, timeout=60,
                           env={"PATH": "/usr/bin:/bin", "HOME": str(home), "PARENT_SECRET": token})
