@@ -427,7 +427,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         verifier.probe_sandbox(limits)  # refuse before the first solution when the sandbox cannot be set up
     except ValueError as exc:  # a bad POLARSTACK_VERIFIER_ISOLATION
         raise StackError(f"{exc}.", ExitCode.USAGE) from None
-    except verifier.IsolationUnavailable as exc:
+    except RuntimeError as exc:  # IsolationUnavailable, or no interpreter / lock directory for the sandbox
         raise StackError(f"{exc}.", ExitCode.ENVIRONMENT) from None
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True)) as progress, \
@@ -437,7 +437,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             for outcome in pool.map(lambda pair: verifier.verify(pair[0], pair[1], limits), items):
                 outcomes.append(outcome)
                 progress.advance(bar)
-        except verifier.IsolationUnavailable as exc:
+        except RuntimeError as exc:
             raise StackError(f"{exc}.", ExitCode.ENVIRONMENT) from None
     elapsed = time.perf_counter() - started
     failed = [(items[i][0]["task_id"], o.reason) for i, o in enumerate(outcomes) if not o.passed]

@@ -4,23 +4,24 @@ Standard library only and self-contained: `polarstack tasks prepare` copies this
 Polar's `test_on_output` evaluator runs it on its own. docs/tasks.md ("The verifier's sandbox") states what
 holds where; in short:
 
-Three processes per verification, and the reward never depends on anything the solution controls:
+Two processes per verification, and the reward never depends on anything the solution controls:
 - the *candidate* process runs the solution's code only (never the tests), inside the sandbox below, and
   answers calls `name(*args)` over a pipe with the returned value, encoded as plain data of exact builtin
   types (`enc`); anything else (an object with a lying `__eq__`, a subclass, a generator) cannot be encoded;
-- the *judge* process (trusted, outside the sandbox) runs the task's tests, with every call to the solution
-  forwarded to the candidate and every answer decoded into fresh builtin values, every `assert` rewritten to
-  a counted check and every `==` in an assert to a strict comparison (`_ps_eq`); it reports a verdict with a
-  per-run secret (handed over in an unlinked file the candidate never sees) on a pipe only it holds;
+- the *supervisor* (trusted, outside the sandbox) forks the sandbox side first, from a memory holding only the
+  candidate's own source, then reads the tests and a per-run secret from an unlinked file, runs the tests with
+  every call to the solution forwarded to the candidate and every answer decoded into fresh builtin values,
+  every `assert` rewritten to a counted check and every `==` in an assert to a strict comparison
+  (`strict_eq`), tears the sandbox down and reports, with the secret, on a pipe only it holds;
 - this process passes a solution only on that report: verdict "passed", the secret, at least one call and one
-  check, and (unless isolation is opted out) the sandbox's own "isolated" status written before the candidate
+  check, and the sandbox's own status ("isolated" unless isolation is opted out) written before the candidate
   started. Exit codes, stdout and stderr of the candidate count for nothing.
 
 The sandbox (default `namespaces`): new PID, network, mount, IPC and UTS namespaces (plus a user namespace
 when not root); a chroot into a fresh tmpfs holding read-only binds of /usr, /etc and the interpreter's
 prefix, a private /tmp, /var/tmp and /dev/shm, a minimal /dev and its own /proc; as root a dedicated uid per
 concurrent run, locked across processes with flock; rlimits (CPU, memory, file size, open files, processes);
-no_new_privs. The process tree dies with the namespace's init, which the launcher kills at the deadline.
+no_new_privs. The process tree dies with the namespace's init, which the supervisor has killed at the deadline.
 When the namespaces cannot be set up the verification is refused (IsolationUnavailable) unless the user opts
 out with POLARSTACK_VERIFIER_ISOLATION=none (or `--isolation none`).
 
@@ -735,7 +736,7 @@ def _binds(python: str) -> list[str]:
     return binds
 
 
-# --- running: launcher + (for verification) judge, every wait bounded by the deadline ---------------------
+# --- running: one supervisor per run, every wait bounded by the deadline ---------------------
 
 
 def _tail(handle: Any) -> str:
