@@ -39,6 +39,7 @@ import os
 import random
 import re
 import secrets
+import select
 import shutil
 import stat
 import subprocess
@@ -297,8 +298,9 @@ def worker(cfg, channel):
     global STATUS
     # Move the status and channel fds above 10 first, so that placing the channel on 3 and 4 overwrites neither.
     STATUS, *channel = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in [STATUS, *channel]]
-    stdin = os.open("/dev/null", os.O_RDONLY)
-    for target, fd in zip((0, 3, 4), [stdin, *(channel or [stdin, stdin])]):
+    null = os.open("/dev/null", os.O_RDWR)
+    # stdin and stdout: /dev/null (prints cost nothing and prove nothing); stderr: the verifier's diagnostics.
+    for target, fd in zip((0, 1, 3, 4), [null, null, *(channel or [null, null])]):
         os.dup2(fd, target)
     mb = 1024 * 1024
     resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu"], cfg["cpu"] + 1))
@@ -746,14 +748,16 @@ def _tail(handle: Any) -> str:
     return handle.read().decode("utf-8", "replace")[-600:]
 
 
-def _drain(fd: int) -> bytes:
-    """What a pipe holds now, without waiting for its writers."""
-    os.set_blocking(fd, False)
+def _read_until_eof(fd: int, deadline: float) -> tuple[bytes, bool]:
+    """What a pipe carries until its writers close it or `deadline` passes; (data, reached end-of-file)."""
     chunks = []
-    with contextlib.suppress(BlockingIOError, OSError):
-        while chunk := os.read(fd, 1 << 16):
+    while (left := deadline - time.monotonic()) > 0:
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks), True
             chunks.append(chunk)
-    return b"".join(chunks)
+    return b"".join(chunks), False
 
 
 def _supervise(files: dict[str, str], argv_tail: list[str], limits: Limits,
@@ -792,13 +796,13 @@ def _supervise(files: dict[str, str], argv_tail: list[str], limits: Limits,
         finally:
             os.close(report_w)
         try:
-            try:
-                process.wait(timeout=limits.timeout + 3 * _GRACE)
-            except subprocess.TimeoutExpired:  # backstop: its own deadline did not hold; its sandbox dies with it
+            # The report pipe reaches end-of-file when the supervisor exits; wait for that, never past the backstop.
+            data, ended = _read_until_eof(report_r, time.monotonic() + limits.timeout + 3 * _GRACE)
+            if not ended:  # backstop: its own deadline did not hold; its sandbox dies with it (pdeathsig)
                 process.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=_GRACE)
-            report = _parse_report(_drain(report_r), secret)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=_GRACE)
+            report = _parse_report(data, secret)
         finally:
             os.close(report_r)
             if workdir:
