@@ -499,7 +499,9 @@ class Strict(ast.NodeTransformer):
         return ast.copy_location(ast.Expr(call), node)
 
 
-def load(channel, source, name, namespace):
+def load(channel, source, name, namespace, prelude=None):
+    """Compile test code with strict asserts; bind its free names: stdlib modules, else the solution's functions.
+    `prelude` (HumanEval's prompt: helpers such as `poly`) runs first when the tests use a name it may define."""
     tree = ast.fix_missing_locations(Strict().visit(ast.parse(source, name)))
     stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
     for node in ast.walk(tree):
@@ -509,13 +511,16 @@ def load(channel, source, name, namespace):
             stored.add(node.arg)
         elif isinstance(node, ast.alias):
             stored.add((node.asname or node.name).split(".")[0])
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            free = node.id
-            if free in stored or free in namespace or hasattr(builtins, free):
-                continue
+    free = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    free = {n for n in free - stored if n not in namespace and not hasattr(builtins, n)}
+    if prelude and free - set(STDLIB):
+        saved = dict(namespace)
+        exec(compile(prelude, "prompt.py", "exec"), namespace)
+        namespace.update(saved)  # the proxies stay: the prompt's stub of the entry point is not the solution
+    for free_name in sorted(free):
+        if free_name not in namespace:
             # A module the solution imported (MBPP asserts may use it): the judge imports its own copy.
-            namespace[free] = __import__(free) if free in STDLIB else Proxy(channel, free)
+            namespace[free_name] = __import__(free_name) if free_name in STDLIB else Proxy(channel, free_name)
     return compile(tree, name, "exec")
 
 
@@ -528,9 +533,8 @@ def judge(task, channel):
         raise Verdict("failed", "the solution sent a malformed greeting")
     namespace = {"__name__": "__judge__", "__ps_eq": strict_eq, "__ps_checked": checked}
     if task["kind"] == "humaneval":
-        exec(compile(task["prompt"], "prompt.py", "exec"), namespace)  # helpers the tests use (task data)
         namespace[task["entry_point"]] = Proxy(channel, task["entry_point"])  # tests may call it by name
-        exec(load(channel, task["test"], "test.py", namespace), namespace)
+        exec(load(channel, task["test"], "test.py", namespace, prelude=task["prompt"]), namespace)
         namespace["check"](Proxy(channel, task["entry_point"]))
     else:
         exec(compile(task["setup"], "setup.py", "exec"), namespace)

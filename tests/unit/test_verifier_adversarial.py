@@ -83,6 +83,8 @@ def test_wrong_solutions_that_game_the_exit_code_score_zero(humaneval, name):
     ("HumanEval/33", "    return []\nimport builtins\nbuiltins.tuple = lambda *a: ()\n"),
     # math.fabs is HumanEval/32's only check: patched to 0, any answer would do.
     ("HumanEval/32", "    return 0.0\nimport math\nmath.fabs = lambda x: 0.0\n"),
+    # poly() (defined by HumanEval/32's prompt) is what its test evaluates: a solution redefining it to 0.
+    ("HumanEval/32", "    return 0.0\ndef poly(xs, x):\n    return 0.0\n"),
     # abs() decides HumanEval/2's last two asserts; == the first one.
     ("HumanEval/2", ("    return 0.5\nimport builtins\nbuiltins.abs = lambda x: 0\n")),
 ])
