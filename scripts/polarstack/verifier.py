@@ -380,7 +380,7 @@ def sandbox_side(cfg, channel, status):
 '''
 
 _JUDGE_SIDE = r'''
-MAX_MESSAGE = 64 << 20
+MAX_MESSAGE = 8 << 20  # one answer; HumanEval's and MBPP's are a few bytes
 STDLIB = getattr(sys, "stdlib_module_names", ("math", "re", "string", "collections", "itertools", "heapq"))
 state = {"calls": 0, "checks": 0}
 
@@ -597,6 +597,8 @@ def main():
         sandbox_side(sandbox, [req_r, resp_w] if sandbox["judge"] else [], status_w)
     for fd in (req_r, resp_w, status_w):
         os.close(fd)
+    # The answers it decodes come from the solution: bound this process's memory too (2 GiB of address space).
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
     rest = json.loads(read_exactly(os.fstat(0).st_size - os.lseek(0, 0, os.SEEK_CUR)))  # tests and the secret
     report = {"secret": rest.pop("secret"), "status": read_status(status_r, deadline)}
     returncode = None

@@ -171,3 +171,15 @@ def test_two_verifier_processes_do_not_interfere(tmp_path, humaneval):
     out_slow, err_slow = slow.communicate(timeout=60)
     assert fast.returncode == 0 and out_fast.startswith("PASSED fast.py"), out_fast + err_fast
     assert slow.returncode == 0 and out_slow.startswith("PASSED slow.py"), out_slow + err_slow
+
+
+def test_a_report_without_this_runs_secret_counts_for_nothing():
+    """The verifier reads one report line and only with the run's secret: a second line, another run's secret or a
+    missing one (what a program that reached the report pipe could write) gives no report, hence no pass."""
+    secret = "a" * 32
+    good = {"secret": secret, "verdict": "passed", "status": "isolated", "calls": 1, "checks": 1}
+    assert verifier._parse_report(json.dumps(good).encode() + b"\n", secret)["verdict"] == "passed"
+    for forged in (dict(good, secret="b" * 32), {k: v for k, v in good.items() if k != "secret"}):
+        assert verifier._parse_report(json.dumps(forged).encode() + b"\n", secret) == {}
+    assert verifier._parse_report(json.dumps(good).encode() + b"\n" + json.dumps(good).encode(), secret) == {}
+    assert verifier._parse_report(b"PASSED t\n", secret) == {}
