@@ -19,7 +19,7 @@ Two processes per verification, and the reward never depends on anything the sol
 
 The sandbox (default `namespaces`): new PID, network, mount, IPC and UTS namespaces (plus a user namespace
 when not root); a chroot into a fresh tmpfs holding read-only binds of /usr, /etc and the interpreter's
-prefix, a private /tmp, /var/tmp and /dev/shm, a minimal /dev and its own /proc; as root a dedicated uid per
+prefix, a private /tmp, /var/tmp and /dev/shm, a minimal /dev and its own /proc (or none); as root a uid per
 concurrent run, locked across processes with flock; rlimits (CPU, memory, file size, open files, processes);
 no_new_privs. The process tree dies with the namespace's init, which the supervisor has killed at the deadline.
 When the namespaces cannot be set up the verification is refused (IsolationUnavailable) unless the user opts
@@ -271,7 +271,11 @@ def build_root(cfg, root):
         os.makedirs(root + path)
         os.chmod(root + path, 0o1777)
     os.makedirs(root + "/proc")
-    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # Its own /proc; where the kernel refuses one to a user namespace (a masked /proc, as in a default Docker
+    # container: "mount_too_revealing"), none at all: the program then sees no process, not even itself.
+    if libc.mount(b"proc", (root + "/proc").encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
+        if ctypes.get_errno() not in (errno.EPERM, errno.EACCES) or not cfg["unshare_flags"] & NEWUSER:
+            fail("mount %s/proc: %s" % (root, os.strerror(ctypes.get_errno())))
     os.makedirs(root + "/sandbox", mode=0o700)
     write_files(cfg, root + "/sandbox")
     os.chroot(root)
@@ -545,7 +549,7 @@ def judge(task, channel):
 '''
 
 _SUPERVISOR = r'''
-import ast, builtins, ctypes, fcntl, json, os, resource, select, signal, sys, time
+import ast, builtins, ctypes, errno, fcntl, json, os, resource, select, signal, sys, time
 ''' + _CODEC + _SANDBOX_SIDE + _JUDGE_SIDE + r'''
 
 def read_exactly(count):

@@ -110,8 +110,18 @@ def _unprivileged_userns() -> str | None:
     return None if probe.returncode == 0 else "unprivileged user namespaces are not allowed on this kernel"
 
 
-def test_unprivileged_user_cannot_read_the_parents_environment_or_ssh_key(open_dir, humaneval):
+# As root: a private mount namespace whose /proc has a file masked (as Docker masks /proc/kcore and others), then
+# the unprivileged user. The kernel refuses a new /proc to that user's namespace ("mount_too_revealing").
+MASKED_PROC = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+               'mount --bind /dev/null /proc/timer_list && exec setpriv --reuid 65534 --regid 65534 --clear-groups "$@"',
+               "sh"]
+
+
+@pytest.mark.parametrize("proc", ["own /proc", "masked /proc"])
+def test_unprivileged_user_cannot_read_the_parents_environment_or_ssh_key(open_dir, humaneval, proc):
     reason = _unprivileged_userns()
+    if not reason and proc == "masked /proc" and not all(shutil.which(t) for t in ("unshare", "setpriv", "mount")):
+        reason = "needs util-linux's unshare, setpriv and mount to mask /proc"
     if reason:
         pytest.skip(reason)
     token = uuid.uuid4().hex
@@ -128,7 +138,8 @@ def test_unprivileged_user_cannot_read_the_parents_environment_or_ssh_key(open_d
              f"            if {token!r}.encode() in open('/proc/%s/%s' % (pid, name), 'rb').read():\n"
              "                found.append(pid)\n        except OSError:\n            pass\n"
              "if found:\n    sys.exit('read the parent environment of %s' % found)\n"
-             f"try:\n    open({str(key)!r}).read()\nexcept OSError:\n    pass\nelse:\n    sys.exit('read the key')\n")
+             f"try:\n    open({str(key)!r}).read()\nexcept OSError:\n    pass\nelse:\n    sys.exit('read the key')\n"
+             f"if os.path.exists({str(open_dir)!r}):\n    sys.exit('sees the host file system')\n")
     problem = humaneval["HumanEval/0"]
     (open_dir / "problem.json").write_text(json.dumps(dict(problem, kind="humaneval")))
     (open_dir / "problem.json").chmod(0o644)
@@ -138,11 +149,13 @@ def test_unprivileged_user_cannot_read_the_parents_environment_or_ssh_key(open_d
               "good = verifier.verify(problem, problem['canonical_solution'])\n"
               "bad = verifier.verify(problem, '    return None\\nimport sys\\nsys.exit(0)\\n')\n"
               "print(json.dumps([run.returncode, run.stderr_tail, good.passed, getattr(good, 'detail', ''), bad.passed]))\n")
-    proc = subprocess.run([SYSTEM_PYTHON, "-I", "-c", driver, probe], cwd=open_dir, user=65534, group=65534,
-                          extra_groups=[], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(home), "PARENT_SECRET": token})
-    assert proc.returncode == 0, proc.stderr
-    returncode, tail, good, detail, bad = json.loads(proc.stdout)
+    command = [SYSTEM_PYTHON, "-I", "-c", driver, probe]
+    as_nobody = {"user": 65534, "group": 65534, "extra_groups": []} if proc == "own /proc" else {}
+    proc_run = subprocess.run(command if as_nobody else MASKED_PROC + command, cwd=open_dir, capture_output=True,
+                              text=True, timeout=60, env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(home),
+                                                          "PARENT_SECRET": token}, **as_nobody)
+    assert proc_run.returncode == 0, proc_run.stderr
+    returncode, tail, good, detail, bad = json.loads(proc_run.stdout)
     assert returncode == 0, tail
     assert good is True, detail
     assert bad is False
