@@ -424,6 +424,9 @@ def _add_verify(sub) -> None:
     p.add_argument("--source", default=None, help="mbpp: a JSONL file in MBPP's schema")
     p.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds per program (default 10)")
     p.add_argument("--workers", type=int, default=None, help="parallel sandboxes (default: CPU count, at least 2)")
+    p.add_argument("--isolation", choices=("namespaces", "none"), default=None,
+                   help="namespaces (default) or none: opt out of the sandbox's namespaces (docs/tasks.md; also "
+                        "POLARSTACK_VERIFIER_ISOLATION)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_verify)
 
@@ -446,16 +449,25 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         items = [(dict(p, kind="mbpp"), p["code"]) for p in problems]
     else:
         raise StackError(f"unknown task {args.task!r}; choose one of {', '.join(tasks.TASKS)}.", ExitCode.USAGE)
-    limits = verifier.Limits(timeout=args.timeout)
+    limits = verifier.Limits(timeout=args.timeout, isolation=args.isolation)
     started = time.perf_counter()
     outcomes = []
+    try:
+        verifier.probe_sandbox(limits)  # refuse before the first solution when the sandbox cannot be set up
+    except ValueError as exc:  # a bad POLARSTACK_VERIFIER_ISOLATION
+        raise StackError(f"{exc}.", ExitCode.USAGE) from None
+    except RuntimeError as exc:  # IsolationUnavailable, or no interpreter / lock directory for the sandbox
+        raise StackError(f"{exc}.", ExitCode.ENVIRONMENT) from None
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True)) as progress, \
             ThreadPoolExecutor(max_workers=args.workers or max(2, __import__("os").cpu_count() or 2)) as pool:
         bar = progress.add_task(f"{args.task} canonical solutions", total=len(items))
-        for outcome in pool.map(lambda pair: verifier.verify(pair[0], pair[1], limits), items):
-            outcomes.append(outcome)
-            progress.advance(bar)
+        try:
+            for outcome in pool.map(lambda pair: verifier.verify(pair[0], pair[1], limits), items):
+                outcomes.append(outcome)
+                progress.advance(bar)
+        except RuntimeError as exc:
+            raise StackError(f"{exc}.", ExitCode.ENVIRONMENT) from None
     elapsed = time.perf_counter() - started
     failed = [(items[i][0]["task_id"], o.reason) for i, o in enumerate(outcomes) if not o.passed]
     result = {"task": args.task, "problems": len(items), "passed": len(items) - len(failed), "failed": failed,

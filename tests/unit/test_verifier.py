@@ -48,13 +48,13 @@ def test_infinite_loop_is_killed_at_the_timeout(humaneval):
 
 def test_huge_allocation_is_contained(humaneval):
     outcome = verifier.verify(humaneval[0], "    x = bytearray(16 * 1024 ** 3)\n    return True\n")
-    assert outcome.reward == 0.0 and "MemoryError" in outcome.stderr_tail
+    assert outcome.reward == 0.0 and "MemoryError" in outcome.detail
 
 
 def test_fork_bomb_is_contained_and_cleaned_up():
     started = time.monotonic()
-    outcome = verifier.run_program("import os\nwhile True:\n    os.fork()\n", verifier.Limits(timeout=3))
-    assert outcome.reward == 0.0
+    run = verifier.run_program("import os\nwhile True:\n    os.fork()\n", verifier.Limits(timeout=3))
+    assert run.returncode != 0
     assert time.monotonic() - started < 10
     if os.geteuid() == 0:
         leftovers = [pid for slot in range(1000) for pid in verifier._pids_of_uid(verifier.VERIFIER_UID_BASE + slot)]
@@ -62,8 +62,8 @@ def test_fork_bomb_is_contained_and_cleaned_up():
 
 
 def test_cpu_rlimit_stops_a_busy_program():
-    outcome = verifier.run_program("while True:\n    pass\n", verifier.Limits(timeout=20, cpu_seconds=1))
-    assert outcome.reward == 0.0 and outcome.seconds < 10
+    run = verifier.run_program("while True:\n    pass\n", verifier.Limits(timeout=20, cpu_seconds=1))
+    assert run.returncode != 0 and not run.timed_out and run.seconds < 10
 
 
 def test_parallel_runs_do_not_interfere():
@@ -74,15 +74,15 @@ def test_parallel_runs_do_not_interfere():
 
     with ThreadPoolExecutor(8) as pool:
         outcomes = list(pool.map(lambda n: verifier.run_program(program.replace("{n}", str(n))), range(16)))
-    assert all(o.passed for o in outcomes), [o.stderr_tail for o in outcomes if not o.passed]
+    assert all(o.returncode == 0 for o in outcomes), [o.stderr_tail for o in outcomes if o.returncode != 0]
 
 
 def test_no_secret_is_inherited(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     program = "import os\nassert set(os.environ) <= {'PATH', 'LANG', 'HOME', 'PYTHONDONTWRITEBYTECODE', 'LC_CTYPE'}, os.environ\n"
-    outcome = verifier.run_program(program)
-    assert outcome.passed, outcome.stderr_tail
+    run = verifier.run_program(program)
+    assert run.returncode == 0, run.stderr_tail
 
 
 def test_mbpp_programs(tmp_path):
