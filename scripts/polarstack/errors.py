@@ -23,6 +23,8 @@ class ExitCode(enum.IntEnum):
     STATE = 9  # run state conflict: already up, nothing up, stale pids
     TASK_DATA = 10  # task data missing or invalid
     GATE = 11  # the training gate refused to launch
+    # 12-14 are reserved for other checks.
+    RETOKENIZED = 15  # Polar would train only on ids re-tokenized from text (ids dropped): refused by default
 
 
 class StackError(Exception):
