@@ -74,20 +74,33 @@ def _add_smoke(sub) -> None:
     p.add_argument("--runtime", choices=("auto", "local", "docker"), default="auto",
                    help="without --base-url: local (the run state of `polarstack up`), docker (--profile's ports), "
                         "or auto (local when a profile is up locally, else docker)")
+    p.add_argument("--strict", action="store_true",
+                   help="fail (exit 4) on findings Polar does not enforce: usage mismatch, positive logprobs, coerced "
+                        "id types, aligned-prefix training, extra choices")
+    p.add_argument("--allow-retokenized", action="store_true",
+                   help="pass when Polar would train only on ids its builder re-tokenizes from text (exit 15 otherwise)")
+    p.add_argument("--polar-config", default=None, metavar="PATH",
+                   help="the Polar config the smoke guards (slime's --custom-config-path, e.g. a rendered "
+                        "polar_config.yaml): its builder tokenizer decides whether Polar re-tokenizes; default: the "
+                        "template this stack renders (no tokenizer)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_cmd_smoke)
 
 
 def _cmd_smoke(args: argparse.Namespace) -> int:
+    from polarstack import retokenize
     from polarstack.smoke import run_smoke
 
-    base_url, route, register = args.base_url, args.route, None
+    base_url, route, register, engine_urls = args.base_url, args.route, None, None
+    tokenizer_name = retokenize.configured_name(retokenize.read_config(args.polar_config) if args.polar_config
+                                                else None)
     if base_url is None and args.runtime in ("auto", "local"):
         from polarstack.local import read_state
 
         state = read_state()
         if state is not None and state.live():
             base_url, route = state.base_url, route or state.data.get("route", "base")
+            engine_urls = list(state.data.get("engine_urls") or [])
         elif args.runtime == "local" or args.profile is None:
             raise StackError("no profile is up locally and no --base-url was given; run `make up PROFILE=engine-direct "
                              "RUNTIME=local` or pass --base-url.", ExitCode.USAGE)
@@ -100,7 +113,9 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
         if profile.registration == "register" and profile.polar_base == "router":
             register = [f"http://127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
     report = run_smoke(base_url, model=args.model, requests=args.requests, turns=args.turns,
-                       timeout=args.timeout, route=route or "base", max_tokens=args.max_tokens, register=register)
+                       timeout=args.timeout, route=route or "base", max_tokens=args.max_tokens, register=register,
+                       strict=args.strict, allow_retokenized=args.allow_retokenized, tokenizer_name=tokenizer_name,
+                       engine_urls=engine_urls)
     if args.json:
         _print_json(report.as_dict())
     else:
@@ -132,7 +147,8 @@ def _render_smoke(report) -> None:
     for warning in report.warnings:
         console.print(f"  warning: {warning}")
     verdict = "PASS" if report.ok else f"FAIL ({report.code.name}, exit {int(report.code)})"
-    console.print(f"verdict: {verdict}; trainable tokens {report.trainable_tokens}; {report.elapsed:.3f} s")
+    console.print(f"verdict: {verdict}; Polar's verdict {report.polar_verdict or '-'}; trainable tokens "
+                  f"{report.trainable_tokens}; {report.elapsed:.3f} s")
 
 
 # --- probe ------------------------------------------------------------------------------------------------
