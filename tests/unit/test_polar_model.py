@@ -179,7 +179,7 @@ def oracle_trainable(body: bytes) -> tuple[bool, int]:
 ODD_IDS = [True, False, 1.0, 2.5, -3.0, 1e19, 9.3e18, -9.3e18, None, "5", " 7 ", "+3", "1_0", "5.0", "5.5", "x", "",
            "05", "-0", "1e3", "NaN", 2**63, 2**64 - 1, 2**64, 2**64 + 1, -(2**63) - 1, 2**70, -(2**70), [], {}]
 LOGPROBS = [-0.5, -3.25, 0.0, -0.0, 1e-300, 0.75, None, True, "-0.5", "NaN", "inf", "x", -1e-9, -20.0]
-ENCODINGS = ["json"] * 6 + ["nan", "infinity", "1e999", "bom", "utf16", "surrogate", "list", "control"]
+ENCODINGS = ["json"] * 24 + ["nan", "infinity", "1e999", "bom", "utf16", "surrogate", "list", "control"]
 
 
 class Recipe:
@@ -233,11 +233,11 @@ def build_answer(data: bytes) -> bytes:
     r = Recipe(data)
     length = 1 + r.byte() % 4
     choice: dict = {}
-    for key in ("prompt_token_ids", "input_token_ids", "token_ids"):
-        if r.byte() % 3 == 0:
+    for key, odds in (("prompt_token_ids", 4), ("input_token_ids", 1), ("token_ids", 1)):
+        if r.byte() % 5 < odds:
             choice[key] = r.id_list()
-    meta = r.byte() % 5
-    if meta == 0:
+    meta = r.byte() % 6
+    if meta in (0, 5):
         choice["meta_info"] = {"output_token_logprobs": [[-0.5 * (i + 1), 100 + i, "t"] for i in range(length)]}
     elif meta == 1:
         choice["meta_info"] = {"output_token_logprobs": [r.meta_item() for _ in range(r.byte() % 5)]}
