@@ -518,8 +518,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     register = None
     if runtime == "docker" and profile.registration == "register" and profile.polar_base == "router":
         register = [f"http://127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
+    import yaml
+
+    from polarstack.retokenize import configured_name
+
+    polar_values = yaml.safe_load(plan.files["polar_config.yaml"])
     report = run_smoke(base_url, route=state.data.get("route", profile.route) if live else profile.route,
-                       model=None if live else knobs.get("SERVED_MODEL_NAME"), register=register)
+                       model=None if live else knobs.get("SERVED_MODEL_NAME"), register=register,
+                       tokenizer_name=configured_name(polar_values),
+                       allow_retokenized=bool(polar_values.get("polar_gate_allow_retokenized")))
     if not report.ok:
         raise StackError(f"refusing to launch {args.task} on {name}: {report.message}", ExitCode.GATE)
     print(f"gate passed: {report.message}", file=sys.stderr)
@@ -533,6 +540,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     for file_name, text in plan.files.items():
         (out / file_name).write_text(text)
     proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/launch.sh"])
+    if proc.returncode != 0 and (out / "gate-abort.txt").is_file():  # the in-job gate's watchdog stopped it
+        raise StackError((out / "gate-abort.txt").read_text().strip(), ExitCode.GATE)
     if proc.returncode != 0:
         raise StackError(f"the training job of run {run_id} failed (exit {proc.returncode}); see `make logs "
                          f"SERVICE=trainer` and {out}.", ExitCode.ENVIRONMENT)
