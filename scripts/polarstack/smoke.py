@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from polarstack import contract, polar_model, retokenize
+from polarstack import contract, polar_model, polar_opinion, retokenize
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, error_message, request
 
@@ -93,6 +93,8 @@ class SmokeReport:
             "retokenization": {"tokenizer_name_or_path": self.tokenizer_name, "allowed": self.allow_retokenized,
                                "drift": self.drift},
             "findings": self.findings,
+            "installed_polar": ("not importable" if not any("installed_polar" in e for e in self.exchanges) else
+                                "disagrees" if self.code == ExitCode.INTERNAL else "agrees"),
             "fields_missing": self.fields_missing,
             "model": self.model,
             **self.resolution.as_dict(),
@@ -326,6 +328,9 @@ def _exchange_all(report: SmokeReport, http, requests: int, turns: int, max_toke
         verdict = contract.analyze_response(parsed)
         entry["verdict"] = verdict.as_dict()
         entry["polar"] = polar.as_dict()
+        if polar_opinion.available():  # inside the trainer: the installed Polar's own functions, a second opinion
+            tokens, ended = polar_opinion.trainable_tokens(reply.body, body, report.tokenizer)
+            entry["installed_polar"] = {"trainable_tokens": tokens, "ended": ended}
         entry["_prompt_ids"] = polar.prompt_ids or verdict.prompt_ids
         entry["_request"] = body
         return parsed
@@ -360,6 +365,16 @@ def _judge(report: SmokeReport) -> None:
     report.warnings += [p["message"] for v in verdicts for p in v["problems"] if p["kind"] == contract.WARNING]
     if report.resolution.bypassed:
         report.warnings.append(report.resolution.note)
+    disagree = [e for e in report.exchanges if "installed_polar" in e
+                and e["installed_polar"]["trainable_tokens"] != e["polar"]["polar_trainable_tokens"]]
+    if disagree:
+        entry = disagree[0]
+        _fail(report, ExitCode.INTERNAL,
+              f"polarstack's verdict model disagrees with the installed Polar on the answer from {entry['url']} "
+              f"({entry['polar']['polar_trainable_tokens']} trainable tokens vs Polar's "
+              f"{entry['installed_polar']['trainable_tokens']}, which ended at {entry['installed_polar']['ended']}); "
+              "the verdict cannot be trusted, so the gate refuses: report this polarstack bug.")
+        return
     zero = [(e, p) for e, p in zip(report.exchanges, polars) if p["polar_trainable_tokens"] == 0]
     retokenized = [p for p in polars if p["polar_verdict"] == polar_model.RETOKENIZED]
     report.polar_verdict = (polar_model.NOT_TRAINABLE if zero else polar_model.RETOKENIZED if retokenized
