@@ -140,7 +140,8 @@ def _render_smoke(report) -> None:
         problems = f"{len(found)}: {found[0]['message'][:90]}" if found else ""
         table.add_row(str(index), entry["kind"], str(entry["turn"]), entry["url"], str(entry["status"]),
                       f"{entry['elapsed_ms']:.1f}", str(verdict.get("prompt_tokens", "-")),
-                      str(verdict.get("response_tokens", "-")), str(verdict.get("trainable_tokens", "-")),
+                      str(verdict.get("response_tokens", "-")),
+                      str(entry.get("polar", {}).get("polar_trainable_tokens", "-")),
                       problems or "-")
     if report.exchanges:
         console.print(table)

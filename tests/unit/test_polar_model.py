@@ -323,3 +323,19 @@ def test_prompt_alone_over_max_tokens_drops_the_trace_and_long_responses_are_cli
     body = json.dumps(sglang()).encode()
     assert polar_model.decide(body, max_tokens=3).trainable_tokens == 0
     assert polar_model.decide(body, max_tokens=4).trainable_tokens == 1
+
+
+def test_recorded_polar_facts_are_acted_on():
+    """`make verify-offline` checks configs/upstream/polar-facts.json against the model and the gate."""
+    from polarstack import verify_offline
+
+    check = verify_offline.check_polar_facts()
+    assert check.ok, check.problems
+
+
+def test_polar_facts_check_fails_on_the_bare_counter_key(monkeypatch):
+    from polarstack import gate, verify_offline
+
+    monkeypatch.setattr(gate, "DELTA_METRIC", "polar/dropped_zero_trainable_groups")
+    check = verify_offline.check_polar_facts()
+    assert not check.ok and "Polar exports" in check.problems[0]
