@@ -405,10 +405,11 @@ def _judge(report: SmokeReport) -> None:
                   "to confirm.")
         else:
             entry, polar = zero[0]
+            detail = next((p["message"] for p in entry["verdict"]["problems"] if p["kind"] == contract.MISSING), "")
             _fail(report, ExitCode.INVARIANT,
                   f"Polar would extract zero trainable tokens from {entry['url']} although the token fields are "
-                  f"there: {polar['polar_reason']} (at Polar's {polar['polar_stage']} step); fix the engine before "
-                  "training.")
+                  f"there: {polar['polar_reason']} (at Polar's {polar['polar_stage']} step"
+                  f"{'; ' + detail if detail else ''}); fix the engine before training.")
         return
     if retokenized:
         _measure_drift(report)
