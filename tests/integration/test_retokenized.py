@@ -56,3 +56,10 @@ def test_retokenized_only_is_refused_with_the_risk_and_measured_drift(engine_fac
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["polar_trainable_tokens"] > 0
     assert any(w.startswith("retokenized:") for w in report["warnings"])
+
+
+@pytest.mark.unit
+def test_an_unreadable_polar_config_is_a_usage_error(tmp_path, capsys):
+    code = main(["smoke", "--base-url", "http://127.0.0.1:9", "--polar-config", str(tmp_path / "missing.yaml")])
+    err = capsys.readouterr().err
+    assert code == ExitCode.USAGE and "cannot read the Polar config" in err and len(err.strip().splitlines()) == 1
