@@ -298,7 +298,7 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
             elif mode == "length_mismatch" and entries:
                 entries.pop()
         if mode == "nan_logprobs":
-            # What sglang 0.5.15.post1 puts on the wire for a NaN logprob: its chat route returns the pydantic
+            # What the pinned sglang (SGLANG_VERSION) puts on the wire for a NaN logprob: its chat route returns the pydantic
             # ChatCompletionResponse, which FastAPI serializes in JSON mode, writing NaN as null (measured with
             # sglang's own response model under fastapi 0.165.0 / pydantic 2.13.4); orjson, behind sglang's
             # ORJSONResponse routes, also writes NaN as null. docs/polar-verdict.md has the measurement.
