@@ -220,3 +220,31 @@ def test_the_rendered_polar_config_carries_the_watchdog_settings():
     config = yaml.safe_load(plan.files["polar_config.yaml"])
     assert config["polar_gate_watchdog_seconds"] == 3600 and config["polar_gate_allow_retokenized"] is False
     assert config["polar_gate_abort_file"].endswith("/r1/gate-abort.txt")
+
+
+@pytest.mark.unit
+def test_train_reports_the_watchdogs_sentence_with_the_gate_code(tmp_path, monkeypatch, capsys):
+    """The job's process dies (os._exit in the watchdog); `polarstack train` finds gate-abort.txt in the run dir it
+    shares with the trainer and ends with that sentence and exit 11, not a generic job failure."""
+    import subprocess
+
+    from polarstack import compose, smoke, tasks
+    from polarstack.cli import main
+
+    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
+    passed = SimpleNamespace(ok=True, message="42 trainable tokens")
+    monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: passed)
+    monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
+    sentence = "polarstack gate: stopping the job, no group with trainable tokens came back within 3600 s"
+
+    def job(profile, args, **kw):
+        script = args[-1]  # <TRAINER_RUN_DIR>/<run_id>/launch.sh; the run dir is shared with the host
+        run_id = script.rsplit("/", 2)[-2]
+        (tmp_path / "run" / "train" / run_id / "gate-abort.txt").write_text(sentence + "\n")
+        return subprocess.CompletedProcess(args, 1)
+
+    monkeypatch.setattr(compose, "run_compose", job)
+    code = main(["train", "--task", "humaneval", "--runtime", "docker"])
+    err = capsys.readouterr().err
+    assert code == 11 and err.strip().splitlines()[-1].endswith(sentence) and "Traceback" not in err
