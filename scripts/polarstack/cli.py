@@ -87,20 +87,33 @@ def _add_smoke(sub) -> None:
     p.add_argument("--runtime", choices=("auto", "local", "docker"), default="auto",
                    help="without --base-url: local (the run state of `polarstack up`), docker (--profile's ports), "
                         "or auto (local when a profile is up locally, else docker)")
+    p.add_argument("--strict", action="store_true",
+                   help="fail (exit 4) on findings Polar does not enforce: usage mismatch, positive logprobs, coerced "
+                        "id types, aligned-prefix training, extra choices")
+    p.add_argument("--allow-retokenized", action="store_true",
+                   help="pass when Polar would train only on ids its builder re-tokenizes from text (exit 15 otherwise)")
+    p.add_argument("--polar-config", default=None, metavar="PATH",
+                   help="the Polar config the smoke guards (slime's --custom-config-path, e.g. a rendered "
+                        "polar_config.yaml): its builder tokenizer decides whether Polar re-tokenizes; default: the "
+                        "template this stack renders (no tokenizer)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_cmd_smoke)
 
 
 def _cmd_smoke(args: argparse.Namespace) -> int:
+    from polarstack import retokenize
     from polarstack.smoke import run_smoke
 
-    base_url, route, register = args.base_url, args.route, None
+    base_url, route, register, engine_urls = args.base_url, args.route, None, None
+    tokenizer_name = retokenize.configured_name(retokenize.read_config(args.polar_config) if args.polar_config
+                                                else None)
     if base_url is None and args.runtime in ("auto", "local"):
         from polarstack.local import read_state
 
         state = read_state()
         if state is not None and state.live():
             base_url, route = state.base_url, route or state.data.get("route", "base")
+            engine_urls = list(state.data.get("engine_urls") or [])
         elif args.runtime == "local":
             raise StackError("no profile is up locally and no --base-url was given; run `make up PROFILE=engine-direct "
                              "RUNTIME=local` or pass --base-url.", ExitCode.USAGE)
@@ -111,10 +124,13 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
         profile = profiles.load(docker_state.profile_name(args.profile))
         base_url = profile.base_url()
         route = route or profile.route
+        engine_urls = [f"http://127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
         if profile.registration == "register" and profile.polar_base == "router":
-            register = [f"http://127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
+            register = list(engine_urls)
     report = run_smoke(base_url, model=args.model, requests=args.requests, turns=args.turns,
-                       timeout=args.timeout, route=route or "base", max_tokens=args.max_tokens, register=register)
+                       timeout=args.timeout, route=route or "base", max_tokens=args.max_tokens, register=register,
+                       strict=args.strict, allow_retokenized=args.allow_retokenized, tokenizer_name=tokenizer_name,
+                       engine_urls=engine_urls)
     if args.json:
         _print_json(report.as_dict())
     else:
@@ -139,14 +155,16 @@ def _render_smoke(report) -> None:
         problems = f"{len(found)}: {found[0]['message'][:90]}" if found else ""
         table.add_row(str(index), entry["kind"], str(entry["turn"]), entry["url"], str(entry["status"]),
                       f"{entry['elapsed_ms']:.1f}", str(verdict.get("prompt_tokens", "-")),
-                      str(verdict.get("response_tokens", "-")), str(verdict.get("trainable_tokens", "-")),
+                      str(verdict.get("response_tokens", "-")),
+                      str(entry.get("polar", {}).get("polar_trainable_tokens", "-")),
                       problems or "-")
     if report.exchanges:
         console.print(table)
     for warning in report.warnings:
         console.print(f"  warning: {warning}")
     verdict = "PASS" if report.ok else f"FAIL ({report.code.name}, exit {int(report.code)})"
-    console.print(f"verdict: {verdict}; trainable tokens {report.trainable_tokens}; {report.elapsed:.3f} s")
+    console.print(f"verdict: {verdict}; Polar's verdict {report.polar_verdict or '-'}; trainable tokens "
+                  f"{report.trainable_tokens}; {report.elapsed:.3f} s")
 
 
 # --- probe ------------------------------------------------------------------------------------------------
@@ -549,8 +567,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     register = None
     if runtime == "docker" and profile.registration == "register" and profile.polar_base == "router":
         register = [f"http://127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
+    import yaml
+
+    from polarstack.retokenize import configured_name
+
+    polar_values = yaml.safe_load(plan.files["polar_config.yaml"])
     report = run_smoke(base_url, route=state.data.get("route", profile.route) if live else profile.route,
-                       model=None if live else knobs.get("SERVED_MODEL_NAME"), register=register)
+                       model=None if live else knobs.get("SERVED_MODEL_NAME"), register=register,
+                       tokenizer_name=configured_name(polar_values),
+                       allow_retokenized=bool(polar_values.get("polar_gate_allow_retokenized")))
     if not report.ok:
         raise StackError(f"refusing to launch {args.task} on {name}: {report.message}", ExitCode.GATE)
     print(f"gate passed: {report.message}", file=sys.stderr)
@@ -570,6 +595,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     print("what to watch on the GPU node:\n  " + "\n  ".join(watch_lines(plan)), file=sys.stderr)
     proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/launch.sh"])
+    if proc.returncode != 0 and (out / "gate-abort.txt").is_file():  # the in-job gate's watchdog stopped it
+        raise StackError((out / "gate-abort.txt").read_text().strip(), ExitCode.GATE)
     if proc.returncode == RESUME_REFUSED:  # launch.sh's checkpoint guard (train.checkpoint_guard) said why
         raise StackError(f"the trainer refused run {run_id}: " + (
             f"RESUME=1 found no checkpoint in {plan.checkpoint_dir}; run make train without RESUME to start it."

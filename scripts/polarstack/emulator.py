@@ -30,6 +30,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from polarstack import sglang_protocol, toolcheck
 from polarstack.tokenizer import ENDOFTEXT, IM_END, SPECIAL_IDS, Tokenizer, encode_chat
 
@@ -41,7 +43,7 @@ _WORDS = ("the agent reads the file and runs the tests then fixes the bug in the
           "hello world sure here is code def return for in if else print list dict sum result").split()
 
 FAULT_MODES = ("none", "delay", "http500", "html", "truncated", "nan_logprobs", "positive_logprobs",
-               "length_mismatch", "no_extensions", "always_extensions")
+               "length_mismatch", "no_extensions", "always_extensions", "nan_literal_logprobs")
 
 
 @dataclass
@@ -312,8 +314,8 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
         for choice in body.get("choices", []):
             entries = (choice.get("meta_info") or {}).get("output_token_logprobs")
             content = (choice.get("logprobs") or {}).get("content")
-            if mode in ("nan_logprobs", "positive_logprobs"):
-                value = float("nan") if mode == "nan_logprobs" else 0.75
+            if mode in ("nan_logprobs", "nan_literal_logprobs", "positive_logprobs"):
+                value = 0.75 if mode == "positive_logprobs" else float("nan")
                 if entries:
                     entries[0][0] = value
                 if content:
@@ -321,7 +323,14 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
             elif mode == "length_mismatch" and entries:
                 entries.pop()
         if mode == "nan_logprobs":
-            # sglang serializes with orjson, which writes NaN as null; Python's json would write NaN.
+            # What the pinned sglang (SGLANG_VERSION) puts on the wire for a NaN logprob: its chat route returns the pydantic
+            # ChatCompletionResponse, which FastAPI serializes in JSON mode, writing NaN as null (measured with
+            # sglang's own response model under fastapi 0.165.0 / pydantic 2.13.4); orjson, behind sglang's
+            # ORJSONResponse routes, also writes NaN as null. docs/polar-verdict.md has the measurement.
+            return Response(orjson.dumps(body), media_type="application/json")
+        if mode == "nan_literal_logprobs":
+            # NOT sglang: a bare NaN literal no sglang release emits. It exists to test that the smoke parses like
+            # Polar's gateway (orjson rejects the literal, so Polar records nothing).
             return Response(json.dumps(body, allow_nan=True), media_type="application/json")
         return None
 

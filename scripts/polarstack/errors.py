@@ -25,6 +25,7 @@ class ExitCode(enum.IntEnum):
     GATE = 11  # the training gate refused to launch
     TOOL_CALLS = 12  # a request carrying tools got no parsed message.tool_calls (engine lacks --tool-call-parser)
     ASSETS_MISSING = 13  # GPU-node assets absent: model weights, the sandbox image, the agent CLI, apptainer
+    RETOKENIZED = 15  # Polar would train only on ids re-tokenized from text (ids dropped): refused by default
 
 
 class StackError(Exception):

@@ -7,8 +7,12 @@ Two routes (../shared/reference/polar-contract.md, "Which URL Polar actually cal
   prefill/decode worker, requests go round-robin straight to the regular workers' /v1/chat/completions,
   bypassing the router; otherwise (error, non-2xx, no list) they go to the base URL.
 
-Exit codes: 0 only when trainable tokens > 0 and no invariant fails; otherwise the most fundamental failure
-wins (unreachable, HTTP error, malformed body, token fields missing, invariant violated).
+Go/no-go comes from polar_model (Polar's own pipeline on the raw answer bytes): 0 when Polar would extract
+trainable tokens from every answer; otherwise the most fundamental failure wins (unreachable, HTTP error, a body
+Polar's orjson parser rejects = MALFORMED, token fields dropped on the path = TOKENS_MISSING, fields present but
+Polar extracts nothing = INVARIANT). Findings Polar does not enforce are warnings (exit 4 with strict=True);
+answers Polar could train on only by re-tokenizing text are refused with RETOKENIZED unless allow_retokenized.
+See docs/polar-verdict.md.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from polarstack import contract
+from polarstack import contract, polar_model, polar_opinion, retokenize
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, error_message, request
 
@@ -58,10 +62,19 @@ class SmokeReport:
     message: str = ""
     fields_missing: list[str] = field(default_factory=list)
     elapsed: float = 0.0
+    strict: bool = False  # findings Polar does not enforce fail with INVARIANT
+    allow_retokenized: bool = False
+    tokenizer_name: str | None = None  # the builder tokenizer of the guarded Polar config (None: no re-tokenization)
+    tokenizer: Any = None
+    engine_urls: list[str] = field(default_factory=list)  # engine-direct URLs for the drift measurement
+    findings: list[dict[str, str]] = field(default_factory=list)
+    polar_verdict: str = ""
+    drift: dict[str, Any] | None = None
 
     @property
     def trainable_tokens(self) -> int:
-        return sum(e["verdict"]["trainable_tokens"] for e in self.exchanges if "verdict" in e)
+        """Polar's count (polar_model), the only basis of the verdict."""
+        return sum(e["polar"]["polar_trainable_tokens"] for e in self.exchanges if "polar" in e)
 
     @property
     def ok(self) -> bool:
@@ -74,6 +87,14 @@ class SmokeReport:
             "code": self.code.name,
             "message": self.message,
             "trainable_tokens": self.trainable_tokens,
+            "polar_verdict": self.polar_verdict,
+            "polar_trainable_tokens": self.trainable_tokens,
+            "strict": self.strict,
+            "retokenization": {"tokenizer_name_or_path": self.tokenizer_name, "allowed": self.allow_retokenized,
+                               "drift": self.drift},
+            "findings": self.findings,
+            "installed_polar": ("not importable" if not any("installed_polar" in e for e in self.exchanges) else
+                                "disagrees" if self.code == ExitCode.INTERNAL else "agrees"),
             "fields_missing": self.fields_missing,
             "model": self.model,
             **self.resolution.as_dict(),
@@ -233,12 +254,16 @@ def _listed_workers(http, router_url: str) -> dict[str, str]:
 
 
 def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, turns: int = 2, timeout: float = 10.0,
-              route: str = "base", max_tokens: int = 16, register: list[str] | None = None) -> SmokeReport:
+              route: str = "base", max_tokens: int = 16, register: list[str] | None = None, strict: bool = False,
+              allow_retokenized: bool = False, tokenizer_name: str | None = None,
+              engine_urls: list[str] | None = None) -> SmokeReport:
+    verdict_options = {"strict": strict, "allow_retokenized": allow_retokenized, "tokenizer_name": tokenizer_name,
+                       "engine_urls": engine_urls or list(register or [])}
     if register:
         try:
             with registered(base_url.rstrip("/"), register, timeout):
                 return run_smoke(base_url, model=model, requests=requests, turns=turns, timeout=timeout, route=route,
-                                 max_tokens=max_tokens)
+                                 max_tokens=max_tokens, **verdict_options)
         except StackError as exc:
             report = SmokeReport(Resolution(route, base_url.rstrip("/"), [base_url.rstrip("/")]), model or "")
             return _fail(report, exc.code, exc.message)
@@ -251,8 +276,11 @@ def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, tur
     started = time.perf_counter()
     with client(timeout) as http:
         resolution = Resolution("base", base_url.rstrip("/"), [base_url.rstrip("/")])
-        report = SmokeReport(resolution, model or "")
+        report = SmokeReport(resolution, model or "", strict=strict, allow_retokenized=allow_retokenized,
+                             tokenizer_name=tokenizer_name, engine_urls=list(verdict_options["engine_urls"]))
         try:
+            if tokenizer_name:
+                report.tokenizer = retokenize.load(tokenizer_name)
             report.resolution = resolution = resolve(base_url, route, http, requests + turns)
             report.model = model or discover_model(http, resolution.targets[0])
             _exchange_all(report, http, requests, turns, max_tokens)
@@ -264,7 +292,9 @@ def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, tur
     if report.code == ExitCode.OK:  # issue 10 point 4: tool schemas must come back as parsed tool_calls
         from polarstack.toolcheck import check_tool_calls
 
-        check_tool_calls(report, timeout)
+        check_tool_calls(report, timeout, client)
+    for entry in report.exchanges:
+        entry.pop("_request", None)
     return report
 
 
@@ -289,14 +319,24 @@ def _exchange_all(report: SmokeReport, http, requests: int, turns: int, max_toke
                                  "with the engine's served model name.", ExitCode.HTTP_ERROR)
             raise StackError(f"{url} answered HTTP {reply.status} ({detail}); fix the engine or router before "
                              "training.", ExitCode.HTTP_ERROR)
-        parsed = reply.json()
+        # Polar's pipeline on the raw bytes (polar_model): orjson first, as Polar's gateway parses.
+        polar = polar_model.decide(reply.body, body, tokenizer=report.tokenizer)
+        if polar.verdict == polar_model.UNPARSEABLE:
+            raise StackError(f"{url} answered HTTP {reply.status} with a body {polar.reason}; Polar's request fails "
+                             "and nothing is trained, so fix what produces these bytes.", ExitCode.MALFORMED)
+        parsed = polar.response
         if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
             raise StackError(f"{url} answered HTTP {reply.status} with JSON that is not a chat completion (no "
                              "choices); check that the URL points at an OpenAI-compatible engine or router.",
                              ExitCode.MALFORMED)
         verdict = contract.analyze_response(parsed)
         entry["verdict"] = verdict.as_dict()
-        entry["_prompt_ids"] = verdict.prompt_ids
+        entry["polar"] = polar.as_dict()
+        if polar_opinion.available():  # inside the trainer: the installed Polar's own functions, a second opinion
+            tokens, ended = polar_opinion.trainable_tokens(reply.body, body, report.tokenizer)
+            entry["installed_polar"] = {"trainable_tokens": tokens, "ended": ended}
+        entry["_prompt_ids"] = polar.prompt_ids or verdict.prompt_ids
+        entry["_request"] = body
         return parsed
 
     for index in range(requests):
@@ -323,13 +363,35 @@ def _exchange_all(report: SmokeReport, http, requests: int, turns: int, max_toke
 
 
 def _judge(report: SmokeReport) -> None:
+    """Go/no-go from Polar's count alone (polar_model); contract.py's reasons only name what is missing."""
     verdicts = [e["verdict"] for e in report.exchanges]
-    missing = [p for v in verdicts for p in v["problems"] if p["kind"] == contract.MISSING]
-    violations = [p for v in verdicts for p in v["problems"] if p["kind"] == contract.INVARIANT]
+    polars = [e["polar"] for e in report.exchanges]
     report.warnings += [p["message"] for v in verdicts for p in v["problems"] if p["kind"] == contract.WARNING]
     if report.resolution.bypassed:
         report.warnings.append(report.resolution.note)
-    if missing:
+    disagree = [e for e in report.exchanges if "installed_polar" in e
+                and e["installed_polar"]["trainable_tokens"] != e["polar"]["polar_trainable_tokens"]]
+    if disagree:
+        entry = disagree[0]
+        _fail(report, ExitCode.INTERNAL,
+              f"polarstack's verdict model disagrees with the installed Polar on the answer from {entry['url']} "
+              f"({entry['polar']['polar_trainable_tokens']} trainable tokens vs Polar's "
+              f"{entry['installed_polar']['trainable_tokens']}, which ended at {entry['installed_polar']['ended']}); "
+              "the verdict cannot be trusted, so the gate refuses: report this polarstack bug.")
+        return
+    zero = [(e, p) for e, p in zip(report.exchanges, polars) if p["polar_trainable_tokens"] == 0]
+    retokenized = [p for p in polars if p["polar_verdict"] == polar_model.RETOKENIZED]
+    report.polar_verdict = (polar_model.NOT_TRAINABLE if zero else polar_model.RETOKENIZED if retokenized
+                            else polar_model.TRAINABLE)
+    seen: set[tuple[str, str]] = set()
+    for polar in polars:
+        for finding in polar["warnings"]:
+            if (finding["code"], finding["path"]) not in seen:
+                seen.add((finding["code"], finding["path"]))
+                report.findings.append(finding)
+                report.warnings.append(f"{finding['code']}: {finding['message']}")
+    where = ", ".join(sorted({e["url"] for e in report.exchanges}))
+    if zero:
         keys = [set(v["choice_keys"]) for v in verdicts]
         lost = []
         if not any("prompt_token_ids" in k or "input_token_ids" in k for k in keys):
@@ -337,7 +399,6 @@ def _judge(report: SmokeReport) -> None:
         if not any("meta_info" in k for k in keys):
             lost.append("return_meta_info")
         report.fields_missing = lost
-        where = ", ".join(sorted({e["url"] for e in report.exchanges}))
         if lost:
             answers = " and ".join(f"`{'prompt_token_ids' if f == 'return_prompt_token_ids' else 'meta_info'}`"
                                    for f in lost)
@@ -347,20 +408,61 @@ def _judge(report: SmokeReport) -> None:
                   f"0.1.5-0.3.2 and smg <= 1.4.1 do); use the {WORKING_PROFILES} profile, and run `polarstack probe` "
                   "to confirm.")
         else:
-            first = missing[0]["message"] if missing else "no response carried usable token ids"
-            _fail(report, ExitCode.TOKENS_MISSING,
-                  f"zero trainable tokens from {where}: {first}; check the engine version and the path "
-                  f"(the {WORKING_PROFILES} profiles are known to work).")
+            entry, polar = zero[0]
+            detail = next((p["message"] for p in entry["verdict"]["problems"] if p["kind"] == contract.MISSING), "")
+            _fail(report, ExitCode.INVARIANT,
+                  f"Polar would extract zero trainable tokens from {entry['url']} although the token fields are "
+                  f"there: {polar['polar_reason']} (at Polar's {polar['polar_stage']} step"
+                  f"{'; ' + detail if detail else ''}); fix the engine before training.")
         return
-    if violations:
+    if retokenized:
+        _measure_drift(report)
+        measured = report.drift or {}
+        drift = (f"measured drift on this smoke's requests: {measured['differing_positions']} of "
+                 f"{measured['sampled_tokens']} tokens differ" if measured.get("sampled_tokens") is not None
+                 else "drift not measured: no engine-direct URL answered with token ids")
+        if not report.allow_retokenized:
+            _fail(report, ExitCode.RETOKENIZED,
+                  f"Polar would train only on ids its builder re-tokenizes from text with {report.tokenizer_name!r}, "
+                  f"because the path to {where} drops the token ids; {retokenize.RISK} ({drift}); use a profile that "
+                  "keeps the ids, or pass --allow-retokenized to accept the risk.")
+            return
+        report.warnings.append(f"retokenized: Polar trains on ids re-tokenized from text ({drift}); allowed by "
+                               "--allow-retokenized")
+    if report.strict and report.findings:
+        first = report.findings[0]
         _fail(report, ExitCode.INVARIANT,
-              f"token fields are present but inconsistent: {violations[0]['message']} (at {violations[0]['field']}); "
-              "slime would drop these groups, so fix the engine before training.")
-        return
-    if report.trainable_tokens == 0:
-        _fail(report, ExitCode.TOKENS_MISSING, "zero trainable tokens although every response carried token fields; "
-              "raise --max-tokens or check the engine's output.")
+              f"--strict: {first['message']} (at {first['path']}; {len(report.findings)} finding(s) Polar does not "
+              "enforce); fix the engine or drop --strict.")
         return
     report.code = ExitCode.OK
-    report.message = (f"{report.trainable_tokens} trainable tokens from {len(verdicts)} responses via "
-                      f"{', '.join(report.resolution.targets)}")
+    report.message = (f"{report.trainable_tokens} trainable tokens (Polar's count) from {len(verdicts)} responses via "
+                      f"{', '.join(report.resolution.targets)}"
+                      + (f"; {len(report.findings)} warning(s) Polar does not enforce" if report.findings else ""))
+
+
+def _measure_drift(report: SmokeReport) -> None:
+    """Send the smoke's own requests straight to an engine that keeps the ids and compare them with the ids
+    re-tokenized from the same answer's text (retokenize.drift)."""
+    if report.tokenizer is None or not report.engine_urls:
+        return
+    totals = {"responses": 0, "sampled_tokens": 0, "differing_positions": 0, "engine_urls": report.engine_urls}
+    with client(30.0) as http:
+        for index, entry in enumerate(report.exchanges):
+            body = entry.get("_request")
+            if body is None:
+                continue
+            url = _v1(report.engine_urls[index % len(report.engine_urls)], "chat/completions")
+            try:
+                reply = request(http, "POST", url, body)
+                parsed = json.loads(reply.body) if 200 <= reply.status < 300 else None
+            except (StackError, ValueError):
+                continue
+            measured = retokenize.drift(report.tokenizer, parsed) if isinstance(parsed, dict) else None
+            if measured is None:
+                continue
+            totals["responses"] += 1
+            totals["sampled_tokens"] += measured["sampled_tokens"]
+            totals["differing_positions"] += measured["differing_positions"]
+    if totals["responses"]:
+        report.drift = totals

@@ -144,10 +144,13 @@ def tool_problem(parsed: Any) -> str | None:
     return f"{raw} (finish_reason {choice.get('finish_reason')!r})"
 
 
-def check_tool_calls(report: Any, timeout: float) -> None:
+def check_tool_calls(report: Any, timeout: float, client_factory: Any = None) -> None:
     """Send one request carrying a tool schema to the smoke's first target; fail the report (TOOL_CALLS) unless
-    message.tool_calls comes back parsed. Only called after the token verdict passed."""
+    message.tool_calls comes back parsed. Only called after the token verdict passed. `client_factory(timeout)`
+    makes the HTTP client (the smoke passes its own, so both use one transport)."""
     from polarstack.http import client, error_message, request
+
+    client = client_factory or client
 
     target = report.resolution.targets[0].rstrip("/")
     url = target + "/chat/completions" if target.endswith("/v1") else target + "/v1/chat/completions"

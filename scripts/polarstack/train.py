@@ -223,6 +223,9 @@ def build_plan(task: str, profile: Profile, *, run_id: str, config: dict[str, An
         "polar_gate_route": profile.route,
         "polar_gate_max_zero_token_groups": gate["max_zero_token_groups"],
         "polar_gate_delegate": gate["delegate"],
+        "polar_gate_watchdog_seconds": gate["watchdog_seconds"],
+        "polar_gate_allow_retokenized": gate["allow_retokenized"],
+        "polar_gate_abort_file": f"{run_dir}/gate-abort.txt",  # `polarstack train` reports the watchdog's sentence
     }
     plan.files["polar_config.yaml"] = yaml.safe_dump(polar_config(task, f"{run_dir}/tasks", polar_values),
                                                      sort_keys=False)

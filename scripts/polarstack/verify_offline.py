@@ -270,6 +270,50 @@ def check_pins(skip_downloads: bool = False) -> list[Check]:
     return checks
 
 
+def check_polar_facts() -> Check:
+    """configs/upstream/polar-facts.json: recorded at POLAR_COMMIT, and the verdict model and gate act on each fact."""
+    import json
+    import threading
+    from types import ModuleType, SimpleNamespace
+
+    from polarstack import gate, polar_model, retokenize
+
+    record = json.loads((repo_root() / "configs" / "upstream" / "polar-facts.json").read_text())
+    facts, problems = record["facts"], []
+    if record["polar_commit"] != pins()["POLAR_COMMIT"]:
+        problems.append(f"configs/upstream/polar-facts.json was read at Polar {record['polar_commit']}, not "
+                        f"POLAR_COMMIT={pins()['POLAR_COMMIT']}; reread the facts")
+    if polar_model.parse(b'{"a": NaN}')[1] is None or polar_model.parse(b'{"a": 1}')[1] is not None:
+        problems.append(f"polar_model.parse does not decode like {facts['gateway_parser']['parser']}")
+    if polar_model.decide(b"[]").stage != "normalize":
+        problems.append("polar_model does not end a non-object answer at normalize_response")
+    path = facts["builder_tokenizer"]["config_path"]
+    config: dict[str, Any] = {}
+    node = config
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = "probe-tokenizer"
+    if retokenize.configured_name(config) != "probe-tokenizer":
+        problems.append(f"retokenize.configured_name does not read {'.'.join(path)}")
+    exported = facts["exported_counters"]["exported"]
+    if {gate.DELTA_METRIC, gate.LIFETIME_METRIC} != set(exported):
+        problems.append(f"the gate reads {gate.DELTA_METRIC}/{gate.LIFETIME_METRIC}, Polar exports {exported}")
+    drops = facts["worker_drops_inside"]
+    worker = SimpleNamespace(**{drops["counter_dict"]: {drops["internal_counter"]: 4.0}, drops["lock"]: threading.Lock()})
+    module = ModuleType("polarstack_verify_worker_probe")
+    setattr(module, drops["worker_global"], worker)
+    sys.modules[module.__name__] = module
+    try:
+        if gate._live_dropped(module.__name__) != 4.0:
+            problems.append("the gate's watchdog does not read the worker counter where Polar keeps it")
+    finally:
+        del sys.modules[module.__name__]
+    if not load_defaults()["gate"].get("watchdog_seconds"):
+        problems.append("gate.watchdog_seconds is unset, but Polar's rollout call blocks while it drops every group")
+    return Check("Polar facts (configs/upstream/polar-facts.json) acted on by the verdict model and the gate",
+                 not problems, f"{len(facts)} facts", problems)
+
+
 def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m: None) -> tuple[list[Check], float]:
     import tempfile
 
@@ -277,6 +321,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     checks: list[Check] = []
     progress("pins")
     checks += check_pins(skip_downloads)
+    checks.append(check_polar_facts())
     with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:
         for name in profiles.available():
             progress(f"profile {name}")

@@ -122,3 +122,35 @@ def test_every_emulated_route_exists_in_the_pinned_sglang(engine):
               if not route.path.startswith("/_emulator/") and method != "HEAD"}
     assert served, "the emulator serves routes"
     assert served <= real, f"routes sglang does not have: {sorted(served - real)}"
+
+
+def test_a_nan_logprob_goes_on_the_wire_as_sglang_writes_it():
+    """sglang's chat route returns its pydantic ChatCompletionResponse and FastAPI serializes it in JSON mode: a NaN
+    logprob becomes null (this is the measurement the emulator's nan_logprobs fault reproduces)."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    proto = sglang_protocol.protocol()
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat():
+        logprobs = proto.ChoiceLogprobs(content=[proto.ChatCompletionTokenLogprob(
+            token="a", bytes=[97], logprob=float("nan"), top_logprobs=[])])
+        choice = proto.ChatCompletionResponseChoice(
+            index=0, message=proto.ChatMessage(role="assistant", content="a"), logprobs=logprobs, finish_reason="stop",
+            meta_info={"output_token_logprobs": [[float("nan"), 5, None]]})
+        return proto.ChatCompletionResponse(id="x", model="m", choices=[choice],
+                                            usage=proto.UsageInfo(prompt_tokens=1, completion_tokens=1, total_tokens=2))
+
+    body = TestClient(app).post("/v1/chat/completions").content
+    assert b"NaN" not in body and b'"logprob":null' in body and b"[null,5,null]" in body
+
+
+@pytest.mark.parametrize("mode,literal", [("nan_logprobs", False), ("nan_literal_logprobs", True)])
+def test_nan_faults_null_like_sglang_or_a_labelled_literal(engine_factory, mode, literal):
+    engine = engine_factory()
+    engine.fault(mode)
+    body = post(engine, "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                                  "logprobs": True, "return_meta_info": True}).content
+    assert (b"NaN" in body) is literal and (b"[null," in body) is not literal

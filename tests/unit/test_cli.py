@@ -9,7 +9,7 @@ import pytest
 
 from polarstack.cli import main
 from polarstack.errors import ExitCode
-from conftest import FAULT_EXIT_CODES
+from conftest import FAULT_EXIT_CODES, FAULT_WARNINGS
 
 
 def run(capsys, *argv):
@@ -54,6 +54,19 @@ def test_smoke_failure_modes_have_distinct_codes(engine_factory, capsys, mode, c
     assert got == code, err
     assert json.loads(out)["exit_code"] == int(code)
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("mode,codes", FAULT_WARNINGS)
+def test_faults_polar_trains_through_warn_and_block_only_with_strict(engine_factory, capsys, mode, codes):
+    engine = engine_factory()
+    engine.fault(mode)
+    got, out, _ = run(capsys, "smoke", "--base-url", engine.url, "--json")
+    report = json.loads(out)
+    assert got == 0 and report["polar_verdict"] == "trainable" and report["polar_trainable_tokens"] > 0
+    assert codes <= {f["code"] for f in report["findings"]} and report["warnings"]
+    got, out, err = run(capsys, "smoke", "--base-url", engine.url, "--json", "--strict")
+    assert got == ExitCode.INVARIANT and "--strict" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.emulator
