@@ -39,6 +39,10 @@ def _add_emulate_engine(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--model", default=None, help="served model name (default Qwen2.5-7B-Instruct)")
     p.add_argument("--seed", type=int, default=0, help="seed for deterministic tokens and logprobs")
+    p.add_argument("--prefill-us-per-token", type=float, default=0.0,
+                   help="modelled prefill time per uncached prompt token, one request at a time (default 0: off)")
+    p.add_argument("--decode-us-per-token", type=float, default=0.0,
+                   help="modelled decode time per generated token, requests overlap (default 0: off)")
     p.set_defaults(handler=_cmd_emulate_engine)
 
 
@@ -47,7 +51,11 @@ def _cmd_emulate_engine(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise StackError(f"--port {args.port} is not a TCP port.", ExitCode.USAGE)
-    emulator.serve(args.port, host=args.host, model=args.model or emulator.DEFAULT_MODEL, seed=args.seed)
+    for name in ("prefill_us_per_token", "decode_us_per_token"):
+        if not 0 <= getattr(args, name) < 1e6:
+            raise StackError(f"--{name.replace('_', '-')} must be between 0 and 1e6 microseconds.", ExitCode.USAGE)
+    emulator.serve(args.port, host=args.host, model=args.model or emulator.DEFAULT_MODEL, seed=args.seed,
+                   prefill_us_per_token=args.prefill_us_per_token, decode_us_per_token=args.decode_us_per_token)
     return 0
 
 
@@ -536,6 +544,19 @@ def _add_bench(sub) -> None:
     p.add_argument("--turns", type=int, default=6, help="turns per session (default 6)")
     p.add_argument("--out", default="docs", help="where benchmarks.md/.json/.png go (default docs)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    g = p.add_argument_group("routing (--routing: the agent-shaped workload through every routing mode, "
+                             "docs/routing.md; writes routing.json/.png and the table in routing.md)")
+    g.add_argument("--routing", action="store_true", help="run the routing comparison instead of the HTTP-path bench")
+    g.add_argument("--agent-sessions", type=int, choices=(16, 64, 128), default=64,
+                   help="concurrent agent sessions (default 64)")
+    g.add_argument("--agent-turns", type=int, default=6, help="turns per session (default 6)")
+    g.add_argument("--prefill-us-per-token", type=float, default=None,
+                   help="emulated prefill time per uncached prompt token (default 50)")
+    g.add_argument("--decode-us-per-token", type=float, default=None,
+                   help="emulated decode time per generated token (default 500)")
+    g.add_argument("--candidate", action="append", default=[], metavar="PROFILE=ARGS",
+                   help="also measure these router flags for PROFILE (repeatable), e.g. "
+                        "'router-passthrough=--cache-threshold 0.99'")
     p.set_defaults(handler=_cmd_bench)
 
 
@@ -546,6 +567,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     from polarstack import bench
 
+    if args.routing:
+        return _cmd_bench_routing(args)
     for name in ("reps", "latency_requests", "throughput_requests", "sessions", "turns"):
         if getattr(args, name) < 1:
             raise StackError(f"--{name.replace('_', '-')} must be at least 1.", ExitCode.USAGE)
@@ -571,6 +594,50 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         for routing, aff in row.get("affinity", {}).items():
             affinity.add_row(name, routing, f"{aff['cache_share']:.3f}", str(aff["per_engine_prompt_tokens"]))
     console.print(affinity)
+    console.print(f"wrote {paths['markdown']}, {paths['json']}, {paths['plot']}")
+    return 0
+
+
+def _cmd_bench_routing(args: argparse.Namespace) -> int:
+    import shlex
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from polarstack import routing_bench, workload
+
+    if args.agent_turns < 2:
+        raise StackError("--agent-turns must be at least 2 (affinity compares a turn with the previous one).",
+                         ExitCode.USAGE)
+    extra: dict[str, list[list[str]]] = {}
+    for item in args.candidate:
+        name, sep, flags = item.partition("=")
+        if not sep or not flags.strip():
+            raise StackError(f"--candidate {item!r} must look like PROFILE=FLAGS, e.g. "
+                             "'patched-router=--policy consistent_hashing'.", ExitCode.USAGE)
+        extra.setdefault(name, []).append(shlex.split(flags))
+    load = workload.AgentWorkload(sessions=args.agent_sessions, turns=args.agent_turns)
+    data = routing_bench.run(args.profiles, load,
+                             prefill_us=routing_bench.PREFILL_US_PER_TOKEN if args.prefill_us_per_token is None
+                             else args.prefill_us_per_token,
+                             decode_us=routing_bench.DECODE_US_PER_TOKEN if args.decode_us_per_token is None
+                             else args.decode_us_per_token,
+                             extra_modes=extra, progress=lambda m: print(m, file=sys.stderr))
+    command = "polarstack bench" + ("" if len(sys.argv) <= 2 else " " + " ".join(sys.argv[2:]))
+    paths = routing_bench.write_outputs(data, Path(args.out), command)
+    if args.json:
+        _print_json(data)
+        return 0
+    table = Table("profile", "routing mode", "prompt tok % per engine", "affinity %", "cache/ideal", "turns/s", "goals")
+    rows = [("any", "Polar worker bypass", data["bypass"])] + [
+        (name, m["label"] + (" (shipped)" if m["shipped"] else ""), m["metrics"])
+        for name, row in data["profiles"].items() for m in row["modes"]]
+    for name, label, m in rows:
+        table.add_row(name, label, "/".join(f"{v * 100:.0f}" for v in m["prompt_token_share"]),
+                      f"{m['session_affinity'] * 100:.1f}", f"{m['cache_vs_ideal']:.3f}", f"{m['turns_per_s']:.1f}",
+                      "met" if all(m["goals"].values()) else "missed")
+    console = _console()
+    console.print(table)
     console.print(f"wrote {paths['markdown']}, {paths['json']}, {paths['plot']}")
     return 0
 

@@ -90,7 +90,8 @@ def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen:
 
 
 def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0,
-       progress=print) -> LocalState:
+       progress=print, engine_args: list[str] | None = None) -> LocalState:
+    """Start the profile's topology; `engine_args` go to every `emulate-engine` (e.g. its service-time flags)."""
     directory = directory or run_dir()
     existing = read_state(directory)
     if existing is not None:
@@ -114,7 +115,8 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
         engines: list[tuple[subprocess.Popen, int]] = []
         for index in range(profile.engine_count):
             port = free_port()
-            cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(index)]
+            cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(index),
+                   *(engine_args or [])]
             process = _spawn(cmd, logs / f"engine-{index}.log")
             started.append({"role": f"engine-{index}", "pid": process.pid, "port": port,
                             "start_time": start_time(process.pid),
@@ -128,7 +130,7 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
         if release is not None:
             port, prom = free_port(), free_port()
             static = engine_urls if profile.registration == "static" else []
-            cmd = [str(install(release)), *release.launch_args(port, static, prom)]
+            cmd = [str(install(release)), *release.launch_args(port, static, prom, profile.router_args)]
             log_path = logs / "router.log"
             process = _spawn(cmd, log_path)
             started.append({"role": "router", "pid": process.pid, "port": port, "start_time": start_time(process.pid),

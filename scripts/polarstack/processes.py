@@ -86,12 +86,13 @@ def child_env() -> dict[str, str]:
 
 
 def start_emulator(port: int | None = None, *, model: str | None = None, seed: int = 0, log_path: Path | None = None,
-                   timeout: float = 30.0) -> tuple[subprocess.Popen, int]:
+                   timeout: float = 30.0, engine_args: list[str] | None = None) -> tuple[subprocess.Popen, int]:
     """Start `polarstack emulate-engine` on 127.0.0.1 and wait until /health answers; (process, port)."""
     port = port or free_port()
     cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(seed)]
     if model:
         cmd += ["--model", model]
+    cmd += list(engine_args or [])  # e.g. the service-time flags of `emulate-engine`
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
     try:
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env())

@@ -27,8 +27,12 @@ _SPECIAL_SPLIT = re.compile("(" + "|".join(re.escape(s) for s in SPECIAL_TOKENS)
 
 
 class Tokenizer:
+    _MEMO_MIN_CHARS = 256  # texts this long are remembered: an agent resends its system prompt and history each turn
+    _MEMO_SIZE = 8192
+
     def __init__(self) -> None:
         self._pieces: dict[int, str] = {}
+        self._memo: dict[str, tuple[int, ...]] = {}
         self._lock = threading.Lock()
 
     def piece_id(self, piece: str) -> int:
@@ -40,6 +44,17 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Text to ids; special-token strings in the text become their ids."""
+        if len(text) >= self._MEMO_MIN_CHARS:
+            memo = self._memo.get(text)
+            if memo is None:
+                memo = tuple(self._encode(text))
+                if len(self._memo) >= self._MEMO_SIZE:
+                    self._memo.clear()
+                self._memo[text] = memo
+            return list(memo)
+        return self._encode(text)
+
+    def _encode(self, text: str) -> list[int]:
         ids: list[int] = []
         for part in _SPECIAL_SPLIT.split(text):
             if not part:

@@ -88,7 +88,7 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
     if profile.router is not None:  # the local runtime's launch of the same release
         release = profile.router
         urls = ["http://127.0.0.1:30000", "http://127.0.0.1:30010"] if profile.registration == "static" else []
-        args = release.launch_args(30080, urls, 30081)[2:]  # drop "-m MODULE"
+        args = release.launch_args(30080, urls, 30081, profile.router_args)[2:]  # drop "-m MODULE"; + ROUTER_ARGS
         problems = flags.router_check(release, args, command=f"profile {profile.name}, local runtime router")
         checks.append(Check(f"profile {profile.name}, local runtime: {release.spec}", not problems, "",
                             [p.sentence() for p in problems]))
