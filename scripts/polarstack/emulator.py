@@ -81,8 +81,8 @@ class EngineState:
         return min(best, max(len(prompt) - 1, 0))
 
 
-async def service_time(state: EngineState, uncached: int, generated: int) -> float:
-    """Wait as long as the modelled engine would need (see the module docstring); returns the seconds waited."""
+def service_time(state: EngineState, uncached: int, generated: int) -> float:
+    """Seconds the modelled engine needs for this request from now (see the module docstring), queue included."""
     if not (state.prefill_us_per_token or state.decode_us_per_token):
         return 0.0
     now = time.monotonic()
@@ -90,7 +90,6 @@ async def service_time(state: EngineState, uncached: int, generated: int) -> flo
         start = max(now, state.prefill_busy_until)
         state.prefill_busy_until = start + uncached * state.prefill_us_per_token / 1e6
         done = state.prefill_busy_until + generated * state.decode_us_per_token / 1e6
-    await asyncio.sleep(max(0.0, done - now))
     return done - now
 
 
@@ -411,12 +410,14 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
         gens = [generate(state, prompt, max_new, salt=i, sampling_seed=request.seed, ignore_eos=request.ignore_eos,
                          min_new_tokens=request.min_tokens) for i in range(request.n)]
         last = request.messages[-1].content if request.messages else None
+        delay = service_time(state, sum(len(prompt) - g.cached_tokens for g in gens),
+                             sum(len(g.output_ids) for g in gens))
         state.served_log.append({"time": time.time(), "prompt_tokens": len(prompt) * len(gens),
                                  "cached_tokens": sum(g.cached_tokens for g in gens),
                                  "completion_tokens": sum(len(g.output_ids) for g in gens),
+                                 "service_seconds": round(delay, 6),
                                  "tag": last[:TAG_CHARS] if isinstance(last, str) else None})
-        await service_time(state, sum(len(prompt) - g.cached_tokens for g in gens),
-                           sum(len(g.output_ids) for g in gens))
+        await asyncio.sleep(delay)
         extensions = state.fault.get("mode") != "no_extensions"
         # "always_extensions" is a measurement mode (not sglang's behaviour): it tells whether a router would
         # pass the fields through if an engine emitted them unasked (router-behavior.md's third column).
@@ -563,7 +564,7 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
             gen = generate(state, prompt, max_new, sampling_seed=params.get("sampling_seed"),
                            ignore_eos=bool(params.get("ignore_eos", False)),
                            min_new_tokens=int(params.get("min_new_tokens", 0) or 0))
-            await service_time(state, len(prompt) - gen.cached_tokens, len(gen.output_ids))
+            await asyncio.sleep(service_time(state, len(prompt) - gen.cached_tokens, len(gen.output_ids)))
             rid = uuid.uuid4().hex
             outputs.append({
                 "text": _visible_text(state, gen.output_ids, params.get("skip_special_tokens", True)),

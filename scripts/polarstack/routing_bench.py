@@ -46,12 +46,17 @@ class Mode:
         return {"label": self.label, "args": list(self.args), "session_header": self.session_header}
 
 
+DEFAULT_POLICY = "cache_aware"  # the `--policy` default of all three pinned releases (their --help)
+KEYED_POLICIES = ("manual", "consistent_hashing")  # route by a routing key header when one is sent
+
+
 def modes(release: RouterRelease, shipped: list[str], extra: list[list[str]] | None = None) -> list[Mode]:
-    out = [Mode("default (no flags)", ())]
-    out += [Mode(f"--policy {p}", ("--policy", p)) for p in release.policies if p not in ("passthrough",)]
-    if "manual" in release.policies:  # what a session key would give; Polar sends none (docs/routing.md)
-        out.append(Mode("--policy manual + session header (not sent by Polar)", ("--policy", "manual"),
-                        SESSION_HEADER))
+    """The release's default, every other --policy it offers (passthrough is for PD layouts), the session-keyed
+    policies once more with a key header (what a key would give; Polar sends none), shipped and extra flags."""
+    out = [Mode(f"default ({DEFAULT_POLICY}, no flags)", ())]
+    out += [Mode(f"--policy {p}", ("--policy", p)) for p in release.policies if p not in ("passthrough", DEFAULT_POLICY)]
+    out += [Mode(f"--policy {p} + session header (not sent by Polar)", ("--policy", p), SESSION_HEADER)
+            for p in release.policies if p in KEYED_POLICIES]
     for args in [shipped, *(extra or [])]:
         if args and tuple(args) not in {m.args for m in out if m.session_header is None}:
             out.append(Mode(("shipped: " if args == shipped else "candidate: ") + shlex.join(args), tuple(args)))
@@ -73,6 +78,11 @@ def measure(engines: list[str], pick: Callable[[int], str], load: workload.Agent
               "median_latency_s": sorted(run.latencies)[len(run.latencies) // 2] if run.latencies else 0.0})
     m["goals"] = workload.meets_goals(m)
     return m
+
+
+def summary(m: dict[str, Any]) -> str:
+    return (f"prompt tokens % {_pct(m['prompt_token_share'])}, affinity {m['session_affinity'] * 100:.1f}%, "
+            f"cache/ideal {m['cache_vs_ideal']:.3f}, {m['turns_per_s']:.1f} turns/s, failures {m['failures']}")
 
 
 def bypass_picker(engines: list[str]) -> Callable[[int], str]:
@@ -102,6 +112,7 @@ def run(names: list[str] | None, load: workload.AgentWorkload, *, prefill_us: fl
     try:
         progress("routing: Polar worker bypass")
         out["bypass"] = measure(engines, bypass_picker(engines), load, model)
+        progress("  " + summary(out["bypass"]))
         for profile in chosen:
             release = profile.router
             row: dict[str, Any] = {"router": release.spec, "policies": list(release.policies),
@@ -117,6 +128,7 @@ def run(names: list[str] | None, load: workload.AgentWorkload, *, prefill_us: fl
                         row["smoke"] = "pass" if smoke.ok else smoke.code.name
                 finally:
                     router.stop(timeout=5.0)
+                progress("  " + summary(m))
                 row["modes"].append({**mode.describe(), "shipped": mode.args == tuple(profile.router_args)
                                      and mode.session_header is None, "metrics": m})
             out["profiles"][profile.name] = row
@@ -173,7 +185,7 @@ def plot(data: dict[str, Any], path: Path) -> None:
         short = {"router-passthrough": "passthrough", "patched-router": "patched", "stock-router": "stock"}.get(name, name)
         for mode in row["modes"]:
             label = mode["label"].replace("--policy ", "").replace("default (no flags)", "default")
-            label = label.replace(" + session header (not sent by Polar)", "+key")
+            label = label.replace(" + session header (not sent by Polar)", " +key").replace(", no flags", "")
             rows.append((f"{short}: {label[:38]}", mode["metrics"]))
     labels = [r[0] for r in rows]
     ys = range(len(rows))

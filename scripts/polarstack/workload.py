@@ -20,6 +20,7 @@ spread evenly over the engines).
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 import time
@@ -29,6 +30,7 @@ from typing import Any, Callable
 import httpx
 
 from polarstack import contract
+from polarstack.tokenizer import Tokenizer
 
 # Claude Code 2.0.55, `/context` (unpatched): "System prompt 3.0k", "System tools 14.6k" tokens
 # (github.com/ykdojo/claude-code-tips, system-prompt/2.0.55/README.md, "Measured Token Savings"). Not measured here.
@@ -70,14 +72,18 @@ def system_prompt(load: AgentWorkload) -> str:
 
 def tool_schemas(load: AgentWorkload) -> list[dict[str, Any]]:
     """len(TOOL_NAMES) OpenAI function tools whose descriptions together hold about `tool_tokens` tokens."""
+    def tool(name: str, description: str) -> dict[str, Any]:
+        return {"type": "function", "function": {
+            "name": name, "description": description,
+            "parameters": {"type": "object", "properties": {
+                "path": {"type": "string", "description": "absolute path"},
+                "command": {"type": "string", "description": "what to run"}}, "required": ["path"]}}}
+
     rng = random.Random(f"tools:{load.seed}")
-    per_tool = max(1, load.tool_tokens // len(TOOL_NAMES) - 40)  # ~40 tokens of JSON structure per tool
-    return [{"type": "function", "function": {
-        "name": name, "description": words(per_tool, rng),
-        "parameters": {"type": "object", "properties": {
-            "path": {"type": "string", "description": "absolute path"},
-            "command": {"type": "string", "description": "what to run"}}, "required": ["path"]}}}
-        for name in TOOL_NAMES]
+    # the JSON around a description costs tokens too (the emulator renders each tool as sorted-key JSON)
+    structure = len(Tokenizer().encode(json.dumps(tool("Task", ""), sort_keys=True)))
+    per_tool = max(1, load.tool_tokens // len(TOOL_NAMES) - structure)
+    return [tool(name, words(per_tool, rng)) for name in TOOL_NAMES]
 
 
 def first_messages(load: AgentWorkload, session: int, system: str) -> list[dict[str, Any]]:
