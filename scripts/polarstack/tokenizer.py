@@ -33,13 +33,19 @@ class Tokenizer:
     def __init__(self) -> None:
         self._pieces: dict[int, str] = {}
         self._memo: dict[str, tuple[int, ...]] = {}
+        self._ids: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def piece_id(self, piece: str) -> int:
+        known = self._ids.get(piece)
+        if known is not None:
+            return known
         digest = hashlib.blake2b(piece.encode("utf-8"), digest_size=8).digest()
         token_id = 256 + int.from_bytes(digest, "big") % _TEXT_ID_RANGE
         with self._lock:
             self._pieces.setdefault(token_id, piece)
+            if len(self._ids) < self._MEMO_SIZE * 8:
+                self._ids[piece] = token_id
         return token_id
 
     def encode(self, text: str) -> list[int]:

@@ -53,7 +53,7 @@ class AgentWorkload:
     tool_tokens: int = TOOL_SCHEMA_TOKENS
     task_tokens: int = 400          # the task statement (issue text); not measured, a choice
     tool_result_tokens: int = 600   # what one tool call returns per turn; not measured, a choice
-    output_tokens: int = 48         # max_tokens per turn
+    output_tokens: int = 24         # max_tokens per turn; not measured, a choice
     think_seconds: tuple[float, float] = (0.05, 0.25)  # tool time between turns, uniform; scaled down
     seed: int = 0
 
