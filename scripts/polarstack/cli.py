@@ -187,6 +187,10 @@ def _add_up(sub) -> None:
     p.add_argument("--runtime", choices=("local",), default="local",
                    help="local: processes on 127.0.0.1 (the docker runtime is driven by `make up`)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each process (default 60)")
+    p.add_argument("--prefill-us-per-token", type=float, default=0.0,
+                   help="emulated engines' prefill time per uncached prompt token (default 0: off; docs/routing.md)")
+    p.add_argument("--decode-us-per-token", type=float, default=0.0,
+                   help="emulated engines' decode time per generated token (default 0: off)")
     p.add_argument("--json", action="store_true", help="print the run state as JSON")
     p.set_defaults(handler=_cmd_up)
 
@@ -195,7 +199,15 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from polarstack import local, profiles
 
     profile = profiles.load(args.profile)
-    state = local.up(profile, timeout=args.timeout, progress=lambda m: print(m, file=sys.stderr))
+    engine_args: list[str] = []
+    for name in ("prefill_us_per_token", "decode_us_per_token"):
+        value = getattr(args, name)
+        if not 0 <= value < 1e6:
+            raise StackError(f"--{name.replace('_', '-')} must be between 0 and 1e6 microseconds.", ExitCode.USAGE)
+        if value:
+            engine_args += [f"--{name.replace('_', '-')}", str(value)]
+    state = local.up(profile, timeout=args.timeout, progress=lambda m: print(m, file=sys.stderr),
+                     engine_args=engine_args)
     if args.json:
         _print_json(state.data)
     else:

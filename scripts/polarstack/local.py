@@ -118,7 +118,7 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
             cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(index),
                    *(engine_args or [])]
             process = _spawn(cmd, logs / f"engine-{index}.log")
-            started.append({"role": f"engine-{index}", "pid": process.pid, "port": port,
+            started.append({"role": f"engine-{index}", "pid": process.pid, "port": port, "cmd": cmd[1:],
                             "start_time": start_time(process.pid),
                             "url": f"http://127.0.0.1:{port}", "log": str(logs / f"engine-{index}.log")})
             engines.append((process, port))
@@ -133,7 +133,8 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
             cmd = [str(install(release)), *release.launch_args(port, static, prom, profile.router_args)]
             log_path = logs / "router.log"
             process = _spawn(cmd, log_path)
-            started.append({"role": "router", "pid": process.pid, "port": port, "start_time": start_time(process.pid),
+            started.append({"role": "router", "pid": process.pid, "port": port, "cmd": cmd[1:],
+                            "start_time": start_time(process.pid),
                             "url": f"http://127.0.0.1:{port}", "log": str(log_path), "release": release.spec})
             _save(state)
             try:
