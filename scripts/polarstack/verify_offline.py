@@ -8,6 +8,7 @@
 2. Every Python package the images pin resolves on the package index at that version for the image's
    Python and platform (`pip download --no-deps --only-binary=:all:`, cached).
 3. One source: images/README.md names every pin, the recorded upstream option tables match the pins.
+4. The routing flags each profile ships (ROUTER_ARGS) are the ones docs/routing.json measured.
 """
 
 from __future__ import annotations
@@ -108,6 +109,30 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
     return checks
 
 
+def check_routing_measurement(profile: profiles.Profile, data: dict[str, Any] | None = None) -> Check:
+    """The routing flags a profile ships are the ones docs/routing.json measured (`polarstack bench --routing`):
+    a changed ROUTER_ARGS without a new measurement would ship settings nobody measured."""
+    name = f"profile {profile.name}: ROUTER_ARGS are the measured settings (docs/routing.json)"
+    if data is None:
+        import json
+
+        path = repo_root() / "docs" / "routing.json"
+        data = json.loads(path.read_text()) if path.exists() else {"profiles": {}}
+    row = data.get("profiles", {}).get(profile.name)
+    if row is None:
+        return Check(name, False, "", [f"docs/routing.json has no measurement for profile {profile.name}; run "
+                                       "`polarstack bench --routing`"])
+    if row.get("shipped_args") != profile.router_args:
+        return Check(name, False, "", [f"profile {profile.name} ships ROUTER_ARGS={shlex.join(profile.router_args)!r} "
+                                       f"but docs/routing.json measured {shlex.join(row.get('shipped_args') or [])!r}; "
+                                       "rerun `polarstack bench --routing`"])
+    shipped = [m for m in row.get("modes", []) if m.get("shipped")]
+    goals = shipped[0]["metrics"]["goals"] if shipped else {}
+    missed = [k for k, v in goals.items() if not v]
+    return Check(name, True, "goals met" if goals and not missed else f"measured; misses {', '.join(missed) or '?'} "
+                 "(docs/routing.md says why)")
+
+
 def _python_of(tag: str) -> str:
     match = re.match(r"(\d+\.\d+)", tag)
     if not match:
@@ -188,6 +213,8 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
             progress(f"profile {name}")
             try:
                 checks += check_profile(profiles.load(name), Path(tmp) / name)
+                if profiles.load(name).router is not None:
+                    checks.append(check_routing_measurement(profiles.load(name)))
             except StackError as exc:  # a profile that cannot even be rendered is a failed check, not a crash
                 checks.append(Check(f"profile {name}", False, "", [exc.message]))
     return checks, time.perf_counter() - started

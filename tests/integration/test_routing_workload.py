@@ -97,3 +97,38 @@ def test_local_runtime_launches_the_profile_router_args_and_engine_service_time(
     assert by_role["router"][-len(router_args):] == router_args
     for role in ("engine-0", "engine-1"):
         assert by_role[role][-2:] == ["--prefill-us-per-token", "100.0"]
+
+
+@pytest.mark.router
+def test_recorded_routing_facts_are_current_and_match_the_catalog():
+    """configs/upstream/routing-facts.json is what the pinned releases say now (scripts/tools/record_routing_facts.py),
+    and the router catalog's policies and the bench's default-policy label agree with it."""
+    import json
+    import subprocess
+    import sys
+
+    from polarstack.pins import repo_root
+    from polarstack.routers import RouterRelease
+    from polarstack.routing_bench import DEFAULT_POLICY
+
+    root = repo_root()
+    fresh = subprocess.run([sys.executable, str(root / "scripts/tools/record_routing_facts.py")], capture_output=True,
+                           text=True, check=True, cwd=root)
+    recorded = json.loads((root / "configs/upstream/routing-facts.json").read_text())
+    assert json.loads(fresh.stdout) == recorded
+    for router in recorded["routers"]:
+        assert RouterRelease.parse(router["spec"]).policies == tuple(router["policies"])
+        assert router["defaults"]["policy"] == DEFAULT_POLICY
+    assert set(recorded["sglang"]["metrics"]) == {"sglang:prompt_tokens_total", "sglang:cached_tokens_total",
+                                                  "sglang:cache_hit_rate"}
+
+
+@pytest.mark.unit
+def test_verify_offline_flags_router_args_nobody_measured(monkeypatch):
+    from polarstack.verify_offline import check_routing_measurement
+
+    assert check_routing_measurement(profiles.load("patched-router")).ok
+    monkeypatch.setenv("ROUTER_ARGS", "--policy random")
+    check = check_routing_measurement(profiles.load("patched-router"))
+    assert not check.ok and "rerun `polarstack bench --routing`" in check.problems[0]
+    assert not check_routing_measurement(profiles.load("patched-router"), {"profiles": {}}).ok
