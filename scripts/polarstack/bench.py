@@ -137,7 +137,10 @@ def affinity(profile: profiles.Profile, state: local.LocalState, model: str, ses
     out: dict[str, Any] = {}
     release = profile.router
     if release is not None:
-        out["router default policy"] = cache_share(engines, lambda: state.base_url, model, sessions, turns)
+        # the profile's router as `local.up` launched it: with the profile's ROUTER_ARGS (docs/routing.md)
+        label = (f"router as shipped ({' '.join(profile.router_args)})" if profile.router_args
+                 else "router default policy")
+        out[label] = cache_share(engines, lambda: state.base_url, model, sessions, turns)
         router = start_router(release, engines, extra_args=["--policy", "round_robin"])
         try:
             out["router round_robin"] = cache_share(engines, lambda: router.url, model, sessions, turns)

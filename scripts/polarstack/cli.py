@@ -41,6 +41,10 @@ def _add_emulate_engine(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for deterministic tokens and logprobs")
     p.add_argument("--tool-call-parser", default=None, metavar="NAME",
                    help="parse tool calls into message.tool_calls as sglang does with this flag (Qwen format only)")
+    p.add_argument("--prefill-us-per-token", type=float, default=0.0,
+                   help="modelled prefill time per uncached prompt token, one request at a time (default 0: off)")
+    p.add_argument("--decode-us-per-token", type=float, default=0.0,
+                   help="modelled decode time per generated token, requests overlap (default 0: off)")
     p.set_defaults(handler=_cmd_emulate_engine)
 
 
@@ -59,8 +63,12 @@ def _cmd_emulate_engine(args: argparse.Namespace) -> int:
         if parser not in toolcheck.qwen25_names():
             raise StackError(f"--tool-call-parser {parser}: the emulator writes only the Qwen format "
                              f"(sglang's Qwen25Detector); use {' or '.join(toolcheck.qwen25_names())}.", ExitCode.USAGE)
+    for name in ("prefill_us_per_token", "decode_us_per_token"):
+        if not 0 <= getattr(args, name) < 1e6:
+            raise StackError(f"--{name.replace('_', '-')} must be between 0 and 1e6 microseconds.", ExitCode.USAGE)
     emulator.serve(args.port, host=args.host, model=args.model or emulator.DEFAULT_MODEL, seed=args.seed,
-                   tool_call_parser=parser)
+                   tool_call_parser=parser, prefill_us_per_token=args.prefill_us_per_token,
+                   decode_us_per_token=args.decode_us_per_token)
     return 0
 
 
@@ -120,7 +128,12 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     if base_url is None:
         from polarstack import docker_state, profiles
 
-        # The docker runtime: the profile given, else the one `make up` recorded, else engine-direct.
+        # The docker runtime: the profile given, else the one `make up` recorded (else engine-direct with
+        # --runtime docker); with --runtime auto and nothing up anywhere there is nothing to check.
+        if args.profile is None and args.runtime == "auto" and docker_state.read() is None:
+            raise StackError("no profile is up (locally or under Docker) and no --base-url or --profile was given; run "
+                             "`make up PROFILE=engine-direct` (add RUNTIME=local without a GPU) or pass --base-url.",
+                             ExitCode.USAGE)
         profile = profiles.load(docker_state.profile_name(args.profile))
         base_url = profile.base_url()
         route = route or profile.route
@@ -211,6 +224,10 @@ def _add_up(sub) -> None:
     p.add_argument("--runtime", choices=("local",), default="local",
                    help="local: processes on 127.0.0.1 (the docker runtime is driven by `make up`)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each process (default 60)")
+    p.add_argument("--prefill-us-per-token", type=float, default=0.0,
+                   help="emulated engines' prefill time per uncached prompt token (default 0: off; docs/routing.md)")
+    p.add_argument("--decode-us-per-token", type=float, default=0.0,
+                   help="emulated engines' decode time per generated token (default 0: off)")
     p.add_argument("--json", action="store_true", help="print the run state as JSON")
     p.set_defaults(handler=_cmd_up)
 
@@ -219,7 +236,15 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from polarstack import local, profiles
 
     profile = profiles.load(args.profile)
-    state = local.up(profile, timeout=args.timeout, progress=lambda m: print(m, file=sys.stderr))
+    engine_args: list[str] = []
+    for name in ("prefill_us_per_token", "decode_us_per_token"):
+        value = getattr(args, name)
+        if not 0 <= value < 1e6:
+            raise StackError(f"--{name.replace('_', '-')} must be between 0 and 1e6 microseconds.", ExitCode.USAGE)
+        if value:
+            engine_args += [f"--{name.replace('_', '-')}", str(value)]
+    state = local.up(profile, timeout=args.timeout, progress=lambda m: print(m, file=sys.stderr),
+                     engine_args=engine_args)
     if args.json:
         _print_json(state.data)
     else:
@@ -622,6 +647,19 @@ def _add_bench(sub) -> None:
     p.add_argument("--turns", type=int, default=6, help="turns per session (default 6)")
     p.add_argument("--out", default="docs", help="where benchmarks.md/.json/.png go (default docs)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    g = p.add_argument_group("routing (--routing: the agent-shaped workload through every routing mode, "
+                             "docs/routing.md; writes routing.json/.png and the table in routing.md)")
+    g.add_argument("--routing", action="store_true", help="run the routing comparison instead of the HTTP-path bench")
+    g.add_argument("--agent-sessions", type=int, choices=(16, 64, 128), default=64,
+                   help="concurrent agent sessions (default 64)")
+    g.add_argument("--agent-turns", type=int, default=6, help="turns per session (default 6)")
+    g.add_argument("--prefill-us-per-token", type=float, default=None,
+                   help="emulated prefill time per uncached prompt token (default 50)")
+    g.add_argument("--decode-us-per-token", type=float, default=None,
+                   help="emulated decode time per generated token (default 500)")
+    g.add_argument("--candidate", action="append", default=[], metavar="PROFILE=ARGS",
+                   help="also measure these router flags for PROFILE (repeatable), e.g. "
+                        "'router-passthrough=--cache-threshold 0.99'")
     p.set_defaults(handler=_cmd_bench)
 
 
@@ -632,6 +670,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     from polarstack import bench
 
+    if args.routing:
+        return _cmd_bench_routing(args)
     for name in ("reps", "latency_requests", "throughput_requests", "sessions", "turns"):
         if getattr(args, name) < 1:
             raise StackError(f"--{name.replace('_', '-')} must be at least 1.", ExitCode.USAGE)
@@ -657,6 +697,50 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         for routing, aff in row.get("affinity", {}).items():
             affinity.add_row(name, routing, f"{aff['cache_share']:.3f}", str(aff["per_engine_prompt_tokens"]))
     console.print(affinity)
+    console.print(f"wrote {paths['markdown']}, {paths['json']}, {paths['plot']}")
+    return 0
+
+
+def _cmd_bench_routing(args: argparse.Namespace) -> int:
+    import shlex
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from polarstack import routing_bench, workload
+
+    if args.agent_turns < 2:
+        raise StackError("--agent-turns must be at least 2 (affinity compares a turn with the previous one).",
+                         ExitCode.USAGE)
+    extra: dict[str, list[list[str]]] = {}
+    for item in args.candidate:
+        name, sep, flags = item.partition("=")
+        if not sep or not flags.strip():
+            raise StackError(f"--candidate {item!r} must look like PROFILE=FLAGS, e.g. "
+                             "'patched-router=--policy consistent_hashing'.", ExitCode.USAGE)
+        extra.setdefault(name, []).append(shlex.split(flags))
+    load = workload.AgentWorkload(sessions=args.agent_sessions, turns=args.agent_turns)
+    data = routing_bench.run(args.profiles, load,
+                             prefill_us=routing_bench.PREFILL_US_PER_TOKEN if args.prefill_us_per_token is None
+                             else args.prefill_us_per_token,
+                             decode_us=routing_bench.DECODE_US_PER_TOKEN if args.decode_us_per_token is None
+                             else args.decode_us_per_token,
+                             extra_modes=extra, progress=lambda m: print(m, file=sys.stderr))
+    command = "polarstack bench" + ("" if len(sys.argv) <= 2 else " " + " ".join(sys.argv[2:]))
+    paths = routing_bench.write_outputs(data, Path(args.out), command)
+    if args.json:
+        _print_json(data)
+        return 0
+    table = Table("profile", "routing mode", "prompt tok % per engine", "affinity %", "cache/ideal", "turns/s", "goals")
+    rows = [("any", "Polar worker bypass", data["bypass"])] + [
+        (name, m["label"] + (" (shipped)" if m["shipped"] else ""), m["metrics"])
+        for name, row in data["profiles"].items() for m in row["modes"]]
+    for name, label, m in rows:
+        table.add_row(name, label, "/".join(f"{v * 100:.0f}" for v in m["prompt_token_share"]),
+                      f"{m['session_affinity'] * 100:.1f}", f"{m['cache_vs_ideal']:.3f}", f"{m['turns_per_s']:.1f}",
+                      "met" if all(m["goals"].values()) else "missed")
+    console = _console()
+    console.print(table)
     console.print(f"wrote {paths['markdown']}, {paths['json']}, {paths['plot']}")
     return 0
 

@@ -79,7 +79,7 @@ def render_values(profile: Profile) -> dict[str, str]:
     values["HF_HUB_VERSION"] = values.get("HF_HUB_REQUIREMENT", "").partition("==")[2]  # model-download image tag
     release = profile.router
     if release is not None:
-        flags = release.launch_args(profile.router_port, [], profile.router_port + 1)
+        flags = release.launch_args(profile.router_port, [], profile.router_port + 1, profile.router_args)
         extra = flags[flags.index("--port") + 2:]  # after -m MODULE --host H --port P
         values.update({
             "ROUTER_PACKAGE": release.package, "ROUTER_VERSION": release.version, "ROUTER_MODULE": release.module,

@@ -13,10 +13,16 @@ Fidelity rules:
   num_retractions, completion_tokens, cached_tokens, reasoning_tokens, e2e_latency, and with logprobs
   input/output_token_logprobs as [logprob, token_id, text_or_None] triples).
 - Tokens are deterministic for (seed, prompt ids); `cached_tokens` is the longest prefix shared with an
-  earlier prompt on this engine (a per-engine prefix cache, as sglang's radix cache reports it).
+  earlier prompt on this engine (a per-engine prefix cache, as sglang's radix cache reports it;
+  polarstack.prefix_cache).
+- Service time (off by default; `emulate-engine --prefill-us-per-token/--decode-us-per-token`): uncached
+  prompt tokens are prefilled one request at a time per engine (a FIFO clock: an engine that gets more
+  uncached tokens queues), generated tokens cost their decode time per request (batched decode: requests
+  overlap). Chat and /generate only. A model of where GPU time goes, not of sglang's scheduler.
 
 Not sglang: the routes under `/_emulator/` (the request log tests use to prove what reached the engine,
-and fault injection). sglang never serves that prefix.
+fault injection, and `/_emulator/served`: one compact line per chat completion with its token counts and
+the first characters of its last message, which a workload uses to tell which engine served which turn). sglang never serves that prefix.
 """
 
 import asyncio
@@ -33,12 +39,15 @@ from typing import Any
 import orjson
 
 from polarstack import sglang_protocol, toolcheck
+from polarstack.prefix_cache import PrefixCache
 from polarstack.tokenizer import ENDOFTEXT, IM_END, SPECIAL_IDS, Tokenizer, encode_chat
 
 DEFAULT_MODEL = "Qwen2.5-7B-Instruct"
 CONTEXT_LENGTH = 32768  # Qwen2.5-7B-Instruct's context length
 REQUEST_LOG_SIZE = 500
 PREFIX_CACHE_SIZE = 512
+SERVED_LOG_SIZE = 100_000
+TAG_CHARS = 64
 _WORDS = ("the agent reads the file and runs the tests then fixes the bug in the function returns a value "
           "hello world sure here is code def return for in if else print list dict sum result").split()
 
@@ -53,7 +62,11 @@ class EngineState:
     port: int = 0
     tokenizer: Tokenizer = field(default_factory=Tokenizer)
     requests: collections.deque = field(default_factory=lambda: collections.deque(maxlen=REQUEST_LOG_SIZE))
-    prefixes: collections.deque = field(default_factory=lambda: collections.deque(maxlen=PREFIX_CACHE_SIZE))
+    prefixes: PrefixCache = field(default_factory=lambda: PrefixCache(PREFIX_CACHE_SIZE))
+    served_log: collections.deque = field(default_factory=lambda: collections.deque(maxlen=SERVED_LOG_SIZE))
+    prefill_us_per_token: float = 0.0
+    decode_us_per_token: float = 0.0
+    prefill_busy_until: float = 0.0
     fault: dict[str, Any] = field(default_factory=lambda: {"mode": "none"})
     running: int = 0
     served: int = 0
@@ -67,18 +80,21 @@ class EngineState:
 
     def cached_prefix(self, prompt: list[int]) -> int:
         """Tokens of `prompt` already in this engine's cache; then remember the prompt."""
-        best = 0
-        with self.lock:
-            for old in self.prefixes:
-                n = 0
-                for a, b in zip(old, prompt):
-                    if a != b:
-                        break
-                    n += 1
-                best = max(best, n)
-            self.prefixes.append(tuple(prompt))
+        best = self.prefixes.match(prompt)
         # sglang never serves the whole prompt from cache: the last token is always recomputed.
         return min(best, max(len(prompt) - 1, 0))
+
+
+def service_time(state: EngineState, uncached: int, generated: int) -> float:
+    """Seconds the modelled engine needs for this request from now (see the module docstring), queue included."""
+    if not (state.prefill_us_per_token or state.decode_us_per_token):
+        return 0.0
+    now = time.monotonic()
+    with state.lock:  # prefill: one request at a time per engine
+        start = max(now, state.prefill_busy_until)
+        state.prefill_busy_until = start + uncached * state.prefill_us_per_token / 1e6
+        done = state.prefill_busy_until + generated * state.decode_us_per_token / 1e6
+    return done - now
 
 
 @dataclass
@@ -277,6 +293,7 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
     async def flush_cache():
         with state.lock:
             state.prefixes.clear()
+            state.served_log.clear()
             state.prompt_tokens_total = state.cached_tokens_total = state.generated_tokens_total = 0
         return PlainTextResponse("Cache flushed.\nPlease check backend logs for more details. (When there are "
                                  "running or waiting requests, the operation will not be performed.)\n")
@@ -351,6 +368,12 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
                 "generated_tokens": state.generated_tokens_total, "served": state.served,
                 "chat_completions": state.chat_completions}
 
+    @app.get("/_emulator/served")
+    async def served(since: int = 0):
+        """One line per chat completion since start or the last /flush_cache (index >= since)."""
+        entries = list(state.served_log)[since:]
+        return {"port": state.port, "seed": state.seed, "served": entries}
+
     @app.get("/_emulator/fault")
     async def fault_get():
         return state.fault
@@ -424,6 +447,15 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
         else:
             gens = [generate(state, prompt, max_new, salt=i, sampling_seed=request.seed,
                              ignore_eos=request.ignore_eos, min_new_tokens=request.min_tokens) for i in range(request.n)]
+        last = request.messages[-1].content if request.messages else None
+        delay = service_time(state, sum(len(prompt) - g.cached_tokens for g in gens),
+                             sum(len(g.output_ids) for g in gens))
+        state.served_log.append({"time": time.time(), "prompt_tokens": len(prompt) * len(gens),
+                                 "cached_tokens": sum(g.cached_tokens for g in gens),
+                                 "completion_tokens": sum(len(g.output_ids) for g in gens),
+                                 "service_seconds": round(delay, 6),
+                                 "tag": last[:TAG_CHARS] if isinstance(last, str) else None})
+        await asyncio.sleep(delay)
         extensions = state.fault.get("mode") != "no_extensions"
         # "always_extensions" is a measurement mode (not sglang's behaviour): it tells whether a router would
         # pass the fields through if an engine emitted them unasked (router-behavior.md's third column).
@@ -581,6 +613,7 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
             gen = generate(state, prompt, max_new, sampling_seed=params.get("sampling_seed"),
                            ignore_eos=bool(params.get("ignore_eos", False)),
                            min_new_tokens=int(params.get("min_new_tokens", 0) or 0))
+            await asyncio.sleep(service_time(state, len(prompt) - gen.cached_tokens, len(gen.output_ids)))
             rid = uuid.uuid4().hex
             outputs.append({
                 "text": _visible_text(state, gen.output_ids, params.get("skip_special_tokens", True)),
@@ -596,11 +629,13 @@ def create_app(state: EngineState):  # noqa: C901 - one route table, read top to
 
 
 def serve(port: int, host: str = "127.0.0.1", model: str = DEFAULT_MODEL, seed: int = 0,
-          tool_call_parser: str | None = None) -> None:
+          tool_call_parser: str | None = None, prefill_us_per_token: float = 0.0,
+          decode_us_per_token: float = 0.0) -> None:
     """Run the emulator in the foreground until interrupted."""
     import uvicorn
 
-    state = EngineState(model=model, seed=seed, port=port, tool_call_parser=tool_call_parser)
+    state = EngineState(model=model, seed=seed, port=port, tool_call_parser=tool_call_parser,
+                        prefill_us_per_token=prefill_us_per_token, decode_us_per_token=decode_us_per_token)
     app = create_app(state)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)

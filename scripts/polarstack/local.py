@@ -90,7 +90,8 @@ def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen:
 
 
 def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0,
-       progress=print) -> LocalState:
+       progress=print, engine_args: list[str] | None = None) -> LocalState:
+    """Start the profile's topology; `engine_args` go to every `emulate-engine` (e.g. its service-time flags)."""
     directory = directory or run_dir()
     existing = read_state(directory)
     if existing is not None:
@@ -118,8 +119,9 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
             parser = knob(profile, "ENGINE_TOOL_CALL_PARSER")  # as the docker engines run (compose.yaml)
             if parser:
                 cmd += ["--tool-call-parser", parser]
+            cmd += list(engine_args or [])  # e.g. the service-time flags of `emulate-engine`
             process = _spawn(cmd, logs / f"engine-{index}.log")
-            started.append({"role": f"engine-{index}", "pid": process.pid, "port": port,
+            started.append({"role": f"engine-{index}", "pid": process.pid, "port": port, "cmd": cmd[1:],
                             "start_time": start_time(process.pid),
                             "url": f"http://127.0.0.1:{port}", "log": str(logs / f"engine-{index}.log")})
             engines.append((process, port))
@@ -131,10 +133,11 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
         if release is not None:
             port, prom = free_port(), free_port()
             static = engine_urls if profile.registration == "static" else []
-            cmd = [str(install(release)), *release.launch_args(port, static, prom)]
+            cmd = [str(install(release)), *release.launch_args(port, static, prom, profile.router_args)]
             log_path = logs / "router.log"
             process = _spawn(cmd, log_path)
-            started.append({"role": "router", "pid": process.pid, "port": port, "start_time": start_time(process.pid),
+            started.append({"role": "router", "pid": process.pid, "port": port, "cmd": cmd[1:],
+                            "start_time": start_time(process.pid),
                             "url": f"http://127.0.0.1:{port}", "log": str(log_path), "release": release.spec})
             _save(state)
             try:

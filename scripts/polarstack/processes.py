@@ -86,7 +86,8 @@ def child_env() -> dict[str, str]:
 
 
 def start_emulator(port: int | None = None, *, model: str | None = None, seed: int = 0, log_path: Path | None = None,
-                   timeout: float = 30.0, tool_call_parser: str | None = "stack") -> tuple[subprocess.Popen, int]:
+                   timeout: float = 30.0, tool_call_parser: str | None = "stack",
+                   engine_args: list[str] | None = None) -> tuple[subprocess.Popen, int]:
     """Start `polarstack emulate-engine` on 127.0.0.1 and wait until /health answers; (process, port).
     tool_call_parser "stack": the stack's ENGINE_TOOL_CALL_PARSER (as the engines run); None: no parser."""
     port = port or free_port()
@@ -99,6 +100,7 @@ def start_emulator(port: int | None = None, *, model: str | None = None, seed: i
         cmd += ["--tool-call-parser", tool_call_parser]
     if model:
         cmd += ["--model", model]
+    cmd += list(engine_args or [])  # e.g. the service-time flags of `emulate-engine`
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
     try:
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env())

@@ -8,6 +8,7 @@ a router the pins file does not define.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +23,12 @@ REQUIRED = ("PROFILE_NAME", "PROFILE_ROLE", "ROUTER", "ROUTER_REGISTRATION", "EN
             "POLAR_WORKER_DISCOVERY", "EXPECT_SMOKE")
 OPTIONAL = ("ENGINE_EXTRA_ARGS",  # extra sglang.launch_server flags (docker runtime), may be empty
             # configs/stack.env knobs a profile may override (issue 10 points 4 and 7); see `knob`.
-            "ENGINE_TOOL_CALL_PARSER", "WEIGHT_SYNC_TRANSPORT")
+            "ENGINE_TOOL_CALL_PARSER", "WEIGHT_SYNC_TRANSPORT",
+            "ROUTER_ARGS")  # routing policy flags for the router, both runtimes (docs/routing.md), may be empty
 WEIGHT_SYNC_TRANSPORTS = ("disk", "nccl")  # slime --update-weight-transport choices at SLIME_COMMIT
+# Router flags the stack itself sets from other keys; ROUTER_ARGS must not repeat them.
+STACK_ROUTER_FLAGS = ("--host", "--port", "--worker-urls", "--prometheus-port", "--prometheus-host",
+                      "--worker-startup-check-interval")
 NODE_GPUS_DEFAULT = 4
 
 
@@ -54,6 +59,11 @@ class Profile:
     @property
     def engine_extra_args(self) -> list[str]:
         return self.values.get("ENGINE_EXTRA_ARGS", "").split()
+
+    @property
+    def router_args(self) -> list[str]:
+        """Routing flags (policy, thresholds) appended to the router's launch in both runtimes."""
+        return shlex.split(self.values.get("ROUTER_ARGS", ""))
 
     @property
     def role(self) -> str:
@@ -160,6 +170,40 @@ def validate(name: str, path: Path, values: dict[str, str], node_gpus: int) -> N
         release = RouterRelease(table[f"{prefix}_PACKAGE"], table[f"{prefix}_VERSION"])
         if values["ROUTER_REGISTRATION"] == "register" and not release.has_worker_api:
             raise bad(f"{release.spec} has no POST /workers; use ROUTER_REGISTRATION=static.")
+    _validate_router_args(values, bad)
+
+
+def _validate_router_args(values: dict[str, str], bad) -> None:
+    """ROUTER_ARGS: shell words, no flag the stack sets itself, a --policy the pinned release offers.
+
+    Whether the release's own parser accepts every flag is `make verify-offline`'s check (flags.router_check).
+    """
+    text = values.get("ROUTER_ARGS", "")
+    try:
+        args = shlex.split(text)
+    except ValueError as exc:
+        raise bad(f"ROUTER_ARGS={text!r} is not a list of shell words ({exc}).") from None
+    if not args:
+        return
+    if values["ROUTER"] == "none":
+        raise bad("ROUTER_ARGS needs a ROUTER; leave it empty with ROUTER=none.")
+    spaced = [a for a in args if any(ch.isspace() for ch in a)]
+    if spaced:
+        raise bad(f"ROUTER_ARGS word {spaced[0]!r} holds a space; the router image splits ROUTER_EXTRA_ARGS on "
+                  "spaces (images/router/entrypoint.sh), so give each flag and value as plain words.")
+    owned = [a for a in args if a.split("=", 1)[0] in STACK_ROUTER_FLAGS]
+    if owned:
+        raise bad(f"ROUTER_ARGS sets {owned[0].split('=', 1)[0]}, which the stack sets itself; remove it.")
+    prefix = ROUTERS[values["ROUTER"]]
+    table = pins()
+    release = RouterRelease(table[f"{prefix}_PACKAGE"], table[f"{prefix}_VERSION"])
+    for index, arg in enumerate(args):
+        policy = arg.split("=", 1)[1] if arg.startswith("--policy=") else (
+            args[index + 1] if arg == "--policy" and index + 1 < len(args) else None)
+        if arg == "--policy" and policy is None:
+            raise bad("ROUTER_ARGS ends with --policy; give it a value.")
+        if policy is not None and release.policies and policy not in release.policies:
+            raise bad(f"ROUTER_ARGS --policy {policy}: {release.spec} offers {', '.join(release.policies)}.")
 
 
 def knob(profile: Profile | None, key: str, default: str = "") -> str:

@@ -91,6 +91,19 @@ class RouterRelease:
     def accepts_prometheus_port(self) -> bool:
         return self.package == "smg" or self.v >= (0, 1, 5)
 
+    @property
+    def policies(self) -> tuple[str, ...]:
+        """`--policy` choices of the release (its own `--help`, read 2026-11-30 for the pinned releases);
+        empty when not read. docs/routing.md measures what each does with an agent workload."""
+        if self.package == "smg" and self.v == (1, 13, 0):
+            return ("random", "round_robin", "passthrough", "cache_aware", "power_of_two", "least_load", "manual",
+                    "consistent_hashing", "prefix_hash")
+        if self.package == "sglang-router" and self.v == (0, 3, 2):
+            return ("random", "round_robin", "cache_aware", "power_of_two", "manual")
+        if self.package == "sglang-router" and self.v == (0, 1, 4):
+            return ("random", "round_robin", "cache_aware")
+        return ()
+
     # --- APIs ------------------------------------------------------------------------------------------
     @property
     def forwards_unknown_chat_fields(self) -> bool:

@@ -27,19 +27,40 @@ _SPECIAL_SPLIT = re.compile("(" + "|".join(re.escape(s) for s in SPECIAL_TOKENS)
 
 
 class Tokenizer:
+    _MEMO_MIN_CHARS = 256  # texts this long are remembered: an agent resends its system prompt and history each turn
+    _MEMO_SIZE = 8192
+
     def __init__(self) -> None:
         self._pieces: dict[int, str] = {}
+        self._memo: dict[str, tuple[int, ...]] = {}
+        self._ids: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def piece_id(self, piece: str) -> int:
+        known = self._ids.get(piece)
+        if known is not None:
+            return known
         digest = hashlib.blake2b(piece.encode("utf-8"), digest_size=8).digest()
         token_id = 256 + int.from_bytes(digest, "big") % _TEXT_ID_RANGE
         with self._lock:
             self._pieces.setdefault(token_id, piece)
+            if len(self._ids) < self._MEMO_SIZE * 8:
+                self._ids[piece] = token_id
         return token_id
 
     def encode(self, text: str) -> list[int]:
         """Text to ids; special-token strings in the text become their ids."""
+        if len(text) >= self._MEMO_MIN_CHARS:
+            memo = self._memo.get(text)
+            if memo is None:
+                memo = tuple(self._encode(text))
+                if len(self._memo) >= self._MEMO_SIZE:
+                    self._memo.clear()
+                self._memo[text] = memo
+            return list(memo)
+        return self._encode(text)
+
+    def _encode(self, text: str) -> list[int]:
         ids: list[int] = []
         for part in _SPECIAL_SPLIT.split(text):
             if not part:

@@ -13,6 +13,7 @@
    sandbox, the agent-CLI mount and apptainer's grant present in the rendered plan.
 5. Meaning (polarstack.meaning): the Polar bridge's slime API exists at the pinned slime, the engines parse tool
    calls, checkpoints/dropout/resume, and the weight-sync transport reaches the engines across containers.
+6. The routing flags each profile ships (ROUTER_ARGS) are the ones docs/routing.json measured.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
     if profile.router is not None:  # the local runtime's launch of the same release
         release = profile.router
         urls = ["http://127.0.0.1:30000", "http://127.0.0.1:30010"] if profile.registration == "static" else []
-        args = release.launch_args(30080, urls, 30081)[2:]  # drop "-m MODULE"
+        args = release.launch_args(30080, urls, 30081, profile.router_args)[2:]  # drop "-m MODULE"; + ROUTER_ARGS
         problems = flags.router_check(release, args, command=f"profile {profile.name}, local runtime router")
         checks.append(Check(f"profile {profile.name}, local runtime: {release.spec}", not problems, "",
                             [p.sentence() for p in problems]))
@@ -175,6 +176,28 @@ def check_sequence_budget(profile: profiles.Profile) -> Check:
         return Check(label, False, "", [exc.message])
     problems = budget.check(plan.train_args, config)
     return Check(label, not problems, budget.summary(plan.train_args, config), problems)
+def check_routing_measurement(profile: profiles.Profile, data: dict[str, Any] | None = None) -> Check:
+    """The routing flags a profile ships are the ones docs/routing.json measured (`polarstack bench --routing`):
+    a changed ROUTER_ARGS without a new measurement would ship settings nobody measured."""
+    name = f"profile {profile.name}: ROUTER_ARGS are the measured settings (docs/routing.json)"
+    if data is None:
+        import json
+
+        path = repo_root() / "docs" / "routing.json"
+        data = json.loads(path.read_text()) if path.exists() else {"profiles": {}}
+    row = data.get("profiles", {}).get(profile.name)
+    if row is None:
+        return Check(name, False, "", [f"docs/routing.json has no measurement for profile {profile.name}; run "
+                                       "`polarstack bench --routing`"])
+    if row.get("shipped_args") != profile.router_args:
+        return Check(name, False, "", [f"profile {profile.name} ships ROUTER_ARGS={shlex.join(profile.router_args)!r} "
+                                       f"but docs/routing.json measured {shlex.join(row.get('shipped_args') or [])!r}; "
+                                       "rerun `polarstack bench --routing`"])
+    shipped = [m for m in row.get("modes", []) if m.get("shipped")]
+    goals = shipped[0]["metrics"]["goals"] if shipped else {}
+    missed = [k for k, v in goals.items() if not v]
+    return Check(name, True, "goals met" if goals and not missed else f"measured; misses {', '.join(missed) or '?'} "
+                 "(docs/routing.md says why)")
 
 
 def _python_of(tag: str) -> str:
@@ -329,6 +352,8 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
                 checks += check_profile(profiles.load(name), Path(tmp) / name)
                 checks.append(check_sequence_budget(profiles.load(name)))
                 checks.append(check_assets(profiles.load(name), Path(tmp) / f"{name}-assets"))
+                if profiles.load(name).router is not None:
+                    checks.append(check_routing_measurement(profiles.load(name)))
             except StackError as exc:  # a profile that cannot even be rendered is a failed check, not a crash
                 checks.append(Check(f"profile {name}", False, "", [exc.message]))
     return checks, time.perf_counter() - started

@@ -209,3 +209,13 @@ def test_make_up_without_docker_names_what_is_missing():
     ours = [line for line in proc.stderr.splitlines() if line.startswith("polarstack:")]
     assert len(ours) == 1 and "RUNTIME=local" in ours[0] and "Docker" in ours[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_router_args_reach_the_compose_router(monkeypatch):
+    """ROUTER_ARGS (docs/routing.md) are rendered into the router service's ROUTER_EXTRA_ARGS."""
+    from polarstack.compose import render_values
+
+    monkeypatch.setenv("ROUTER_ARGS", "--policy round_robin")
+    values = render_values(profiles.load("stock-router"))
+    assert values["ROUTER_EXTRA_ARGS"].endswith("--policy round_robin")
+    assert "--prometheus-port" in values["ROUTER_EXTRA_ARGS"]

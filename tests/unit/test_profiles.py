@@ -66,3 +66,39 @@ def test_environment_overrides_profile_values(monkeypatch):
 def test_unknown_profile():
     with pytest.raises(StackError, match="choose one of"):
         profiles.load("nope")
+
+
+@pytest.mark.parametrize("value,needle", [
+    ("--policy sticky", "ROUTER_ARGS --policy sticky: sglang-router==0.1.4 offers random, round_robin, cache_aware"),
+    ("--port 9", "ROUTER_ARGS sets --port, which the stack sets itself"),
+    ("--worker-urls=http://x", "ROUTER_ARGS sets --worker-urls"),
+    ("--cache-threshold '0.5 0.6'", "holds a space"),
+    ("--policy", "ends with --policy"),
+    ("--policy 'cache_aware", "is not a list of shell words"),
+])
+def test_router_args_are_validated(monkeypatch, value, needle):
+    monkeypatch.setenv("ROUTER_ARGS", value)
+    with pytest.raises(StackError) as exc:
+        profiles.load("router-passthrough")
+    assert exc.value.code == ExitCode.USAGE and needle in exc.value.message
+
+
+def test_router_args_need_a_router(monkeypatch):
+    monkeypatch.setenv("ROUTER_ARGS", "--policy round_robin")
+    with pytest.raises(StackError, match="ROUTER_ARGS needs a ROUTER"):
+        profiles.load("engine-direct")
+
+
+def test_router_args_reach_the_local_runtime_launch(monkeypatch):
+    monkeypatch.setenv("ROUTER_ARGS", "--policy=round_robin --cache-threshold 0.9")
+    profile = profiles.load("patched-router")
+    assert profile.router_args == ["--policy=round_robin", "--cache-threshold", "0.9"]
+    args = profile.router.launch_args(30080, [], 30081, profile.router_args)
+    assert args[-3:] == ["--policy=round_robin", "--cache-threshold", "0.9"]
+
+
+def test_each_pinned_router_names_its_policies():
+    for name in ("router-passthrough", "patched-router", "stock-router"):
+        policies = profiles.load(name).router.policies
+        assert {"random", "round_robin", "cache_aware"} <= set(policies)
+    assert "consistent_hashing" in profiles.load("patched-router").router.policies
