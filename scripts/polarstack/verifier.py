@@ -18,9 +18,10 @@ Two processes per verification, and the reward never depends on anything the sol
   started. Exit codes, stdout and stderr of the candidate count for nothing.
 
 The sandbox (default `namespaces`): new PID, network, mount, IPC and UTS namespaces (plus a user namespace
-when not root); a chroot into a fresh tmpfs holding read-only binds of /usr, /etc and the interpreter's
-prefix, a private /tmp, /var/tmp and /dev/shm, a minimal /dev and its own /proc (or none); as root a uid per
-concurrent run, locked across processes with flock; rlimits (CPU, memory, file size, open files, processes);
+when not root, or root without CAP_SYS_ADMIN: then a helper outside maps the sandbox uid into it); a chroot into
+a fresh tmpfs holding read-only binds of /usr, /etc and the interpreter's prefix, a private /tmp, /var/tmp and
+/dev/shm, a minimal /dev and its own /proc (or none); as root a uid per concurrent run, locked across
+processes with flock; rlimits (CPU, memory, file size, open files, processes);
 no_new_privs. The process tree dies with the namespace's init, which the supervisor has killed at the deadline.
 When the namespaces cannot be set up the verification is refused (IsolationUnavailable) unless the user opts
 out with POLARSTACK_VERIFIER_ISOLATION=none (or `--isolation none`).
@@ -354,21 +355,27 @@ def unshare_mapped_by_helper(cfg):
     (kernel/fork.c copy_process: `real_cred->user != INIT_USER`) and /proc/sys and /proc/sysrq-trigger obey."""
     go_r, go_w = os.pipe()
     done_r, done_w = os.pipe()
+    parent = os.getpid()
     helper = os.fork()
     if helper == 0:
-        os.close(go_w)
-        os.close(done_r)
         answer, name = b"ok", "uid_map"
         try:
+            os.close(go_w)
+            os.close(done_r)
             if os.read(go_r, 1) != b"u":  # the parent could not unshare (or died): nothing to map
                 os._exit(0)
             for name, outside in (("uid_map", os.geteuid()), ("gid_map", os.getegid())):
-                with open("/proc/%d/%s" % (os.getppid(), name), "w") as handle:
+                with open("/proc/%d/%s" % (parent, name), "w") as handle:
                     handle.write("0 %d 1\n%d %d 1\n" % (outside, cfg["uid"], cfg["uid"]))
         except OSError as exc:
             answer = ("%s: %s" % (name, exc.strerror)).encode()
-        os.write(done_w, answer)
-        os._exit(0)
+        except BaseException as exc:
+            answer = repr(exc).encode()
+        finally:
+            try:
+                os.write(done_w, answer)
+            finally:
+                os._exit(0)
     os.close(go_r)
     os.close(done_w)
     check(libc.unshare(cfg["unshare_flags"]), "unshare")
@@ -861,8 +868,7 @@ def _supervise(files: dict[str, str], argv_tail: list[str], limits: Limits,
                     os.chown(path, uid, uid)
         report_r, report_w = os.pipe()
         sandbox = {"isolate": isolate, "unshare_flags": flags, "map_by_helper": by_helper, "binds": _binds(python),
-                   "files": files,
-                   "uid": uid, "workdir": workdir, "tmpfs_mb": 256, "cpu": limits.cpu_seconds,
+                   "files": files, "uid": uid, "workdir": workdir, "tmpfs_mb": 256, "cpu": limits.cpu_seconds,
                    "memory_mb": limits.memory_mb, "file_size_mb": limits.file_size_mb, "nproc": limits.nproc,
                    "open_files": limits.open_files, "argv": [python, "-I", *argv_tail], "judge": task is not None,
                    "timeout": limits.timeout, "report": report_w,

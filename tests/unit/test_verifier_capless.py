@@ -1,12 +1,13 @@
 """Pins issue 12 (follow-up): the verifier run as root WITHOUT CAP_SYS_ADMIN (root in a Docker container, an
-Apptainer session in the trainer container) still verifies, isolated, through a user namespace, instead of failing closed and silently giving every sample reward 0. Measured for real: the verifier is
-started as root with CAP_SYS_ADMIN dropped from its bounding, inheritable, permitted and effective sets (util-linux
-`setpriv`); a correct HumanEval solution passes, a wrong one and a reward hack (os._exit(0)) fail, a listener the
-test opens on 127.0.0.1 stays unreachable, nothing written to /tmp, /var/tmp or /dev/shm persists, the candidate
-holds no capability, is not uid 0 and cannot chroot, chmod the host's /dev/null or open /proc/sysrq-trigger, and
-RLIMIT_NPROC holds (the program runs as a sandbox uid mapped into the namespace, never as the host's root). When user
-namespaces are refused too (a seccomp filter that denies unshare(2)), or root also lacks CAP_SETUID and CAP_SETGID to
-map that uid, it still fails closed: exit code 8 and one sentence."""
+Apptainer session in the trainer container) still verifies, isolated, through a user namespace into which a helper
+maps the run's sandbox uid, instead of failing closed and silently giving every sample reward 0. Measured for real:
+the verifier is started as root with CAP_SYS_ADMIN dropped from its bounding, inheritable, permitted and effective
+sets (util-linux `setpriv`); a correct HumanEval solution passes, a wrong one and a reward hack (os._exit(0)) fail,
+a listener the test opens on 127.0.0.1 stays unreachable, nothing written to /tmp, /var/tmp or /dev/shm persists,
+the candidate holds no capability, is not uid 0 and cannot chroot, chmod the host's /dev/null or open
+/proc/sysrq-trigger for writing, and RLIMIT_NPROC holds (the candidate never runs as the host's root, which the
+kernel exempts from it). When user namespaces are refused too (a seccomp filter that denies unshare(2)), or root
+also lacks CAP_SETUID and CAP_SETGID to map that uid, it still fails closed: exit code 8 and one sentence."""
 
 import json
 import os
