@@ -707,6 +707,21 @@ def _root_with(*capabilities: int) -> bool:
     return os.geteuid() == 0 and all(held >> cap & 1 for cap in capabilities)
 
 
+def _maps_sandbox_uids() -> bool:
+    """Whether this process's user namespace has the uids and gids VERIFIER_UID_BASE.. (one per slot): not when it
+    maps root alone, as `unshare --user --map-root-user` does. True where the maps cannot be read."""
+    for name in ("uid_map", "gid_map"):
+        try:
+            numbers = [int(n) for n in Path("/proc/self", name).read_text().split()]
+        except (OSError, ValueError):
+            return True
+        extents = [numbers[i:i + 3] for i in range(0, len(numbers) - 2, 3)]
+        if not any(first <= VERIFIER_UID_BASE and VERIFIER_UID_BASE + SLOTS <= first + count
+                   for first, _, count in extents):
+            return False
+    return True
+
+
 def _unshare_flags() -> int:
     """Root that may create the namespaces and switch to a sandbox uid does so directly; anyone else (a user, or
     root without CAP_SYS_ADMIN) creates a user namespace first, which needs no capability."""
@@ -855,8 +870,13 @@ def _supervise(files: dict[str, str], argv_tail: list[str], limits: Limits,
     # map); with isolation off, when it holds the capabilities to chown, setgid and setuid.
     if isolate:
         wanted = by_helper or not flags & _NEWUSER
+        if wanted and not _maps_sandbox_uids():
+            raise IsolationUnavailable(
+                f"the verifier's sandbox cannot be set up here (root in a user namespace that does not map the sandbox "
+                f"uids {VERIFIER_UID_BASE}-{VERIFIER_UID_BASE + SLOTS - 1}); map them into it or opt out of isolation "
+                f"with {ISOLATION_ENV}=none (see docs/tasks.md)")
     else:
-        wanted = _root_with(_CAP_SETUID, _CAP_SETGID, _CAP_CHOWN)
+        wanted = _root_with(_CAP_SETUID, _CAP_SETGID, _CAP_CHOWN) and _maps_sandbox_uids()
     with _sandbox_uid(wanted) as uid:
         python = _system_python()
         workdir = None if isolate else tempfile.mkdtemp(prefix="polarstack-verify-")

@@ -7,7 +7,8 @@ a listener the test opens on 127.0.0.1 stays unreachable, nothing written to /tm
 the candidate holds no capability, is not uid 0 and cannot chroot, chmod the host's /dev/null or open
 /proc/sysrq-trigger for writing, and RLIMIT_NPROC holds (the candidate never runs as the host's root, which the
 kernel exempts from it). When user namespaces are refused too (a seccomp filter that denies unshare(2)), or root
-also lacks CAP_SETUID and CAP_SETGID to map that uid, it still fails closed: exit code 8 and one sentence."""
+also lacks CAP_SETUID and CAP_SETGID to map that uid, or root is in a user namespace that maps uid 0 alone (as
+`unshare --map-root-user` makes), it still fails closed: exit code 8 and one sentence."""
 
 import json
 import os
@@ -207,14 +208,16 @@ os.execv(sys.argv[1], sys.argv[1:])
 """
 
 
-@pytest.mark.parametrize("case", ["user namespaces refused", "no CAP_SETUID"])
+@pytest.mark.parametrize("case", ["user namespaces refused", "no CAP_SETUID", "root-only user namespace"])
 def test_fails_closed_with_one_sentence(tmp_path, case):
-    """unshare(2) denied by seccomp (as a container's profile may) on top of the missing CAP_SYS_ADMIN; or root
-    without CAP_SETUID and CAP_SETGID as well, which cannot map a sandbox uid (its program would run as the host's
-    root, which RLIMIT_NPROC does not bind)."""
+    """unshare(2) denied by seccomp (as a container's profile may) on top of the missing CAP_SYS_ADMIN; root without
+    CAP_SETUID and CAP_SETGID as well, which cannot map a sandbox uid (its program would run as the host's root, which
+    RLIMIT_NPROC does not bind); root inside a user namespace that maps uid 0 alone (`unshare --map-root-user`)."""
     reason = _capless_reason()
     if not reason and case == "user namespaces refused" and platform.machine() not in ("x86_64", "aarch64"):
         reason = f"the seccomp filter knows unshare's number on x86_64 and aarch64 only, not {platform.machine()}"
+    if not reason and case == "root-only user namespace" and not shutil.which("unshare"):
+        reason = "needs util-linux's unshare"
     if reason:
         pytest.skip(reason)
     shutil.copy(VERIFIER, tmp_path / "verifier.py")
@@ -225,9 +228,11 @@ def test_fails_closed_with_one_sentence(tmp_path, case):
                "--name", "t"]
     if case == "user namespaces refused":
         command, expected = CAPLESS + [SYSTEM_PYTHON, "-I", "-c", DENY_UNSHARE] + command, "Operation not permitted"
-    else:
+    elif case == "no CAP_SETUID":
         drop = "-sys_admin,-setuid,-setgid"
         command, expected = ["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", "--"] + command, "CAP_SETUID"
+    else:
+        command, expected = ["unshare", "--user", "--map-root-user", "--"] + command, "does not map the sandbox uids"
     proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode == 8, (proc.stdout, proc.stderr)
