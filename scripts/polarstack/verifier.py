@@ -18,9 +18,10 @@ Two processes per verification, and the reward never depends on anything the sol
   started. Exit codes, stdout and stderr of the candidate count for nothing.
 
 The sandbox (default `namespaces`): new PID, network, mount, IPC and UTS namespaces (plus a user namespace
-when not root); a chroot into a fresh tmpfs holding read-only binds of /usr, /etc and the interpreter's
-prefix, a private /tmp, /var/tmp and /dev/shm, a minimal /dev and its own /proc (or none); as root a uid per
-concurrent run, locked across processes with flock; rlimits (CPU, memory, file size, open files, processes);
+when not root, or root without CAP_SYS_ADMIN: then a helper outside maps the sandbox uid into it); a chroot into
+a fresh tmpfs holding read-only binds of /usr, /etc and the interpreter's prefix, a private /tmp, /var/tmp and
+/dev/shm, a minimal /dev and its own /proc (or none); as root a uid per concurrent run, locked across
+processes with flock; rlimits (CPU, memory, file size, open files, processes);
 no_new_privs. The process tree dies with the namespace's init, which the supervisor has killed at the deadline.
 When the namespaces cannot be set up the verification is refused (IsolationUnavailable) unless the user opts
 out with POLARSTACK_VERIFIER_ISOLATION=none (or `--isolation none`).
@@ -346,6 +347,47 @@ def init(cfg, channel):
             os._exit(exit_code(status))
 
 
+def unshare_mapped_by_helper(cfg):
+    """Root without CAP_SYS_ADMIN: unshare with a user namespace, whose uid and gid maps a helper left in the parent
+    namespace writes (a process inside may map only its own uid; one outside holding CAP_SETUID and CAP_SETGID may
+    map more): 0 -> the host's root (the namespace's init) and the sandbox uid -> itself (the program). So the
+    program runs as the sandbox uid, as on the direct path: never as the host's root, which RLIMIT_NPROC exempts
+    (kernel/fork.c copy_process: `real_cred->user != INIT_USER`) and /proc/sys and /proc/sysrq-trigger obey."""
+    go_r, go_w = os.pipe()
+    done_r, done_w = os.pipe()
+    parent = os.getpid()
+    helper = os.fork()
+    if helper == 0:
+        answer, name = b"ok", "uid_map"
+        try:
+            os.close(go_w)
+            os.close(done_r)
+            if os.read(go_r, 1) != b"u":  # the parent could not unshare (or died): nothing to map
+                os._exit(0)
+            for name, outside in (("uid_map", os.geteuid()), ("gid_map", os.getegid())):
+                with open("/proc/%d/%s" % (parent, name), "w") as handle:
+                    handle.write("0 %d 1\n%d %d 1\n" % (outside, cfg["uid"], cfg["uid"]))
+        except OSError as exc:
+            answer = ("%s: %s" % (name, exc.strerror)).encode()
+        except BaseException as exc:
+            answer = repr(exc).encode()
+        finally:
+            try:
+                os.write(done_w, answer)
+            finally:
+                os._exit(0)
+    os.close(go_r)
+    os.close(done_w)
+    check(libc.unshare(cfg["unshare_flags"]), "unshare")
+    os.write(go_w, b"u")
+    answer = os.read(done_r, 300)
+    os.waitpid(helper, 0)
+    os.close(go_w)
+    os.close(done_r)
+    if answer != b"ok":
+        fail("mapping the sandbox uid into the user namespace (%s)" % answer.decode("utf-8", "replace"))
+
+
 def sandbox_side(cfg, channel, status):
     """The forked child: unshare, then the namespace's init (or, isolation off, the program in its own session);
     it forwards the program's exit code, and SIGTERM makes it kill the init (everything) or the process group."""
@@ -353,9 +395,11 @@ def sandbox_side(cfg, channel, status):
     STATUS = status
     try:
         check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # dies with the supervisor
-        if cfg["isolate"]:
+        if cfg["isolate"] and cfg["map_by_helper"]:
+            unshare_mapped_by_helper(cfg)
+        elif cfg["isolate"]:
             check(libc.unshare(cfg["unshare_flags"]), "unshare")
-            if cfg["unshare_flags"] & NEWUSER:
+            if cfg["unshare_flags"] & NEWUSER:  # a user: only its own uid and gid (the kernel allows that)
                 for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (os.getuid(), os.getuid())),
                                    ("gid_map", "%d %d 1" % (os.getgid(), os.getgid()))):
                     with open("/proc/self/" + name, "w") as handle:
@@ -645,9 +689,44 @@ main()
 _NEWNS, _NEWUTS, _NEWIPC, _NEWUSER, _NEWPID, _NEWNET = 0x20000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
 
 
+_CAP_CHOWN, _CAP_SETGID, _CAP_SETUID, _CAP_SYS_ADMIN = 0, 6, 7, 21  # bits of CapEff (linux/capability.h)
+
+
+def _effective_capabilities() -> int:
+    """This process's effective capability set (CapEff in /proc/self/status); none where it cannot be read."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
+def _root_with(*capabilities: int) -> bool:
+    """Effective uid 0 holding every one of `capabilities` (root in a Docker container lacks CAP_SYS_ADMIN)."""
+    held = _effective_capabilities() if os.geteuid() == 0 else 0
+    return os.geteuid() == 0 and all(held >> cap & 1 for cap in capabilities)
+
+
+def _maps_sandbox_uids() -> bool:
+    """Whether this process's user namespace has the uids and gids VERIFIER_UID_BASE.. (one per slot): not when it
+    maps root alone, as `unshare --user --map-root-user` does. True where the maps cannot be read."""
+    for name in ("uid_map", "gid_map"):
+        try:
+            numbers = [int(n) for n in Path("/proc/self", name).read_text().split()]
+        except (OSError, ValueError):
+            return True
+        extents = [numbers[i:i + 3] for i in range(0, len(numbers) - 2, 3)]
+        if not any(first <= VERIFIER_UID_BASE and VERIFIER_UID_BASE + SLOTS <= first + count
+                   for first, _, count in extents):
+            return False
+    return True
+
+
 def _unshare_flags() -> int:
+    """Root that may create the namespaces and switch to a sandbox uid does so directly; anyone else (a user, or
+    root without CAP_SYS_ADMIN) creates a user namespace first, which needs no capability."""
     flags = _NEWNS | _NEWUTS | _NEWIPC | _NEWPID | _NEWNET
-    return flags if os.geteuid() == 0 else flags | _NEWUSER
+    return flags if _root_with(_CAP_SYS_ADMIN, _CAP_SETUID, _CAP_SETGID, _CAP_CHOWN) else flags | _NEWUSER
 
 
 # --- sandbox uids (root only): one per concurrent run across every verifier process ----------------------
@@ -682,9 +761,10 @@ def _lock_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _sandbox_uid():
-    """A uid no other run (in any process) holds: flock on <lock dir>/<slot>.lock, released with the fd."""
-    if os.geteuid() != 0:
+def _sandbox_uid(wanted: bool):
+    """A uid no other run (in any process) holds: flock on <lock dir>/<slot>.lock, released with the fd; -1 (no
+    uid switch, no lock) unless `wanted`."""
+    if not wanted:
         yield -1
         return
     folder = _lock_dir()
@@ -777,7 +857,27 @@ def _supervise(files: dict[str, str], argv_tail: list[str], limits: Limits,
     isolate = isolation_mode(limits.isolation) == "namespaces"
     started = time.monotonic()
     secret = secrets.token_hex(16)
-    with _sandbox_uid() as uid:
+    flags = _unshare_flags()
+    # Root without CAP_SYS_ADMIN: a user namespace into which a helper maps the sandbox uid (needs CAP_SETUID and
+    # CAP_SETGID; without them the program would run as the host's root, which RLIMIT_NPROC does not bind).
+    by_helper = bool(isolate and flags & _NEWUSER and os.geteuid() == 0)
+    if by_helper and not _root_with(_CAP_SETUID, _CAP_SETGID):
+        raise IsolationUnavailable(
+            f"the verifier's sandbox cannot be set up here (root without CAP_SYS_ADMIN needs CAP_SETUID and CAP_SETGID "
+            f"to run the program as a sandbox uid); grant them or opt out of isolation with {ISOLATION_ENV}=none "
+            f"(see docs/tasks.md)")
+    # Root switches the program to a sandbox uid when it can: isolated, always (directly or through the helper's
+    # map); with isolation off, when it holds the capabilities to chown, setgid and setuid.
+    if isolate:
+        wanted = by_helper or not flags & _NEWUSER
+        if wanted and not _maps_sandbox_uids():
+            raise IsolationUnavailable(
+                f"the verifier's sandbox cannot be set up here (root in a user namespace that does not map the sandbox "
+                f"uids {VERIFIER_UID_BASE}-{VERIFIER_UID_BASE + SLOTS - 1}); map them into it or opt out of isolation "
+                f"with {ISOLATION_ENV}=none (see docs/tasks.md)")
+    else:
+        wanted = _root_with(_CAP_SETUID, _CAP_SETGID, _CAP_CHOWN) and _maps_sandbox_uids()
+    with _sandbox_uid(wanted) as uid:
         python = _system_python()
         workdir = None if isolate else tempfile.mkdtemp(prefix="polarstack-verify-")
         if workdir:
@@ -787,8 +887,8 @@ def _supervise(files: dict[str, str], argv_tail: list[str], limits: Limits,
                 for path in (workdir, *(Path(workdir, name) for name in files)):
                     os.chown(path, uid, uid)
         report_r, report_w = os.pipe()
-        sandbox = {"isolate": isolate, "unshare_flags": _unshare_flags(), "binds": _binds(python), "files": files,
-                   "uid": uid, "workdir": workdir, "tmpfs_mb": 256, "cpu": limits.cpu_seconds,
+        sandbox = {"isolate": isolate, "unshare_flags": flags, "map_by_helper": by_helper, "binds": _binds(python),
+                   "files": files, "uid": uid, "workdir": workdir, "tmpfs_mb": 256, "cpu": limits.cpu_seconds,
                    "memory_mb": limits.memory_mb, "file_size_mb": limits.file_size_mb, "nproc": limits.nproc,
                    "open_files": limits.open_files, "argv": [python, "-I", *argv_tail], "judge": task is not None,
                    "timeout": limits.timeout, "report": report_w,
@@ -825,8 +925,8 @@ def _supervise(files: dict[str, str], argv_tail: list[str], limits: Limits,
     if status.startswith("error "):
         if isolate:
             raise IsolationUnavailable(
-                f"the verifier's sandbox cannot be set up here ({status[6:]}); run as root or where unprivileged user "
-                f"namespaces are allowed, or opt out of isolation with {ISOLATION_ENV}=none (see docs/tasks.md)")
+                f"the verifier's sandbox cannot be set up here ({status[6:]}); run as root with CAP_SYS_ADMIN or where "
+                f"user namespaces are allowed, or opt out of isolation with {ISOLATION_ENV}=none (see docs/tasks.md)")
         raise RuntimeError(f"the sandbox could not start: {status[6:]}")
     return report, tail, time.monotonic() - started
 
