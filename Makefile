@@ -28,7 +28,8 @@ DRY_RUN ?=
 RELEASES ?=
 
 VENV_PY := $(VENV)/bin/python
-CLI := $(VENV)/bin/polarstack
+# POLARSTACK_VIA_MAKE: on failure the CLI prints its real exit code (make itself always exits 2).
+CLI := POLARSTACK_VIA_MAKE=1 $(VENV)/bin/polarstack
 
 .PHONY: verify-offline bench train verify help test smoke demo up down ps logs status build pin clean router-matrix _venv _runtime
 

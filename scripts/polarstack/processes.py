@@ -48,6 +48,32 @@ def stop_pid(pid: int, process: subprocess.Popen | None = None, timeout: float =
         process.wait(timeout=5)
 
 
+@contextlib.contextmanager
+def shielded():
+    """Defer SIGINT and SIGTERM while the body runs (teardown that must finish), then deliver the first one.
+
+    A second Ctrl-C during teardown used to interrupt the stopping itself and orphan processes. Outside the main
+    thread signal handlers cannot be set, and the body simply runs.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if received and not sys.exc_info()[0]:
+            if received[0] == signal.SIGINT:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), received[0])  # SIGTERM: what the previous handler (default: exit) does
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -91,6 +91,13 @@ class RouterRelease:
     def accepts_prometheus_port(self) -> bool:
         return self.package == "smg" or self.v >= (0, 1, 5)
 
+    @property
+    def accepts_prometheus_host(self) -> bool:
+        """--prometheus-host: in every release with --prometheus-port (configs/upstream/router-prometheus-host.json,
+        read from each release's own parser). Its default is 0.0.0.0 from sglang-router 0.2.0 and in smg (1.13.0:
+        None, bound as 0.0.0.0), so the stack always passes 127.0.0.1."""
+        return self.accepts_prometheus_port
+
     # --- APIs ------------------------------------------------------------------------------------------
     @property
     def forwards_unknown_chat_fields(self) -> bool:
@@ -115,6 +122,8 @@ class RouterRelease:
             args += ["--worker-startup-check-interval", "1"]
         if self.accepts_prometheus_port and prometheus_port is not None:
             args += ["--prometheus-port", str(prometheus_port)]
+        if self.accepts_prometheus_host and prometheus_port is not None:
+            args += ["--prometheus-host", "127.0.0.1"]  # the metrics endpoint stays on loopback too
         return args + list(extra or [])
 
 

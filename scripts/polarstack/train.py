@@ -20,6 +20,7 @@ import yaml
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import repo_root
 from polarstack.profiles import Profile
+from polarstack.ray_head import LOOPBACK_ENV, head_command
 from polarstack.tasks import TASKS, polar_config
 
 TRAINER_RUN_DIR = "/run-polarstack/train"  # the host's .run/train, mounted into the trainer (compose.yaml)
@@ -201,8 +202,8 @@ def build_plan(task: str, profile: Profile, *, run_id: str, config: dict[str, An
                                 "POLAR_WORKER_DISCOVERY": profile.values["POLAR_WORKER_DISCOVERY"]}}
     dashboard = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
     plan.commands = [
-        ["ray", "start", "--head", "--node-ip-address=127.0.0.1", f"--num-gpus={len(profile.trainer_gpus)}",
-         "--disable-usage-stats", "--dashboard-host=127.0.0.1", f"--dashboard-port={config['ray']['dashboard_port']}"],
+        head_command(gcs_port=config["ray"].get("gcs_port", 6379), dashboard_port=config["ray"]["dashboard_port"],
+                     num_gpus=len(profile.trainer_gpus)),
         ["polar", "serve_rollout", "-c", f"{run_dir}/topology.yaml"],
         ["polar", "serve_gateway", "-c", f"{run_dir}/topology.yaml", "--node-id", config["polar"]["node_id"]],
         ["ray", "job", "submit", f"--address={dashboard}", f"--runtime-env-json={json.dumps(runtime_env)}",
@@ -223,6 +224,8 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
         "set -euo pipefail",
         f"cd {shlex.quote(run_dir)}",
         f"export SGLANG_ROUTER_BASE_URL={shlex.quote(plan.base_url)}",
+        "# Keeps every Ray listener on 127.0.0.1 (polarstack/ray_head.py, configs/upstream/ray-listeners.json).",
+        *(f"export {key}={shlex.quote(value)}" for key, value in LOOPBACK_ENV.items()),
         "pids=()",
         "cleanup() { for pid in \"${pids[@]}\"; do kill \"$pid\" 2>/dev/null || true; done; }",
         "trap cleanup EXIT",
