@@ -646,7 +646,8 @@ def _cmd_routers_catalog(args: argparse.Namespace) -> int:
         rel = RouterRelease(package, version)
         rows.append({"release": rel.spec, "module": rel.module, "forwards_chat_return_flags": rel.forwards_unknown_chat_fields,
                      "worker_api": rel.has_worker_api, "startup_check_interval_flag": rel.accepts_startup_check_interval,
-                     "prometheus_port_flag": rel.accepts_prometheus_port, "installed": is_installed(rel)})
+                     "prometheus_port_flag": rel.accepts_prometheus_port,
+                     "prometheus_host_flag": rel.accepts_prometheus_host, "installed": is_installed(rel)})
     if args.json:
         _print_json(rows)
         return 0

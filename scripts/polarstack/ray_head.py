@@ -81,6 +81,10 @@ def install(version: str | None = None) -> tuple[Path, float]:
 
 # --- running a head and listing its sockets ------------------------------------------------------------------
 
+# The servers a head runs, as they show in their command lines; `start` waits until each one listens (agents
+# come up well after the dashboard answers).
+SERVERS = ("gcs_server", "raylet", "dashboard.py", "DashboardAgent", "RuntimeEnvAgent", "ray.util.client.server")
+
 
 @dataclass
 class RunningHead:
@@ -93,9 +97,10 @@ class RunningHead:
     def pids(self) -> list[int]:
         return session_pids(self.process.pid)
 
-    def stop(self, timeout: float = 20.0) -> list[int]:
+    def stop(self, timeout: float = 5.0) -> list[int]:
         """Stop every process of the head's session by pid: SIGTERM to `ray start --block` (it stops its
-        children), then SIGKILL to any pid of the session still there. Returns the pids that needed SIGKILL."""
+        children), then, after `timeout`, SIGKILL to any pid of the session still there (a throwaway head need
+        not drain). Returns the pids that needed SIGKILL."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -147,15 +152,57 @@ def start(command: list[str], env: dict[str, str], *, bin_dir: Path, temp_dir: P
             time.sleep(0.5)
         seen: list[Listener] = []
         stable_since = time.monotonic()
-        while time.monotonic() < deadline:
+        while True:
             now = listening(head.pids)
+            missing = [c for c in SERVERS if not any(c in item.process for item in now)]
             if [(x.address, x.port) for x in now] != [(x.address, x.port) for x in seen]:
                 seen, stable_since = now, time.monotonic()
-            elif time.monotonic() - stable_since >= settle:
+            elif not missing and time.monotonic() - stable_since >= settle:
                 break
+            if time.monotonic() > deadline:
+                raise StackError(f"the Ray head started no listening {', '.join(missing)} within {timeout:g} s "
+                                 f"(see {log_path}).", ExitCode.UNREACHABLE)
+            if process.poll() is not None:
+                raise StackError(f"`ray start` exited with code {process.returncode} (see {log_path}).",
+                                 ExitCode.ENVIRONMENT)
             time.sleep(0.5)
         head.listeners = seen
     except BaseException:
         head.stop()
         raise
     return head
+
+
+# --- what `make verify-offline` checks: the rendered trainer keeps Ray on loopback, per the recorded facts ---
+
+
+def recorded_listeners() -> dict:
+    import json
+
+    from polarstack.pins import repo_root
+
+    return json.loads((repo_root() / "configs" / "upstream" / "ray-listeners.json").read_text())
+
+
+def exposure_problems(environment: dict[str, object], label: str) -> list[str]:
+    """Why the Ray head of a rendered trainer (its environment) would listen beyond loopback, per
+    configs/upstream/ray-listeners.json; [] when the record shows every listener on loopback with this setting."""
+    record = recorded_listeners()
+    problems = []
+    if record.get("ray_version") != pin("RAY_VERSION"):
+        problems.append(f"configs/upstream/ray-listeners.json was recorded for ray {record.get('ray_version')}, not "
+                        f"RAY_VERSION={pin('RAY_VERSION')}; rerun scripts/tools/record_ray_listeners.py")
+    for key, value in record["loopback_env"].items():
+        if str(environment.get(key)) != value:
+            problems.append(f"{label}: {key}={value} is not in the trainer's environment, and without it ray "
+                            f"{record.get('ray_version')} listens on "
+                            f"{sorted({r['address'] for r in record['without_loopback_env'] if not r['loopback']})}")
+    exposed = [r for r in record["with_loopback_env"] if not r["loopback"]]
+    if exposed:
+        problems.append(f"the recorded ray {record.get('ray_version')} head listens beyond loopback even with "
+                        f"{record['loopback_env']}: {exposed}")
+    servers = {r["server"] for r in record["with_loopback_env"]}
+    if not set(SERVERS) <= servers:
+        problems.append(f"configs/upstream/ray-listeners.json lists no socket of {sorted(set(SERVERS) - servers)}; "
+                        "rerecord it")
+    return problems

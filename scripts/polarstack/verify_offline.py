@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from polarstack import compose, flags, profiles
+from polarstack import compose, flags, profiles, ray_head
 from polarstack.cache import cache_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins, repo_root
@@ -75,6 +75,8 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
             table, program = flags.ray_table("ray start")
             problems = flags.check_tokens(_after(command, ["ray", "start"]) or [], table, command=label, program=program)
             checks.append(Check(f"{label}: ray start", not problems, "", [p.sentence() for p in problems]))
+            exposure = ray_head.exposure_problems(svc.get("environment") or {}, label)
+            checks.append(Check(f"{label}: Ray listens on loopback only", not exposure, "", exposure))
         elif name == "router":
             env = svc.get("environment") or {}
             release = profile.router

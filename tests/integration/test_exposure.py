@@ -12,7 +12,9 @@ Sockets are listed per pid, so other programs on the machine do not matter; ever
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -90,11 +92,16 @@ def test_train_launch_starts_ray_like_the_trainer_service(tmp_path, monkeypatch)
 def test_trainer_ray_head_listens_on_loopback_only(tmp_path, monkeypatch):
     command, env, dashboard = _trainer_service(tmp_path, monkeypatch)
     bin_dir, _ = ray_head.install()
-    head = ray_head.start(command, env, bin_dir=bin_dir, temp_dir=tmp_path / "ray", dashboard_port=dashboard)
+    # Ray's session sockets are AF_UNIX paths under its temp dir (at most 107 bytes): a short folder, not tmp_path.
+    temp_dir = Path(tempfile.mkdtemp(prefix="ps-ray-", dir="/tmp"))
     try:
-        found = head.listeners
+        head = ray_head.start(command, env, bin_dir=bin_dir, temp_dir=temp_dir, dashboard_port=dashboard)
+        try:
+            found = head.listeners
+        finally:
+            head.stop()
     finally:
-        head.stop()
+        shutil.rmtree(temp_dir, ignore_errors=True)
     assert not ray_head.session_pids(head.process.pid), "a Ray process survived the stop"
     programs = " ".join(item.process for item in found)
     for part in ("gcs_server", "raylet", "dashboard"):  # the head really ran: its servers were listed
@@ -113,3 +120,18 @@ def test_loopback_classification():
 
     assert loop("127.0.0.1") and loop("::1") and loop("::ffff:127.0.0.1")
     assert not loop("0.0.0.0") and not loop("::") and not loop("192.0.2.2") and not loop("::ffff:192.0.2.2")
+
+
+@pytest.mark.unit
+def test_catalog_agrees_with_the_recorded_router_parsers():
+    """configs/upstream/router-prometheus-host.json: read from each measured release's own argument definitions."""
+    record = json.loads((Path(__file__).parents[2] / "configs/upstream/router-prometheus-host.json").read_text())
+    assert len(record["releases"]) >= 17
+    for row in record["releases"]:
+        release = RouterRelease.parse(row["release"])
+        assert release.accepts_prometheus_port == row["prometheus_port"], row
+        assert release.accepts_prometheus_host == row["prometheus_host"], row
+        args = release.launch_args(30080, [], 30081)
+        assert ("--prometheus-host" in args) == row["prometheus_host"], row
+        if row["prometheus_host"]:
+            assert args[args.index("--prometheus-host") + 1] == "127.0.0.1"
