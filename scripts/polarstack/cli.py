@@ -192,7 +192,14 @@ def _add_up(sub) -> None:
 def _cmd_up(args: argparse.Namespace) -> int:
     from polarstack import local, profiles
 
+    import signal
+
     profile = profiles.load(args.profile)
+
+    def terminated(signum, _frame):  # SIGTERM (`kill`, `timeout`): stop what was started, like Ctrl-C does
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminated)
     state = local.up(profile, timeout=args.timeout, progress=lambda m: print(m, file=sys.stderr))
     if args.json:
         _print_json(state.data)

@@ -83,7 +83,8 @@ def install(version: str | None = None) -> tuple[Path, float]:
 
 # The servers a head runs, as they show in their command lines; `start` waits until each one listens (agents
 # come up well after the dashboard answers).
-SERVERS = ("gcs_server", "raylet", "dashboard.py", "DashboardAgent", "RuntimeEnvAgent", "ray.util.client.server")
+SERVERS = ("gcs_server", "raylet", "dashboard.py", "DashboardAgent", "RuntimeEnvAgent", "ray.util.client.server",
+           "monitor.py")
 
 
 @dataclass

@@ -152,6 +152,24 @@ def test_half_written_state_refuses_with_state_and_down_stops_the_orphan(tmp_pat
 
 
 @pytest.mark.emulator
+def test_up_terminated_half_way_stops_what_it_started(tmp_path, survivors):
+    """SIGTERM (kill, timeout) during `up`: it stops its processes and leaves no state behind."""
+    up = subprocess.Popen([sys.executable, "-m", "polarstack", "up", "--profile", "engine-direct"],
+                          env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    state_path = tmp_path / "state.json"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not _recorded(state_path):
+        time.sleep(0.01)
+    recorded = _recorded(state_path)
+    survivors.extend(recorded)
+    up.send_signal(signal.SIGTERM)
+    _, err = up.communicate(timeout=30)
+    assert recorded and up.returncode == 130, err
+    assert not state_path.exists()
+    assert not any(_alive(pid, started) for pid, started in recorded)
+
+
+@pytest.mark.emulator
 @pytest.mark.router
 def test_second_ctrl_c_during_demo_teardown_orphans_nothing(tmp_path, survivors):
     run_dir, tmp = tmp_path / "run", tmp_path / "tmp"
