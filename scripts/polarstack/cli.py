@@ -190,9 +190,9 @@ def _add_up(sub) -> None:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from polarstack import local, profiles
-
     import signal
+
+    from polarstack import local, profiles
 
     profile = profiles.load(args.profile)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from polarstack import compose, profiles, ray_head
+from polarstack.errors import ExitCode, StackError
 from polarstack.listeners import listening
 from polarstack.pins import pins
 from polarstack.processes import free_port
@@ -95,7 +96,14 @@ def test_trainer_ray_head_listens_on_loopback_only(tmp_path, monkeypatch):
     # Ray's session sockets are AF_UNIX paths under its temp dir (at most 107 bytes): a short folder, not tmp_path.
     temp_dir = Path(tempfile.mkdtemp(prefix="ps-ray-", dir="/tmp"))
     try:
-        head = ray_head.start(command, env, bin_dir=bin_dir, temp_dir=temp_dir, dashboard_port=dashboard)
+        for attempt in (1, 2):  # ray's own hard-coded 30 s start-up timeouts can expire on an overloaded machine
+            try:
+                head = ray_head.start(command, env, bin_dir=bin_dir, temp_dir=temp_dir / str(attempt),
+                                      dashboard_port=dashboard)
+                break
+            except StackError as exc:
+                if exc.code != ExitCode.ENVIRONMENT or attempt == 2:  # only "ray start exited" is retried, once
+                    raise
         try:
             found = head.listeners
         finally:
@@ -104,7 +112,7 @@ def test_trainer_ray_head_listens_on_loopback_only(tmp_path, monkeypatch):
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert not ray_head.session_pids(head.process.pid), "a Ray process survived the stop"
     programs = " ".join(item.process for item in found)
-    for part in ("gcs_server", "raylet", "dashboard"):  # the head really ran: its servers were listed
+    for part in ray_head.SERVERS:  # the head really ran: each of its servers was listed
         assert part in programs, (part, [item.as_dict() for item in found])
     assert any(item.port == dashboard for item in found)
     exposed = [item.as_dict() for item in found if not item.loopback]
