@@ -143,3 +143,12 @@ def test_catalog_agrees_with_the_recorded_router_parsers():
         assert ("--prometheus-host" in args) == row["prometheus_host"], row
         if row["prometheus_host"]:
             assert args[args.index("--prometheus-host") + 1] == "127.0.0.1"
+
+
+@pytest.mark.unit
+def test_verify_offline_flags_a_trainer_without_the_loopback_setting():
+    """The check `make verify-offline` runs on the rendered trainer: it fails without the setting, citing the
+    recorded listeners, and passes with it."""
+    assert ray_head.exposure_problems(dict(ray_head.LOOPBACK_ENV), "trainer") == []
+    problems = ray_head.exposure_problems({"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}, "trainer")
+    assert len(problems) == 1 and "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in problems[0] and "'::'" in problems[0]
