@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from polarstack import compose, profiles, ray_head
+from polarstack import compose, exposure, profiles, ray_head
 from polarstack.errors import ExitCode, StackError
 from polarstack.listeners import listening
 from polarstack.pins import pins
@@ -152,3 +152,21 @@ def test_verify_offline_flags_a_trainer_without_the_loopback_setting():
     assert ray_head.exposure_problems(dict(ray_head.LOOPBACK_ENV), "trainer") == []
     problems = ray_head.exposure_problems({"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}, "trainer")
     assert len(problems) == 1 and "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in problems[0] and "'::'" in problems[0]
+
+
+@pytest.mark.unit
+def test_slime_started_router_is_kept_on_loopback():
+    """Profiles without slime registration make slime start its own sglang_router (configs/upstream/
+    slime-listeners.json): the Ray job carries SLIME_HOST_IP=127.0.0.1 and train_async.py --router-prometheus-host."""
+    for name in profiles.PROFILE_ORDER:
+        profile = profiles.load(name)
+        plan = build_plan("humaneval", profile, run_id="t", config=load_defaults())
+        submit = plan.commands[-1]
+        job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+        assert exposure.trainer_problems(job_env["env_vars"], name, plan.train_args) == [], name
+        assert "export SLIME_HOST_IP=127.0.0.1" in plan.files["launch.sh"]
+        if profile.registration != "register":
+            args = plan.train_args
+            assert args[args.index("--router-prometheus-host") + 1] == "127.0.0.1", name
+    problems = exposure.slime_problems({}, ["--rollout-external-engine-addrs", "127.0.0.1:30000"], "t")
+    assert len(problems) == 2, problems  # no SLIME_HOST_IP and no --router-prometheus-host: each named
