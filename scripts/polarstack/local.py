@@ -1,8 +1,11 @@
 """The local runtime: a profile's topology as processes on 127.0.0.1 (emulated engines + the real router).
 
 Run state (pids, ports, resolved base URL) lives in one ignored directory (`.run/` at the repository root,
-or POLARSTACK_RUN_DIR). `up` refuses when a live topology is recorded there; `down` stops exactly the pids
-it recorded, after checking each pid still runs the command it started (a recycled pid is left alone).
+or POLARSTACK_RUN_DIR); `demo` keeps each profile's state under `.run/demo/<profile>/`, so an interrupted demo
+leaves nothing `down` cannot find. `up` refuses when a live topology is recorded there; `down` stops exactly the
+pids it recorded, after checking each pid still runs the command it started (a recycled pid is left alone), and
+finishes even through further Ctrl-C. A recorded stack that died, or whose `up` was killed before it wrote the
+base URL, is refused with STATE by `smoke`/`train` (`LocalState.usable`) rather than replaced by the docker ports.
 """
 
 from __future__ import annotations
