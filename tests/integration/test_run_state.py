@@ -1,6 +1,7 @@
 """Pins the smoke's deadline and the local run state under failure (issue 12, points 7-10), with real processes.
 
-- A server that drips one byte every 0.5 s: the smoke ends UNREACHABLE within its --timeout plus a margin
+- A server that drips one byte every 0.5 s: the smoke ends UNREACHABLE within its --timeout plus a margin, and
+  `make train`'s gate (the same smoke, 10 s per request) refuses with GATE instead of waiting forever
   (httpx's timeout is per read; the request's total deadline is ours).
 - A local stack whose engine died: `smoke` (as `make smoke` calls it: --profile ... --runtime auto) refuses
   with STATE instead of switching to the docker ports.
@@ -113,6 +114,26 @@ def test_smoke_against_a_dripping_server_ends_within_its_timeout(tmp_path):
     assert proc.returncode == ExitCode.UNREACHABLE, proc.stderr
     assert elapsed < 2 + 4, f"the smoke took {elapsed:.1f} s with --timeout 2"  # 4 s: interpreter start-up
     assert "in total" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.unit
+def test_train_gate_against_a_dripping_server_ends_within_its_deadline(tmp_path, monkeypatch, capsys):
+    """`make train`'s gate (the smoke with its default 10 s per request) refuses instead of waiting forever."""
+    server = DrippingServer()
+    me = os.getpid()  # a live, owned process for the recorded state: this test's own
+    (tmp_path / "state.json").write_text(json.dumps({
+        "profile": "engine-direct", "runtime": "local", "route": "base", "base_url": f"http://127.0.0.1:{server.port}",
+        "processes": [{"role": "engine-0", "pid": me, "start_time": start_time(me), "port": server.port}]}))
+    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path))
+    started = time.monotonic()
+    try:
+        code = main(["train", "--task", "humaneval"])
+    finally:
+        server.close()
+    elapsed = time.monotonic() - started
+    assert code == ExitCode.GATE, capsys.readouterr().err
+    assert elapsed < 10 + 3, f"the gate took {elapsed:.1f} s"
+    assert "in total" in capsys.readouterr().err
 
 
 @pytest.mark.emulator
