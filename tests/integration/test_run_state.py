@@ -6,7 +6,9 @@
 - A local stack whose engine died: `smoke` (as `make smoke` calls it: --profile ... --runtime auto) refuses
   with STATE instead of switching to the docker ports.
 - `up` killed half-way (SIGKILL, no cleanup): `smoke` and `train` refuse with STATE; `down` stops the orphan.
-- Two Ctrl-C during `demo`'s teardown: nothing of the profile survives `down` (checked by pid).
+  `up` sent SIGTERM half-way stops what it started itself.
+- Ctrl-C during `demo`, repeated every 20 ms so that the second lands inside the teardown (patched-router: smg
+  drains for seconds, then the engines are stopped): nothing of the profile survives `down` (checked by pid).
 Every process started here is stopped by its pid.
 """
 
