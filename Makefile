@@ -33,7 +33,8 @@ SET ?=
 RELEASES ?=
 
 VENV_PY := $(VENV)/bin/python
-CLI := $(VENV)/bin/polarstack
+# POLARSTACK_VIA_MAKE: on failure the CLI prints its real exit code (make itself always exits 2).
+CLI := POLARSTACK_VIA_MAKE=1 $(VENV)/bin/polarstack
 _PROFILE_ARG = $(if $(PROFILE),--profile "$(PROFILE)")
 # Run a command and print its wall-clock time (GPU-node steps take minutes to hours; see README "On the GPU node").
 _timed = started=$$(date +%s); rc=0; $(1) || rc=$$?; echo "make $@: $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc

@@ -7,13 +7,16 @@ Expected failures are StackErrors, caught once in `main()`: one sentence on stde
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import traceback
 from typing import Any, Callable
 
 from polarstack import __version__
 from polarstack.errors import ExitCode, StackError
+from polarstack.inputs import MAX_REQUESTS, MAX_TOKENS, MAX_TURNS, count, seconds, url
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -35,7 +38,7 @@ def _console():
 def _add_emulate_engine(sub) -> None:
     p = sub.add_parser("emulate-engine", help="serve an HTTP stand-in for one sglang engine (CPU only)",
                        description="Answer like sglang at the pinned version, with its own protocol models.")
-    p.add_argument("--port", type=int, required=True, help="TCP port to listen on")
+    p.add_argument("--port", type=count(1, 65535), required=True, help="TCP port to listen on")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--model", default=None, help="served model name (default Qwen2.5-7B-Instruct)")
     p.add_argument("--seed", type=int, default=0, help="seed for deterministic tokens and logprobs")
@@ -78,13 +81,15 @@ def _cmd_emulate_engine(args: argparse.Namespace) -> int:
 def _add_smoke(sub) -> None:
     p = sub.add_parser("smoke", help="prove the path yields trainable tokens before GRPO launches",
                        description="Send Polar-shaped chat requests, extract token ids as Polar does, check invariants.")
-    p.add_argument("--base-url", default=None,
+    p.add_argument("--base-url", default=None, type=url,
                    help="Polar's inference base URL (router or engine); default: the profile that is up locally")
     p.add_argument("--model", default=None, help="model name to send (default: first id of GET /v1/models)")
-    p.add_argument("--requests", type=int, default=2, help="single-turn requests (default 2)")
-    p.add_argument("--turns", type=int, default=2, help="turns of the multi-turn session (default 2; 0 skips it)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
-    p.add_argument("--max-tokens", type=int, default=16, help="max_tokens per request (default 16)")
+    p.add_argument("--requests", type=count(0, MAX_REQUESTS), default=2,
+                   help=f"single-turn requests (default 2, at most {MAX_REQUESTS})")
+    p.add_argument("--turns", type=count(0, MAX_TURNS), default=2,
+                   help=f"turns of the multi-turn session (default 2; 0 skips it; at most {MAX_TURNS})")
+    p.add_argument("--timeout", type=seconds, default=10.0, help="seconds per request, in total (default 10)")
+    p.add_argument("--max-tokens", type=count(1, MAX_TOKENS), default=16, help="max_tokens per request (default 16)")
     p.add_argument("--route", choices=("base", "polar"), default=None,
                    help="base: every request to --base-url (older Polar); polar: resolve like current Polar's "
                         "client (GET /workers, then straight to regular workers); default: the profile's "
@@ -119,7 +124,8 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
         from polarstack.local import read_state
 
         state = read_state()
-        if state is not None and state.live():
+        if state is not None:  # a recorded local stack: use it, or refuse (STATE) when it died or is half-written
+            state.usable()
             base_url, route = state.base_url, route or state.data.get("route", "base")
             engine_urls = list(state.data.get("engine_urls") or [])
         elif args.runtime == "local":
@@ -185,10 +191,10 @@ def _render_smoke(report) -> None:
 
 def _add_probe(sub) -> None:
     p = sub.add_parser("probe", help="issue #52's probe: same body direct and through a path, with a diagnosis")
-    p.add_argument("--direct", required=True, help="the engine's URL")
-    p.add_argument("--via", required=True, help="the URL under test (usually a router)")
+    p.add_argument("--direct", required=True, type=url, help="the engine's URL")
+    p.add_argument("--via", required=True, type=url, help="the URL under test (usually a router)")
     p.add_argument("--model", default=None, help="model name (default: first id of the engine's /v1/models)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per request (default 10)")
+    p.add_argument("--timeout", type=seconds, default=10.0, help="seconds per request, in total (default 10)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_cmd_probe)
 
@@ -223,7 +229,7 @@ def _add_up(sub) -> None:
     p.add_argument("--profile", required=True, help="profile name (configs/profiles/<name>.env)")
     p.add_argument("--runtime", choices=("local",), default="local",
                    help="local: processes on 127.0.0.1 (the docker runtime is driven by `make up`)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each process (default 60)")
+    p.add_argument("--timeout", type=seconds, default=60.0, help="seconds to wait for each process (default 60)")
     p.add_argument("--prefill-us-per-token", type=float, default=0.0,
                    help="emulated engines' prefill time per uncached prompt token (default 0: off; docs/routing.md)")
     p.add_argument("--decode-us-per-token", type=float, default=0.0,
@@ -233,9 +239,15 @@ def _add_up(sub) -> None:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    import signal
+
     from polarstack import local, profiles
 
     profile = profiles.load(args.profile)
+
+    def terminated(signum, _frame):  # SIGTERM (`kill`, `timeout`): stop what was started, like Ctrl-C does
+        raise KeyboardInterrupt
+
     engine_args: list[str] = []
     for name in ("prefill_us_per_token", "decode_us_per_token"):
         value = getattr(args, name)
@@ -243,6 +255,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
             raise StackError(f"--{name.replace('_', '-')} must be between 0 and 1e6 microseconds.", ExitCode.USAGE)
         if value:
             engine_args += [f"--{name.replace('_', '-')}", str(value)]
+    signal.signal(signal.SIGTERM, terminated)
     state = local.up(profile, timeout=args.timeout, progress=lambda m: print(m, file=sys.stderr),
                      engine_args=engine_args)
     if args.json:
@@ -262,10 +275,10 @@ def _add_down(sub) -> None:
 def _cmd_down(args: argparse.Namespace) -> int:
     from polarstack import local
 
-    profile, pids = local.down()
-    if profile is None:
+    stacks = local.down_all()  # `up`'s stack and whatever a killed `demo` left in .run/demo/
+    if not stacks:
         print("nothing is up locally; nothing to stop.", file=sys.stderr)
-    else:
+    for profile, pids in stacks:
         print(f"{profile} is down (stopped pids {', '.join(map(str, pids)) or 'none: all had exited'}).")
     return 0
 
@@ -465,8 +478,8 @@ def _add_verify(sub) -> None:
     p = sub.add_parser("verify", help="run tasks' tests in the sandbox (canonical solutions by default)")
     p.add_argument("--task", default="humaneval", help="humaneval or mbpp")
     p.add_argument("--source", default=None, help="mbpp: a JSONL file in MBPP's schema")
-    p.add_argument("--timeout", type=float, default=10.0, help="wall-clock seconds per program (default 10)")
-    p.add_argument("--workers", type=int, default=None, help="parallel sandboxes (default: CPU count, at least 2)")
+    p.add_argument("--timeout", type=seconds, default=10.0, help="wall-clock seconds per program (default 10)")
+    p.add_argument("--workers", type=count(1, 1024), default=None, help="parallel sandboxes (default: CPU count, at least 2)")
     p.add_argument("--isolation", choices=("namespaces", "none"), default=None,
                    help="namespaces (default) or none: opt out of the sandbox's namespaces (docs/tasks.md; also "
                         "POLARSTACK_VERIFIER_ISOLATION)")
@@ -554,7 +567,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.task not in tasks.TASKS:
         raise StackError(f"unknown task {args.task!r}; choose one of {', '.join(tasks.TASKS)}.", ExitCode.USAGE)
     state = local.read_state() if args.runtime in ("auto", "local") else None
-    live = state is not None and bool(state.live())
+    if state is not None:
+        state.usable()  # a dead or half-written local stack refuses (STATE) instead of falling back to docker
+    live = state is not None
     if args.runtime == "local" and not live:
         raise StackError("nothing is up locally; run `make up PROFILE=engine-direct RUNTIME=local` first.", ExitCode.STATE)
     runtime = "local" if live else "docker"
@@ -808,7 +823,8 @@ def _cmd_routers_catalog(args: argparse.Namespace) -> int:
         rel = RouterRelease(package, version)
         rows.append({"release": rel.spec, "module": rel.module, "forwards_chat_return_flags": rel.forwards_unknown_chat_fields,
                      "worker_api": rel.has_worker_api, "startup_check_interval_flag": rel.accepts_startup_check_interval,
-                     "prometheus_port_flag": rel.accepts_prometheus_port, "installed": is_installed(rel)})
+                     "prometheus_port_flag": rel.accepts_prometheus_port,
+                     "prometheus_host_flag": rel.accepts_prometheus_host, "installed": is_installed(rel)})
     if args.json:
         _print_json(rows)
         return 0
@@ -871,11 +887,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Exit status when the reader of stdout goes away (`polarstack ... | head`): what a shell reports for a
+# command killed by SIGPIPE (128 + 13), documented in the README's exit-code table.
+BROKEN_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+    except SystemExit as exc:  # argparse: --help/--version (0) or a bad argument (2, USAGE)
+        _name_code_for_make(int(exc.code or 0))
+        raise
+    _name_code_for_make(code)
+    return code
+
+
+def _name_code_for_make(code: int) -> None:
+    """Under `make` (which sets POLARSTACK_VIA_MAKE), say the real exit code: make reports a failing recipe as
+    `Error N` and itself always exits 2, so the code that names the failure would otherwise be lost."""
+    if code and os.environ.get("POLARSTACK_VIA_MAKE"):
+        print(f"polarstack exited with code {code} ({_code_name(code)}); make itself exits 2 - run "
+              f".venv/bin/polarstack directly to get {code} as the exit status.", file=sys.stderr)
+
+
+def _code_name(code: int) -> str:
+    if code == BROKEN_PIPE:
+        return "BROKEN_PIPE"
+    try:
+        return ExitCode(code).name
+    except ValueError:
+        return "interrupted" if code == 130 else "unknown"
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
+    except BrokenPipeError:
+        # Silence the interpreter's own flush at exit, which would hit the closed pipe again.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
     except StackError as exc:
         if args.debug:
             traceback.print_exc()

@@ -24,7 +24,7 @@ import yaml
 from polarstack.errors import ExitCode, StackError
 from polarstack.local import run_dir
 from polarstack.pins import parse_env_file, pins, repo_root
-from polarstack.profiles import Profile
+from polarstack.profiles import Profile, parse_node_gpus
 
 LOCAL_ALTERNATIVE = "on a machine without it use RUNTIME=local (emulated engines on 127.0.0.1) or `make demo`"
 
@@ -60,7 +60,7 @@ def render_values(profile: Profile) -> dict[str, str]:
     values.update(stack_knobs())
     values.update(pins())
     values.update(profile.values)
-    node = int(values.get("NODE_GPUS", "4"))
+    node = parse_node_gpus(values.get("NODE_GPUS"), "NODE_GPUS (configs/stack.env or the environment)")
     top = max(profile.engine_gpus + profile.trainer_gpus)
     if top >= node:
         raise StackError(f"{profile.path}: GPU {top} does not exist on a {node}-GPU node (NODE_GPUS in "

@@ -6,7 +6,6 @@ reason (TOKENS_MISSING naming both of Polar's request fields).
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -32,7 +31,7 @@ def run_profile(name: str, directory: Path, progress: Callable[[str], None]) -> 
     except Exception as exc:  # a profile that cannot come up is a row, not a crash
         row.update(verdict="ERROR", trainable_tokens=0, smoke_seconds=None, message=str(getattr(exc, "message", exc)))
     finally:
-        local.down(directory=directory)
+        local.down(directory=directory)  # shielded: a second Ctrl-C cannot interrupt it
     row["as_expected"] = _as_expected(row)
     return row
 
@@ -48,9 +47,10 @@ def _as_expected(row: dict[str, Any]) -> bool:
 
 
 def run_demo(names: list[str] | None = None, progress: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Each profile's run state lives in <run dir>/demo/<profile>, not in a temporary folder: if the demo is
+    killed before its teardown ends, `polarstack down` (`make down RUNTIME=local`) still finds what it left."""
     rows = []
-    with tempfile.TemporaryDirectory(prefix="polarstack-demo-") as tmp:
-        for name in names or list(profiles.PROFILE_ORDER):
-            progress(f"demo: {name}")
-            rows.append(run_profile(name, Path(tmp) / name, progress))
+    for name in names or list(profiles.PROFILE_ORDER):
+        progress(f"demo: {name}")
+        rows.append(run_profile(name, local.demo_dir() / name, progress))
     return rows

@@ -1,8 +1,11 @@
 """The local runtime: a profile's topology as processes on 127.0.0.1 (emulated engines + the real router).
 
 Run state (pids, ports, resolved base URL) lives in one ignored directory (`.run/` at the repository root,
-or POLARSTACK_RUN_DIR). `up` refuses when a live topology is recorded there; `down` stops exactly the pids
-it recorded, after checking each pid still runs the command it started (a recycled pid is left alone).
+or POLARSTACK_RUN_DIR); `demo` keeps each profile's state under `.run/demo/<profile>/`, so an interrupted demo
+leaves nothing `down` cannot find. `up` refuses when a live topology is recorded there; `down` stops exactly the
+pids it recorded, after checking each pid still runs the command it started (a recycled pid is left alone), and
+finishes even through further Ctrl-C. A recorded stack that died, or whose `up` was killed before it wrote the
+base URL, is refused with STATE by `smoke`/`train` (`LocalState.usable`) rather than replaced by the docker ports.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import httpx
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import repo_root
-from polarstack.processes import child_env, free_port, stop_pid, wait_http
+from polarstack.processes import child_env, free_port, shielded, stop_pid, wait_http
 from polarstack.profiles import Profile, knob
 from polarstack.routers import install, register_worker
 
@@ -63,11 +66,35 @@ class LocalState:
         return self.data["processes"]
 
     @property
+    def complete(self) -> bool:
+        """Did `up` finish? (it writes base_url last; a killed `up` leaves processes without one)"""
+        return isinstance(self.data.get("base_url"), str)
+
+    @property
     def base_url(self) -> str:
+        if not self.complete:
+            raise StackError(f"{self.path} records a `make up` that never finished (it was interrupted before the "
+                             "stack came up); run `make down RUNTIME=local` to stop what it started, then `make up` "
+                             "again.", ExitCode.STATE)
         return self.data["base_url"]
 
     def live(self) -> list[dict[str, Any]]:
         return [p for p in self.processes if _owned(p)]
+
+    def usable(self) -> "LocalState":
+        """This state when `up` finished and every process it started still runs; else a STATE StackError.
+
+        The caller asked for the local stack (explicitly, or `auto` found this state): falling back to the
+        docker ports here would test whatever else listens there, so a dead or half-started stack refuses.
+        """
+        self.base_url  # refuses a half-written state
+        gone = [p for p in self.processes if p not in self.live()]
+        if gone:
+            names = ", ".join(f"{p.get('role', '?')} (pid {p.get('pid')})" for p in gone)
+            raise StackError(f"the local stack of profile {self.data.get('profile')} recorded in {self.path} has died "
+                             f"({names} gone); run `make down RUNTIME=local` and `make up RUNTIME=local` again, or pass "
+                             "RUNTIME=docker / --base-url to test something else.", ExitCode.STATE)
+        return self
 
 
 def read_state(directory: Path | None = None) -> LocalState | None:
@@ -75,10 +102,16 @@ def read_state(directory: Path | None = None) -> LocalState | None:
     if not path.exists():
         return None
     try:
-        return LocalState(path, json.loads(path.read_text()))
-    except (ValueError, OSError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        entries = data["processes"]
+        if not isinstance(data, dict) or not isinstance(entries, list) or not all(
+                isinstance(e, dict) and isinstance(e.get("pid"), int) for e in entries) or not isinstance(
+                data.get("profile"), str):
+            raise ValueError("not a run state")
+    except (ValueError, OSError, KeyError, TypeError, RecursionError):
         raise StackError(f"{path} is unreadable; remove it after checking no polarstack process still runs "
                          "(`ps -ef | grep polarstack`).", ExitCode.STATE) from None
+    return LocalState(path, data)
 
 
 def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen:
@@ -156,8 +189,9 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
         _save(state)
         return state
     except BaseException:
-        _stop_all(started)
-        state.path.unlink(missing_ok=True)
+        with shielded():  # a second Ctrl-C must not leave half the topology running
+            _stop_all(started)
+            state.path.unlink(missing_ok=True)
         raise
 
 
@@ -194,10 +228,28 @@ def _stop_all(entries: list[dict[str, Any]]) -> list[int]:
 
 
 def down(*, directory: Path | None = None) -> tuple[str | None, list[int]]:
-    """Stop what `up` recorded; (profile or None when nothing was up, pids stopped)."""
-    state = read_state(directory)
-    if state is None:
-        return None, []
-    stopped = _stop_all(state.processes)
-    state.path.unlink(missing_ok=True)
-    return state.data.get("profile"), stopped
+    """Stop what `up` recorded; (profile or None when nothing was up, pids stopped).
+
+    Survives further Ctrl-C / SIGTERM while it stops processes (they are deferred until it is done)."""
+    with shielded():
+        state = read_state(directory)
+        if state is None:
+            return None, []
+        stopped = _stop_all(state.processes)
+        state.path.unlink(missing_ok=True)
+        return state.data.get("profile"), stopped
+
+
+def demo_dir() -> Path:
+    """Where `polarstack demo` keeps each profile's run state (under the run dir, so `down` finds orphans)."""
+    return run_dir() / "demo"
+
+
+def down_all() -> list[tuple[str, list[int]]]:
+    """`polarstack down`: stop the stack `up` recorded and any a killed `demo` left behind; (profile, pids)."""
+    done = []
+    for directory in [run_dir(), *sorted(p.parent for p in demo_dir().glob(f"*/{STATE_FILE}"))]:
+        profile, pids = down(directory=directory)
+        if profile is not None:
+            done.append((profile, pids))
+    return done

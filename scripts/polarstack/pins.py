@@ -24,6 +24,10 @@ def parse_env_file(path: Path) -> dict[str, str]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise StackError(f"{path} does not exist; restore it from git.", ExitCode.USAGE) from None
+    except UnicodeDecodeError as exc:
+        raise StackError(f"{path} is not UTF-8 text (byte {exc.start}); save it as UTF-8.", ExitCode.USAGE) from None
+    except OSError as exc:
+        raise StackError(f"{path} cannot be read ({exc.strerror}).", ExitCode.USAGE) from None
     for number, raw in enumerate(lines, 1):
         line = raw.strip()
         if not line or line.startswith("#"):

@@ -11,8 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from polarstack.errors import ExitCode, StackError
 
 
@@ -48,6 +46,32 @@ def stop_pid(pid: int, process: subprocess.Popen | None = None, timeout: float =
         process.wait(timeout=5)
 
 
+@contextlib.contextmanager
+def shielded():
+    """Defer SIGINT and SIGTERM while the body runs (teardown that must finish), then deliver the first one.
+
+    A second Ctrl-C during teardown used to interrupt the stopping itself and orphan processes. Outside the main
+    thread signal handlers cannot be set, and the body simply runs.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if received and not sys.exc_info()[0]:
+            if received[0] == signal.SIGINT:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), received[0])  # SIGTERM: what the previous handler (default: exit) does
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -60,17 +84,19 @@ def _alive(pid: int) -> bool:
 
 def wait_http(url: str, timeout: float, process: subprocess.Popen | None = None, path: str = "/health") -> float:
     """Poll GET url+path until it answers 2xx; returns the seconds waited. Raises StackError on timeout/exit."""
+    from polarstack.http import client, request  # each poll has a total deadline of 1 s, even against a drip
+
     started = time.monotonic()
     deadline = started + timeout
-    with httpx.Client(timeout=1.0) as client:
+    with client(1.0) as http:
         while time.monotonic() < deadline:
             if process is not None and process.poll() is not None:
                 raise StackError(f"process {process.pid} serving {url} exited with code {process.returncode} "
                                  "before it became healthy.", ExitCode.ENVIRONMENT)
             try:
-                if client.get(url + path).is_success:
+                if 200 <= request(http, "GET", url + path).status < 300:
                     return time.monotonic() - started
-            except httpx.HTTPError:
+            except StackError:
                 pass
             time.sleep(0.05)
     raise StackError(f"{url}{path} did not answer 2xx within {timeout:g} s.", ExitCode.UNREACHABLE)

@@ -32,6 +32,15 @@ STACK_ROUTER_FLAGS = ("--host", "--port", "--worker-urls", "--prometheus-port", 
 NODE_GPUS_DEFAULT = 4
 
 
+def parse_node_gpus(text: str | None, origin: str = "NODE_GPUS") -> int:
+    """NODE_GPUS (environment or configs/stack.env) as a positive count; USAGE naming the fix otherwise."""
+    if text is None:
+        return NODE_GPUS_DEFAULT
+    if not text.strip().isdigit() or int(text) < 1:
+        raise StackError(f"{origin}={text!r} must be the node's GPU count, a whole number like 4.", ExitCode.USAGE)
+    return int(text)
+
+
 def profiles_dir() -> Path:
     return repo_root() / "configs" / "profiles"
 
@@ -141,6 +150,7 @@ def validate(name: str, path: Path, values: dict[str, str], node_gpus: int) -> N
     for key in ("ENGINE_COUNT", "ENGINE_PORT_BASE", "ROUTER_PORT"):
         if not values[key].isdigit() or int(values[key]) <= 0:
             raise bad(f"{key}={values[key]} must be a positive integer.")
+    _check_ports(values, bad)
     if (values["ROUTER"] == "none") != (values["ROUTER_REGISTRATION"] == "none"):
         raise bad("ROUTER and ROUTER_REGISTRATION must both be none or both be set.")
     if values["ROUTER"] == "none" and values["POLAR_BASE"] == "router":
@@ -216,6 +226,25 @@ def knob(profile: Profile | None, key: str, default: str = "") -> str:
     return parse_env_file(repo_root() / "configs" / "stack.env").get(key, default)
 
 
+def _check_ports(values: dict[str, str], bad) -> None:
+    """Every port the profile derives is a TCP port, and no two services share one."""
+    base, count = int(values["ENGINE_PORT_BASE"]), int(values["ENGINE_COUNT"])
+    engines = [base + 10 * i for i in range(count)]  # Profile.engine_port
+    if engines[-1] > 65535:
+        raise bad(f"ENGINE_PORT_BASE={base} puts engine {count - 1} on port {engines[-1]}, beyond 65535; use a base "
+                  f"at most {65535 - 10 * (count - 1)}.")
+    if values["ROUTER"] == "none":
+        return
+    router = int(values["ROUTER_PORT"])
+    # The docker runtime gives the router's Prometheus endpoint ROUTER_PORT + 1 (compose.render_values).
+    if router + 1 > 65535:
+        raise bad(f"ROUTER_PORT={router} must be at most 65534 (ROUTER_PORT + 1 is the router's metrics port).")
+    for port in (router, router + 1):
+        if port in engines:
+            raise bad(f"ROUTER_PORT={router} makes the router (or its metrics port {router + 1}) share port {port} "
+                      f"with engine {engines.index(port)}; pick a ROUTER_PORT outside {engines}.")
+
+
 def load(name: str, *, node_gpus: int | None = None, path: Path | None = None) -> Profile:
     """Load and validate configs/profiles/<name>.env (plus overrides in <name>.local.env, if present)."""
     if path is None:
@@ -229,6 +258,6 @@ def load(name: str, *, node_gpus: int | None = None, path: Path | None = None) -
     for key in (*REQUIRED, *OPTIONAL):  # the environment overrides a profile value, as Compose does
         if key in os.environ and key not in ("PROFILE_NAME",):
             values[key] = os.environ[key]
-    node = node_gpus if node_gpus is not None else int(os.environ.get("NODE_GPUS", NODE_GPUS_DEFAULT))
+    node = node_gpus if node_gpus is not None else parse_node_gpus(os.environ.get("NODE_GPUS"))
     validate(name, path, values, node)
     return Profile(name, path, values)

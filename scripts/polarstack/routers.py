@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-import httpx
-
 from polarstack.cache import cache_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import child_env, free_port, stop_pid, wait_http
@@ -104,6 +102,13 @@ class RouterRelease:
             return ("random", "round_robin", "cache_aware")
         return ()
 
+    @property
+    def accepts_prometheus_host(self) -> bool:
+        """--prometheus-host: in every release with --prometheus-port (configs/upstream/router-prometheus-host.json,
+        read from each release's own parser). Its default is 0.0.0.0 from sglang-router 0.2.0 and in smg (1.13.0:
+        None, bound as 0.0.0.0), so the stack always passes 127.0.0.1."""
+        return self.accepts_prometheus_port
+
     # --- APIs ------------------------------------------------------------------------------------------
     @property
     def forwards_unknown_chat_fields(self) -> bool:
@@ -128,6 +133,8 @@ class RouterRelease:
             args += ["--worker-startup-check-interval", "1"]
         if self.accepts_prometheus_port and prometheus_port is not None:
             args += ["--prometheus-port", str(prometheus_port)]
+        if self.accepts_prometheus_host and prometheus_port is not None:
+            args += ["--prometheus-host", "127.0.0.1"]  # the metrics endpoint stays on loopback too
         return args + list(extra or [])
 
 
@@ -239,14 +246,17 @@ def start(release: RouterRelease, worker_urls: list[str], *, port: int | None = 
 
 
 def register_worker(router_url: str, worker_url: str, timeout: float = 10.0) -> None:
-    """Register an engine the way slime does: POST /workers {"url", "worker_type": "regular"}."""
-    try:
-        response = httpx.post(f"{router_url}/workers", json={"url": worker_url, "worker_type": "regular"},
-                              timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise StackError(f"could not register {worker_url} with the router at {router_url}: {exc}.",
-                         ExitCode.UNREACHABLE) from None
-    if not response.is_success:
+    """Register an engine the way slime does: POST /workers {"url", "worker_type": "regular"} (within `timeout`
+    seconds in total: the training gate registers engines through here)."""
+    from polarstack.http import client, request
+
+    with client(timeout) as http:
+        try:
+            reply = request(http, "POST", f"{router_url}/workers", {"url": worker_url, "worker_type": "regular"})
+        except StackError as exc:
+            raise StackError(f"could not register {worker_url} with the router at {router_url}: {exc.message}",
+                             exc.code) from None
+    if not 200 <= reply.status < 300:
         raise StackError(f"the router at {router_url} refused POST /workers for {worker_url} "
-                         f"(HTTP {response.status_code}: {response.text[:200]}); it has no slime-compatible worker API.",
-                         ExitCode.HTTP_ERROR)
+                         f"(HTTP {reply.status}: {reply.body[:200].decode('utf-8', 'replace')}); it has no "
+                         "slime-compatible worker API.", ExitCode.HTTP_ERROR)

