@@ -35,6 +35,12 @@ def _raw_id_findings(raw: dict[str, Any], verdict: PolarVerdict) -> None:
                                                 "coerces it to an int and trains on an id no tokenizer produced, "
                                                 "which slime's int64 token tensors cannot hold"))
                 return
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+                verdict.warnings.append(Finding("negative_id", path, f"{path} holds {value!r}: no tokenizer produces "
+                                                "a negative id; Polar keeps it and slime's embedding lookup on the "
+                                                "trainer fails on it (an index out of range), so the engine or "
+                                                "something on the path corrupted the ids"))
+                return
             if type(value) is not int and value is not None:
                 verdict.warnings.append(Finding("coerced_id", path, f"{path} holds {value!r} "
                                                 f"({type(value).__name__}): Polar coerces it to an int (int() or "

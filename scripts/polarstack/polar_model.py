@@ -41,7 +41,7 @@ I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
 @dataclass
 class Finding:
-    code: str  # usage_mismatch | positive_logprob | nonfinite_logprob | coerced_id | id_beyond_64_bits | ...
+    code: str  # usage_mismatch | positive_logprob | nonfinite_logprob | coerced_id | id_beyond_64_bits | negative_id | ...
     path: str
     message: str  # what was seen and what it means for training
 

@@ -127,6 +127,29 @@ def test_fractional_prompt_id_fails_the_trace(monkeypatch):
     assert smoke_on(monkeypatch, answer(prompt=(1, 2.5, 3))).code == ExitCode.INVARIANT
 
 
+# --- issue 12 point 11: token ids of -1, 10**30 and 1000.7, each in prompt and response ids --------------------
+
+@pytest.mark.parametrize("where", ["prompt", "response"])
+def test_negative_id_is_trained_by_polar_so_it_is_a_warning_that_strict_blocks(monkeypatch, where):
+    body = answer(prompt=(1, -1, 3)) if where == "prompt" else answer(output=((-0.5, -1, "a"), (-0.25, 11, "b")))
+    report = smoke_on(monkeypatch, body)
+    assert report.ok and report.trainable_tokens == 2 and "negative_id" in codes(report)
+    assert smoke_on(monkeypatch, body, strict=True).code == ExitCode.INVARIANT
+
+
+def test_id_10_to_the_30_fails_as_a_prompt_id_and_warns_as_a_response_id(monkeypatch):
+    assert smoke_on(monkeypatch, answer(prompt=(1, 10**30, 3))).code == ExitCode.INVARIANT
+    report = smoke_on(monkeypatch, answer(output=((-0.5, 10**30, "a"), (-0.25, 11, "b"))))
+    assert report.ok and "id_beyond_64_bits" in codes(report)
+
+
+def test_id_1000_7_fails_as_a_prompt_id_and_is_coerced_as_a_response_id(monkeypatch):
+    assert smoke_on(monkeypatch, answer(prompt=(1, 1000.7, 3))).code == ExitCode.INVARIANT
+    report = smoke_on(monkeypatch, answer(output=((-0.5, 1000.7, "a"), (-0.25, 11, "b"))))
+    assert report.ok and "coerced_id" in codes(report)
+    assert smoke_on(monkeypatch, answer(output=((-0.5, 1000.7, "a"),)), strict=True).code == ExitCode.INVARIANT
+
+
 def test_only_the_first_choice_is_read(monkeypatch):
     good, bad = answer()["choices"][0], {"index": 1, "message": {"role": "assistant", "content": "x"}}
     body = {**answer(), "choices": [good, bad]}
