@@ -6,10 +6,29 @@ training; they never change Polar's count. `polarstack smoke --strict` turns the
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 from polarstack.polar_model import I64_MAX, I64_MIN, Finding, PolarVerdict
+
+# Findings the trainer cannot survive although Polar keeps the record: the last step of the token path is slime's
+# trainer, whose token tensors are int64 and whose embedding lookup indexes [0, vocab size). A record with such an
+# id is not trained on (the job fails at that batch), so the smoke blocks on these by default (exit 4); the other
+# findings stay warnings that only --strict blocks.
+TRAINER_FATAL = ("negative_id", "id_beyond_64_bits", "id_beyond_vocab")
+
+
+@functools.cache
+def vocab_size() -> int | None:
+    """The trained model's --vocab-size (configs/train/defaults.yaml model.args), None when it cannot be read."""
+    try:
+        from polarstack.train import load_defaults
+
+        args = [str(a) for a in load_defaults()["model"]["args"]]
+        return int(args[args.index("--vocab-size") + 1])
+    except Exception:  # no defaults file, no such flag: the vocabulary check is skipped, not guessed
+        return None
 
 
 def _raw_id_findings(raw: dict[str, Any], verdict: PolarVerdict) -> None:
@@ -40,6 +59,12 @@ def _raw_id_findings(raw: dict[str, Any], verdict: PolarVerdict) -> None:
                                                 "a negative id; Polar keeps it and slime's embedding lookup on the "
                                                 "trainer fails on it (an index out of range), so the engine or "
                                                 "something on the path corrupted the ids"))
+                return
+            vocab = vocab_size()
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and vocab and value >= vocab:
+                verdict.warnings.append(Finding("id_beyond_vocab", path, f"{path} holds {value!r}, not below the "
+                                                f"trained model's vocabulary size {vocab} (configs/train/defaults.yaml "
+                                                "--vocab-size): slime's embedding lookup fails on it"))
                 return
             if type(value) is not int and value is not None:
                 verdict.warnings.append(Finding("coerced_id", path, f"{path} holds {value!r} "

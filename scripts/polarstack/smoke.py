@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from polarstack import contract, polar_model, polar_opinion, retokenize
+from polarstack import contract, polar_findings, polar_model, polar_opinion, retokenize
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, error_message, request
 
@@ -429,6 +429,12 @@ def _judge(report: SmokeReport) -> None:
             return
         report.warnings.append(f"retokenized: Polar trains on ids re-tokenized from text ({drift}); allowed by "
                                "--allow-retokenized")
+    fatal = [f for f in report.findings if f["code"] in polar_findings.TRAINER_FATAL]
+    if fatal:
+        _fail(report, ExitCode.INVARIANT,
+              f"Polar would keep the answers from {where}, but the trainer cannot: {fatal[0]['message']} (at "
+              f"{fatal[0]['path']}); no batch holding such an id is trained on, so fix the engine or the path first.")
+        return
     if report.strict and report.findings:
         first = report.findings[0]
         _fail(report, ExitCode.INVARIANT,
