@@ -85,13 +85,10 @@ def render_values(profile: Profile) -> dict[str, str]:
             "ROUTER_PACKAGE": release.package, "ROUTER_VERSION": release.version, "ROUTER_MODULE": release.module,
             "ROUTER_WORKER_URLS": " ".join(urls) if profile.registration == "static" else "",
             "ROUTER_EXTRA_ARGS": " ".join(extra),
-            # slime registers the engines through POST /workers only where the router has that API.
-            "SLIME_ROUTER_ARGS": (f"--sglang-router-ip 127.0.0.1 --sglang-router-port {profile.router_port}"
-                                  if profile.registration == "register" else ""),
         })
     else:
         values.update({"ROUTER_PACKAGE": "", "ROUTER_VERSION": "", "ROUTER_MODULE": "", "ROUTER_WORKER_URLS": "",
-                       "ROUTER_EXTRA_ARGS": "", "SLIME_ROUTER_ARGS": ""})
+                       "ROUTER_EXTRA_ARGS": ""})
     return values
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,43 @@ class LaunchPlan:
                 "watch": watch_lines(self)}
 
 
+# Values rendered into train_async.py's command line, checked before anything else reads them: a `--set` such as
+# grpo.rollout_max_response_len=abc must end as USAGE with the key named, not as an internal error later.
+POSITIVE_INTS = {"grpo": ("n_samples_per_prompt", "rollout_batch_size", "global_batch_size", "num_rollout",
+                          "rollout_max_response_len", "rollout_max_prompt_len", "max_tokens_per_gpu"),
+                 "context": ("seq_length", "model_context_length"), "checkpoint": ("save_interval",),
+                 "polar": ("rollout_port", "gateway_port", "max_init_workers", "max_run_workers",
+                           "max_postrun_workers")}
+NON_NEGATIVE_INTS = {"context": ("harness_margin_tokens",)}
+FINITE_NUMBERS = {"grpo": ("lr", "kl_loss_coef", "eps_clip", "eps_clip_high")}
+
+
+def _check_types(config: dict[str, Any]) -> None:
+    def bad(section: str, key: str, value: Any, what: str) -> StackError:
+        return StackError(f"{section}.{key}={value!r} must be {what} (configs/train/defaults.yaml or --set).",
+                          ExitCode.USAGE)
+
+    for table, what, ok in ((POSITIVE_INTS, "a positive integer", lambda v: v > 0),
+                            (NON_NEGATIVE_INTS, "a non-negative integer", lambda v: v >= 0)):
+        for section, keys in table.items():
+            for key in keys:
+                if key not in (config.get(section) or {}):
+                    continue
+                value = config[section][key]
+                if not isinstance(value, int) or isinstance(value, bool) or not ok(value):
+                    raise bad(section, key, value, what)
+    for section, keys in FINITE_NUMBERS.items():
+        for key in keys:
+            value = (config.get(section) or {}).get(key)
+            if key in (config.get(section) or {}) and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                                                       or not math.isfinite(value)):
+                raise bad(section, key, value, "a finite number")
+    for port_key in ("rollout_port", "gateway_port"):
+        port = config["polar"][port_key]
+        if port > 65535:
+            raise bad("polar", port_key, port, "a TCP port (1-65535)")
+
+
 def _int(config: dict[str, Any], section: str, key: str) -> int:
     value = config[section][key]
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -91,6 +129,7 @@ def validate(task: str, profile: Profile, config: dict[str, Any], model_path: st
     if not str(model).startswith("/"):
         raise StackError(f"model path {model!r} must be an absolute path inside the trainer (the models volume is "
                          "mounted at /models).", ExitCode.USAGE)
+    _check_types(config)
     gpus = profile.trainer_gpus
     section = config["parallel"].get(profile.name) or config["parallel"]["default"]
     tp = section["tensor_model_parallel_size"]

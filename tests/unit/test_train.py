@@ -90,3 +90,16 @@ def test_refusals(capsys, monkeypatch, argv, env, needle):
 def test_unknown_task(capsys):
     assert main(["train", "--task", "nope", "--dry-run"]) == ExitCode.USAGE
     assert "choose one of humaneval, mbpp" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("override", ["grpo.rollout_max_response_len=abc", "context.seq_length=1.5",
+                                      "grpo.max_tokens_per_gpu=-4", "checkpoint.save_interval=0", "grpo.lr=nan",
+                                      "polar.gateway_port=70000", "context.harness_margin_tokens=-1"])
+def test_set_values_of_the_wrong_type_are_usage_errors_naming_the_key(override, capsys):
+    """A `--set` value that is not what train_async.py's flag takes ends as USAGE naming the key (issue 12 point 11's
+    class of edge inputs), not as an internal error when the budget or the launch reads it."""
+    from polarstack.cli import main
+
+    code = main(["train", "--task", "humaneval", "--runtime", "docker", "--dry-run", "--set", override])
+    err = capsys.readouterr().err
+    assert code == 2 and override.split("=")[0] in err and "internal error" not in err
