@@ -128,6 +128,12 @@ def _live_counters(module_name: str) -> tuple[int, dict[str, float]] | None:
     return id(worker), values
 
 
+def _live_dropped(module_name: str) -> float | None:
+    """The worker's zero-trainable drop counter alone (what `make verify-offline` probes); None without a worker."""
+    live = _live_counters(module_name)
+    return None if live is None else live[1][RAW_COUNTER]
+
+
 class Watchdog:
     """Armed for the duration of one delegate call; fires `stop_job` once, on (a) zero-token drops with no
     trainable group, or (b) no progress of the worker's counters for `polar_gate_watchdog_seconds`."""
