@@ -634,8 +634,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from polarstack.train import RESUME_REFUSED, watch_lines
 
     print("what to watch on the GPU node:\n  " + "\n  ".join(watch_lines(plan)), file=sys.stderr)
+    (out / "gate-abort.txt").unlink(missing_ok=True)  # a sentence left by an earlier attempt of this run is stale
     proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/launch.sh"])
-    if proc.returncode != 0 and (out / "gate-abort.txt").is_file():  # the in-job gate's watchdog stopped it
+    if proc.returncode != 0 and (out / "gate-abort.txt").is_file():  # every in-job gate stop writes its sentence
         raise StackError((out / "gate-abort.txt").read_text().strip(), ExitCode.GATE)
     if proc.returncode == RESUME_REFUSED:  # launch.sh's checkpoint guard (train.checkpoint_guard) said why
         raise StackError(f"the trainer refused run {run_id}: " + (

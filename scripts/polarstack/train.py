@@ -265,6 +265,7 @@ def build_plan(task: str, profile: Profile, *, run_id: str, config: dict[str, An
         "polar_gate_max_zero_token_groups": gate["max_zero_token_groups"],
         "polar_gate_delegate": gate["delegate"],
         "polar_gate_watchdog_seconds": gate["watchdog_seconds"],
+        "polar_gate_zero_reward_rollouts": gate["zero_reward_rollouts"],
         "polar_gate_allow_retokenized": gate["allow_retokenized"],
         "polar_gate_abort_file": f"{run_dir}/gate-abort.txt",  # `polarstack train` reports the watchdog's sentence
     }
