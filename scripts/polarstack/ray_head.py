@@ -2,7 +2,7 @@
 
 Why an environment variable and not only `--node-ip-address=127.0.0.1` (facts recorded, with the script that
 regenerates them, in configs/upstream/ray-listeners.json):
-- ray 2.57.1 `ray start` (ray/scripts/scripts.py, `start`) passes --node-ip-address through
+- the pinned ray (RAY_VERSION) `ray start` (ray/scripts/scripts.py, `start`) passes --node-ip-address through
   `services.resolve_ip_for_localhost`, which replaces a loopback address with `services.get_node_ip_address()`:
   the machine's routable address. Every Ray server then derives its bind address from that node IP and binds
   loopback only when the node IP is loopback (gcs_server and raylet gRPC, the dashboard agent's HTTP server in
