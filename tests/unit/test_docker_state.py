@@ -235,6 +235,27 @@ def test_makefile_passes_no_default_profile():
     assert '--profile "patched-router"' in out and "make up:" in out  # and prints its elapsed time
 
 
+def test_compose_ps_json_is_read_in_both_of_composes_formats():
+    lines = '{"Service":"engine-0","State":"running","Health":"healthy"}\n{"Service":"trainer","State":"exited"}\n'
+    array = '[{"Service":"engine-0","State":"running","Health":"unhealthy"},{"Service":"router","State":"running"}]'
+    assert {k: v["State"] for k, v in docker_state.parse_ps(lines).items()} == {"engine-0": "running", "trainer": "exited"}
+    assert set(docker_state.parse_ps(array)) == {"engine-0", "router"} and docker_state.parse_ps("") == {}
+    with pytest.raises(docker_state.StackError) as caught:
+        docker_state.parse_ps("NAME  IMAGE  STATUS")
+    assert caught.value.code == ExitCode.ENVIRONMENT
+    assert docker_state.expected_services("patched-router") == ["engine-0", "engine-1", "router", "trainer"]
+    assert docker_state.expected_services("engine-direct") == ["engine-0", "trainer"]
+
+
+def test_an_unhealthy_service_counts_as_not_running(node, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_RUNNING", "engine-0 trainer")
+    assert main(["compose", "up", "--profile", "engine-direct"]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(docker_state, "parse_ps", lambda text: {
+        "engine-0": {"State": "running", "Health": "unhealthy"}, "trainer": {"State": "running", "Health": "healthy"}})
+    refused(capsys, ["smoke"], "engine-0 (unhealthy)")
+
+
 # --- .dockerignore ----------------------------------------------------------------------------------------
 
 
