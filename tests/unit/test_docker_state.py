@@ -90,6 +90,20 @@ def test_smoke_without_profile_runs_inside_the_trainer_of_the_profile_that_is_up
     assert "installed Polar agrees" in capsys.readouterr().out
 
 
+def test_the_in_trainer_command_line_is_one_the_cli_accepts_with_every_option():
+    from polarstack.cli import build_parser
+    from polarstack.docker_smoke import trainer_command
+
+    host = build_parser().parse_args(["smoke", "--requests", "1", "--turns", "0", "--timeout", "2.5", "--max-tokens",
+                                      "8", "--model", "m", "--route", "polar", "--strict", "--allow-retokenized"])
+    command = trainer_command(host, "stock-router")
+    assert command[:2] == ["polarstack", "smoke"]
+    inner = build_parser().parse_args(command[1:])
+    assert inner.in_trainer and inner.json and inner.profile == "stock-router"
+    for key in ("requests", "turns", "timeout", "max_tokens", "model", "route", "strict", "allow_retokenized"):
+        assert getattr(inner, key) == getattr(host, key), key
+
+
 def test_smoke_in_the_trainer_hands_its_verdict_and_code_to_the_host(node, monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("FAKE_RUNNING", PATCHED)
     assert main(["compose", "up", "--profile", "patched-router"]) == 0
