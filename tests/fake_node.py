@@ -8,6 +8,10 @@ Knobs (environment of the test process, read by the fakes at call time):
   FAKE_NO_APPTAINER=1  `command -v apptainer` fails in the trainer image (run or compose exec)
   FAKE_SANDBOX_ERROR=x `compose exec trainer` reports that starting the sandbox failed with x
   FAKE_COMPOSE_RC=N    exit code of the fake Compose binary
+  FAKE_RUNNING="a b"   `compose ps --format json` lists these services as running (one JSON object a line)
+  FAKE_EXITED="a b"    ... and these as exited
+  FAKE_TRAINER_SMOKE=x `compose exec -T trainer polarstack smoke ...` prints x (the trainer's JSON report) ...
+  FAKE_TRAINER_SMOKE_RC=N  ... and exits with N
 """
 
 from __future__ import annotations
@@ -45,6 +49,12 @@ case "$*" in
     [ "${FAKE_NO_APPTAINER:-0}" = 1 ] && echo apptainer
     for absent in ${FAKE_ABSENT:-}; do echo "$absent"; done
     [ -n "${FAKE_SANDBOX_ERROR:-}" ] && echo "exec-failed: $FAKE_SANDBOX_ERROR" ;;
+  *"exec -T trainer polarstack smoke"*)
+    [ -n "${FAKE_TRAINER_SMOKE:-}" ] && printf '%s\n' "$FAKE_TRAINER_SMOKE"
+    exit "${FAKE_TRAINER_SMOKE_RC:-0}" ;;
+  *" ps "*"--format json"*)
+    for s in ${FAKE_RUNNING:-}; do printf '{"Service":"%s","State":"running","Health":"healthy"}\n' "$s"; done
+    for s in ${FAKE_EXITED:-}; do printf '{"Service":"%s","State":"exited","Health":""}\n' "$s"; done ;;
 esac
 exit "${FAKE_COMPOSE_RC:-0}"
 '''
@@ -64,6 +74,7 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("COMPOSE_BIN", str(bin_dir / "compose"))
     monkeypatch.setenv("FAKE_LOG", str(log))
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    for knob in ("FAKE_VOLUME", "FAKE_IMAGES", "FAKE_ABSENT", "FAKE_NO_APPTAINER", "FAKE_COMPOSE_RC", "FAKE_SANDBOX_ERROR", "MODEL_DIR"):
+    for knob in ("FAKE_VOLUME", "FAKE_IMAGES", "FAKE_ABSENT", "FAKE_NO_APPTAINER", "FAKE_COMPOSE_RC", "FAKE_SANDBOX_ERROR", "MODEL_DIR",
+                 "FAKE_RUNNING", "FAKE_EXITED", "FAKE_TRAINER_SMOKE", "FAKE_TRAINER_SMOKE_RC"):
         monkeypatch.delenv(knob, raising=False)
     return log

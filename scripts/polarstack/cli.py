@@ -109,6 +109,9 @@ def _add_smoke(sub) -> None:
                    help="the Polar config the smoke guards (slime's --custom-config-path, e.g. a rendered "
                         "polar_config.yaml): its builder tokenizer decides whether Polar re-tokenizes; default: the "
                         "template this stack renders (no tokenizer)")
+    p.add_argument("--in-trainer", action="store_true",
+                   help="run by `make smoke` inside the trainer container (docker runtime): check --profile's ports "
+                        "from there, with the installed Polar's second opinion; refused where Polar is not importable")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_cmd_smoke)
 
@@ -120,7 +123,10 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     base_url, route, register, engine_urls = args.base_url, args.route, None, None
     tokenizer_name = retokenize.configured_name(retokenize.read_config(args.polar_config) if args.polar_config
                                                 else None)
-    if base_url is None and args.runtime in ("auto", "local"):
+    if args.in_trainer and (base_url is not None or args.profile is None):
+        raise StackError("--in-trainer takes --profile and no --base-url (`make smoke` passes them); run `make smoke` "
+                         "on the host instead.", ExitCode.USAGE)
+    if base_url is None and args.runtime in ("auto", "local") and not args.in_trainer:
         from polarstack.local import read_state
 
         state = read_state()
@@ -132,15 +138,26 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
             raise StackError("no profile is up locally and no --base-url was given; run `make up PROFILE=engine-direct "
                              "RUNTIME=local` or pass --base-url.", ExitCode.USAGE)
     if base_url is None:
-        from polarstack import docker_state, profiles
+        from polarstack import docker_smoke, docker_state, profiles
 
-        # The docker runtime: the profile given, else the one `make up` recorded (else engine-direct with
-        # --runtime docker); with --runtime auto and nothing up anywhere there is nothing to check.
+        # The docker runtime: the profile `make up` recorded, when it is the one asked for and still runs (STATE
+        # otherwise); with --runtime auto and nothing up anywhere there is nothing to check.
         if args.profile is None and args.runtime == "auto" and docker_state.read() is None:
             raise StackError("no profile is up (locally or under Docker) and no --base-url or --profile was given; run "
                              "`make up PROFILE=engine-direct` (add RUNTIME=local without a GPU) or pass --base-url.",
                              ExitCode.USAGE)
-        profile = profiles.load(docker_state.profile_name(args.profile))
+        if not args.in_trainer:  # on the host: check the record, then run this smoke inside the trainer
+            profile = profiles.load(docker_state.usable(args.profile)["profile"])
+            result = docker_smoke.run_in_trainer(args, profile)
+            if args.json:
+                _print_json(result)
+            else:
+                docker_smoke.render(result, profile.name)
+            if result["verdict"] != "pass":
+                raise StackError(result["message"], ExitCode(result["exit_code"]))
+            return 0
+        profile = profiles.load(args.profile)
+        docker_smoke.check_inside_trainer(profile)
         base_url = profile.base_url()
         route = route or profile.route
         engine_urls = [f"http://127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
@@ -397,12 +414,15 @@ def _cmd_compose(args: argparse.Namespace) -> int:
             if answer.strip().lower() not in ("y", "yes"):
                 print("nothing deleted.")
                 return 0
+        docker_state.guard_other_profile("clean", profile)  # another profile running: refused, record kept
         code = compose.run_compose(profile, ["down", "--volumes"]).returncode
         if code == 0:
             docker_state.clear()
         return code
     compose_args, need_gpus = COMPOSE_VERBS[args.verb]
     compose.check_node(args.verb, profile, need_gpus=need_gpus)
+    if args.verb in ("up", "down"):  # profiles share service names: never act on X while Y runs
+        docker_state.guard_other_profile(args.verb, profile)
     if args.verb == "up":  # weights, sandbox image and agent CLI before any engine starts (one sentence each)
         assets.check_before_up(profile)
     proc = compose.run_compose(profile, [*compose_args, *args.service])
@@ -412,7 +432,7 @@ def _cmd_compose(args: argparse.Namespace) -> int:
     if args.verb == "up":
         print(f"{profile.name} is up (state in {docker_state.write(profile)}); `make smoke` and `make train` use it.",
               file=sys.stderr)
-    elif args.verb == "down":
+    elif args.verb == "down" and (docker_state.read() or {}).get("profile") in (None, profile.name):
         docker_state.clear()
     return 0
 
@@ -575,7 +595,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     runtime = "local" if live else "docker"
     from polarstack import docker_state
 
-    name = args.profile or (state.data["profile"] if live else docker_state.profile_name(None))
+    docker_record = None
+    if not live and (not args.dry_run or docker_state.read() is not None):
+        # The docker runtime: the record of `make up` must name this profile and its stack must still run (STATE
+        # otherwise); a dry run with nothing up plans the default profile.
+        docker_record = docker_state.usable(args.profile)
+    name = args.profile or (state.data["profile"] if live else docker_record["profile"] if docker_record
+                            else docker_state.profile_name(None))
     if live and name != state.data["profile"]:
         raise StackError(f"profile {state.data['profile']} is up locally, not {name}; run `make down RUNTIME=local` "
                          f"and `make up PROFILE={name} RUNTIME=local`, or drop PROFILE.", ExitCode.STATE)

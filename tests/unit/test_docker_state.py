@@ -1,6 +1,10 @@
 """Pins the docker runtime's run state (issue 10, point 8): `make up PROFILE=patched-router` records the profile in
 .run/docker-state.json, `make smoke` / `make train` / `make down` without PROFILE then act on it instead of
-falling back to engine-direct, and `make down` forgets it. Also pins the .dockerignore: the build context of
+falling back to engine-direct, and `make down` forgets it. The record refuses (STATE) instead of guessing (issue 12
+points 8-9): a recorded stack whose containers stopped, a half-written record, another PROFILE than the one up,
+`make up` / `make down` of another profile while one runs (a stale record is replaced). `make smoke` runs inside
+the trainer (`compose exec -T trainer polarstack smoke --in-trainer ...`), where the installed Polar gives its
+second opinion, and the in-trainer side refuses without Polar. Also pins the .dockerignore: the build context of
 every image (the repository root) excludes .venv, .run and .git but keeps what the Dockerfiles COPY.
 Runs against a fake node (tests/fake_node.py): no Docker, no GPU."""
 
@@ -33,7 +37,11 @@ def compose_calls(log) -> list[str]:
     return [line for line in log.read_text().splitlines() if line.startswith("compose ")]
 
 
-def test_up_records_the_profile_and_train_smoke_down_follow_it(node, capsys):
+PATCHED = "engine-0 engine-1 router trainer"  # the long-running services of patched-router / router-passthrough
+
+
+def test_up_records_the_profile_and_train_smoke_down_follow_it(node, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_RUNNING", PATCHED)
     assert main(["compose", "up", "--profile", "patched-router"]) == 0
     state = docker_state.read()
     assert state["profile"] == "patched-router" and state["base_url"] == "http://127.0.0.1:30080"
@@ -55,18 +63,176 @@ def test_up_records_the_profile_and_train_smoke_down_follow_it(node, capsys):
     assert json.loads(capsys.readouterr().out)["profile"] == "engine-direct"
 
 
-def test_smoke_without_profile_checks_the_profile_that_is_up(node, monkeypatch, capsys):
+def trainer_report(verdict="pass", code=ExitCode.OK, message="2 requests, 18 trainable tokens") -> str:
+    return json.dumps({"verdict": verdict, "exit_code": int(code), "code": code.name, "message": message,
+                       "route": "base", "base_url": "http://127.0.0.1:30080", "model": "m", "polar_verdict": "trainable",
+                       "installed_polar": "agrees", "trainable_tokens": 18,
+                       "requests": [{"kind": "single", "turn": 0, "url": "http://127.0.0.1:30080/v1/chat/completions",
+                                     "status": 200, "polar": {"polar_trainable_tokens": 9},
+                                     "installed_polar": {"trainable_tokens": 9, "ended": "kept"}}]})
+
+
+def test_smoke_without_profile_runs_inside_the_trainer_of_the_profile_that_is_up(node, monkeypatch, capsys):
+    def host_smoke(*args, **kwargs):
+        raise AssertionError("the docker runtime's smoke ran on the host, where Polar is not installed")
+
+    monkeypatch.setattr("polarstack.smoke.run_smoke", host_smoke)
+    monkeypatch.setenv("FAKE_RUNNING", PATCHED)
+    monkeypatch.setenv("FAKE_TRAINER_SMOKE", trainer_report())
+    assert main(["compose", "up", "--profile", "router-passthrough"]) == 0
+    capsys.readouterr()
+    assert main(["smoke", "--runtime", "auto", "--requests", "3", "--turns", "1", "--strict", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["installed_polar"] == "agrees"
+    call = compose_calls(node)[-1]
+    assert "--profile router-passthrough exec -T trainer polarstack smoke --in-trainer --json --runtime docker " \
+           "--profile router-passthrough --requests 3 --turns 1 --timeout 10.0 --max-tokens 16 --strict" in call
+    assert main(["smoke"]) == 0  # the human form
+    assert "installed Polar agrees" in capsys.readouterr().out
+
+
+def test_the_in_trainer_command_line_is_one_the_cli_accepts_with_every_option():
+    from polarstack.cli import build_parser
+    from polarstack.docker_smoke import trainer_command
+
+    host = build_parser().parse_args(["smoke", "--requests", "1", "--turns", "0", "--timeout", "2.5", "--max-tokens",
+                                      "8", "--model", "m", "--route", "polar", "--strict", "--allow-retokenized"])
+    command = trainer_command(host, "stock-router")
+    assert command[:2] == ["polarstack", "smoke"]
+    inner = build_parser().parse_args(command[1:])
+    assert inner.in_trainer and inner.json and inner.profile == "stock-router"
+    for key in ("requests", "turns", "timeout", "max_tokens", "model", "route", "strict", "allow_retokenized"):
+        assert getattr(inner, key) == getattr(host, key), key
+
+
+def test_smoke_in_the_trainer_hands_its_verdict_and_code_to_the_host(node, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("FAKE_RUNNING", PATCHED)
+    assert main(["compose", "up", "--profile", "patched-router"]) == 0
+    monkeypatch.setenv("FAKE_TRAINER_SMOKE", trainer_report("fail", ExitCode.TOKENS_MISSING, "no token ids came back"))
+    monkeypatch.setenv("FAKE_TRAINER_SMOKE_RC", "3")
+    config = tmp_path / "polar.yaml"
+    config.write_text("polar_task_template: {}\n")
+    capsys.readouterr()
+    assert main(["smoke", "--polar-config", str(config)]) == ExitCode.TOKENS_MISSING
+    assert "no token ids came back" in capsys.readouterr().err
+    assert "--polar-config /run-polarstack/train/smoke/polar_config.yaml" in compose_calls(node)[-1]
+    assert (docker_state.state_path().parent / "train" / "smoke" / "polar_config.yaml").read_text() == config.read_text()
+    monkeypatch.delenv("FAKE_TRAINER_SMOKE")  # the trainer's polarstack died without a report
+    monkeypatch.setenv("FAKE_TRAINER_SMOKE_RC", "137")
+    assert main(["smoke"]) == ExitCode.ENVIRONMENT
+    assert "make logs SERVICE=trainer" in capsys.readouterr().err
+
+
+def test_smoke_inside_the_trainer_refuses_without_polar(node, monkeypatch, capsys):
+    monkeypatch.setattr("polarstack.polar_opinion.available", lambda: False)
+    monkeypatch.setattr("polarstack.smoke.run_smoke", lambda *a, **k: pytest.fail("smoked without the second opinion"))
+    assert main(["smoke", "--in-trainer", "--profile", "patched-router"]) == ExitCode.ENVIRONMENT
+    assert "not importable" in capsys.readouterr().err
+
+
+def test_smoke_inside_the_trainer_checks_the_rendered_profile(node, monkeypatch, capsys):
     seen = {}
 
     def fake_smoke(base_url, **kwargs):
         seen.update(base_url=base_url, **kwargs)
         raise SystemExit(0)
 
+    monkeypatch.setattr("polarstack.polar_opinion.available", lambda: True)
     monkeypatch.setattr("polarstack.smoke.run_smoke", fake_smoke)
-    assert main(["compose", "up", "--profile", "router-passthrough"]) == 0
+    monkeypatch.setenv("PROFILE_NAME", "patched-router")
+    monkeypatch.setenv("SGLANG_ROUTER_BASE_URL", "http://127.0.0.1:30999")  # the image's profile file is stale
+    assert main(["smoke", "--in-trainer", "--profile", "patched-router"]) == ExitCode.STATE
+    assert "make build PROFILE=patched-router" in capsys.readouterr().err
+    monkeypatch.setenv("SGLANG_ROUTER_BASE_URL", "http://127.0.0.1:30080")
     with pytest.raises(SystemExit):
-        main(["smoke", "--runtime", "auto"])
+        main(["smoke", "--in-trainer", "--profile", "patched-router"])
     assert seen["base_url"] == "http://127.0.0.1:30080"
+    assert seen["register"] == ["http://127.0.0.1:30000", "http://127.0.0.1:30010"]  # slime-registered engines
+    assert main(["smoke", "--in-trainer"]) == ExitCode.USAGE  # no profile: nothing to check
+
+
+# --- a record that is no longer true refuses -------------------------------------------------------------
+
+
+def refused(capsys, args, *needles) -> str:
+    assert main(args) == ExitCode.STATE, args
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("polarstack:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize("running, exited", [("", ""), ("engine-0 engine-1 router", "trainer"),
+                                             ("engine-0 router trainer", "")])
+def test_a_dead_recorded_stack_is_refused_by_smoke_and_train(node, monkeypatch, capsys, running, exited):
+    monkeypatch.setenv("FAKE_RUNNING", PATCHED)
+    assert main(["compose", "up", "--profile", "patched-router"]) == 0
+    monkeypatch.setenv("FAKE_RUNNING", running)  # the stack died (or a part of it) behind the user's back
+    monkeypatch.setenv("FAKE_EXITED", exited)
+    monkeypatch.setenv("FAKE_TRAINER_SMOKE", trainer_report())  # whatever listens would pass
+    capsys.readouterr()
+    for args in (["smoke"], ["smoke", "--runtime", "docker"], ["train", "--task", "humaneval"],
+                 ["train", "--task", "humaneval", "--dry-run"]):
+        refused(capsys, args, "is not running", "make down PROFILE=patched-router", "make up PROFILE=patched-router")
+    assert not any(" exec " in call for call in compose_calls(node))  # nothing ran in a trainer
+    assert "ps --all --format json" in compose_calls(node)[-1]
+
+
+def test_another_profile_than_the_one_up_is_refused(node, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_RUNNING", PATCHED)
+    assert main(["compose", "up", "--profile", "patched-router"]) == 0
+    capsys.readouterr()
+    for args in (["smoke", "--profile", "router-passthrough"], ["smoke", "--profile", "stock-router", "--runtime", "docker"],
+                 ["train", "--task", "humaneval", "--profile", "engine-direct"]):
+        refused(capsys, args, "patched-router is up", "make down PROFILE=patched-router")
+    assert not any(" exec " in call for call in compose_calls(node))
+
+
+def test_nothing_recorded_is_refused_by_docker_smoke_and_train(node, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_RUNNING", PATCHED)  # something listens, but `make up` recorded nothing
+    refused(capsys, ["smoke", "--profile", "patched-router"], "nothing is up under Docker", "make up PROFILE=patched-router")
+    refused(capsys, ["train", "--task", "humaneval"], "nothing is up under Docker", "make up PROFILE=engine-direct")
+
+
+def test_half_written_or_changed_record_is_refused(node, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_RUNNING", PATCHED)
+    path = docker_state.state_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"profile": "patched-router", "runtime": "docker"}))
+    refused(capsys, ["smoke"], "half-written", "make up PROFILE=patched-router")
+    path.write_text(json.dumps({"profile": "patched-router", "runtime": "docker", "base_url": "http://127.0.0.1:31000"}))
+    refused(capsys, ["train", "--task", "humaneval"], "changed since `make up`")
+
+
+def test_up_over_another_running_profile_is_refused_and_a_stale_record_replaced(node, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_RUNNING", PATCHED)
+    assert main(["compose", "up", "--profile", "patched-router"]) == 0
+    ups = len([c for c in compose_calls(node) if c.endswith("up --detach --wait")])
+    capsys.readouterr()
+    refused(capsys, ["compose", "up", "--profile", "engine-direct"], "patched-router is up",
+            "make down PROFILE=patched-router", "make up PROFILE=engine-direct")
+    assert len([c for c in compose_calls(node) if c.endswith("up --detach --wait")]) == ups  # nothing started
+    assert docker_state.read()["profile"] == "patched-router"
+    assert main(["compose", "up", "--profile", "patched-router"]) == 0  # the same profile again: fine
+    monkeypatch.setenv("FAKE_RUNNING", "")  # patched-router's containers are gone
+    monkeypatch.setenv("FAKE_EXITED", "engine-0 trainer")
+    assert main(["compose", "up", "--profile", "engine-direct"]) == 0
+    assert "forgot the record of profile patched-router" in capsys.readouterr().err
+    assert docker_state.read()["profile"] == "engine-direct"
+
+
+def test_down_of_another_profile_keeps_the_record_of_the_one_up(node, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_RUNNING", PATCHED)
+    assert main(["compose", "up", "--profile", "patched-router"]) == 0
+    capsys.readouterr()
+    for verb in ("down", "clean"):
+        refused(capsys, ["compose", verb, "--profile", "engine-direct", "--yes"][:5 if verb == "clean" else 4],
+                "patched-router is up", "stays recorded", "make down PROFILE=patched-router")
+        assert docker_state.read()["profile"] == "patched-router"
+    assert not any(" down" in call for call in compose_calls(node))  # nothing of patched-router was stopped
+    assert main(["compose", "down"]) == 0  # the profile that is up
+    assert docker_state.read() is None
 
 
 def test_failed_up_records_nothing(node, monkeypatch):
@@ -81,6 +247,27 @@ def test_makefile_passes_no_default_profile():
     assert "--profile" not in out  # the CLI resolves it from .run/docker-state.json
     out = subprocess.run(["make", "-n", "up", "PROFILE=patched-router"], capture_output=True, text=True, cwd=ROOT).stdout
     assert '--profile "patched-router"' in out and "make up:" in out  # and prints its elapsed time
+
+
+def test_compose_ps_json_is_read_in_both_of_composes_formats():
+    lines = '{"Service":"engine-0","State":"running","Health":"healthy"}\n{"Service":"trainer","State":"exited"}\n'
+    array = '[{"Service":"engine-0","State":"running","Health":"unhealthy"},{"Service":"router","State":"running"}]'
+    assert {k: v["State"] for k, v in docker_state.parse_ps(lines).items()} == {"engine-0": "running", "trainer": "exited"}
+    assert set(docker_state.parse_ps(array)) == {"engine-0", "router"} and docker_state.parse_ps("") == {}
+    with pytest.raises(docker_state.StackError) as caught:
+        docker_state.parse_ps("NAME  IMAGE  STATUS")
+    assert caught.value.code == ExitCode.ENVIRONMENT
+    assert docker_state.expected_services("patched-router") == ["engine-0", "engine-1", "router", "trainer"]
+    assert docker_state.expected_services("engine-direct") == ["engine-0", "trainer"]
+
+
+def test_an_unhealthy_service_counts_as_not_running(node, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_RUNNING", "engine-0 trainer")
+    assert main(["compose", "up", "--profile", "engine-direct"]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(docker_state, "parse_ps", lambda text: {
+        "engine-0": {"State": "running", "Health": "unhealthy"}, "trainer": {"State": "running", "Health": "healthy"}})
+    refused(capsys, ["smoke"], "engine-0 (unhealthy)")
 
 
 # --- .dockerignore ----------------------------------------------------------------------------------------
