@@ -7,6 +7,9 @@ Knobs (environment of the test process, read by the fakes at call time):
   FAKE_ABSENT="p q"    paths the look-up container (`docker run ... sh -c ... check PATHS`) reports missing
   FAKE_NO_APPTAINER=1  `command -v apptainer` fails in the trainer image (run or compose exec)
   FAKE_SANDBOX_ERROR=x `compose exec trainer` reports that starting the sandbox failed with x
+  FAKE_APPTAINER_MODE=v  the trainer's POLAR_APPTAINER_NO_INSTANCE as the probe reports it (default 1)
+  FAKE_VERIFIER_GOOD=t / FAKE_VERIFIER_BAD=t  what the task's verifier prints in the sandbox probe for the
+                       canonical / the wrong solution (printf %b; defaults `PASSED probe` / `FAILED probe (...)`)
   FAKE_COMPOSE_RC=N    exit code of the fake Compose binary
 """
 
@@ -44,7 +47,10 @@ case "$*" in
   *"exec -T trainer sh -c"*)
     [ "${FAKE_NO_APPTAINER:-0}" = 1 ] && echo apptainer
     for absent in ${FAKE_ABSENT:-}; do echo "$absent"; done
-    [ -n "${FAKE_SANDBOX_ERROR:-}" ] && echo "exec-failed: $FAKE_SANDBOX_ERROR" ;;
+    echo "mode: ${FAKE_APPTAINER_MODE-1}"
+    [ -n "${FAKE_SANDBOX_ERROR:-}" ] && echo "exec-failed: $FAKE_SANDBOX_ERROR"
+    printf '%b\n' "${FAKE_VERIFIER_GOOD-PASSED probe}" | sed 's/^/verifier-good: /'
+    printf '%b\n' "${FAKE_VERIFIER_BAD-FAILED probe (failed: assertion)}" | sed 's/^/verifier-bad: /' ;;
 esac
 exit "${FAKE_COMPOSE_RC:-0}"
 '''
@@ -64,6 +70,7 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("COMPOSE_BIN", str(bin_dir / "compose"))
     monkeypatch.setenv("FAKE_LOG", str(log))
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    for knob in ("FAKE_VOLUME", "FAKE_IMAGES", "FAKE_ABSENT", "FAKE_NO_APPTAINER", "FAKE_COMPOSE_RC", "FAKE_SANDBOX_ERROR", "MODEL_DIR"):
+    for knob in ("FAKE_VOLUME", "FAKE_IMAGES", "FAKE_ABSENT", "FAKE_NO_APPTAINER", "FAKE_COMPOSE_RC", "FAKE_SANDBOX_ERROR", "FAKE_APPTAINER_MODE",
+                 "FAKE_VERIFIER_GOOD", "FAKE_VERIFIER_BAD", "MODEL_DIR"):
         monkeypatch.delenv(knob, raising=False)
     return log
