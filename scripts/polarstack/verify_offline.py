@@ -131,7 +131,7 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
 
     from polarstack import assets
 
-    label = f"profile {profile.name}: weights source, agent sandbox and agent CLI in the plan"
+    label = f"profile {profile.name}: weights source, agent sandbox, agent CLI and Polar's apptainer mode in the plan"
     binary = compose.bundled_compose()
     command = [str(binary)] if binary else compose.compose_command()
     proc = subprocess.run([*command, *compose.compose_args(profile, tmp), "--profile", assets.SANDBOX_PROFILE,
