@@ -320,10 +320,17 @@ def _probe_script(probe_dir: str) -> str:
     cli = f"{AGENT_CLI_DIR}/bin/{AGENT_CLI_BIN}"
     mode_env = apptainer_record()["mode_env"]
     control = f"{probe_dir}/control"
-    version = shlex.join(polar_exec_args(f"{probe_dir}/cli", control, f"{AGENT_CLI_MOUNT}/bin/{AGENT_CLI_BIN} --version"))
+    def run(args: list[str]) -> str:  # the binary Polar resolves (_resolve_binary), then its arguments
+        return '"$binary" ' + shlex.join(args[1:])
+
+    version = run(polar_exec_args(f"{probe_dir}/cli", control, f"{AGENT_CLI_MOUNT}/bin/{AGENT_CLI_BIN} --version"))
     lines = ["command -v apptainer >/dev/null || echo apptainer",
              f"[ -e {SIF_PATH} ] || echo sif", f"[ -x {cli} ] || echo agent-cli",
              f"echo \"mode: ${{{mode_env}:-}}\"",
+             # ApptainerRuntime._resolve_binary: POLAR_APPTAINER_BIN, /usr/bin/apptainer, /bin/apptainer, PATH.
+             'binary="${POLAR_APPTAINER_BIN:-}"',
+             'for c in /usr/bin/apptainer /bin/apptainer; do [ -n "$binary" ] || { [ -f "$c" ] && binary="$c"; }; done',
+             '[ -n "$binary" ] || binary=apptainer',
              f"if command -v apptainer >/dev/null && [ -e {SIF_PATH} ] && [ -x {cli} ]; then",
              # Polar's start() creates the overlay directory as the user that runs Polar (root in the trainer); the
              # template's `prepare` makes the workdir and HOME (write_probe lays them out for the verifier sessions).
@@ -332,8 +339,8 @@ def _probe_script(probe_dir: str) -> str:
              f"  out=$({version} 2>&1) && echo \"sandbox-ok: $out\" >&2 "
              "|| echo \"exec-failed: $(printf '%s' \"$out\" | tail -n 1)\""]
     for case in PROBE_CASES:
-        run = shlex.join(polar_exec_args(f"{probe_dir}/{case}", control, probe_command()))
-        lines.append(f"  {run} 2>&1 | sed 's/^/verifier-{case}: /'")
+        lines.append(f"  {run(polar_exec_args(f'{probe_dir}/{case}', control, probe_command()))} 2>&1 "
+                     f"| sed 's/^/verifier-{case}: /'")
     lines.append("fi")
     return "\n".join(lines)
 

@@ -335,6 +335,7 @@ def real_probe(tmp_path, monkeypatch) -> Path:
     monkeypatch.setattr(assets, "AGENT_CLI_DIR", str(sandbox / "agent-cli"))
     monkeypatch.setattr("polarstack.train.TRAINER_RUN_DIR", str(tmp_path / "run" / "train"))  # the trainer's mount
     monkeypatch.setenv("POLAR_APPTAINER_NO_INSTANCE", "1")  # what compose.yaml gives the trainer container
+    monkeypatch.setenv("POLAR_APPTAINER_BIN", str(bin_dir / "apptainer"))  # Polar's override, honoured by the probe
     monkeypatch.delenv("POLARSTACK_VERIFIER_ISOLATION", raising=False)
     monkeypatch.delenv("FAKE_APPTAINER_WRAP", raising=False)
     return log
