@@ -359,9 +359,9 @@ def verdict(outputs: dict[str, list[str]]) -> str | None:
     when the canonical one printed `PASSED probe` and the wrong one `FAILED probe` (and nothing else did)."""
     why = _not_verified(outputs)
     if why is not None:
-        return (f"the task's verifier refused to verify inside the agent sandbox ({why[:200]}), so it would print "
-                "`FAILED <name> (not verified)` and the reward would be 0 for every sample: GRPO would learn nothing. "
-                "The verifier needs its isolation (docs/tasks.md, \"Where it holds\": root with CAP_SYS_ADMIN, or root "
+        return (f"the task's verifier refused to verify inside the agent sandbox ({why[:300]}), so it would print "
+                "`FAILED <name> (not verified)` and the reward would be 0 for every sample (GRPO would learn nothing); "
+                "the verifier needs its isolation (docs/tasks.md, \"Where it holds\": root with CAP_SYS_ADMIN, or root "
                 "with CAP_SETUID and CAP_SETGID where user namespaces are allowed); the explicit opt-out "
                 "POLARSTACK_VERIFIER_ISOLATION=none keeps the evidence protocol but runs each candidate on the "
                 "sandbox's file system with its network, /tmp and /proc (trusted completions only)")
