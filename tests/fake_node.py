@@ -7,6 +7,9 @@ Knobs (environment of the test process, read by the fakes at call time):
   FAKE_ABSENT="p q"    paths the look-up container (`docker run ... sh -c ... check PATHS`) reports missing
   FAKE_NO_APPTAINER=1  `command -v apptainer` fails in the trainer image (run or compose exec)
   FAKE_SANDBOX_ERROR=x `compose exec trainer` reports that starting the sandbox failed with x
+  FAKE_APPTAINER_MODE=v  the trainer's POLAR_APPTAINER_NO_INSTANCE as the probe reports it (default 1)
+  FAKE_VERIFIER_GOOD=t / FAKE_VERIFIER_BAD=t  what the task's verifier prints in the sandbox probe for the
+                       canonical / the wrong solution (printf %b; defaults `PASSED probe` / `FAILED probe (...)`)
   FAKE_COMPOSE_RC=N    exit code of the fake Compose binary
   FAKE_RUNNING="a b"   `compose ps --format json` lists these services as running (one JSON object a line)
   FAKE_EXITED="a b"    ... and these as exited
@@ -48,7 +51,10 @@ case "$*" in
   *"exec -T trainer sh -c"*)
     [ "${FAKE_NO_APPTAINER:-0}" = 1 ] && echo apptainer
     for absent in ${FAKE_ABSENT:-}; do echo "$absent"; done
-    [ -n "${FAKE_SANDBOX_ERROR:-}" ] && echo "exec-failed: $FAKE_SANDBOX_ERROR" ;;
+    [ -n "${FAKE_SANDBOX_ERROR:-}" ] && echo "exec-failed: $FAKE_SANDBOX_ERROR"
+    echo "mode: ${FAKE_APPTAINER_MODE-1}"
+    printf '%b\n' "${FAKE_VERIFIER_GOOD-PASSED probe}" | sed 's/^/verifier-good: /'
+    printf '%b\n' "${FAKE_VERIFIER_BAD-FAILED probe (failed: assertion)}" | sed 's/^/verifier-bad: /' ;;
   *"exec -T trainer polarstack smoke"*)
     [ -n "${FAKE_TRAINER_SMOKE:-}" ] && printf '%s\n' "$FAKE_TRAINER_SMOKE"
     exit "${FAKE_TRAINER_SMOKE_RC:-0}" ;;
@@ -75,6 +81,7 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("FAKE_LOG", str(log))
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     for knob in ("FAKE_VOLUME", "FAKE_IMAGES", "FAKE_ABSENT", "FAKE_NO_APPTAINER", "FAKE_COMPOSE_RC", "FAKE_SANDBOX_ERROR", "MODEL_DIR",
-                 "FAKE_RUNNING", "FAKE_EXITED", "FAKE_TRAINER_SMOKE", "FAKE_TRAINER_SMOKE_RC"):
+                 "FAKE_RUNNING", "FAKE_EXITED", "FAKE_TRAINER_SMOKE", "FAKE_TRAINER_SMOKE_RC", "FAKE_APPTAINER_MODE",
+                 "FAKE_VERIFIER_GOOD", "FAKE_VERIFIER_BAD"):
         monkeypatch.delenv(knob, raising=False)
     return log

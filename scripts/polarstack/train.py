@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from polarstack.assets import sandbox_mode_env
 from polarstack.errors import ExitCode, StackError
 from polarstack.exposure import SLIME_ROUTER_ARGS, TRAINER_LOOPBACK_ENV
 from polarstack.pins import repo_root
@@ -325,7 +326,8 @@ def build_plan(task: str, profile: Profile, *, run_id: str, config: dict[str, An
 
     runtime_env = {"env_vars": {**TRAINER_LOOPBACK_ENV, "PYTHONPATH": "/root/Megatron-LM", "CUDA_DEVICE_MAX_CONNECTIONS": "1",
                                 "SGLANG_ROUTER_BASE_URL": profile.base_url(),
-                                "POLAR_WORKER_DISCOVERY": profile.values["POLAR_WORKER_DISCOVERY"]}}
+                                "POLAR_WORKER_DISCOVERY": profile.values["POLAR_WORKER_DISCOVERY"],
+                                **sandbox_mode_env()}}  # Polar's direct-exec apptainer mode (polarstack.assets)
     dashboard = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
     plan.commands = [
         head_command(gcs_port=config["ray"].get("gcs_port", 6379), dashboard_port=config["ray"]["dashboard_port"],
@@ -368,6 +370,8 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
         f"export SGLANG_ROUTER_BASE_URL={shlex.quote(plan.base_url)}",
         "# Keeps Ray's and slime's listeners on 127.0.0.1 (polarstack/exposure.py, docs/exposure.md).",
         *(f"export {key}={shlex.quote(value)}" for key, value in TRAINER_LOOPBACK_ENV.items()),
+        "# Polar's apptainer runtime in direct-exec mode: instance mode cannot nest here (polarstack/assets.py).",
+        *(f"export {key}={shlex.quote(value)}" for key, value in sandbox_mode_env().items()),
         "pids=()",
         "cleanup() { for pid in \"${pids[@]}\"; do kill \"$pid\" 2>/dev/null || true; done; }",
         "trap cleanup EXIT",

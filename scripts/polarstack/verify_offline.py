@@ -131,7 +131,7 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
 
     from polarstack import assets
 
-    label = f"profile {profile.name}: weights source, agent sandbox and agent CLI in the plan"
+    label = f"profile {profile.name}: weights source, agent sandbox, agent CLI and Polar's apptainer mode in the plan"
     binary = compose.bundled_compose()
     command = [str(binary)] if binary else compose.compose_command()
     proc = subprocess.run([*command, *compose.compose_args(profile, tmp), "--profile", assets.SANDBOX_PROFILE,
@@ -167,7 +167,17 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     if config.get("polar_agent_cli_dir") != assets.AGENT_CLI_DIR or \
             config.get("polar_apptainer_image_dir") != assets.SANDBOX_DIR:
         problems.append("polar_agent_cli_dir / polar_apptainer_image_dir are not where `make sif` installs them")
-    return Check(label, not problems, "model-download -> engines; sandbox-build; /dev/fuse; agent CLI mount", problems)
+    # Polar's apptainer mode wherever Polar runs: the trainer container, launch.sh (serve_rollout/serve_gateway), the
+    # Ray job (configs/upstream/polar-apptainer.json).
+    problems += assets.mode_problems(trainer.get("environment") or {}, "the trainer's environment (compose.yaml)")
+    launch_env = dict(line.removeprefix("export ").split("=", 1) for line in plan.files["launch.sh"].splitlines()
+                      if line.startswith("export ") and "=" in line)
+    problems += assets.mode_problems({k: v.strip("'\"") for k, v in launch_env.items()}, "launch.sh")
+    submit = plan.commands[-1]
+    job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    problems += assets.mode_problems(job_env.get("env_vars") or {}, "the Ray job's runtime env")
+    return Check(label, not problems, "model-download -> engines; sandbox-build; /dev/fuse; agent CLI mount; "
+                 "Polar's direct-exec apptainer mode", problems)
 
 
 def check_sequence_budget(profile: profiles.Profile) -> Check:

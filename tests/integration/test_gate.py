@@ -128,6 +128,7 @@ def test_train_reports_the_watchdogs_sentence_with_the_gate_code(tmp_path, monke
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
     monkeypatch.setattr("polarstack.docker_state.usable", lambda requested: {"profile": "engine-direct"})  # `make up` ran
+    monkeypatch.setattr("polarstack.assets.check_in_trainer", lambda profile: None)  # the sandbox probe passed
     passed = SimpleNamespace(ok=True, message="42 trainable tokens")
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: passed)
     monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))

@@ -344,6 +344,7 @@ def test_every_gate_stop_reaches_train_as_the_gate_code(tmp_path, monkeypatch, c
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
     monkeypatch.setattr("polarstack.docker_state.usable", lambda requested: {"profile": "engine-direct"})  # `make up` ran
+    monkeypatch.setattr("polarstack.assets.check_in_trainer", lambda profile: None)  # the sandbox probe passed
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
     monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
     monkeypatch.setattr(compose, "run_compose", _run_the_job_in_process(tmp_path, monkeypatch, stop_path))
@@ -368,6 +369,7 @@ def test_a_stale_abort_file_does_not_turn_a_job_failure_into_a_gate_stop(tmp_pat
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
     monkeypatch.setattr("polarstack.docker_state.usable", lambda requested: {"profile": "engine-direct"})  # `make up` ran
+    monkeypatch.setattr("polarstack.assets.check_in_trainer", lambda profile: None)  # the sandbox probe passed
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
     monkeypatch.setattr(tasks, "prepare", prepare)
     monkeypatch.setattr(compose, "run_compose", lambda profile, args, **kw: subprocess.CompletedProcess(
