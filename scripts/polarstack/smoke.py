@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from polarstack import contract, polar_model, polar_opinion, retokenize
+from polarstack import contract, polar_model, polar_opinion, retokenize, toolcheck
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, error_message, request
 
@@ -70,6 +70,7 @@ class SmokeReport:
     findings: list[dict[str, str]] = field(default_factory=list)
     polar_verdict: str = ""
     drift: dict[str, Any] | None = None
+    tool_check: dict[str, Any] | None = None  # toolcheck.exchange_tools' summary (issue 10 point 4)
 
     @property
     def trainable_tokens(self) -> int:
@@ -96,6 +97,7 @@ class SmokeReport:
             "installed_polar": ("not importable" if not any("installed_polar" in e for e in self.exchanges) else
                                 "disagrees" if self.code == ExitCode.INTERNAL else "agrees"),
             "fields_missing": self.fields_missing,
+            "tool_calls": self.tool_check,
             "model": self.model,
             **self.resolution.as_dict(),
             "requests": self.exchanges,
@@ -284,18 +286,54 @@ def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, tur
             report.resolution = resolution = resolve(base_url, route, http, requests + turns)
             report.model = model or discover_model(http, resolution.targets[0])
             _exchange_all(report, http, requests, turns, max_tokens)
+            # issue 10 point 4: one Polar-shaped request carrying a tool schema per target, judged like the others
+            toolcheck.exchange_tools(report, http)
         except StackError as exc:
             report.code, report.message = exc.code, exc.message
         report.elapsed = time.perf_counter() - started
     if report.code == ExitCode.OK:
         _judge(report)
     if report.code == ExitCode.OK:  # issue 10 point 4: tool schemas must come back as parsed tool_calls
-        from polarstack.toolcheck import check_tool_calls
-
-        check_tool_calls(report, timeout, client)
+        toolcheck.judge_tool_calls(report)
     for entry in report.exchanges:
         entry.pop("_request", None)
     return report
+
+
+def exchange(report: SmokeReport, http, url: str, body: dict[str, Any], kind: str, turn: int) -> dict[str, Any]:
+    """POST one Polar-shaped request and record it as a smoke exchange judged by Polar's pipeline (polar_model);
+    raises StackError for answers Polar cannot use at all (HTTP error, a body orjson rejects, not a completion).
+    The tool-call check (toolcheck.exchange_tools) sends its requests through here too."""
+    reply = request(http, "POST", url, body)
+    entry: dict[str, Any] = {"kind": kind, "turn": turn, "url": url, "status": reply.status,
+                             "elapsed_ms": round(reply.elapsed * 1000, 2), "bytes": len(reply.body)}
+    report.exchanges.append(entry)
+    if not 200 <= reply.status < 300:
+        detail = error_message(reply.body)
+        if reply.status == 404 and "model" in detail.lower():
+            raise StackError(f"{url} does not serve model {report.model!r} (HTTP 404: {detail}); pass --model "
+                             "with the engine's served model name.", ExitCode.HTTP_ERROR)
+        raise StackError(f"{url} answered HTTP {reply.status} ({detail}); fix the engine or router before "
+                         "training.", ExitCode.HTTP_ERROR)
+    # Polar's pipeline on the raw bytes (polar_model): orjson first, as Polar's gateway parses.
+    polar = polar_model.decide(reply.body, body, tokenizer=report.tokenizer)
+    if polar.verdict == polar_model.UNPARSEABLE:
+        raise StackError(f"{url} answered HTTP {reply.status} with a body {polar.reason}; Polar's request fails "
+                         "and nothing is trained, so fix what produces these bytes.", ExitCode.MALFORMED)
+    parsed = polar.response
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
+        raise StackError(f"{url} answered HTTP {reply.status} with JSON that is not a chat completion (no "
+                         "choices); check that the URL points at an OpenAI-compatible engine or router.",
+                         ExitCode.MALFORMED)
+    verdict = contract.analyze_response(parsed)
+    entry["verdict"] = verdict.as_dict()
+    entry["polar"] = polar.as_dict()
+    if polar_opinion.available():  # inside the trainer: the installed Polar's own functions, a second opinion
+        tokens, ended = polar_opinion.trainable_tokens(reply.body, body, report.tokenizer)
+        entry["installed_polar"] = {"trainable_tokens": tokens, "ended": ended}
+    entry["_prompt_ids"] = polar.prompt_ids or verdict.prompt_ids
+    entry["_request"] = body
+    return parsed
 
 
 def _exchange_all(report: SmokeReport, http, requests: int, turns: int, max_tokens: int) -> None:
@@ -307,37 +345,7 @@ def _exchange_all(report: SmokeReport, http, requests: int, turns: int, max_toke
         target = targets[counter % len(targets)]
         counter += 1
         body = contract.prepare_request({"model": report.model, "messages": messages, "max_tokens": max_tokens})
-        url = _v1(target, "chat/completions")
-        reply = request(http, "POST", url, body)
-        entry: dict[str, Any] = {"kind": kind, "turn": turn, "url": url, "status": reply.status,
-                                 "elapsed_ms": round(reply.elapsed * 1000, 2), "bytes": len(reply.body)}
-        report.exchanges.append(entry)
-        if not 200 <= reply.status < 300:
-            detail = error_message(reply.body)
-            if reply.status == 404 and "model" in detail.lower():
-                raise StackError(f"{url} does not serve model {report.model!r} (HTTP 404: {detail}); pass --model "
-                                 "with the engine's served model name.", ExitCode.HTTP_ERROR)
-            raise StackError(f"{url} answered HTTP {reply.status} ({detail}); fix the engine or router before "
-                             "training.", ExitCode.HTTP_ERROR)
-        # Polar's pipeline on the raw bytes (polar_model): orjson first, as Polar's gateway parses.
-        polar = polar_model.decide(reply.body, body, tokenizer=report.tokenizer)
-        if polar.verdict == polar_model.UNPARSEABLE:
-            raise StackError(f"{url} answered HTTP {reply.status} with a body {polar.reason}; Polar's request fails "
-                             "and nothing is trained, so fix what produces these bytes.", ExitCode.MALFORMED)
-        parsed = polar.response
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
-            raise StackError(f"{url} answered HTTP {reply.status} with JSON that is not a chat completion (no "
-                             "choices); check that the URL points at an OpenAI-compatible engine or router.",
-                             ExitCode.MALFORMED)
-        verdict = contract.analyze_response(parsed)
-        entry["verdict"] = verdict.as_dict()
-        entry["polar"] = polar.as_dict()
-        if polar_opinion.available():  # inside the trainer: the installed Polar's own functions, a second opinion
-            tokens, ended = polar_opinion.trainable_tokens(reply.body, body, report.tokenizer)
-            entry["installed_polar"] = {"trainable_tokens": tokens, "ended": ended}
-        entry["_prompt_ids"] = polar.prompt_ids or verdict.prompt_ids
-        entry["_request"] = body
-        return parsed
+        return exchange(report, http, _v1(target, "chat/completions"), body, kind, turn)
 
     for index in range(requests):
         send([{"role": "user", "content": SINGLE_PROMPTS[index % len(SINGLE_PROMPTS)]}], "single", 1)
@@ -392,7 +400,9 @@ def _judge(report: SmokeReport) -> None:
                 report.warnings.append(f"{finding['code']}: {finding['message']}")
     where = ", ".join(sorted({e["url"] for e in report.exchanges}))
     if zero:
-        keys = [set(v["choice_keys"]) for v in verdicts]
+        # Which fields the zero-token answers lack (a path may drop them only on some requests, e.g. with tools).
+        keys = [set(e["verdict"]["choice_keys"]) for e, _ in zero]
+        where = ", ".join(sorted({e["url"] for e, _ in zero}))
         lost = []
         if not any("prompt_token_ids" in k or "input_token_ids" in k for k in keys):
             lost.append("return_prompt_token_ids")
