@@ -129,7 +129,8 @@ def parse_qwen25(text: str, tool_names: list[str]) -> tuple[str, list[dict[str, 
 # `AnthropicTransformer.transform_request` + `_transform_tool_choice_to_openai`, read at 08c6276, the stored
 # revision nearest POLAR_COMMIT): whenever the Anthropic body has a non-empty tools list, tool_choice is set,
 # defaulting to Anthropic {"type": "auto"} -> OpenAI "auto" (Claude Code sends no tool_choice). "required" would
-# also change sglang's decoding (a constrained JSON answer), so it would not exercise the parser the agent relies on.
+# also change sglang's decoding (serving_chat.py `_process_messages`: a structure or JSON-schema constraint for
+# required/named choices; `_process_tool_calls`' `is_required` branch), so it would not test the agent's path.
 TOOL_CHOICE = "auto"
 # One write_file call of a small function is well under this (the emulator's is 40 tokens with its tokenizer, measured; a real
 # model's was not measured on a GPU); an answer cut here is reported as this setting, not as a parser problem.
