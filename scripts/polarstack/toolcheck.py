@@ -142,6 +142,33 @@ TOOL_PROMPT = ("Call the write_file tool exactly once to create solution.py cont
 PARSED, RAW_TEXT, CUT, PROSE = "parsed", "raw_tool_call_text", "cut_at_max_tokens", "prose_without_call"
 
 
+RECORD = "configs/upstream/polar-tool-request.json"
+
+
+def recorded_fact_problems() -> list[str]:
+    """`make verify-offline`: the smoke's tool request acts on the facts recorded from Polar's Anthropic transform
+    (RECORD): the harness's tool_choice, and Polar's request flags (contract.prepare_request) on top."""
+    from polarstack import contract
+    from polarstack.pins import pins, repo_root
+
+    record = json.loads((repo_root() / RECORD).read_text(encoding="utf-8"))
+    problems = []
+    if record["polar_commit"] != pins()["POLAR_COMMIT"]:
+        problems.append(f"{RECORD} was read for Polar {record['polar_commit']}, not POLAR_COMMIT="
+                        f"{pins()['POLAR_COMMIT']}; reread the facts")
+    body = tool_request("probe-model", 1)
+    expected = record["facts"]["harness_tool_choice"]["tool_choice"]
+    if body.get("tool_choice") != expected:
+        problems.append(f"the smoke's tool request sends tool_choice {body.get('tool_choice')!r}, but Polar's "
+                        f"transform sends {expected!r} for a harness that names none (Claude Code), so the smoke "
+                        "would not test what the agent's requests get")
+    lost = [flag for flag in (*contract.POLAR_REQUEST_FLAGS, "logprobs") if body.get(flag) is not True]
+    if lost or body.get("stream") is not False:
+        problems.append(f"the smoke's tool request lacks Polar's request shape ({', '.join(lost) or 'stream false'}),"
+                        " so a path that drops those fields on tool requests would go unseen")
+    return problems
+
+
 def tool_max_tokens() -> int:
     raw = os.environ.get(MAX_TOKENS_ENV, "").strip()
     if not raw:
@@ -240,4 +267,4 @@ def judge_tool_calls(report: Any) -> None:
 
 
 __all__ = ["FLAG", "PARSER_KNOB", "parser_choices", "qwen25_names", "parse_qwen25", "tool_call_text",
-           "exchange_tools", "judge_tool_calls", "classify", "tool_request", "HARNESSES_NEEDING_TOOL_CALLS"]
+           "exchange_tools", "judge_tool_calls", "classify", "tool_request", "recorded_fact_problems", "HARNESSES_NEEDING_TOOL_CALLS"]

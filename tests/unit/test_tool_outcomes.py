@@ -198,3 +198,14 @@ def test_classify(content, finish, outcome):
     if outcome == "parsed":
         message["tool_calls"] = [CALL]
     assert toolcheck.classify(answer(message, finish))[0] == outcome
+
+
+def test_verify_offline_checks_the_recorded_harness_tool_choice(monkeypatch):
+    """configs/upstream/polar-tool-request.json: Polar's transform sends tool_choice "auto" for Claude Code."""
+    assert toolcheck.recorded_fact_problems() == []
+    monkeypatch.setattr(toolcheck, "TOOL_CHOICE", "required")
+    problems = toolcheck.recorded_fact_problems()
+    assert len(problems) == 1 and "tool_choice 'required'" in problems[0] and "'auto'" in problems[0]
+    monkeypatch.setattr(toolcheck, "TOOL_CHOICE", "auto")
+    monkeypatch.setattr(smoke.contract, "prepare_request", lambda body: dict(body))  # built without Polar's flags
+    assert "lacks Polar's request shape" in toolcheck.recorded_fact_problems()[0]
