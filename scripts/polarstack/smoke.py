@@ -412,11 +412,16 @@ def _judge(report: SmokeReport) -> None:
         if lost:
             answers = " and ".join(f"`{'prompt_token_ids' if f == 'return_prompt_token_ids' else 'meta_info'}`"
                                    for f in lost)
+            # With a builder tokenizer Polar re-tokenizes what it can; name the requests it could not rebuild
+            # (tool requests: sglang renders its own dump of the tools, see docs/tool-calls.md).
+            kinds = sorted({e["kind"] for e, _ in zero})
+            rebuilt = (f" (Polar's re-tokenization with {report.tokenizer_name!r} cannot rebuild the {'/'.join(kinds)} "
+                       f"request(s) either: {zero[0][1]['polar_reason']})" if report.tokenizer is not None else "")
             _fail(report, ExitCode.TOKENS_MISSING,
                   f"zero trainable tokens: every request set {' and '.join(lost)} but no response from {where} carries "
-                  f"{answers}, so something on the path dropped those request fields before the engine (sglang-router "
-                  f"0.1.5-0.3.2 and smg <= 1.4.1 do); use the {WORKING_PROFILES} profile, and run `polarstack probe` "
-                  "to confirm.")
+                  f"{answers}{rebuilt}, so something on the path dropped those request fields before the engine "
+                  f"(sglang-router 0.1.5-0.3.2 and smg <= 1.4.1 do); use the {WORKING_PROFILES} profile, and run "
+                  "`polarstack probe` to confirm.")
         else:
             entry, polar = zero[0]
             detail = next((p["message"] for p in entry["verdict"]["problems"] if p["kind"] == contract.MISSING), "")

@@ -185,3 +185,27 @@ def test_every_worker_of_polars_bypass_gets_a_tool_request(engines, router_facto
     assert sorted(report["targets"]) == sorted(engines)
     assert [len(tool_requests(url)) for url in engines] == [1, 1]
     assert engines[1] in err and "raw <tool_call> text" in err  # the worker without a parser, not targets[0] only
+
+
+def test_behind_a_dropping_path_polar_cannot_retokenize_the_tool_request(engine_factory, tmp_path, capsys):
+    """sglang renders the chat template with its own dump of the tools (serving_chat.py: `item.model_dump()`, which
+    adds "strict": false); Polar rebuilds the prompt from the request it sent (no "strict"), so the counts differ
+    from usage and the trace is dropped: the plain requests are re-tokenizable, the agent's tool requests are not."""
+    import yaml
+
+    from polarstack.retokenize import EMULATOR_TOKENIZER
+
+    engine = engine_factory()
+    engine.fault("no_extensions")
+    config = tmp_path / "polar_config.yaml"
+    config.write_text(yaml.safe_dump({"polar_task_template": {"builder": {
+        "strategy": "prefix_merging", "config": {"tokenizer_name_or_path": EMULATOR_TOKENIZER}}}}))
+    code = main(["smoke", "--base-url", engine.url, "--json", "--polar-config", str(config), "--allow-retokenized"])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.TOKENS_MISSING, err
+    report = json.loads(out)
+    plain = [r["polar"] for r in report["requests"] if r["kind"] != "tools"]
+    (tools,) = [r["polar"] for r in report["requests"] if r["kind"] == "tools"]
+    assert plain and all(p["polar_verdict"] == "retokenized" and p["polar_trainable_tokens"] > 0 for p in plain)
+    assert tools["polar_trainable_tokens"] == 0 and "prompt=0" in tools["polar_reason"]
+    assert "cannot rebuild the tools request(s)" in err and len(err.strip().splitlines()) == 1
