@@ -128,12 +128,14 @@ def parse_qwen25(text: str, tool_names: list[str]) -> tuple[str, list[dict[str, 
 # What an agent harness sends (Polar's Anthropic -> OpenAI transform, src/polar/gateway/transform/anthropic.py,
 # `AnthropicTransformer.transform_request` + `_transform_tool_choice_to_openai`, read at 08c6276, the stored
 # revision nearest POLAR_COMMIT): whenever the Anthropic body has a non-empty tools list, tool_choice is set,
-# defaulting to Anthropic {"type": "auto"} -> OpenAI "auto" (Claude Code sends no tool_choice). "required" would
+# defaulting to Anthropic {"type": "auto"} -> OpenAI "auto" (whether the pinned Claude Code CLI sends a tool_choice
+# on agent turns is not recorded: configs/upstream/harness-prompt.json does not capture it). "required" would
 # also change sglang's decoding (serving_chat.py `_process_messages`: a structure or JSON-schema constraint for
 # required/named choices; `_process_tool_calls`' `is_required` branch), so it would not test the agent's path.
 TOOL_CHOICE = "auto"
-# One write_file call of a small function is well under this (the emulator's is 40 tokens with its tokenizer, measured; a real
-# model's was not measured on a GPU); an answer cut here is reported as this setting, not as a parser problem.
+# One write_file call of a small function is well under this (the emulator's is 40 tokens with its tokenizer,
+# measured; a real model's was not measured on a GPU); an answer cut here is reported as this setting, not as a
+# parser problem.
 MAX_TOKENS_ENV = "POLARSTACK_SMOKE_TOOL_MAX_TOKENS"
 DEFAULT_MAX_TOKENS = 512
 TOOL_PROMPT = ("Call the write_file tool exactly once to create solution.py containing a Python function add(a, b) "
@@ -160,7 +162,7 @@ def recorded_fact_problems() -> list[str]:
     expected = record["facts"]["harness_tool_choice"]["tool_choice"]
     if body.get("tool_choice") != expected:
         problems.append(f"the smoke's tool request sends tool_choice {body.get('tool_choice')!r}, but Polar's "
-                        f"transform sends {expected!r} for a harness that names none (Claude Code), so the smoke "
+                        f"transform sends {expected!r} for a harness request that names none or auto, so the smoke "
                         "would not test what the agent's requests get")
     lost = [flag for flag in (*contract.POLAR_REQUEST_FLAGS, "logprobs") if body.get(flag) is not True]
     if lost or body.get("stream") is not False:
@@ -267,4 +269,5 @@ def judge_tool_calls(report: Any) -> None:
 
 
 __all__ = ["FLAG", "PARSER_KNOB", "parser_choices", "qwen25_names", "parse_qwen25", "tool_call_text",
-           "exchange_tools", "judge_tool_calls", "classify", "tool_request", "recorded_fact_problems", "HARNESSES_NEEDING_TOOL_CALLS"]
+           "exchange_tools", "judge_tool_calls", "classify", "tool_request", "recorded_fact_problems",
+           "HARNESSES_NEEDING_TOOL_CALLS"]
