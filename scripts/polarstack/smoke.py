@@ -12,7 +12,8 @@ trainable tokens from every answer; otherwise the most fundamental failure wins 
 Polar's orjson parser rejects = MALFORMED, token fields dropped on the path = TOKENS_MISSING, fields present but
 Polar extracts nothing = INVARIANT). Findings Polar does not enforce are warnings (exit 4 with strict=True);
 answers Polar could train on only by re-tokenizing text are refused with RETOKENIZED unless allow_retokenized.
-See docs/polar-verdict.md.
+See docs/polar-verdict.md. After the plain requests, one Polar-shaped request carrying a tool schema goes to every
+target and is judged the same way, then for its tool call (toolcheck; docs/tool-calls.md).
 """
 
 from __future__ import annotations
