@@ -12,7 +12,8 @@ trainable tokens from every answer; otherwise the most fundamental failure wins 
 Polar's orjson parser rejects = MALFORMED, token fields dropped on the path = TOKENS_MISSING, fields present but
 Polar extracts nothing = INVARIANT). Findings Polar does not enforce are warnings (exit 4 with strict=True);
 answers Polar could train on only by re-tokenizing text are refused with RETOKENIZED unless allow_retokenized.
-See docs/polar-verdict.md.
+See docs/polar-verdict.md. After the plain requests, one Polar-shaped request carrying a tool schema goes to every
+target and is judged the same way, then for its tool call (toolcheck; docs/tool-calls.md).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from polarstack import contract, polar_findings, polar_model, polar_opinion, retokenize
+from polarstack import contract, polar_findings, polar_model, polar_opinion, retokenize, toolcheck
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, error_message, request
 
@@ -70,6 +71,7 @@ class SmokeReport:
     findings: list[dict[str, str]] = field(default_factory=list)
     polar_verdict: str = ""
     drift: dict[str, Any] | None = None
+    tool_check: dict[str, Any] | None = None  # toolcheck.exchange_tools' summary (issue 10 point 4)
 
     @property
     def trainable_tokens(self) -> int:
@@ -96,6 +98,7 @@ class SmokeReport:
             "installed_polar": ("not importable" if not any("installed_polar" in e for e in self.exchanges) else
                                 "disagrees" if self.code == ExitCode.INTERNAL else "agrees"),
             "fields_missing": self.fields_missing,
+            "tool_calls": self.tool_check,
             "model": self.model,
             **self.resolution.as_dict(),
             "requests": self.exchanges,
@@ -284,18 +287,54 @@ def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, tur
             report.resolution = resolution = resolve(base_url, route, http, requests + turns)
             report.model = model or discover_model(http, resolution.targets[0])
             _exchange_all(report, http, requests, turns, max_tokens)
+            # issue 10 point 4: one Polar-shaped request carrying a tool schema per target, judged like the others
+            toolcheck.exchange_tools(report, http)
         except StackError as exc:
             report.code, report.message = exc.code, exc.message
         report.elapsed = time.perf_counter() - started
     if report.code == ExitCode.OK:
         _judge(report)
     if report.code == ExitCode.OK:  # issue 10 point 4: tool schemas must come back as parsed tool_calls
-        from polarstack.toolcheck import check_tool_calls
-
-        check_tool_calls(report, timeout, client)
+        toolcheck.judge_tool_calls(report)
     for entry in report.exchanges:
         entry.pop("_request", None)
     return report
+
+
+def exchange(report: SmokeReport, http, url: str, body: dict[str, Any], kind: str, turn: int) -> dict[str, Any]:
+    """POST one Polar-shaped request and record it as a smoke exchange judged by Polar's pipeline (polar_model);
+    raises StackError for answers Polar cannot use at all (HTTP error, a body orjson rejects, not a completion).
+    The tool-call check (toolcheck.exchange_tools) sends its requests through here too."""
+    reply = request(http, "POST", url, body)
+    entry: dict[str, Any] = {"kind": kind, "turn": turn, "url": url, "status": reply.status,
+                             "elapsed_ms": round(reply.elapsed * 1000, 2), "bytes": len(reply.body)}
+    report.exchanges.append(entry)
+    if not 200 <= reply.status < 300:
+        detail = error_message(reply.body)
+        if reply.status == 404 and "model" in detail.lower():
+            raise StackError(f"{url} does not serve model {report.model!r} (HTTP 404: {detail}); pass --model "
+                             "with the engine's served model name.", ExitCode.HTTP_ERROR)
+        raise StackError(f"{url} answered HTTP {reply.status} ({detail}); fix the engine or router before "
+                         "training.", ExitCode.HTTP_ERROR)
+    # Polar's pipeline on the raw bytes (polar_model): orjson first, as Polar's gateway parses.
+    polar = polar_model.decide(reply.body, body, tokenizer=report.tokenizer)
+    if polar.verdict == polar_model.UNPARSEABLE:
+        raise StackError(f"{url} answered HTTP {reply.status} with a body {polar.reason}; Polar's request fails "
+                         "and nothing is trained, so fix what produces these bytes.", ExitCode.MALFORMED)
+    parsed = polar.response
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
+        raise StackError(f"{url} answered HTTP {reply.status} with JSON that is not a chat completion (no "
+                         "choices); check that the URL points at an OpenAI-compatible engine or router.",
+                         ExitCode.MALFORMED)
+    verdict = contract.analyze_response(parsed)
+    entry["verdict"] = verdict.as_dict()
+    entry["polar"] = polar.as_dict()
+    if polar_opinion.available():  # inside the trainer: the installed Polar's own functions, a second opinion
+        tokens, ended = polar_opinion.trainable_tokens(reply.body, body, report.tokenizer)
+        entry["installed_polar"] = {"trainable_tokens": tokens, "ended": ended}
+    entry["_prompt_ids"] = polar.prompt_ids or verdict.prompt_ids
+    entry["_request"] = body
+    return parsed
 
 
 def _exchange_all(report: SmokeReport, http, requests: int, turns: int, max_tokens: int) -> None:
@@ -307,37 +346,7 @@ def _exchange_all(report: SmokeReport, http, requests: int, turns: int, max_toke
         target = targets[counter % len(targets)]
         counter += 1
         body = contract.prepare_request({"model": report.model, "messages": messages, "max_tokens": max_tokens})
-        url = _v1(target, "chat/completions")
-        reply = request(http, "POST", url, body)
-        entry: dict[str, Any] = {"kind": kind, "turn": turn, "url": url, "status": reply.status,
-                                 "elapsed_ms": round(reply.elapsed * 1000, 2), "bytes": len(reply.body)}
-        report.exchanges.append(entry)
-        if not 200 <= reply.status < 300:
-            detail = error_message(reply.body)
-            if reply.status == 404 and "model" in detail.lower():
-                raise StackError(f"{url} does not serve model {report.model!r} (HTTP 404: {detail}); pass --model "
-                                 "with the engine's served model name.", ExitCode.HTTP_ERROR)
-            raise StackError(f"{url} answered HTTP {reply.status} ({detail}); fix the engine or router before "
-                             "training.", ExitCode.HTTP_ERROR)
-        # Polar's pipeline on the raw bytes (polar_model): orjson first, as Polar's gateway parses.
-        polar = polar_model.decide(reply.body, body, tokenizer=report.tokenizer)
-        if polar.verdict == polar_model.UNPARSEABLE:
-            raise StackError(f"{url} answered HTTP {reply.status} with a body {polar.reason}; Polar's request fails "
-                             "and nothing is trained, so fix what produces these bytes.", ExitCode.MALFORMED)
-        parsed = polar.response
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
-            raise StackError(f"{url} answered HTTP {reply.status} with JSON that is not a chat completion (no "
-                             "choices); check that the URL points at an OpenAI-compatible engine or router.",
-                             ExitCode.MALFORMED)
-        verdict = contract.analyze_response(parsed)
-        entry["verdict"] = verdict.as_dict()
-        entry["polar"] = polar.as_dict()
-        if polar_opinion.available():  # inside the trainer: the installed Polar's own functions, a second opinion
-            tokens, ended = polar_opinion.trainable_tokens(reply.body, body, report.tokenizer)
-            entry["installed_polar"] = {"trainable_tokens": tokens, "ended": ended}
-        entry["_prompt_ids"] = polar.prompt_ids or verdict.prompt_ids
-        entry["_request"] = body
-        return parsed
+        return exchange(report, http, _v1(target, "chat/completions"), body, kind, turn)
 
     for index in range(requests):
         send([{"role": "user", "content": SINGLE_PROMPTS[index % len(SINGLE_PROMPTS)]}], "single", 1)
@@ -392,7 +401,9 @@ def _judge(report: SmokeReport) -> None:
                 report.warnings.append(f"{finding['code']}: {finding['message']}")
     where = ", ".join(sorted({e["url"] for e in report.exchanges}))
     if zero:
-        keys = [set(v["choice_keys"]) for v in verdicts]
+        # Which fields the zero-token answers lack (a path may drop them only on some requests, e.g. with tools).
+        keys = [set(e["verdict"]["choice_keys"]) for e, _ in zero]
+        where = ", ".join(sorted({e["url"] for e, _ in zero}))
         lost = []
         if not any("prompt_token_ids" in k or "input_token_ids" in k for k in keys):
             lost.append("return_prompt_token_ids")
@@ -402,11 +413,16 @@ def _judge(report: SmokeReport) -> None:
         if lost:
             answers = " and ".join(f"`{'prompt_token_ids' if f == 'return_prompt_token_ids' else 'meta_info'}`"
                                    for f in lost)
+            # With a builder tokenizer Polar re-tokenizes what it can; name the requests it could not rebuild
+            # (tool requests: sglang renders its own dump of the tools, see docs/tool-calls.md).
+            kinds = sorted({e["kind"] for e, _ in zero})
+            rebuilt = (f" (Polar's re-tokenization with {report.tokenizer_name!r} cannot rebuild the {'/'.join(kinds)} "
+                       f"request(s) either: {zero[0][1]['polar_reason']})" if report.tokenizer is not None else "")
             _fail(report, ExitCode.TOKENS_MISSING,
                   f"zero trainable tokens: every request set {' and '.join(lost)} but no response from {where} carries "
-                  f"{answers}, so something on the path dropped those request fields before the engine (sglang-router "
-                  f"0.1.5-0.3.2 and smg <= 1.4.1 do); use the {WORKING_PROFILES} profile, and run `polarstack probe` "
-                  "to confirm.")
+                  f"{answers}{rebuilt}, so something on the path dropped those request fields before the engine "
+                  f"(sglang-router 0.1.5-0.3.2 and smg <= 1.4.1 do); use the {WORKING_PROFILES} profile, and run "
+                  "`polarstack probe` to confirm.")
         else:
             entry, polar = zero[0]
             detail = next((p["message"] for p in entry["verdict"]["problems"] if p["kind"] == contract.MISSING), "")

@@ -9,8 +9,9 @@ the agent can never edit a file, every reward is 0 and GRPO learns nothing while
 - `parser_choices()`: the names the pinned `--tool-call-parser` accepts, read with `ast` from the wheel
   (server_args.py: `choices=["auto"] + list(FunctionCallParser.ToolCallParserEnum.keys())`;
   function_call/function_call_parser.py: the `ToolCallParserEnum` dict).
-- `check_tool_calls(report, timeout)`: the smoke's extra request carrying one tool schema; the report fails with
-  ExitCode.TOOL_CALLS unless `message.tool_calls` comes back parsed.
+- `exchange_tools(report, http)` / `judge_tool_calls(report)`: the smoke's Polar-shaped request carrying one tool
+  schema, sent to every target and judged by Polar's verdict like the other exchanges; then the report fails
+  unless `message.tool_calls` came back parsed (outcomes and exit codes: docs/tool-calls.md).
 - `parse_qwen25(text, tools)`: the emulator's stand-in for sglang's Qwen25Detector.detect_and_parse
   (function_call/qwen25_detector.py) and the `_process_tool_calls` wrapping (serving_chat.py ~l.1504-1548).
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import os
 import uuid
 import zipfile
 from typing import Any
@@ -123,60 +125,149 @@ def parse_qwen25(text: str, tool_names: list[str]) -> tuple[str, list[dict[str, 
     return normal, calls
 
 
-def tool_request(model: str) -> dict[str, Any]:
-    return {"model": model, "max_tokens": 128, "tools": [SMOKE_TOOL],
-            "messages": [{"role": "user", "content": "Write a file solution.py that defines add(a, b)."}]}
+# What an agent harness sends (Polar's Anthropic -> OpenAI transform, src/polar/gateway/transform/anthropic.py,
+# `AnthropicTransformer.transform_request` + `_transform_tool_choice_to_openai`, read at 08c6276, the stored
+# revision nearest POLAR_COMMIT): whenever the Anthropic body has a non-empty tools list, tool_choice is set,
+# defaulting to Anthropic {"type": "auto"} -> OpenAI "auto" (whether the pinned Claude Code CLI sends a tool_choice
+# on agent turns is not recorded: configs/upstream/harness-prompt.json does not capture it). "required" would
+# also change sglang's decoding (serving_chat.py `_process_messages`: a structure or JSON-schema constraint for
+# required/named choices; `_process_tool_calls`' `is_required` branch), so it would not test the agent's path.
+TOOL_CHOICE = "auto"
+# One write_file call of a small function is well under this (the emulator's is 40 tokens with its tokenizer,
+# measured; a real model's was not measured on a GPU); an answer cut here is reported as this setting, not as a
+# parser problem.
+MAX_TOKENS_ENV = "POLARSTACK_SMOKE_TOOL_MAX_TOKENS"
+DEFAULT_MAX_TOKENS = 512
+TOOL_PROMPT = ("Call the write_file tool exactly once to create solution.py containing a Python function add(a, b) "
+               "that returns a + b. Do not answer in prose; only call the tool.")
+# Outcomes of one tool exchange (entry["tool_outcome"]).
+PARSED, RAW_TEXT, CUT, PROSE = "parsed", "raw_tool_call_text", "cut_at_max_tokens", "prose_without_call"
 
 
-def tool_problem(parsed: Any) -> str | None:
-    """None when the reply carries parsed tool calls; else what it carries instead, in words."""
+RECORD = "configs/upstream/polar-tool-request.json"
+
+
+def recorded_fact_problems() -> list[str]:
+    """`make verify-offline`: the smoke's tool request acts on the facts recorded from Polar's Anthropic transform
+    (RECORD): the harness's tool_choice, and Polar's request flags (contract.prepare_request) on top."""
+    from polarstack import contract
+    from polarstack.pins import pins, repo_root
+
+    record = json.loads((repo_root() / RECORD).read_text(encoding="utf-8"))
+    problems = []
+    if record["polar_commit"] != pins()["POLAR_COMMIT"]:
+        problems.append(f"{RECORD} was read for Polar {record['polar_commit']}, not POLAR_COMMIT="
+                        f"{pins()['POLAR_COMMIT']}; reread the facts")
+    body = tool_request("probe-model", 1)
+    expected = record["facts"]["harness_tool_choice"]["tool_choice"]
+    if body.get("tool_choice") != expected:
+        problems.append(f"the smoke's tool request sends tool_choice {body.get('tool_choice')!r}, but Polar's "
+                        f"transform sends {expected!r} for a harness request that names none or auto, so the smoke "
+                        "would not test what the agent's requests get")
+    lost = [flag for flag in (*contract.POLAR_REQUEST_FLAGS, "logprobs") if body.get(flag) is not True]
+    if lost or body.get("stream") is not False:
+        problems.append(f"the smoke's tool request lacks Polar's request shape ({', '.join(lost) or 'stream false'}),"
+                        " so a path that drops those fields on tool requests would go unseen")
+    return problems
+
+
+def tool_max_tokens() -> int:
+    raw = os.environ.get(MAX_TOKENS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_TOKENS
     try:
-        choice = parsed["choices"][0]
-        message = choice.get("message") or {}
-    except (KeyError, IndexError, TypeError, AttributeError):
-        return "a reply that is not a chat completion"
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise StackError(f"{MAX_TOKENS_ENV} must be a positive integer, not {raw!r}.", ExitCode.USAGE)
+    return value
+
+
+def tool_request(model: str, max_tokens: int | None = None) -> dict[str, Any]:
+    """Polar's request shape (contract.prepare_request: stream false, logprobs, the two sglang return flags) plus
+    one tool schema as a harness sends it, at temperature 0 so a real model's answer is its most likely one."""
+    from polarstack import contract
+
+    return contract.prepare_request({
+        "model": model, "max_tokens": max_tokens or tool_max_tokens(), "temperature": 0,
+        "tools": [SMOKE_TOOL], "tool_choice": TOOL_CHOICE,
+        "messages": [{"role": "user", "content": TOOL_PROMPT}]})
+
+
+def classify(parsed: Any) -> tuple[str, int, str | None]:
+    """(outcome, number of parsed calls, finish_reason) of a chat completion answering the tool request.
+    A cut answer is CUT even when it holds `<tool_call>` text: sglang cannot parse an unterminated block, so the
+    parser is not to blame (serving_chat.py hands the detector only the finished text)."""
+    choice = parsed["choices"][0] if isinstance(parsed["choices"][0], dict) else {}
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    finish = choice.get("finish_reason")
     calls = message.get("tool_calls")
     if isinstance(calls, list) and calls and all(
             isinstance(c, dict) and isinstance(c.get("function"), dict) and c["function"].get("name") for c in calls):
-        return None
-    content = message.get("content") or ""
-    raw = "raw <tool_call> text in message.content" if "<tool_call>" in content else "no tool call"
-    return f"{raw} (finish_reason {choice.get('finish_reason')!r})"
+        return PARSED, len(calls), finish
+    if finish == "length":
+        return CUT, 0, finish
+    content = message.get("content")
+    if isinstance(content, str) and "<tool_call>" in content:
+        return RAW_TEXT, 0, finish
+    return PROSE, 0, finish
 
 
-def check_tool_calls(report: Any, timeout: float, client_factory: Any = None) -> None:
-    """Send one request carrying a tool schema to the smoke's first target; fail the report (TOOL_CALLS) unless
-    message.tool_calls comes back parsed. Only called after the token verdict passed. `client_factory(timeout)`
-    makes the HTTP client (the smoke passes its own, so both use one transport)."""
-    from polarstack.http import client, error_message, request
+def exchange_tools(report: Any, http: Any) -> None:
+    """Send the tool request once to every distinct target of the resolution, each recorded as a smoke exchange
+    of kind "tools" and judged by Polar's pipeline like the others (smoke.exchange: orjson parse, decide(),
+    findings); its trainable tokens count in the report. The tool-call outcome is judged later (judge_tool_calls),
+    only if the token verdict passed, so a path dropping Polar's fields on tool requests fails as it would for
+    any request (exit 3/4/7)."""
+    from polarstack.smoke import _v1, exchange
 
-    client = client_factory or client
+    body = tool_request(report.model)
+    summary: dict[str, Any] = {"targets": [], "tool_calls": 0, "max_tokens": body["max_tokens"],
+                               "tool_choice": TOOL_CHOICE}
+    report.tool_check = summary
+    for target in dict.fromkeys(report.resolution.targets):
+        parsed = exchange(report, http, _v1(target, "chat/completions"), body, "tools", 1)
+        entry = report.exchanges[-1]
+        entry.pop("_prompt_ids", None)
+        outcome, calls, finish = classify(parsed)
+        entry.update({"tool_outcome": outcome, "tool_calls": calls, "finish_reason": finish})
+        summary["targets"].append({"url": entry["url"], "outcome": outcome, "tool_calls": calls,
+                                   "finish_reason": finish})
+        summary["tool_calls"] += calls
 
-    target = report.resolution.targets[0].rstrip("/")
-    url = target + "/chat/completions" if target.endswith("/v1") else target + "/v1/chat/completions"
-    entry: dict[str, Any] = {"url": url}
-    report.tool_check = entry
-    try:
-        with client(timeout) as http:
-            reply = request(http, "POST", url, tool_request(report.model))
-            entry["status"] = reply.status
-            if not 200 <= reply.status < 300:
-                problem = f"HTTP {reply.status} ({error_message(reply.body)})"
-            else:
-                parsed = reply.json()
-                problem = tool_problem(parsed)
-                entry["tool_calls"] = len(((parsed.get("choices") or [{}])[0].get("message") or {}).get(
-                    "tool_calls") or []) if isinstance(parsed, dict) else 0
-    except StackError as exc:
-        problem = exc.message
-    if problem is None:
-        return
-    entry["problem"] = problem
-    report.code = ExitCode.TOOL_CALLS
-    report.message = (f"a request carrying a tool schema to {url} got {problem} instead of parsed "
-                      f"message.tool_calls: start every engine with {FLAG} (the model family's parser, "
-                      f"{PARSER_KNOB} in configs/stack.env), or the agent can never call a tool and every reward is 0.")
+
+def judge_tool_calls(report: Any) -> None:
+    """Fail the report unless every target answered the tool request with parsed message.tool_calls. Raw
+    `<tool_call>` text (the engine runs without the parser) wins over prose, and prose over a cut answer: the
+    first is a certain configuration error, the last only an inconclusive check."""
+    entries = [e for e in report.exchanges if e.get("kind") == "tools" and "tool_outcome" in e]
+    by_outcome = {outcome: next((e for e in entries if e["tool_outcome"] == outcome), None)
+                  for outcome in (RAW_TEXT, PROSE, CUT)}
+    if (entry := by_outcome[RAW_TEXT]) is not None:
+        report.code = ExitCode.TOOL_CALLS
+        report.message = (f"the tool request to {entry['url']} got raw <tool_call> text in message.content "
+                          f"(finish_reason {entry['finish_reason']!r}) instead of parsed message.tool_calls: start "
+                          f"every engine with {FLAG} (the model family's parser, {PARSER_KNOB} in "
+                          "configs/stack.env), or the agent can never call a tool and every reward is 0.")
+    elif (entry := by_outcome[PROSE]) is not None:
+        report.code = ExitCode.TOOL_CALLS
+        report.message = (f"the model behind {entry['url']} answered the tool request in prose without calling the "
+                          f"tool (finish_reason {entry['finish_reason']!r}, no <tool_call> text) although the prompt "
+                          f"asked for write_file at temperature 0; this may be the model, not {FLAG}: serve an "
+                          f"instruct model of the family {PARSER_KNOB} names, because an agent that never calls a "
+                          "tool earns reward 0.")
+    elif (entry := by_outcome[CUT]) is not None:
+        # USAGE (bad configuration): the smoke's own budget is too small; the engine and path are not at fault.
+        report.code = ExitCode.USAGE
+        report.message = (f"the answer to the tool request from {entry['url']} was cut at max_tokens "
+                          f"{report.tool_check['max_tokens']} (finish_reason 'length') before the model finished, so "
+                          f"the smoke cannot tell whether tool calls are parsed; raise {MAX_TOKENS_ENV} and run the "
+                          "smoke again.")
+    elif entries:
+        report.message += f"; parsed tool_calls from {len(entries)} target(s)"
 
 
 __all__ = ["FLAG", "PARSER_KNOB", "parser_choices", "qwen25_names", "parse_qwen25", "tool_call_text",
-           "check_tool_calls", "tool_problem", "HARNESSES_NEEDING_TOOL_CALLS"]
+           "exchange_tools", "judge_tool_calls", "classify", "tool_request", "recorded_fact_problems",
+           "HARNESSES_NEEDING_TOOL_CALLS"]

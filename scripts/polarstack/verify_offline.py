@@ -361,6 +361,11 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     progress("pins")
     checks += check_pins(skip_downloads)
     checks.append(check_polar_facts())
+    from polarstack.toolcheck import RECORD, recorded_fact_problems  # issue 10 point 4: the smoke's tool request
+
+    tool_problems = recorded_fact_problems()
+    checks.append(Check(f"Polar's harness tool request ({RECORD}) mirrored by the smoke", not tool_problems, "",
+                        tool_problems))
     with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:
         for name in profiles.available():
             progress(f"profile {name}")

@@ -25,7 +25,7 @@ def test_temporary_registration_leaves_the_router_as_found(engine_factory, route
     assert report.trainable_tokens > 0
     assert listed(router.url) == []  # slime can now register both without a 409
     received = len(first.requests()) + len(second.requests())
-    assert received == len(report.exchanges) + 1  # + the smoke's tool-call request (issue 10 point 4)
+    assert received == len(report.exchanges)  # the tool-call request (issue 10 point 4) is an exchange too
     assert report.tool_check["tool_calls"] == 1
 
 

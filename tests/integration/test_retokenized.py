@@ -43,6 +43,12 @@ def test_retokenized_only_is_refused_with_the_risk_and_measured_drift(engine_fac
 
     real = smoke.run_smoke
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: real(*a, **{**kw, "engine_urls": [keeping.url]}))
+    # The smoke's tool request as sglang dumps it ("strict": false), so Polar can rebuild its prompt too; without it
+    # the tool exchange is not re-tokenizable (tests/integration/test_tool_calls.py pins that case).
+    from polarstack import toolcheck
+
+    tool = {**toolcheck.SMOKE_TOOL, "function": {**toolcheck.SMOKE_TOOL["function"], "strict": False}}
+    monkeypatch.setattr(toolcheck, "SMOKE_TOOL", tool)
     config = polar_config(tmp_path, EMULATOR_TOKENIZER)
     code = main(["smoke", "--base-url", dropping.url, "--json", "--polar-config", config])
     out, err = capsys.readouterr()
@@ -50,7 +56,7 @@ def test_retokenized_only_is_refused_with_the_risk_and_measured_drift(engine_fac
     assert code == ExitCode.RETOKENIZED and report["polar_verdict"] == "retokenized"
     assert "re-tokenizes" in err and "--allow-retokenized" in err and len(err.strip().splitlines()) == 1
     drift = report["retokenization"]["drift"]
-    assert drift["responses"] == 4 and drift["sampled_tokens"] > 0 and drift["engine_urls"] == [keeping.url]
+    assert drift["responses"] == 5 and drift["sampled_tokens"] > 0  # 4 plain requests + the tool request and drift["engine_urls"] == [keeping.url]
     assert "measured drift" in err
     code = main(["smoke", "--base-url", dropping.url, "--json", "--polar-config", config, "--allow-retokenized"])
     report = json.loads(capsys.readouterr().out)

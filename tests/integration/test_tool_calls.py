@@ -2,7 +2,11 @@
 (serving_chat.py: parse only with --tool-call-parser, tools in the request and tool_choice != "none"; Qwen25Detector:
 `<tool_call>\\n{json}\\n</tool_call>` blocks, finish_reason "tool_calls"); the smoke's tool request fails with exit 12
 naming the engine flag unless message.tool_calls comes back parsed; the compose engines and the local runtime run
-with the stack's parser; verify-offline refuses engines without a valid parser while the harness needs tool calls."""
+with the stack's parser; verify-offline refuses engines without a valid parser while the harness needs tool calls.
+The tool request is one of the smoke's Polar-judged exchanges (kind "tools"): it carries Polar's flags (the
+emulator's request log shows them), its tokens count, it goes to every target of Polar's worker bypass, a
+field-dropping router (sglang-router 0.3.2) fails it like the others, and an answer cut at max_tokens names the
+smoke's setting instead of the parser."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import pytest
 from polarstack import meaning, profiles, toolcheck
 from polarstack.cli import main
 from polarstack.errors import ExitCode
+from polarstack.pins import pin
+from polarstack.smoke import run_smoke
 
 pytestmark = pytest.mark.emulator
 
@@ -123,3 +129,83 @@ def test_local_runtime_without_parser_fails_the_smoke_with_12(tmp_path, monkeypa
         assert "--tool-call-parser" in capsys.readouterr().err
     finally:
         assert main(["down"]) == 0
+
+
+def tool_requests(url: str) -> list[dict]:
+    log = httpx.get(f"{url}/_emulator/requests", params={"path": "/v1/chat/completions"}).json()["requests"]
+    return [r["body"] for r in log if "tools" in r["body"]]
+
+
+def test_tool_exchange_carries_polars_flags_and_its_tokens_count(engines):
+    httpx.delete(f"{engines[0]}/_emulator/requests")
+    report = run_smoke(engines[0], requests=1, turns=0)
+    assert report.ok, report.message
+    (body,) = tool_requests(engines[0])
+    assert body["return_prompt_token_ids"] is True and body["return_meta_info"] is True
+    assert body["logprobs"] is True and body["stream"] is False
+    assert body["temperature"] == 0 and body["tool_choice"] == "auto" and body["max_tokens"] == 512
+    (entry,) = [e for e in report.exchanges if e["kind"] == "tools"]
+    assert entry["tool_outcome"] == "parsed" and entry["tool_calls"] == 1
+    # the emulator's call is 40 tokens + <|im_end|>; Polar trains on all of them
+    assert entry["polar"]["polar_trainable_tokens"] == 41
+    assert report.trainable_tokens == sum(e["polar"]["polar_trainable_tokens"] for e in report.exchanges) > 41
+
+
+def test_a_tool_answer_cut_at_max_tokens_names_the_setting(engines, monkeypatch, capsys):
+    monkeypatch.setenv(toolcheck.MAX_TOKENS_ENV, "8")
+    assert main(["smoke", "--base-url", engines[0], "--json"]) == ExitCode.USAGE
+    out, err = capsys.readouterr()
+    assert json.loads(out)["requests"][-1]["tool_outcome"] == "cut_at_max_tokens"
+    assert "cut at max_tokens 8" in err and toolcheck.MAX_TOKENS_ENV in err and "--tool-call-parser" not in err
+
+
+STOCK = f"{pin('ROUTER_STOCK_PACKAGE')}=={pin('ROUTER_STOCK_VERSION')}"
+
+
+@pytest.mark.router
+def test_a_field_dropping_router_fails_the_tool_exchange_like_the_others(engines, router_factory, capsys):
+    router = router_factory(STOCK, [engines[0]])
+    httpx.delete(f"{engines[0]}/_emulator/requests")
+    assert main(["smoke", "--base-url", router.url, "--json"]) == ExitCode.TOKENS_MISSING
+    report = json.loads(capsys.readouterr().out)
+    (tools,) = [r for r in report["requests"] if r["kind"] == "tools"]
+    assert tools["polar"]["polar_trainable_tokens"] == 0 and tools["status"] == 200
+    (body,) = tool_requests(engines[0])  # the router forwarded the tool request without Polar's flags
+    assert "return_prompt_token_ids" not in body and "return_meta_info" not in body
+
+
+@pytest.mark.router
+def test_every_worker_of_polars_bypass_gets_a_tool_request(engines, router_factory, capsys):
+    router = router_factory(STOCK, list(engines))
+    for url in engines:
+        httpx.delete(f"{url}/_emulator/requests")
+    assert main(["smoke", "--base-url", router.url, "--route", "polar", "--json"]) == ExitCode.TOOL_CALLS
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert sorted(report["targets"]) == sorted(engines)
+    assert [len(tool_requests(url)) for url in engines] == [1, 1]
+    assert engines[1] in err and "raw <tool_call> text" in err  # the worker without a parser, not targets[0] only
+
+
+def test_behind_a_dropping_path_polar_cannot_retokenize_the_tool_request(engine_factory, tmp_path, capsys):
+    """sglang renders the chat template with its own dump of the tools (serving_chat.py: `item.model_dump()`, which
+    adds "strict": false); Polar rebuilds the prompt from the request it sent (no "strict"), so the counts differ
+    from usage and the trace is dropped: the plain requests are re-tokenizable, the agent's tool requests are not."""
+    import yaml
+
+    from polarstack.retokenize import EMULATOR_TOKENIZER
+
+    engine = engine_factory()
+    engine.fault("no_extensions")
+    config = tmp_path / "polar_config.yaml"
+    config.write_text(yaml.safe_dump({"polar_task_template": {"builder": {
+        "strategy": "prefix_merging", "config": {"tokenizer_name_or_path": EMULATOR_TOKENIZER}}}}))
+    code = main(["smoke", "--base-url", engine.url, "--json", "--polar-config", str(config), "--allow-retokenized"])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.TOKENS_MISSING, err
+    report = json.loads(out)
+    plain = [r["polar"] for r in report["requests"] if r["kind"] != "tools"]
+    (tools,) = [r["polar"] for r in report["requests"] if r["kind"] == "tools"]
+    assert plain and all(p["polar_verdict"] == "retokenized" and p["polar_trainable_tokens"] > 0 for p in plain)
+    assert tools["polar_trainable_tokens"] == 0 and "prompt=0" in tools["polar_reason"]
+    assert "cannot rebuild the tools request(s)" in err and len(err.strip().splitlines()) == 1

@@ -15,13 +15,6 @@ from polarstack.errors import ExitCode
 
 pytestmark = pytest.mark.unit
 URL = "http://engine.invalid"
-# What sglang started with --tool-call-parser answers to a request carrying tools (issue 10 point 4's check).
-TOOL_ANSWER = {"id": "t", "object": "chat.completion", "model": "m", "choices": [{
-    "index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_0", "index": 0, "type": "function",
-         "function": {"name": "write_file", "arguments": "{\"path\": \"a.py\", \"content\": \"x\"}"}}]}}]}
-
-
 def answer(prompt=(1, 2, 3), output=((-0.5, 10, "a"), (-0.25, 11, "b")), usage=None, choices=1, **extra) -> dict:
     choice = {"index": 0, "message": {"role": "assistant", "content": "ab"}, "finish_reason": "stop",
               "prompt_token_ids": list(prompt),
@@ -33,12 +26,26 @@ def answer(prompt=(1, 2, 3), output=((-0.5, 10, "a"), (-0.25, 11, "b")), usage=N
                                "total_tokens": len(prompt) + completion}}
 
 
+# What sglang started with --tool-call-parser answers to the smoke's tool request (issue 10 point 4): parsed
+# tool_calls, and Polar's token fields, since that request carries Polar's flags like every other one.
+TOOL_ANSWER = answer()
+TOOL_ANSWER["choices"][0].update(finish_reason="tool_calls", message={
+    "role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_0", "index": 0, "type": "function",
+         "function": {"name": "write_file", "arguments": "{\"path\": \"a.py\", \"content\": \"x\"}"}}]})
+
+PROSE_MESSAGE = json.dumps({"message": answer()["choices"][0]["message"]})[1:-1].encode()
+TOOL_MESSAGE = json.dumps({"message": TOOL_ANSWER["choices"][0]["message"]})[1:-1].encode()
+
+
 def serve(monkeypatch, body: bytes):
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/models":
             return httpx.Response(200, json={"object": "list", "data": [{"id": "m"}]})
-        if json.loads(request.content).get("tools"):  # the smoke's tool-call check: an engine with a parser
-            return httpx.Response(200, json=TOOL_ANSWER)
+        if json.loads(request.content).get("tools"):  # the smoke's tool request: an engine with a parser whose
+            # answer has the same bytes (and so the same fault) as the others, with the call parsed
+            return httpx.Response(200, content=body.replace(PROSE_MESSAGE, TOOL_MESSAGE),
+                                  headers={"content-type": "application/json"})
         return httpx.Response(200, content=body, headers={"content-type": "application/json"})
 
     monkeypatch.setattr(smoke, "client", lambda timeout: httpx.Client(transport=httpx.MockTransport(handler)))
@@ -47,6 +54,14 @@ def serve(monkeypatch, body: bytes):
 def smoke_on(monkeypatch, body: bytes | dict, **options) -> smoke.SmokeReport:
     serve(monkeypatch, body if isinstance(body, bytes) else json.dumps(body).encode())
     return smoke.run_smoke(URL, requests=1, turns=0, **options)
+
+
+def per_answer(report) -> int:
+    """Polar's count on each answer: the single request's and the tool request's (same bytes, same fault)."""
+    counts = {e["polar"]["polar_trainable_tokens"] for e in report.exchanges if "polar" in e}
+    assert [e["kind"] for e in report.exchanges] == ["single", "tools"] and len(counts) == 1, report.exchanges
+    assert report.trainable_tokens == 2 * counts.pop()
+    return report.trainable_tokens // 2
 
 
 def codes(report) -> set[str]:
@@ -81,7 +96,7 @@ def test_utf16_body_is_malformed(monkeypatch):
 def test_prompt_id_beyond_64_bits_fails_polars_trace_model(monkeypatch):
     """orjson parses 2**64 as a float; Trace's list[int] refuses a float that large: zero trainable tokens."""
     report = smoke_on(monkeypatch, answer(prompt=(1, 2**64, 3)))
-    assert report.code == ExitCode.INVARIANT and report.trainable_tokens == 0
+    assert report.code == ExitCode.INVARIANT and per_answer(report) == 0
     assert "Trace model" in report.message
 
 
@@ -97,31 +112,31 @@ def test_response_id_beyond_64_bits_is_kept_by_polar_but_blocks_for_the_trainer(
 def test_usage_mismatch_is_a_warning(monkeypatch):
     body = answer(usage={"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16})
     report = smoke_on(monkeypatch, body)
-    assert report.ok and report.trainable_tokens == 2 and "usage_mismatch" in codes(report)
+    assert report.ok and per_answer(report) == 2 and "usage_mismatch" in codes(report)
     assert smoke_on(monkeypatch, body, strict=True).code == ExitCode.INVARIANT
 
 
 def test_n2_usage_sums_completion_tokens_over_choices(monkeypatch):
     report = smoke_on(monkeypatch, answer(choices=2))  # sglang: completion_tokens = 2 + 2
-    assert report.ok and report.trainable_tokens == 2
+    assert report.ok and per_answer(report) == 2
     assert "usage_mismatch" not in codes(report) and "only_first_choice" in codes(report)
 
 
 def test_logprob_1e_300_above_zero_is_trained(monkeypatch):
     report = smoke_on(monkeypatch, answer(output=((1e-300, 10, "a"), (-0.25, 11, "b"))))
-    assert report.ok and report.trainable_tokens == 2 and "positive_logprob" in codes(report)
+    assert report.ok and per_answer(report) == 2 and "positive_logprob" in codes(report)
 
 
 @pytest.mark.parametrize("prompt", [(1.0, 2.0, 3.0), ("1", " 2", "+3"), (True, 2, 3)],
                          ids=["integral_floats", "numeric_strings", "booleans"])
 def test_coerced_prompt_id_types_are_trained_with_a_warning(monkeypatch, prompt):
     report = smoke_on(monkeypatch, answer(prompt=prompt))
-    assert report.ok and report.trainable_tokens == 2 and "coerced_id" in codes(report)
+    assert report.ok and per_answer(report) == 2 and "coerced_id" in codes(report)
 
 
 def test_coerced_response_id_types_are_trained_with_a_warning(monkeypatch):
     report = smoke_on(monkeypatch, answer(output=((-0.5, "10", "a"), (-0.25, 11.0, "b"))))
-    assert report.ok and report.trainable_tokens == 2 and "coerced_id" in codes(report)
+    assert report.ok and per_answer(report) == 2 and "coerced_id" in codes(report)
 
 
 def test_fractional_prompt_id_fails_the_trace(monkeypatch):
@@ -170,16 +185,16 @@ def test_ids_meta_info_length_mismatch_trains_the_aligned_part(monkeypatch):
     body = answer()
     body["choices"][0]["meta_info"]["output_token_logprobs"].pop()  # content keeps 2 entries, meta 1
     report = smoke_on(monkeypatch, body)
-    assert report.ok and report.trainable_tokens == 1 and {"aligned_prefix", "usage_mismatch"} <= codes(report)
+    assert report.ok and per_answer(report) == 1 and {"aligned_prefix", "usage_mismatch"} <= codes(report)
 
 
 def test_null_logprob_in_meta_info_is_zero_trainable(monkeypatch):
     """sglang writes a NaN logprob as null: one null invalidates meta_info's whole list."""
     report = smoke_on(monkeypatch, answer(output=((None, 10, "a"), (-0.25, 11, "b"))))
-    assert report.code == ExitCode.INVARIANT and report.trainable_tokens == 0
+    assert report.code == ExitCode.INVARIANT and per_answer(report) == 0
 
 
 def test_json_report_carries_polars_verdict_count_and_warnings(monkeypatch):
     data = smoke_on(monkeypatch, answer(output=((1e-300, 10, "a"),))).as_dict()
     assert data["verdict"] == "pass" and data["polar_verdict"] == "trainable"
-    assert data["polar_trainable_tokens"] == 1 and data["warnings"] and data["findings"][0]["code"]
+    assert data["polar_trainable_tokens"] == 2 and len(data["requests"]) == 2 and data["warnings"] and data["findings"][0]["code"]
