@@ -119,7 +119,11 @@ def test_smoke_resolves_with_polars_own_client(standin, engine, capsys, monkeypa
         monkeypatch.delitem(sys.modules, name)
     from polarstack.cli import main
 
-    assert main(["smoke", "--base-url", engine.url, "--route", "polar", "--json"]) == 0
+    try:
+        assert main(["smoke", "--base-url", engine.url, "--route", "polar", "--json"]) == 0
+    finally:  # the stand-in's modules must not outlive the test: later smokes would resolve with "Polar" too
+        for name in [m for m in sys.modules if m == "polar" or m.startswith("polar.")]:
+            del sys.modules[name]
     report = json.loads(capsys.readouterr().out)
     assert "resolved with the installed polar.gateway.proxy" in report["note"]
     assert report["targets"] == [engine.url] and report["router_bypassed"] is False
