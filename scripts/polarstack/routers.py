@@ -134,17 +134,7 @@ def start(release: RouterRelease, worker_urls: list[str], *, port: int | None = 
 
 
 def register_worker(router_url: str, worker_url: str, timeout: float = 10.0) -> None:
-    """Register an engine the way slime does: POST /workers {"url", "worker_type": "regular"} (within `timeout`
-    seconds in total: the training gate registers engines through here)."""
-    from polarstack.http import client, request
+    """polarstack.worker_api.register, under its older name (tests and callers import it from here)."""
+    from polarstack.worker_api import register
 
-    with client(timeout) as http:
-        try:
-            reply = request(http, "POST", f"{router_url}/workers", {"url": worker_url, "worker_type": "regular"})
-        except StackError as exc:
-            raise StackError(f"could not register {worker_url} with the router at {router_url}: {exc.message}",
-                             exc.code) from None
-    if not 200 <= reply.status < 300:
-        raise StackError(f"the router at {router_url} refused POST /workers for {worker_url} "
-                         f"(HTTP {reply.status}: {reply.body[:200].decode('utf-8', 'replace')}); it has no "
-                         "slime-compatible worker API.", ExitCode.HTTP_ERROR)
+    register(router_url, worker_url, timeout)
