@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 import httpx
 
-from polarstack import contract, local, profiles
-from polarstack.http import percentile
+from polarstack import contract, local, measure, profiles
+from polarstack.measure import machine
 from polarstack.routers import start as start_router
 from polarstack.smoke import run_smoke
 
@@ -50,19 +50,9 @@ def _model(url: str) -> str:
 
 
 def latency(base: str, direct: str, model: str, count: int) -> dict[str, float]:
-    times: dict[str, list[float]] = {"direct": [], "via": []}
     with httpx.Client(timeout=30, trust_env=False) as http:
-        for i in range(count):
-            for side, url in (("direct", direct), ("via", base)):
-                started = time.perf_counter()
-                reply = http.post(f"{url}/v1/chat/completions", json=_body(model, f"ping {i % 7}", 1))
-                if reply.is_success:
-                    times[side].append((time.perf_counter() - started) * 1000)
-    d, v = times["direct"], times["via"]
-    return {"direct_median_ms": statistics.median(d), "via_median_ms": statistics.median(v),
-            "direct_p99_ms": percentile(d, 0.99), "via_p99_ms": percentile(v, 0.99),
-            "added_median_ms": statistics.median(v) - statistics.median(d),
-            "added_p99_ms": percentile(v, 0.99) - percentile(d, 0.99), "ok": len(v), "sent": count}
+        d, v = measure.interleaved_latency(http, direct, base, count, lambda i: _body(model, f"ping {i % 7}", 1))
+    return {**measure.latency_summary(d, v), "ok": len(v), "sent": count}
 
 
 async def _throughput(base: str, model: str, concurrency: int, total: int) -> dict[str, float]:
@@ -202,12 +192,6 @@ def run_bench(names: list[str] | None = None, *, reps: int = 3, latency_requests
     return {"generated": time.strftime("%Y-%m-%d"), "machine": machine(), "reps": reps,
             "latency_requests": latency_requests, "throughput_requests": throughput_requests,
             "concurrencies": list(concurrencies), "sessions": sessions, "turns": turns, "profiles": results}
-
-
-def machine() -> str:
-    from polarstack.matrix import machine as describe
-
-    return describe()
 
 
 def _fmt(summary: dict[str, float], digits: int = 3) -> str:

@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from polarstack import worker_api
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import repo_root
 from polarstack.processes import child_env, free_port, shielded, stop_pid, wait_http
 from polarstack.profiles import Profile, knob
-from polarstack.routers import install, register_worker
+from polarstack.routers import install
 
 STATE_FILE = "state.json"
 
@@ -180,9 +179,7 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
                 raise StackError(f"{release.spec} did not start: {exc.message} {tail}", ExitCode.ENVIRONMENT) from None
             router_url = f"http://127.0.0.1:{port}"
             if profile.registration == "register":
-                for url in engine_urls:
-                    register_worker(router_url, url)
-                _wait_registered(router_url, engine_urls, timeout)
+                worker_api.register_all(router_url, engine_urls, timeout)
             progress(f"up: {release.spec} on {port} ({profile.registration} registration)")
         state.data["base_url"] = started[-1]["url"] if profile.polar_base == "router" else engine_urls[0]
         state.data["engine_urls"] = engine_urls
@@ -193,23 +190,6 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
             _stop_all(started)
             state.path.unlink(missing_ok=True)
         raise
-
-
-def _wait_registered(router_url: str, engine_urls: list[str], timeout: float) -> None:
-    """slime's registration is asynchronous (202): wait until GET /workers lists every engine, healthy."""
-    deadline = time.monotonic() + timeout
-    listed: set[str] = set()
-    while time.monotonic() < deadline:
-        try:
-            workers = httpx.get(f"{router_url}/workers", timeout=2).json().get("workers", [])
-            listed = {w.get("url", "").rstrip("/") for w in workers if w.get("is_healthy", True)}
-            if set(engine_urls) <= listed:
-                return
-        except (httpx.HTTPError, ValueError, AttributeError):
-            pass
-        time.sleep(0.1)
-    raise StackError(f"the router at {router_url} did not list {sorted(set(engine_urls) - listed)} as healthy "
-                     f"workers within {timeout:g} s after POST /workers.", ExitCode.ENVIRONMENT)
 
 
 def _save(state: LocalState) -> None:

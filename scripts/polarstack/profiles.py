@@ -14,7 +14,7 @@ from pathlib import Path
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import parse_env_file, pins, repo_root
-from polarstack.routers import RouterRelease
+from polarstack.router_catalog import RouterRelease
 
 PROFILE_ORDER = ("router-passthrough", "engine-direct", "patched-router", "stock-router")
 ROUTERS = {"passthrough": "ROUTER_PASSTHROUGH", "patched": "ROUTER_PATCHED", "stock": "ROUTER_STOCK"}

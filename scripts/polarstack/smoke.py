@@ -19,14 +19,13 @@ target and is judged the same way, then for its tool call (toolcheck; docs/tool-
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from polarstack import contract, polar_findings, polar_model, polar_opinion, retokenize, toolcheck
+from polarstack import contract, polar_findings, polar_model, polar_opinion, retokenize, toolcheck, worker_api
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, error_message, request
 
@@ -165,15 +164,9 @@ def resolve(base_url: str, route: str, http, requests: int = 1) -> Resolution:
         raise StackError(f"--route must be base or polar, not {route!r}.", ExitCode.USAGE)
     if polar_importable():
         return resolve_with_polar(base_url, requests)
-    reply = request(http, "GET", f"{_root(base_url)}/workers")
-    workers = None
-    if 200 <= reply.status < 300:
-        try:
-            payload = json.loads(reply.body)
-        except ValueError:
-            payload = None
-        workers = payload.get("workers") if isinstance(payload, dict) else None
-    if not isinstance(workers, list):
+    reply = request(http, "GET", f"{_root(base_url)}{worker_api.PATH}")
+    workers = worker_api.parse_list(reply.body) if 200 <= reply.status < 300 else None
+    if workers is None:
         return Resolution("polar", base_url, [base_url], note=f"GET /workers answered HTTP {reply.status} without a "
                           "worker list, so Polar sends every request to the base URL")
     types = {w.get("worker_type") for w in workers if isinstance(w, dict)}
@@ -210,52 +203,6 @@ def _fail(report: SmokeReport, code: ExitCode, message: str) -> SmokeReport:
     return report
 
 
-@contextlib.contextmanager
-def registered(router_url: str, engine_urls: list[str], timeout: float):
-    """Register engines the router does not list yet, as slime does (POST /workers), for the duration of a
-    smoke; afterwards remove exactly those (DELETE /workers/{id}, slime's own removal call), so slime's
-    registration at launch does not meet a 409 for an existing worker."""
-    from polarstack.routers import register_worker
-
-    added: list[str] = []
-    with client(timeout) as http:
-        listed = _listed_workers(http, router_url)
-        for url in engine_urls:
-            if url not in listed:
-                register_worker(router_url, url, timeout)
-                added.append(url)
-        deadline = time.monotonic() + max(timeout, 10)
-        while added and not set(added) <= set(_listed_workers(http, router_url)):
-            if time.monotonic() > deadline:
-                raise StackError(f"the router at {router_url} did not list {added} after POST /workers.",
-                                 ExitCode.HTTP_ERROR)
-            time.sleep(0.1)
-    try:
-        yield added
-    finally:
-        with client(timeout) as http:
-            for url, worker_id in _listed_workers(http, router_url).items():
-                if url in added and worker_id:
-                    request(http, "DELETE", f"{router_url}/workers/{worker_id}")
-            # Removal is asynchronous too (smg answers 202): wait until the router no longer lists them.
-            deadline = time.monotonic() + max(timeout, 10)
-            while added and set(added) & set(_listed_workers(http, router_url)):
-                if time.monotonic() > deadline:
-                    raise StackError(f"the router at {router_url} still lists {added} after DELETE /workers; remove "
-                                     "them before launching, or slime's registration will meet a 409.",
-                                     ExitCode.HTTP_ERROR)
-                time.sleep(0.1)
-
-
-def _listed_workers(http, router_url: str) -> dict[str, str]:
-    reply = request(http, "GET", f"{router_url}/workers")
-    try:
-        workers = json.loads(reply.body).get("workers", []) if 200 <= reply.status < 300 else []
-    except (ValueError, AttributeError):
-        workers = []
-    return {w.get("url", "").rstrip("/"): w.get("id", "") for w in workers if isinstance(w, dict)}
-
-
 def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, turns: int = 2, timeout: float = 10.0,
               route: str = "base", max_tokens: int = 16, register: list[str] | None = None, strict: bool = False,
               allow_retokenized: bool = False, tokenizer_name: str | None = None,
@@ -264,7 +211,7 @@ def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, tur
                        "engine_urls": engine_urls or list(register or [])}
     if register:
         try:
-            with registered(base_url.rstrip("/"), register, timeout):
+            with worker_api.registered(base_url.rstrip("/"), register, timeout):
                 return run_smoke(base_url, model=model, requests=requests, turns=turns, timeout=timeout, route=route,
                                  max_tokens=max_tokens, **verdict_options)
         except StackError as exc:
