@@ -86,6 +86,24 @@ def _rng(seed: int, prompt: list[int], salt: int, sampling_seed: int | None) -> 
     return random.Random(int.from_bytes(h.digest()[:8], "big"))
 
 
+def _end(ids: list[int], stops: bool, limit: int) -> tuple[list[int], dict[str, Any]]:
+    """The output ids and finish_reason: ended by the stop token (part of output_ids, as in sglang) or cut at limit."""
+    if stops:
+        return ids + [IM_END], {"type": "stop", "matched": IM_END}
+    return ids[:limit], {"type": "length", "length": limit}
+
+
+def _served(state: EngineState, prompt: list[int], ids: list[int], logprobs: list[float], finish: dict[str, Any],
+            started: float) -> Generation:
+    """The finished generation, its cached prefix looked up (and the prompt remembered) and the totals counted."""
+    cached = state.cached_prefix(prompt)
+    with state.lock:
+        state.prompt_tokens_total += len(prompt)
+        state.cached_tokens_total += cached
+        state.generated_tokens_total += len(ids)
+    return Generation(ids, logprobs, finish, cached, started)
+
+
 def generate(state: EngineState, prompt: list[int], max_new_tokens: int | None, *, salt: int = 0,
              sampling_seed: int | None = None, ignore_eos: bool = False, min_new_tokens: int = 0) -> Generation:
     started = time.time()
@@ -94,19 +112,9 @@ def generate(state: EngineState, prompt: list[int], max_new_tokens: int | None, 
     limit = max_new_tokens if max_new_tokens is not None else 128
     words = [rng.choice(WORDS) for _ in range(min(natural, limit) + 1)]
     ids = [state.tokenizer.piece_id(" " + w) for w in words][: min(natural, limit)]
-    if natural < limit and not ignore_eos:
-        ids.append(IM_END)  # the stop token is part of output_ids, as in sglang
-        finish: dict[str, Any] = {"type": "stop", "matched": IM_END}
-    else:
-        ids = ids[:limit]
-        finish = {"type": "length", "length": limit}
+    ids, finish = _end(ids, natural < limit and not ignore_eos, limit)
     logprobs = [round(-rng.uniform(0.0005, 3.0), 6) for _ in ids]
-    cached = state.cached_prefix(prompt)
-    with state.lock:
-        state.prompt_tokens_total += len(prompt)
-        state.cached_tokens_total += cached
-        state.generated_tokens_total += len(ids)
-    return Generation(ids, logprobs, finish, cached, started)
+    return _served(state, prompt, ids, logprobs, finish, started)
 
 
 def generate_tool_call(state: EngineState, prompt: list[int], tools: list[Any], max_new_tokens: int | None, *,
@@ -117,19 +125,9 @@ def generate_tool_call(state: EngineState, prompt: list[int], tools: list[Any], 
     rng = _rng(state.seed, prompt, salt, sampling_seed)
     limit = max_new_tokens if max_new_tokens is not None else 128
     ids = state.tokenizer.encode(toolcheck.tool_call_text(tools))
-    if len(ids) < limit:
-        ids.append(IM_END)
-        finish: dict[str, Any] = {"type": "stop", "matched": IM_END}
-    else:
-        ids = ids[:limit]
-        finish = {"type": "length", "length": limit}
+    ids, finish = _end(ids, len(ids) < limit, limit)
     logprobs = [round(-rng.uniform(0.0005, 1.0), 6) for _ in ids]
-    cached = state.cached_prefix(prompt)
-    with state.lock:
-        state.prompt_tokens_total += len(prompt)
-        state.cached_tokens_total += cached
-        state.generated_tokens_total += len(ids)
-    return Generation(ids, logprobs, finish, cached, started)
+    return _served(state, prompt, ids, logprobs, finish, started)
 
 
 def meta_info(state: EngineState, rid: str, prompt: list[int], gen: Generation, return_logprob: bool,
