@@ -22,19 +22,15 @@ from typing import Any
 import yaml
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.local import run_dir
-from polarstack.pins import parse_env_file, pins, repo_root
+from polarstack.paths import compose_file, run_dir, stack_env
+from polarstack.pins import parse_env_file, pins
 from polarstack.profiles import Profile, parse_node_gpus
 
 LOCAL_ALTERNATIVE = "on a machine without it use RUNTIME=local (emulated engines on 127.0.0.1) or `make demo`"
 
 
-def compose_file() -> Path:
-    return repo_root() / "compose" / "compose.yaml"
-
-
 def stack_knobs() -> dict[str, str]:
-    values = parse_env_file(repo_root() / "configs" / "stack.env")
+    values = parse_env_file(stack_env())
     for key in list(values):  # the environment overrides a knob, as Compose would
         if key in os.environ:
             values[key] = os.environ[key]

@@ -45,10 +45,10 @@ def trainer_command(args, profile_name: str) -> list[str]:
 
 def _hand_over(path: str) -> str:
     """Copy the host's Polar config into .run/train/smoke/ and return its path inside the trainer."""
-    from polarstack.local import run_dir
+    from polarstack.paths import train_run_dir
     from polarstack.train import TRAINER_RUN_DIR
 
-    target = run_dir() / "train" / TRAINER_SMOKE_DIR / "polar_config.yaml"
+    target = train_run_dir() / TRAINER_SMOKE_DIR / "polar_config.yaml"
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         shutil.copyfile(path, target)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.local import run_dir
+from polarstack.paths import compose_file, run_dir
 
 STATE_FILE = "docker-state.json"
 DEFAULT_PROFILE = "engine-direct"
@@ -80,8 +80,6 @@ def profile_name(explicit: str | None, directory: Path | None = None) -> str:
 def expected_services(profile_name: str) -> list[str]:
     """The long-running services compose.yaml starts in `profile_name` (engines, router, trainer)."""
     import yaml
-
-    from polarstack.compose import compose_file
 
     spec = yaml.safe_load(compose_file().read_text())
     return [name for name, svc in spec["services"].items()

@@ -11,7 +11,6 @@ base URL, is refused with STATE by `smoke`/`train` (`LocalState.usable`) rather 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -21,8 +20,8 @@ from typing import Any
 
 import httpx
 
+from polarstack import paths
 from polarstack.errors import ExitCode, StackError
-from polarstack.pins import repo_root
 from polarstack.processes import child_env, free_port, shielded, stop_pid, wait_http
 from polarstack.profiles import Profile, knob
 from polarstack.routers import install, register_worker
@@ -30,9 +29,7 @@ from polarstack.routers import install, register_worker
 STATE_FILE = "state.json"
 
 
-def run_dir() -> Path:
-    env = os.environ.get("POLARSTACK_RUN_DIR")
-    return Path(env) if env else repo_root() / ".run"
+run_dir = paths.run_dir  # kept for old imports; the rule lives in polarstack.paths
 
 
 def start_time(pid: int) -> int | None:
