@@ -26,6 +26,7 @@ import httpx
 
 from polarstack import contract, local, profiles
 from polarstack.http import percentile
+from polarstack.render import spread as _fmt  # the table cell `median (min-max)`, shared with the CLI table
 from polarstack.routers import start as start_router
 from polarstack.smoke import run_smoke
 
@@ -208,10 +209,6 @@ def machine() -> str:
     from polarstack.matrix import machine as describe
 
     return describe()
-
-
-def _fmt(summary: dict[str, float], digits: int = 3) -> str:
-    return f"{summary['median']:.{digits}f} ({summary['min']:.{digits}f}-{summary['max']:.{digits}f})"
 
 
 def to_markdown(data: dict[str, Any], command: str) -> str:

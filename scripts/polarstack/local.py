@@ -63,6 +63,21 @@ class LocalState:
         return self.data["processes"]
 
     @property
+    def profile(self) -> str:
+        """The profile `up` started (read_state refuses a state without one)."""
+        return self.data["profile"]
+
+    @property
+    def route(self) -> str | None:
+        """The profile's POLAR_ROUTE as `up` recorded it (None in a state written without one)."""
+        return self.data.get("route")
+
+    @property
+    def engine_urls(self) -> list[str]:
+        """The emulated engines `up` started, in order ([] until `up` finished)."""
+        return list(self.data.get("engine_urls") or [])
+
+    @property
     def complete(self) -> bool:
         """Did `up` finish? (it writes base_url last; a killed `up` leaves processes without one)"""
         return isinstance(self.data.get("base_url"), str)
