@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.render import print_json, render_bench, render_routing_bench
@@ -35,8 +36,6 @@ def _add_bench(sub) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from polarstack import bench
 
     if args.routing:
@@ -47,23 +46,24 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     data = bench.run_bench(args.profiles, reps=args.reps, latency_requests=args.latency_requests,
                            throughput_requests=args.throughput_requests, sessions=args.sessions, turns=args.turns,
                            progress=lambda m: print(m, file=sys.stderr))
-    paths = bench.write_outputs(data, Path(args.out), _command(args))
+    return _write_and_show(args, data, bench.write_outputs, render_bench)
+
+
+def _write_and_show(args: argparse.Namespace, data, write, render) -> int:
+    """Write the outputs under --out (recording the command as typed: cli._main sets args.command_words), then
+    print the JSON or the tables."""
+    words = args.command_words
+    command = "polarstack bench" + ("" if len(words) <= 1 else " " + " ".join(words[1:]))
+    paths = write(data, Path(args.out), command)
     if args.json:
         print_json(data)
         return 0
-    render_bench(data, paths)
+    render(data, paths)
     return 0
-
-
-def _command(args: argparse.Namespace) -> str:
-    """The command recorded in the outputs: `polarstack bench` and its arguments as typed (cli._main sets them)."""
-    words = args.command_words
-    return "polarstack bench" + ("" if len(words) <= 1 else " " + " ".join(words[1:]))
 
 
 def _cmd_bench_routing(args: argparse.Namespace) -> int:
     import shlex
-    from pathlib import Path
 
     from polarstack import routing_bench, workload
 
@@ -84,9 +84,4 @@ def _cmd_bench_routing(args: argparse.Namespace) -> int:
                              decode_us=routing_bench.DECODE_US_PER_TOKEN if args.decode_us_per_token is None
                              else args.decode_us_per_token,
                              extra_modes=extra, progress=lambda m: print(m, file=sys.stderr))
-    paths = routing_bench.write_outputs(data, Path(args.out), _command(args))
-    if args.json:
-        print_json(data)
-        return 0
-    render_routing_bench(data, paths)
-    return 0
+    return _write_and_show(args, data, routing_bench.write_outputs, render_routing_bench)

@@ -89,7 +89,7 @@ def render_status(state) -> None:
     for proc in state.processes:
         alive = "running" if proc in live else "gone"
         print(f"{proc['role']:10} pid {proc['pid']:>7} {proc['url']} {alive}")
-    print(f"profile {state.data['profile']}: base URL {state.data.get('base_url')}")
+    print(f"profile {state.profile}: base URL {state.data.get('base_url')}")
 
 
 def render_demo(rows: list[dict[str, Any]], elapsed: float) -> None:
