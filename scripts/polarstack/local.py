@@ -25,6 +25,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.processes import child_env, free_port, shielded, stop_pid, wait_http
 from polarstack.profiles import Profile, knob
 from polarstack.routers import install, register_worker
+from polarstack.target import polar_base_url
 
 STATE_FILE = "state.json"
 
@@ -196,7 +197,7 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
                     register_worker(router_url, url)
                 _wait_registered(router_url, engine_urls, timeout)
             progress(f"up: {release.spec} on {port} ({profile.registration} registration)")
-        state.data["base_url"] = started[-1]["url"] if profile.polar_base == "router" else engine_urls[0]
+        state.data["base_url"] = polar_base_url(profile, started[-1]["url"] if release is not None else None, engine_urls)
         state.data["engine_urls"] = engine_urls
         _save(state)
         return state

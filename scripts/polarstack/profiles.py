@@ -123,8 +123,10 @@ class Profile:
         return int(self.values["ROUTER_PORT"])
 
     def base_url(self, host: str = "127.0.0.1") -> str:
-        port = self.router_port if self.polar_base == "router" else self.engine_port(0)
-        return f"http://{host}:{port}"
+        """Polar's base URL under Docker (the profile's ports), by the rule of polarstack.target.polar_base_url."""
+        from polarstack.target import polar_base_url
+
+        return polar_base_url(self, f"http://{host}:{self.router_port}", [f"http://{host}:{self.engine_port(0)}"])
 
 
 def validate(name: str, path: Path, values: dict[str, str], node_gpus: int) -> None:

@@ -23,6 +23,14 @@ if TYPE_CHECKING:
 RUNTIMES = ("auto", "local", "docker")
 
 
+def polar_base_url(profile: "Profile", router_url: str | None, engine_urls: list[str]) -> str:
+    """Where Polar's requests go in either runtime: the router when POLAR_BASE=router, else engine-0."""
+    if profile.polar_base == "router":
+        assert router_url is not None, "profiles.validate: POLAR_BASE=router needs a ROUTER"
+        return router_url
+    return engine_urls[0]
+
+
 def docker_engine_urls(profile: "Profile") -> list[str]:
     """The engines of `profile` under Docker (host network): one per ENGINE_COUNT, at Profile.engine_port."""
     return [f"http://127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
