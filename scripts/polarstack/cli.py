@@ -89,7 +89,8 @@ def _add_smoke(sub) -> None:
                         "POLAR_ROUTE when a profile is up, else base")
     p.add_argument("--profile", default=None,
                    help="check a profile of the docker runtime: its base URL, route and (for slime-registered "
-                        "routers) a temporary registration of its engines")
+                        "routers) a temporary registration of its engines; with a profile up locally, it must be "
+                        "that one (exit 9 otherwise)")
     p.add_argument("--runtime", choices=("auto", "local", "docker"), default="auto",
                    help="without --base-url: local (the run state of `polarstack up`), docker (--profile's ports), "
                         "or auto (local when a profile is up locally, else docker)")
@@ -124,7 +125,7 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
         from polarstack import docker_smoke
 
         if not args.in_trainer:  # on the host (the record is checked): run this smoke inside the trainer
-            return _smoke_in_trainer(args, target.loaded)
+            return _smoke_via_trainer(args, target.loaded)
         docker_smoke.check_inside_trainer(target.loaded)
     from polarstack.render import render_smoke
     from polarstack.smoke import run_smoke
@@ -142,7 +143,7 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     return 0
 
 
-def _smoke_in_trainer(args: argparse.Namespace, profile) -> int:
+def _smoke_via_trainer(args: argparse.Namespace, profile) -> int:
     from polarstack import docker_smoke
     from polarstack.render import render_docker_smoke
 

@@ -92,7 +92,7 @@ def resolve_target(runtime: str, profile: str | None, base_url: str | None, *, r
         state = local.read_state()
         if state is not None:  # a recorded local stack: use it, or refuse (STATE) when it died or is half-written
             state.usable()
-            if verb == "train" and profile and profile != state.profile:  # smoke: the local one (for now)
+            if profile and profile != state.profile:  # smoke and train alike (smoke used to check the local one)
                 raise StackError(f"profile {state.profile} is up locally, not {profile}; run `make down RUNTIME=local` "
                                  f"and `make up PROFILE={profile} RUNTIME=local`, or drop PROFILE.", ExitCode.STATE)
             return Target("local", state.profile, state.base_url, route or state.route, state.engine_urls)
