@@ -11,7 +11,6 @@ base URL, is refused with STATE by `smoke`/`train` (`LocalState.usable`) rather 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -19,19 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polarstack import worker_api
+from polarstack import paths, worker_api
 from polarstack.errors import ExitCode, StackError
-from polarstack.pins import repo_root
 from polarstack.processes import child_env, free_port, shielded, stop_pid, wait_http
 from polarstack.profiles import Profile, knob
 from polarstack.routers import install
+from polarstack.target import polar_base_url
 
 STATE_FILE = "state.json"
 
 
-def run_dir() -> Path:
-    env = os.environ.get("POLARSTACK_RUN_DIR")
-    return Path(env) if env else repo_root() / ".run"
+run_dir = paths.run_dir  # kept for old imports; the rule lives in polarstack.paths
 
 
 def start_time(pid: int) -> int | None:
@@ -63,6 +60,21 @@ class LocalState:
     @property
     def processes(self) -> list[dict[str, Any]]:
         return self.data["processes"]
+
+    @property
+    def profile(self) -> str:
+        """The profile `up` started (read_state refuses a state without one)."""
+        return self.data["profile"]
+
+    @property
+    def route(self) -> str | None:
+        """The profile's POLAR_ROUTE as `up` recorded it (None in a state written without one)."""
+        return self.data.get("route")
+
+    @property
+    def engine_urls(self) -> list[str]:
+        """The emulated engines `up` started, in order ([] until `up` finished)."""
+        return list(self.data.get("engine_urls") or [])
 
     @property
     def complete(self) -> bool:
@@ -181,7 +193,7 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
             if profile.registration == "register":
                 worker_api.register_all(router_url, engine_urls, timeout)
             progress(f"up: {release.spec} on {port} ({profile.registration} registration)")
-        state.data["base_url"] = started[-1]["url"] if profile.polar_base == "router" else engine_urls[0]
+        state.data["base_url"] = polar_base_url(profile, started[-1]["url"] if release is not None else None, engine_urls)
         state.data["engine_urls"] = engine_urls
         _save(state)
         return state

@@ -46,7 +46,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 # Also the names polarstack.verifier had as one module (callers and tests use them from here).
 from polarstack.verifier.candidate import _RUNNER
@@ -244,10 +244,17 @@ def _parse_report(data: bytes, secret: str) -> dict[str, Any]:
 
 
 def verify_many(items: Iterable[tuple[dict[str, Any], str]], limits: Limits | None = None,
-                workers: int | None = None) -> list[Outcome]:
+                workers: int | None = None, on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    """Each (problem, solution) verified in parallel sandboxes, outcomes in the items' order; `on_outcome` is called
+    with each outcome as it is collected (in order), e.g. to advance a progress bar."""
     items = list(items)
+    outcomes: list[Outcome] = []
     with ThreadPoolExecutor(max_workers=workers or max(2, os.cpu_count() or 2)) as pool:
-        return list(pool.map(lambda pair: verify(pair[0], pair[1], limits), items))
+        for outcome in pool.map(lambda pair: verify(pair[0], pair[1], limits), items):
+            outcomes.append(outcome)
+            if on_outcome is not None:
+                on_outcome(outcome)
+    return outcomes
 
 
 # --- slime's custom reward hook --------------------------------------------------------------------------
