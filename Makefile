@@ -19,8 +19,9 @@ ROUTE ?=
 # Profile for up/smoke/train: engine-direct, router-passthrough, patched-router or stock-router
 # (empty: the profile `make up` started, recorded in .run/docker-state.json, else engine-direct).
 PROFILE ?=
-# Where the stack runs: docker (the GPU node) or local (emulated engines + real routers on 127.0.0.1).
-RUNTIME ?= docker
+# Where the stack runs: docker (the GPU node) or local (emulated engines + real routers on 127.0.0.1)
+# (empty: up/down/ps act on docker; smoke/train let the CLI choose, --runtime auto: local when a profile is up there).
+RUNTIME ?=
 # Task for `make train`: humaneval or mbpp.
 TASK ?=
 # 1: print and validate the launch of `make train` without running anything.
@@ -36,6 +37,7 @@ VENV_PY := $(VENV)/bin/python
 # POLARSTACK_VIA_MAKE: on failure the CLI prints its real exit code (make itself always exits 2).
 CLI := POLARSTACK_VIA_MAKE=1 $(VENV)/bin/polarstack
 _PROFILE_ARG = $(if $(PROFILE),--profile "$(PROFILE)")
+_RUNTIME_ARG = $(if $(RUNTIME),--runtime "$(RUNTIME)")
 # Run a command and print its wall-clock time (GPU-node steps take minutes to hours; see README "On the GPU node").
 _timed = started=$$(date +%s); rc=0; $(1) || rc=$$?; echo "make $@: $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
@@ -88,11 +90,11 @@ clean: _venv ## remove the docker stack AND its volumes (models, checkpoints, lo
 	@$(CLI) compose clean $(_PROFILE_ARG)
 
 smoke: _venv ## prove the path yields trainable tokens (the profile that is up, or BASE_URL=..., ROUTE=base|polar)
-	@$(call _timed,$(CLI) smoke $(if $(BASE_URL),--base-url "$(BASE_URL)",$(_PROFILE_ARG) --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto)) $(if $(ROUTE),--route "$(ROUTE)"))
+	@$(call _timed,$(CLI) smoke $(if $(BASE_URL),--base-url "$(BASE_URL)",$(_PROFILE_ARG) $(_RUNTIME_ARG)) $(if $(ROUTE),--route "$(ROUTE)"))
 
 train: _venv ## GRPO on TASK=humaneval|mbpp behind the smoke gate (DRY_RUN=1 prints and validates only)
 	@test -n "$(TASK)" || { echo "make train needs TASK=humaneval or TASK=mbpp" >&2; exit 2; }
-	@$(call _timed,$(CLI) train --task "$(TASK)" $(_PROFILE_ARG) --runtime $(if $(filter command line environment,$(origin RUNTIME)),$(RUNTIME),auto) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(RESUME)),--resume) $(foreach s,$(SET),--set "$(s)"))
+	@$(call _timed,$(CLI) train --task "$(TASK)" $(_PROFILE_ARG) $(_RUNTIME_ARG) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(RESUME)),--resume) $(foreach s,$(SET),--set "$(s)"))
 
 verify-offline: _venv ## check every rendered command line and image pin against the pinned upstreams (no GPU)
 	@$(CLI) verify-offline
@@ -108,5 +110,5 @@ router-matrix: _venv ## measure router releases in front of the emulator; regene
 	@$(CLI) routers matrix $(if $(RELEASES),--releases $(RELEASES)) --json docs/router-matrix.json --markdown docs/router-matrix.md
 
 _runtime:
-	@case "$(RUNTIME)" in docker|local) ;; *) echo "RUNTIME=$(RUNTIME) is not docker or local" >&2; exit 2;; esac
+	@case "$(RUNTIME)" in ""|docker|local) ;; *) echo "RUNTIME=$(RUNTIME) is not docker or local" >&2; exit 2;; esac
 

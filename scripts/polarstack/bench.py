@@ -24,8 +24,9 @@ from typing import Any, Callable
 
 import httpx
 
-from polarstack import contract, local, profiles
-from polarstack.http import percentile
+from polarstack import contract, local, measure, profiles
+from polarstack.measure import machine
+from polarstack.render import spread as _fmt  # the table cell `median (min-max)`, shared with the CLI table
 from polarstack.routers import start as start_router
 from polarstack.smoke import run_smoke
 
@@ -50,19 +51,9 @@ def _model(url: str) -> str:
 
 
 def latency(base: str, direct: str, model: str, count: int) -> dict[str, float]:
-    times: dict[str, list[float]] = {"direct": [], "via": []}
     with httpx.Client(timeout=30, trust_env=False) as http:
-        for i in range(count):
-            for side, url in (("direct", direct), ("via", base)):
-                started = time.perf_counter()
-                reply = http.post(f"{url}/v1/chat/completions", json=_body(model, f"ping {i % 7}", 1))
-                if reply.is_success:
-                    times[side].append((time.perf_counter() - started) * 1000)
-    d, v = times["direct"], times["via"]
-    return {"direct_median_ms": statistics.median(d), "via_median_ms": statistics.median(v),
-            "direct_p99_ms": percentile(d, 0.99), "via_p99_ms": percentile(v, 0.99),
-            "added_median_ms": statistics.median(v) - statistics.median(d),
-            "added_p99_ms": percentile(v, 0.99) - percentile(d, 0.99), "ok": len(v), "sent": count}
+        d, v = measure.interleaved_latency(http, direct, base, count, lambda i: _body(model, f"ping {i % 7}", 1))
+    return {**measure.latency_summary(d, v), "ok": len(v), "sent": count}
 
 
 async def _throughput(base: str, model: str, concurrency: int, total: int) -> dict[str, float]:
@@ -133,7 +124,7 @@ def _round_robin(urls: list[str]) -> Callable[[], str]:
 
 
 def affinity(profile: profiles.Profile, state: local.LocalState, model: str, sessions: int, turns: int) -> dict[str, Any]:
-    engines = state.data["engine_urls"]
+    engines = state.engine_urls
     out: dict[str, Any] = {}
     release = profile.router
     if release is not None:
@@ -163,20 +154,20 @@ def run_bench(names: list[str] | None = None, *, reps: int = 3, latency_requests
         with tempfile.TemporaryDirectory(prefix="polarstack-bench-") as tmp:
             state = local.up(profile, directory=Path(tmp), progress=lambda m: None)
             try:
-                model = _model(state.data["engine_urls"][0])
+                model = _model(state.engine_urls[0])
                 reps_out = []
                 for rep in range(reps):
                     progress(f"bench: {name} repetition {rep + 1}/{reps}")
                     smoke = run_smoke(state.base_url, route=profile.route)
                     row = {"smoke_seconds": smoke.elapsed, "smoke_verdict": "pass" if smoke.ok else smoke.code.name,
-                           "latency": latency(state.base_url, state.data["engine_urls"][0], model, latency_requests),
+                           "latency": latency(state.base_url, state.engine_urls[0], model, latency_requests),
                            "throughput": {str(c): asyncio.run(_throughput(state.base_url, model, c, throughput_requests))
                                           for c in concurrencies}}
                     reps_out.append(row)
                 progress(f"bench: {name} sessions")
                 results[name] = {
                     "router": profile.router.spec if profile.router else "none",
-                    "engines": len(state.data["engine_urls"]),
+                    "engines": len(state.engine_urls),
                     "smoke_verdict": reps_out[-1]["smoke_verdict"],
                     "smoke_seconds": _summary([r["smoke_seconds"] for r in reps_out]),
                     "added_median_ms": _summary([r["latency"]["added_median_ms"] for r in reps_out]),
@@ -186,7 +177,7 @@ def run_bench(names: list[str] | None = None, *, reps: int = 3, latency_requests
                                    for c in map(str, concurrencies)},
                     "token_yield": _summary([r["throughput"][str(concurrencies[-1])]["token_yield"] for r in reps_out]),
                     "failures": sum(r["throughput"][c]["failures"] for r in reps_out for c in map(str, concurrencies)),
-                    "affinity": affinity(profile, state, model, sessions, turns) if len(state.data["engine_urls"]) > 1 else {},
+                    "affinity": affinity(profile, state, model, sessions, turns) if len(state.engine_urls) > 1 else {},
                     "repetitions": reps_out,
                 }
             finally:
@@ -204,14 +195,6 @@ def run_bench(names: list[str] | None = None, *, reps: int = 3, latency_requests
             "concurrencies": list(concurrencies), "sessions": sessions, "turns": turns, "profiles": results}
 
 
-def machine() -> str:
-    from polarstack.matrix import machine as describe
-
-    return describe()
-
-
-def _fmt(summary: dict[str, float], digits: int = 3) -> str:
-    return f"{summary['median']:.{digits}f} ({summary['min']:.{digits}f}-{summary['max']:.{digits}f})"
 
 
 def to_markdown(data: dict[str, Any], command: str) -> str:

@@ -22,19 +22,16 @@ from typing import Any
 import yaml
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.local import run_dir
-from polarstack.pins import parse_env_file, pins, repo_root
+from polarstack.paths import compose_file, run_dir, stack_env
+from polarstack.pins import parse_env_file, pins
 from polarstack.profiles import Profile, parse_node_gpus
+from polarstack.target import docker_engine_urls
 
 LOCAL_ALTERNATIVE = "on a machine without it use RUNTIME=local (emulated engines on 127.0.0.1) or `make demo`"
 
 
-def compose_file() -> Path:
-    return repo_root() / "compose" / "compose.yaml"
-
-
 def stack_knobs() -> dict[str, str]:
-    values = parse_env_file(repo_root() / "configs" / "stack.env")
+    values = parse_env_file(stack_env())
     for key in list(values):  # the environment overrides a knob, as Compose would
         if key in os.environ:
             values[key] = os.environ[key]
@@ -65,12 +62,10 @@ def render_values(profile: Profile) -> dict[str, str]:
     if top >= node:
         raise StackError(f"{profile.path}: GPU {top} does not exist on a {node}-GPU node (NODE_GPUS in "
                          "configs/stack.env).", ExitCode.USAGE)
-    urls = []
+    urls = docker_engine_urls(profile)  # the one rule for where the docker engines listen (polarstack.target)
     for index in range(profile.engine_count):
-        port = profile.engine_port(index)
-        values[f"ENGINE_{index}_PORT"] = str(port)
+        values[f"ENGINE_{index}_PORT"] = str(profile.engine_port(index))
         values[f"ENGINE_{index}_GPU"] = str(profile.engine_gpus[index])
-        urls.append(f"http://127.0.0.1:{port}")
     values["ENGINE_URLS"] = " ".join(urls)
     values["ROLLOUT_EXTERNAL_ENGINE_ADDRS"] = " ".join(u.removeprefix("http://") for u in urls)
     values["SGLANG_ROUTER_BASE_URL"] = profile.base_url()
@@ -157,7 +152,7 @@ def _run(cmd: list[str], timeout: float = 20) -> subprocess.CompletedProcess:
         return subprocess.CompletedProcess(cmd, 127, "", str(exc))
 
 
-def _first_line(proc: subprocess.CompletedProcess) -> str:
+def first_line(proc: subprocess.CompletedProcess) -> str:
     text = (proc.stderr or proc.stdout or "").strip().splitlines()
     return text[0][:160] if text else f"exit {proc.returncode}"
 
@@ -183,7 +178,7 @@ def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
     info = _run(["docker", "info", "--format", "{{json .}}"])
     if info.returncode != 0:
         raise StackError(f"{what} needs a running Docker engine, and `docker info` cannot reach one "
-                         f"({_first_line(info)}); start dockerd, or {LOCAL_ALTERNATIVE}.", ExitCode.ENVIRONMENT)
+                         f"({first_line(info)}); start dockerd, or {LOCAL_ALTERNATIVE}.", ExitCode.ENVIRONMENT)
     compose_command()
     if not need_gpus:
         return

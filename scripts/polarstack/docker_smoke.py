@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from typing import Any
 
 from polarstack.errors import ExitCode, StackError
@@ -45,10 +44,10 @@ def trainer_command(args, profile_name: str) -> list[str]:
 
 def _hand_over(path: str) -> str:
     """Copy the host's Polar config into .run/train/smoke/ and return its path inside the trainer."""
-    from polarstack.local import run_dir
+    from polarstack.paths import train_run_dir
     from polarstack.train import TRAINER_RUN_DIR
 
-    target = run_dir() / "train" / TRAINER_SMOKE_DIR / "polar_config.yaml"
+    target = train_run_dir() / TRAINER_SMOKE_DIR / "polar_config.yaml"
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         shutil.copyfile(path, target)
@@ -94,20 +93,3 @@ def check_inside_trainer(profile) -> None:
         raise StackError(f"the trainer was started with {', '.join(differs)}; the image's configs/profiles/"
                          f"{profile.name}.env is stale: run `make build PROFILE={profile.name}` and `make up "
                          f"PROFILE={profile.name}`.", ExitCode.STATE)
-
-
-def render(report: dict[str, Any], profile_name: str) -> None:
-    """A short human report of the trainer's JSON (`--json` prints it whole)."""
-    verdict = "PASS" if report["verdict"] == "pass" else f"FAIL ({report.get('code')}, exit {report.get('exit_code')})"
-    print(f"smoke inside the trainer of {profile_name}: route={report.get('route')} base={report.get('base_url')} "
-          f"model={report.get('model')}")
-    for entry in report.get("requests") or []:
-        polar = entry.get("polar", {}).get("polar_trainable_tokens", "-")
-        installed = entry.get("installed_polar", {}).get("trainable_tokens", "-")
-        print(f"  {entry.get('kind')} turn {entry.get('turn')} {entry.get('url')} HTTP {entry.get('status')}: "
-              f"trainable {polar}, installed Polar {installed}")
-    for warning in report.get("warnings") or []:
-        print(f"  warning: {warning}")
-    print(f"verdict: {verdict}; Polar's verdict {report.get('polar_verdict') or '-'}; installed Polar "
-          f"{report.get('installed_polar')}; trainable tokens {report.get('trainable_tokens')}")
-    sys.stdout.flush()

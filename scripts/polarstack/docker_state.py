@@ -18,15 +18,30 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.local import run_dir
+from polarstack.paths import compose_file, run_dir
 
 STATE_FILE = "docker-state.json"
 DEFAULT_PROFILE = "engine-direct"
 ONE_SHOT = frozenset({"model-download", "sandbox-build"})  # compose.yaml services that exit when done
+
+
+@dataclass(frozen=True)
+class DockerRecord:
+    """The typed view of .run/docker-state.json (read/usable return its dict, which tests and tools read)."""
+
+    profile: str
+    base_url: str | None = None
+    route: str | None = None
+    started_at: float | None = None
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> "DockerRecord":
+        return cls(data["profile"], data.get("base_url"), data.get("route"), data.get("started_at"))
 
 
 def state_path(directory: Path | None = None) -> Path:
@@ -81,8 +96,6 @@ def expected_services(profile_name: str) -> list[str]:
     """The long-running services compose.yaml starts in `profile_name` (engines, router, trainer)."""
     import yaml
 
-    from polarstack.compose import compose_file
-
     spec = yaml.safe_load(compose_file().read_text())
     return [name for name, svc in spec["services"].items()
             if profile_name in (svc.get("profiles") or []) and name not in ONE_SHOT]
@@ -112,7 +125,7 @@ def service_states(profile) -> dict[str, str]:
 
     proc = compose.run_compose(profile, ["ps", "--all", "--format", "json"], capture=True)
     if proc.returncode != 0:
-        raise StackError(f"`docker compose ps` failed for profile {profile.name} ({compose._first_line(proc)}); "
+        raise StackError(f"`docker compose ps` failed for profile {profile.name} ({compose.first_line(proc)}); "
                          "start the Docker engine, then retry.", ExitCode.ENVIRONMENT)
     states = {}
     for service, entry in parse_ps(proc.stdout).items():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextvars
 import json
-import math
 import re
 import time
 from dataclasses import dataclass
@@ -169,12 +168,3 @@ def json_depth(body: bytes) -> int:
         depth += 1 if match.group() in (b"[", b"{") else -1
         deepest = max(deepest, depth)
     return deepest
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)

@@ -11,7 +11,6 @@ base URL, is refused with STATE by `smoke`/`train` (`LocalState.usable`) rather 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -19,20 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from polarstack import paths, worker_api
 from polarstack.errors import ExitCode, StackError
-from polarstack.pins import repo_root
 from polarstack.processes import child_env, free_port, shielded, stop_pid, wait_http
 from polarstack.profiles import Profile, knob
-from polarstack.routers import install, register_worker
+from polarstack.routers import install
+from polarstack.target import polar_base_url
 
 STATE_FILE = "state.json"
 
 
-def run_dir() -> Path:
-    env = os.environ.get("POLARSTACK_RUN_DIR")
-    return Path(env) if env else repo_root() / ".run"
+run_dir = paths.run_dir  # kept for old imports; the rule lives in polarstack.paths
 
 
 def start_time(pid: int) -> int | None:
@@ -64,6 +60,21 @@ class LocalState:
     @property
     def processes(self) -> list[dict[str, Any]]:
         return self.data["processes"]
+
+    @property
+    def profile(self) -> str:
+        """The profile `up` started (read_state refuses a state without one)."""
+        return self.data["profile"]
+
+    @property
+    def route(self) -> str | None:
+        """The profile's POLAR_ROUTE as `up` recorded it (None in a state written without one)."""
+        return self.data.get("route")
+
+    @property
+    def engine_urls(self) -> list[str]:
+        """The emulated engines `up` started, in order ([] until `up` finished)."""
+        return list(self.data.get("engine_urls") or [])
 
     @property
     def complete(self) -> bool:
@@ -180,11 +191,9 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
                 raise StackError(f"{release.spec} did not start: {exc.message} {tail}", ExitCode.ENVIRONMENT) from None
             router_url = f"http://127.0.0.1:{port}"
             if profile.registration == "register":
-                for url in engine_urls:
-                    register_worker(router_url, url)
-                _wait_registered(router_url, engine_urls, timeout)
+                worker_api.register_all(router_url, engine_urls, timeout)
             progress(f"up: {release.spec} on {port} ({profile.registration} registration)")
-        state.data["base_url"] = started[-1]["url"] if profile.polar_base == "router" else engine_urls[0]
+        state.data["base_url"] = polar_base_url(profile, started[-1]["url"] if release is not None else None, engine_urls)
         state.data["engine_urls"] = engine_urls
         _save(state)
         return state
@@ -193,23 +202,6 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
             _stop_all(started)
             state.path.unlink(missing_ok=True)
         raise
-
-
-def _wait_registered(router_url: str, engine_urls: list[str], timeout: float) -> None:
-    """slime's registration is asynchronous (202): wait until GET /workers lists every engine, healthy."""
-    deadline = time.monotonic() + timeout
-    listed: set[str] = set()
-    while time.monotonic() < deadline:
-        try:
-            workers = httpx.get(f"{router_url}/workers", timeout=2).json().get("workers", [])
-            listed = {w.get("url", "").rstrip("/") for w in workers if w.get("is_healthy", True)}
-            if set(engine_urls) <= listed:
-                return
-        except (httpx.HTTPError, ValueError, AttributeError):
-            pass
-        time.sleep(0.1)
-    raise StackError(f"the router at {router_url} did not list {sorted(set(engine_urls) - listed)} as healthy "
-                     f"workers within {timeout:g} s after POST /workers.", ExitCode.ENVIRONMENT)
 
 
 def _save(state: LocalState) -> None:

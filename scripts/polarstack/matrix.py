@@ -7,9 +7,6 @@ Every release runs in front of the engine emulator on loopback and is measured o
 from __future__ import annotations
 
 import json
-import os
-import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -19,15 +16,15 @@ from typing import Any, Callable
 
 import httpx
 
+from polarstack import worker_api
 from polarstack.contract import POLAR_REQUEST_FLAGS
 from polarstack.errors import ExitCode, StackError
-from polarstack.http import percentile
+from polarstack.measure import (ENGINE_LOG, ISSUE_52_BODY, carries_polar_flags, generate_body, generate_keeps_tokens,
+                                interleaved_latency, latency_summary, machine)
 from polarstack.processes import start_emulator, stop_pid
 from polarstack.routers import PACKAGES, RouterRelease, install, is_installed, version_tuple
 from polarstack.routers import start as start_router
 
-ISSUE_BODY = {"messages": [{"role": "user", "content": "Say hi in 5 words"}], "max_tokens": 12, "logprobs": True,
-              "top_logprobs": 0, "return_prompt_token_ids": True, "return_meta_info": True}
 SGLANG_ROUTER_RANGE = ((0, 1, 0), (0, 3, 2))  # the range issue #52 swept
 COLUMNS = [
     ("release", "release"), ("installs", "installs"), ("starts", "starts"),
@@ -84,7 +81,7 @@ def _yes(value: bool | None) -> str:
 
 
 def _engine_log(http: httpx.Client, engines: Engines, path: str) -> list[dict[str, Any]]:
-    return http.get(f"{engines.url}/_emulator/requests", params={"path": path}).json()["requests"]
+    return http.get(f"{engines.url}{ENGINE_LOG}", params={"path": path}).json()["requests"]
 
 
 def measure(release: RouterRelease, engines: Engines, latency_requests: int = 200) -> dict[str, Any]:
@@ -109,8 +106,8 @@ def measure(release: RouterRelease, engines: Engines, latency_requests: int = 20
     try:
         step = "chat with Polar's flags"
         model = "Qwen2.5-7B-Instruct"
-        body = dict(ISSUE_BODY, model=model)
-        http.delete(f"{engines.url}/_emulator/requests")
+        body = dict(ISSUE_52_BODY, model=model)
+        http.delete(f"{engines.url}{ENGINE_LOG}")
         reply = _retrying_post(http, f"{router.url}/v1/chat/completions", body)
         received = _engine_log(http, engines, "/v1/chat/completions")
         if reply is None or not reply.is_success:
@@ -118,7 +115,7 @@ def measure(release: RouterRelease, engines: Engines, latency_requests: int = 20
             row["chat_flags_reach_engine"] = row["chat_fields_reach_client"] = None
         else:
             last = received[-1]["body"] if received else {}
-            row["chat_flags_reach_engine"] = all(last.get(f) is True for f in POLAR_REQUEST_FLAGS)
+            row["chat_flags_reach_engine"] = carries_polar_flags(last)
             keys = set(reply.json()["choices"][0])
             row["chat_fields_reach_client"] = {"prompt_token_ids", "meta_info"} <= keys
             row["choice_keys"] = sorted(keys)
@@ -134,20 +131,15 @@ def measure(release: RouterRelease, engines: Engines, latency_requests: int = 20
         finally:
             http.post(f"{engines.url}/_emulator/fault", json={"mode": "none"})
         step = "/generate"
-        gen = http.post(f"{router.url}/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 4},
-                                                         "return_logprob": True})
-        out = gen.json() if gen.is_success else {}
-        out = out[0] if isinstance(out, list) and out else out
-        meta = out.get("meta_info") if isinstance(out, dict) else None
-        row["generate_keeps_tokens"] = bool(isinstance(out, dict) and out.get("output_ids") and isinstance(meta, dict)
-                                            and meta.get("output_token_logprobs"))
+        gen = http.post(f"{router.url}/generate", json=generate_body("hi"))
+        row["generate_keeps_tokens"] = bool(generate_keeps_tokens(gen.json() if gen.is_success else {}))
         step = "/v1/completions"
-        http.delete(f"{engines.url}/_emulator/requests")
+        http.delete(f"{engines.url}{ENGINE_LOG}")
         comp = http.post(f"{router.url}/v1/completions", json={"model": model, "prompt": "hi", "max_tokens": 4,
                                                                "return_prompt_token_ids": True, "return_meta_info": True})
         seen = _engine_log(http, engines, "/v1/completions")
         row["completions_flags_reach_engine"] = (comp.is_success and bool(seen) and
-                                                 all(seen[-1]["body"].get(f) is True for f in POLAR_REQUEST_FLAGS))
+                                                 carries_polar_flags(seen[-1]["body"]))
         step = "POST /workers"
         row["post_workers"] = _registration(http, router.url, engines.spare_url)
         step = "latency"
@@ -175,42 +167,25 @@ def _retrying_post(http: httpx.Client, url: str, body: dict[str, Any], tries: in
 def _registration(http: httpx.Client, router_url: str, worker_url: str) -> bool:
     # On its own connection: measured here, sglang-router 0.1.4 answers 404 to POST /workers and the next
     # request on that same keep-alive connection sometimes never gets an answer (a 10 s read timeout).
-    reply = httpx.post(f"{router_url}/workers", json={"url": worker_url, "worker_type": "regular"},
+    reply = httpx.post(f"{router_url}{worker_api.PATH}", json=worker_api.registration(worker_url),
                        headers={"Connection": "close"}, timeout=10, trust_env=False)
     if not reply.is_success:
         return False
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        listing = http.get(f"{router_url}/workers")
-        try:
-            urls = {w.get("url", "").rstrip("/") for w in listing.json().get("workers", [])}
-        except (ValueError, AttributeError):
-            return False
-        if worker_url in urls:
-            return True
-        time.sleep(0.1)
-    return False
+
+    def listed() -> bool:
+        listing = http.get(f"{router_url}{worker_api.PATH}")
+        return worker_url in worker_api.by_url(worker_api.parse_list(listing.content) or [])
+
+    return worker_api.poll_until(listed, 10)
 
 
 def _latency(http: httpx.Client, direct: str, via: str, model: str, count: int) -> dict[str, Any]:
     """`count` requests each way, interleaved so drift hits both sides equally; milliseconds."""
     body = {"model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
-    times: dict[str, list[float]] = {"direct": [], "via": []}
-    for _ in range(count):
-        for side, base in (("direct", direct), ("via", via)):
-            t0 = time.perf_counter()
-            reply = http.post(f"{base}/v1/chat/completions", json=body)
-            elapsed = (time.perf_counter() - t0) * 1000
-            if reply.is_success:
-                times[side].append(elapsed)
-    d, v = times["direct"], times["via"]
+    d, v = interleaved_latency(http, direct, via, count, lambda i: body)
     if len(d) < count or len(v) < count:
         return {"latency_note": f"only {len(v)}/{count} requests through the router succeeded"}
-    return {"latency_requests": count, "direct_median_ms": round(statistics.median(d), 3),
-            "via_median_ms": round(statistics.median(v), 3),
-            "direct_p99_ms": round(percentile(d, 0.99), 3), "via_p99_ms": round(percentile(v, 0.99), 3),
-            "added_median_ms": round(statistics.median(v) - statistics.median(d), 3),
-            "added_p99_ms": round(percentile(v, 0.99) - percentile(d, 0.99), 3)}
+    return {"latency_requests": count, **{k: round(x, 3) for k, x in latency_summary(d, v).items()}}
 
 
 def run_matrix(releases: list[RouterRelease], latency_requests: int = 200,
@@ -229,19 +204,6 @@ def run_matrix(releases: list[RouterRelease], latency_requests: int = 200,
         stop_pid(main.pid, main)
         stop_pid(spare.pid, spare)
     return rows
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores ({cpu}), "
-            f"CPython {platform.python_version()}, no GPU")
 
 
 def cell(row: dict[str, Any], key: str) -> str:

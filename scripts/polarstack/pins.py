@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
+from polarstack import paths
 from polarstack.errors import ExitCode, StackError
 
 
-def repo_root() -> Path:
-    """The repository root (the folder holding configs/); overridable with POLARSTACK_ROOT."""
-    env = os.environ.get("POLARSTACK_ROOT")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2]
+repo_root = paths.repo_root  # kept for old imports (tests, tools); the rule lives in polarstack.paths
 
 
 def parse_env_file(path: Path) -> dict[str, str]:
@@ -44,7 +39,7 @@ def parse_env_file(path: Path) -> dict[str, str]:
 
 @functools.cache
 def pins() -> dict[str, str]:
-    return parse_env_file(repo_root() / "configs" / "pins.env")
+    return parse_env_file(paths.pins_env())
 
 
 def pin(key: str) -> str:

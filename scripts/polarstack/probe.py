@@ -16,14 +16,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from polarstack import contract
+from polarstack import contract, measure
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, error_message, request
 from polarstack.smoke import WORKING_PROFILES, _root, _v1, discover_model
-
-# Upstream issue #52's probe body (model filled in at run time).
-ISSUE_52_BODY = {"messages": [{"role": "user", "content": "Say hi in 5 words"}], "max_tokens": 12, "logprobs": True,
-                 "top_logprobs": 0, "return_prompt_token_ids": True, "return_meta_info": True}
 
 REQUEST_DROPPED = "request fields dropped on the way in"
 RESPONSE_DROPPED = "response fields dropped on the way out"
@@ -58,34 +54,25 @@ def _chat(http, base: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _generate_keeps_meta(http, base: str) -> bool | None:
-    body = {"text": "Say hi in 5 words", "sampling_params": {"max_new_tokens": 4, "temperature": 0},
-            "return_logprob": True}
+    body = measure.generate_body("Say hi in 5 words", temperature=0)
     try:
         reply = request(http, "POST", f"{_root(base)}/generate", body)
         parsed = json.loads(reply.body) if 200 <= reply.status < 300 else None
     except (StackError, ValueError):
         return None
-    if isinstance(parsed, list) and parsed:
-        parsed = parsed[0]
-    if not isinstance(parsed, dict):
-        return None
-    meta = parsed.get("meta_info")
-    return isinstance(meta, dict) and bool(meta.get("output_token_logprobs")) and "output_ids" in parsed
+    return measure.generate_keeps_tokens(parsed)
 
 
 def _engine_saw_flags(http, direct: str) -> bool | None:
     """From the emulator's request log: did the last chat request carry both flags? None if no log."""
     try:
-        reply = request(http, "GET", f"{_root(direct)}/_emulator/requests?path=/v1/chat/completions&limit=1")
+        reply = request(http, "GET", f"{_root(direct)}{measure.ENGINE_LOG}?path=/v1/chat/completions&limit=1")
         if not 200 <= reply.status < 300:
             return None
         entries = json.loads(reply.body).get("requests") or []
     except (StackError, ValueError, AttributeError):
         return None
-    if not entries or not isinstance(entries[-1].get("body"), dict):
-        return None
-    body = entries[-1]["body"]
-    return all(body.get(flag) is True for flag in contract.POLAR_REQUEST_FLAGS)
+    return measure.engine_saw_flags(entries)
 
 
 def run_probe(direct: str, via: str, *, model: str | None = None, timeout: float = 10.0) -> ProbeReport:
@@ -93,7 +80,7 @@ def run_probe(direct: str, via: str, *, model: str | None = None, timeout: float
     with client(timeout) as http:
         try:
             name = model or discover_model(http, direct)
-            body = dict(ISSUE_52_BODY, model=name)
+            body = dict(measure.ISSUE_52_BODY, model=name)
             report.direct = _chat(http, direct, body)
             report.via = _chat(http, via, body)
             saw = _engine_saw_flags(http, direct)

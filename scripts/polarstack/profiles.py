@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.pins import parse_env_file, pins, repo_root
-from polarstack.routers import RouterRelease
+from polarstack import paths
+from polarstack.pins import parse_env_file, pins
+from polarstack.router_catalog import RouterRelease
 
 PROFILE_ORDER = ("router-passthrough", "engine-direct", "patched-router", "stock-router")
 ROUTERS = {"passthrough": "ROUTER_PASSTHROUGH", "patched": "ROUTER_PATCHED", "stock": "ROUTER_STOCK"}
@@ -41,8 +42,7 @@ def parse_node_gpus(text: str | None, origin: str = "NODE_GPUS") -> int:
     return int(text)
 
 
-def profiles_dir() -> Path:
-    return repo_root() / "configs" / "profiles"
+profiles_dir = paths.profiles_dir  # kept for old imports; the rule lives in polarstack.paths
 
 
 def available() -> list[str]:
@@ -123,8 +123,10 @@ class Profile:
         return int(self.values["ROUTER_PORT"])
 
     def base_url(self, host: str = "127.0.0.1") -> str:
-        port = self.router_port if self.polar_base == "router" else self.engine_port(0)
-        return f"http://{host}:{port}"
+        """Polar's base URL under Docker (the profile's ports), by the rule of polarstack.target.polar_base_url."""
+        from polarstack.target import polar_base_url
+
+        return polar_base_url(self, f"http://{host}:{self.router_port}", [f"http://{host}:{self.engine_port(0)}"])
 
 
 def validate(name: str, path: Path, values: dict[str, str], node_gpus: int) -> None:
@@ -223,7 +225,7 @@ def knob(profile: Profile | None, key: str, default: str = "") -> str:
         return profile.values[key]
     if key in os.environ:
         return os.environ[key]
-    return parse_env_file(repo_root() / "configs" / "stack.env").get(key, default)
+    return parse_env_file(paths.stack_env()).get(key, default)
 
 
 def _check_ports(values: dict[str, str], bad) -> None:

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import httpx
 
 from polarstack import profiles, workload
+from polarstack.measure import machine
 from polarstack.processes import start_emulator, stop_pid
 from polarstack.routers import RouterRelease
 from polarstack.routers import start as start_router
@@ -106,7 +107,7 @@ def run(names: list[str] | None, load: workload.AgentWorkload, *, prefill_us: fl
     started = [start_emulator(seed=i, engine_args=engine_args) for i in range(2)]
     engines = [f"http://127.0.0.1:{port}" for _, port in started]
     model = httpx.get(f"{engines[0]}/v1/models", timeout=10).json()["data"][0]["id"]
-    out: dict[str, Any] = {"generated": time.strftime("%Y-%m-%d"), "machine": _machine(), "workload": load.describe(),
+    out: dict[str, Any] = {"generated": time.strftime("%Y-%m-%d"), "machine": machine(), "workload": load.describe(),
                            "engines": len(engines), "prefill_us_per_token": prefill_us, "decode_us_per_token": decode_us,
                            "session_header": SESSION_HEADER, "profiles": {}}
     try:
@@ -138,12 +139,6 @@ def run(names: list[str] | None, load: workload.AgentWorkload, *, prefill_us: fl
         for process, _ in started:
             stop_pid(process.pid, process)
     return out
-
-
-def _machine() -> str:
-    from polarstack.matrix import machine
-
-    return machine()
 
 
 # --- report ----------------------------------------------------------------------------------------------

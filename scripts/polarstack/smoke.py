@@ -1,36 +1,35 @@
 """`polarstack smoke`: send Polar-shaped requests down the configured path and prove trainable tokens.
 
-Two routes (../shared/reference/polar-contract.md, "Which URL Polar actually calls"):
-- `base`: every request goes to the given URL, as older Polar revisions (upstream issue #52) do;
-- `polar`: resolve the URL the way current Polar's InferenceClient does (src/polar/gateway/proxy.py,
-  `_regular_worker_urls` / `_completion_url`): `GET <base>/workers`; if it lists workers and none is a
-  prefill/decode worker, requests go round-robin straight to the regular workers' /v1/chat/completions,
-  bypassing the router; otherwise (error, non-2xx, no list) they go to the base URL.
+Two routes, `base` and `polar` (Polar's InferenceClient, which may bypass the router): polarstack.smoke_route
+(../shared/reference/polar-contract.md, "Which URL Polar actually calls").
 
 Go/no-go comes from polar_model (Polar's own pipeline on the raw answer bytes): 0 when Polar would extract
 trainable tokens from every answer; otherwise the most fundamental failure wins (unreachable, HTTP error, a body
 Polar's orjson parser rejects = MALFORMED, token fields dropped on the path = TOKENS_MISSING, fields present but
 Polar extracts nothing = INVARIANT). Findings Polar does not enforce are warnings (exit 4 with strict=True);
 answers Polar could train on only by re-tokenizing text are refused with RETOKENIZED unless allow_retokenized.
-See docs/polar-verdict.md. After the plain requests, one Polar-shaped request carrying a tool schema goes to every
-target and is judged the same way, then for its tool call (toolcheck; docs/tool-calls.md).
+The judging lives in polarstack.smoke_judge; see docs/polar-verdict.md. After the plain requests, one Polar-shaped
+request carrying a tool schema goes to every target and is judged the same way, then for its tool call
+(toolcheck; docs/tool-calls.md). Each request and its answer is an `Exchange`, a row of the report's `requests`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import importlib.util
 import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from polarstack import contract, polar_findings, polar_model, polar_opinion, retokenize, toolcheck
+from polarstack import contract, polar_model, polar_opinion, retokenize, toolcheck, worker_api
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, error_message, request
+from polarstack.smoke_judge import WORKING_PROFILES, judge  # noqa: F401 - WORKING_PROFILES re-exported for probe
+from polarstack.smoke_judge import fail as _fail
+from polarstack.smoke_route import (Resolution, discover_model, polar_importable, resolve,  # noqa: F401 - re-exported
+                                    resolve_with_polar)
+from polarstack.smoke_route import root_url as _root  # noqa: F401 - re-exported for probe
+from polarstack.smoke_route import v1_url as _v1
 
-WORKING_PROFILES = "engine-direct, router-passthrough or patched-router"
 SINGLE_PROMPTS = (
     "Write a Python function that returns the sum of a list of integers.",
     "Explain in one sentence what a unit test is.",
@@ -41,23 +40,51 @@ FOLLOW_UPS = ("Now add a docstring.", "Add a test for the empty input.", "Make i
 
 
 @dataclass
-class Resolution:
-    route: str  # "base" or "polar"
-    base_url: str
-    targets: list[str]  # URLs chat requests go to (round-robin)
-    bypassed: bool = False  # Polar sends straight to the workers the router lists
-    note: str = ""
+class Exchange:
+    """One smoke request and its answer; `as_dict()` is its row in the report's `requests` (keys appear once known).
+
+    Rows are also read by key (`entry["polar"]`, `"installed_polar" in entry`, `entry.get("verdict", {})`), as
+    the JSON report is; `prompt_ids` and `request` are the smoke's own and never reported."""
+    kind: str  # "single", "session" or "tools"
+    turn: int
+    url: str
+    status: int
+    elapsed_ms: float
+    bytes: int
+    verdict: dict[str, Any] | None = None  # contract.analyze_response, once the answer is a chat completion
+    polar: dict[str, Any] | None = None  # polar_model.decide: Polar's count, the basis of the verdict
+    installed_polar: dict[str, Any] | None = None  # the installed Polar's second opinion (inside the trainer)
+    tool_outcome: str | None = None  # kind "tools": toolcheck.classify's outcome, calls and finish_reason
+    tool_calls: int = 0
+    finish_reason: str | None = None
+    prompt_ids: list[int] | None = field(default=None, repr=False)  # the session's prefix check
+    request: dict[str, Any] | None = field(default=None, repr=False)  # re-sent to measure re-tokenization drift
 
     def as_dict(self) -> dict[str, Any]:
-        return {"route": self.route, "base_url": self.base_url, "targets": self.targets,
-                "router_bypassed": self.bypassed, "note": self.note}
+        data: dict[str, Any] = {"kind": self.kind, "turn": self.turn, "url": self.url, "status": self.status,
+                                "elapsed_ms": self.elapsed_ms, "bytes": self.bytes}
+        for key in ("verdict", "polar", "installed_polar"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        if self.tool_outcome is not None:
+            data.update(tool_outcome=self.tool_outcome, tool_calls=self.tool_calls, finish_reason=self.finish_reason)
+        return data
+
+    def __getitem__(self, key: str) -> Any:
+        return self.as_dict()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.as_dict()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.as_dict().get(key, default)
 
 
 @dataclass
 class SmokeReport:
     resolution: Resolution
     model: str
-    exchanges: list[dict[str, Any]] = field(default_factory=list)
+    exchanges: list[Exchange] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     code: ExitCode = ExitCode.OK
     message: str = ""
@@ -76,7 +103,7 @@ class SmokeReport:
     @property
     def trainable_tokens(self) -> int:
         """Polar's count (polar_model), the only basis of the verdict."""
-        return sum(e["polar"]["polar_trainable_tokens"] for e in self.exchanges if "polar" in e)
+        return sum(e.polar["polar_trainable_tokens"] for e in self.exchanges if e.polar is not None)
 
     @property
     def ok(self) -> bool:
@@ -95,165 +122,18 @@ class SmokeReport:
             "retokenization": {"tokenizer_name_or_path": self.tokenizer_name, "allowed": self.allow_retokenized,
                                "drift": self.drift},
             "findings": self.findings,
-            "installed_polar": ("not importable" if not any("installed_polar" in e for e in self.exchanges) else
-                                "disagrees" if self.code == ExitCode.INTERNAL else "agrees"),
+            "installed_polar": ("not importable" if not any(e.installed_polar is not None for e in self.exchanges)
+                                else "disagrees" if self.code == ExitCode.INTERNAL else "agrees"),
             "fields_missing": self.fields_missing,
             "tool_calls": self.tool_check,
             "model": self.model,
             **self.resolution.as_dict(),
-            "requests": self.exchanges,
+            "requests": [e.as_dict() for e in self.exchanges],
             "warnings": self.warnings,
             "elapsed_seconds": round(self.elapsed, 4),
         }
 
 
-def _v1(base: str, endpoint: str) -> str:
-    """proxy.py `_v1_endpoint`: do not double `/v1` when the base URL already ends with it."""
-    base = base.rstrip("/")
-    return f"{base}/{endpoint}" if base.endswith("/v1") else f"{base}/v1/{endpoint}"
-
-
-def _root(base: str) -> str:
-    base = base.rstrip("/")
-    return base[: -len("/v1")] if base.endswith("/v1") else base
-
-
-def polar_importable() -> bool:
-    try:
-        return importlib.util.find_spec("polar.gateway.proxy") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def resolve_with_polar(base_url: str, requests: int) -> Resolution:
-    """Ask Polar's own InferenceClient where its chat requests go (inside the trainer, where Polar is installed).
-
-    Calls `_completion_url` once per request, as `InferenceClient._completion` does, so round-robin and the
-    worker-discovery switch (polar_switch) act exactly as in the gateway.
-    """
-    from polar.gateway.engine import get_engine
-    from polar.gateway.proxy import InferenceClient
-
-    async def ask() -> list[str]:
-        client = InferenceClient(base_url, get_engine("sglang"))
-        try:
-            http = await client._get_client()
-            return [await client._completion_url(http) for _ in range(max(requests, 1))]
-        finally:
-            await client.close()
-
-    urls = asyncio.run(ask())
-    targets = []
-    for url in urls:
-        target = url if url.startswith(("http://", "https://")) else base_url
-        target = target.split("/v1/", 1)[0].rstrip("/") if "/v1/" in target else target.rstrip("/")
-        targets.append(target)
-    bypassed = any(t != base_url.rstrip("/") for t in targets)
-    ordered = list(dict.fromkeys(targets))
-    note = ("Polar's own client sends chat requests straight to the worker(s) the router lists, so the router is "
-            "bypassed and its cache-aware routing is lost" if bypassed else
-            "Polar's own client sends every chat request to the base URL")
-    return Resolution("polar", base_url.rstrip("/"), ordered, bypassed=bypassed, note=note + " (resolved with the "
-                      "installed polar.gateway.proxy)")
-
-
-def resolve(base_url: str, route: str, http, requests: int = 1) -> Resolution:
-    base_url = base_url.rstrip("/")
-    if route == "base":
-        return Resolution("base", base_url, [base_url], note="every request to the base URL (older Polar revisions)")
-    if route != "polar":
-        raise StackError(f"--route must be base or polar, not {route!r}.", ExitCode.USAGE)
-    if polar_importable():
-        return resolve_with_polar(base_url, requests)
-    reply = request(http, "GET", f"{_root(base_url)}/workers")
-    workers = None
-    if 200 <= reply.status < 300:
-        try:
-            payload = json.loads(reply.body)
-        except ValueError:
-            payload = None
-        workers = payload.get("workers") if isinstance(payload, dict) else None
-    if not isinstance(workers, list):
-        return Resolution("polar", base_url, [base_url], note=f"GET /workers answered HTTP {reply.status} without a "
-                          "worker list, so Polar sends every request to the base URL")
-    types = {w.get("worker_type") for w in workers if isinstance(w, dict)}
-    if types & {"prefill", "decode"}:
-        return Resolution("polar", base_url, [base_url], note="prefill/decode workers listed: Polar keeps the router")
-    urls: list[str] = []
-    for worker in workers:
-        url = worker.get("url") if isinstance(worker, dict) else None
-        if (isinstance(worker, dict) and worker.get("worker_type", "regular") == "regular" and isinstance(url, str)
-                and url.startswith(("http://", "https://")) and url.rstrip("/") not in urls):
-            urls.append(url.rstrip("/"))
-    if not urls:
-        return Resolution("polar", base_url, [base_url], note="the router lists no regular worker: Polar uses the base URL")
-    return Resolution("polar", base_url, urls, bypassed=True,
-                      note=f"the router lists {len(urls)} regular worker(s): Polar sends each chat request straight to "
-                      "a worker, round-robin, so the router is bypassed and its cache-aware routing is lost")
-
-
-def discover_model(http, url: str) -> str:
-    """The first model id of GET /v1/models, as a researcher's topology would name it; 'default' otherwise."""
-    reply = request(http, "GET", _v1(url, "models"))
-    if 200 <= reply.status < 300:
-        try:
-            data = json.loads(reply.body).get("data")
-            if isinstance(data, list) and data and isinstance(data[0], dict) and isinstance(data[0].get("id"), str):
-                return data[0]["id"]
-        except (ValueError, AttributeError):
-            pass
-    return "default"
-
-
-def _fail(report: SmokeReport, code: ExitCode, message: str) -> SmokeReport:
-    report.code, report.message = code, message
-    return report
-
-
-@contextlib.contextmanager
-def registered(router_url: str, engine_urls: list[str], timeout: float):
-    """Register engines the router does not list yet, as slime does (POST /workers), for the duration of a
-    smoke; afterwards remove exactly those (DELETE /workers/{id}, slime's own removal call), so slime's
-    registration at launch does not meet a 409 for an existing worker."""
-    from polarstack.routers import register_worker
-
-    added: list[str] = []
-    with client(timeout) as http:
-        listed = _listed_workers(http, router_url)
-        for url in engine_urls:
-            if url not in listed:
-                register_worker(router_url, url, timeout)
-                added.append(url)
-        deadline = time.monotonic() + max(timeout, 10)
-        while added and not set(added) <= set(_listed_workers(http, router_url)):
-            if time.monotonic() > deadline:
-                raise StackError(f"the router at {router_url} did not list {added} after POST /workers.",
-                                 ExitCode.HTTP_ERROR)
-            time.sleep(0.1)
-    try:
-        yield added
-    finally:
-        with client(timeout) as http:
-            for url, worker_id in _listed_workers(http, router_url).items():
-                if url in added and worker_id:
-                    request(http, "DELETE", f"{router_url}/workers/{worker_id}")
-            # Removal is asynchronous too (smg answers 202): wait until the router no longer lists them.
-            deadline = time.monotonic() + max(timeout, 10)
-            while added and set(added) & set(_listed_workers(http, router_url)):
-                if time.monotonic() > deadline:
-                    raise StackError(f"the router at {router_url} still lists {added} after DELETE /workers; remove "
-                                     "them before launching, or slime's registration will meet a 409.",
-                                     ExitCode.HTTP_ERROR)
-                time.sleep(0.1)
-
-
-def _listed_workers(http, router_url: str) -> dict[str, str]:
-    reply = request(http, "GET", f"{router_url}/workers")
-    try:
-        workers = json.loads(reply.body).get("workers", []) if 200 <= reply.status < 300 else []
-    except (ValueError, AttributeError):
-        workers = []
-    return {w.get("url", "").rstrip("/"): w.get("id", "") for w in workers if isinstance(w, dict)}
 
 
 def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, turns: int = 2, timeout: float = 10.0,
@@ -264,7 +144,7 @@ def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, tur
                        "engine_urls": engine_urls or list(register or [])}
     if register:
         try:
-            with registered(base_url.rstrip("/"), register, timeout):
+            with worker_api.registered(base_url.rstrip("/"), register, timeout):
                 return run_smoke(base_url, model=model, requests=requests, turns=turns, timeout=timeout, route=route,
                                  max_tokens=max_tokens, **verdict_options)
         except StackError as exc:
@@ -293,11 +173,9 @@ def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, tur
             report.code, report.message = exc.code, exc.message
         report.elapsed = time.perf_counter() - started
     if report.code == ExitCode.OK:
-        _judge(report)
+        judge(report, _measure_drift)
     if report.code == ExitCode.OK:  # issue 10 point 4: tool schemas must come back as parsed tool_calls
         toolcheck.judge_tool_calls(report)
-    for entry in report.exchanges:
-        entry.pop("_request", None)
     return report
 
 
@@ -306,8 +184,8 @@ def exchange(report: SmokeReport, http, url: str, body: dict[str, Any], kind: st
     raises StackError for answers Polar cannot use at all (HTTP error, a body orjson rejects, not a completion).
     The tool-call check (toolcheck.exchange_tools) sends its requests through here too."""
     reply = request(http, "POST", url, body)
-    entry: dict[str, Any] = {"kind": kind, "turn": turn, "url": url, "status": reply.status,
-                             "elapsed_ms": round(reply.elapsed * 1000, 2), "bytes": len(reply.body)}
+    entry = Exchange(kind=kind, turn=turn, url=url, status=reply.status, elapsed_ms=round(reply.elapsed * 1000, 2),
+                     bytes=len(reply.body))
     report.exchanges.append(entry)
     if not 200 <= reply.status < 300:
         detail = error_message(reply.body)
@@ -327,13 +205,13 @@ def exchange(report: SmokeReport, http, url: str, body: dict[str, Any], kind: st
                          "choices); check that the URL points at an OpenAI-compatible engine or router.",
                          ExitCode.MALFORMED)
     verdict = contract.analyze_response(parsed)
-    entry["verdict"] = verdict.as_dict()
-    entry["polar"] = polar.as_dict()
+    entry.verdict = verdict.as_dict()
+    entry.polar = polar.as_dict()
     if polar_opinion.available():  # inside the trainer: the installed Polar's own functions, a second opinion
         tokens, ended = polar_opinion.trainable_tokens(reply.body, body, report.tokenizer)
-        entry["installed_polar"] = {"trainable_tokens": tokens, "ended": ended}
-    entry["_prompt_ids"] = polar.prompt_ids or verdict.prompt_ids
-    entry["_request"] = body
+        entry.installed_polar = {"trainable_tokens": tokens, "ended": ended}
+    entry.prompt_ids = polar.prompt_ids or verdict.prompt_ids
+    entry.request = body
     return parsed
 
 
@@ -355,7 +233,7 @@ def _exchange_all(report: SmokeReport, http, requests: int, turns: int, max_toke
         previous: list[int] = []
         for turn in range(1, turns + 1):
             parsed = send(list(messages), "session", turn)
-            prompt_ids = report.exchanges[-1].pop("_prompt_ids")
+            prompt_ids = report.exchanges[-1].prompt_ids
             if turn > 1:
                 problem = contract.check_prefix(previous, prompt_ids)
                 if problem:
@@ -367,100 +245,6 @@ def _exchange_all(report: SmokeReport, http, requests: int, turns: int, max_toke
                 content = message.get("content") or "" if isinstance(message, dict) else ""
             messages += [{"role": "assistant", "content": content},
                          {"role": "user", "content": FOLLOW_UPS[(turn - 1) % len(FOLLOW_UPS)]}]
-    for entry in report.exchanges:
-        entry.pop("_prompt_ids", None)
-
-
-def _judge(report: SmokeReport) -> None:
-    """Go/no-go from Polar's count alone (polar_model); contract.py's reasons only name what is missing."""
-    verdicts = [e["verdict"] for e in report.exchanges]
-    polars = [e["polar"] for e in report.exchanges]
-    report.warnings += [p["message"] for v in verdicts for p in v["problems"] if p["kind"] == contract.WARNING]
-    if report.resolution.bypassed:
-        report.warnings.append(report.resolution.note)
-    disagree = [e for e in report.exchanges if "installed_polar" in e
-                and e["installed_polar"]["trainable_tokens"] != e["polar"]["polar_trainable_tokens"]]
-    if disagree:
-        entry = disagree[0]
-        _fail(report, ExitCode.INTERNAL,
-              f"polarstack's verdict model disagrees with the installed Polar on the answer from {entry['url']} "
-              f"({entry['polar']['polar_trainable_tokens']} trainable tokens vs Polar's "
-              f"{entry['installed_polar']['trainable_tokens']}, which ended at {entry['installed_polar']['ended']}); "
-              "the verdict cannot be trusted, so the gate refuses: report this polarstack bug.")
-        return
-    zero = [(e, p) for e, p in zip(report.exchanges, polars) if p["polar_trainable_tokens"] == 0]
-    retokenized = [p for p in polars if p["polar_verdict"] == polar_model.RETOKENIZED]
-    report.polar_verdict = (polar_model.NOT_TRAINABLE if zero else polar_model.RETOKENIZED if retokenized
-                            else polar_model.TRAINABLE)
-    seen: set[tuple[str, str]] = set()
-    for polar in polars:
-        for finding in polar["warnings"]:
-            if (finding["code"], finding["path"]) not in seen:
-                seen.add((finding["code"], finding["path"]))
-                report.findings.append(finding)
-                report.warnings.append(f"{finding['code']}: {finding['message']}")
-    where = ", ".join(sorted({e["url"] for e in report.exchanges}))
-    if zero:
-        # Which fields the zero-token answers lack (a path may drop them only on some requests, e.g. with tools).
-        keys = [set(e["verdict"]["choice_keys"]) for e, _ in zero]
-        where = ", ".join(sorted({e["url"] for e, _ in zero}))
-        lost = []
-        if not any("prompt_token_ids" in k or "input_token_ids" in k for k in keys):
-            lost.append("return_prompt_token_ids")
-        if not any("meta_info" in k for k in keys):
-            lost.append("return_meta_info")
-        report.fields_missing = lost
-        if lost:
-            answers = " and ".join(f"`{'prompt_token_ids' if f == 'return_prompt_token_ids' else 'meta_info'}`"
-                                   for f in lost)
-            # With a builder tokenizer Polar re-tokenizes what it can; name the requests it could not rebuild
-            # (tool requests: sglang renders its own dump of the tools, see docs/tool-calls.md).
-            kinds = sorted({e["kind"] for e, _ in zero})
-            rebuilt = (f" (Polar's re-tokenization with {report.tokenizer_name!r} cannot rebuild the {'/'.join(kinds)} "
-                       f"request(s) either: {zero[0][1]['polar_reason']})" if report.tokenizer is not None else "")
-            _fail(report, ExitCode.TOKENS_MISSING,
-                  f"zero trainable tokens: every request set {' and '.join(lost)} but no response from {where} carries "
-                  f"{answers}{rebuilt}, so something on the path dropped those request fields before the engine "
-                  f"(sglang-router 0.1.5-0.3.2 and smg <= 1.4.1 do); use the {WORKING_PROFILES} profile, and run "
-                  "`polarstack probe` to confirm.")
-        else:
-            entry, polar = zero[0]
-            detail = next((p["message"] for p in entry["verdict"]["problems"] if p["kind"] == contract.MISSING), "")
-            _fail(report, ExitCode.INVARIANT,
-                  f"Polar would extract zero trainable tokens from {entry['url']} although the token fields are "
-                  f"there: {polar['polar_reason']} (at Polar's {polar['polar_stage']} step"
-                  f"{'; ' + detail if detail else ''}); fix the engine before training.")
-        return
-    if retokenized:
-        _measure_drift(report)
-        measured = report.drift or {}
-        drift = (f"measured drift on this smoke's requests: {measured['differing_positions']} of "
-                 f"{measured['sampled_tokens']} tokens differ" if measured.get("sampled_tokens") is not None
-                 else "drift not measured: no engine-direct URL answered with token ids")
-        if not report.allow_retokenized:
-            _fail(report, ExitCode.RETOKENIZED,
-                  f"Polar would train only on ids its builder re-tokenizes from text with {report.tokenizer_name!r}, "
-                  f"because the path to {where} drops the token ids; {retokenize.RISK} ({drift}); use a profile that "
-                  "keeps the ids, or pass --allow-retokenized to accept the risk.")
-            return
-        report.warnings.append(f"retokenized: Polar trains on ids re-tokenized from text ({drift}); allowed by "
-                               "--allow-retokenized")
-    fatal = [f for f in report.findings if f["code"] in polar_findings.TRAINER_FATAL]
-    if fatal:
-        _fail(report, ExitCode.INVARIANT,
-              f"Polar would keep the answers from {where}, but the trainer cannot: {fatal[0]['message']} (at "
-              f"{fatal[0]['path']}); no batch holding such an id is trained on, so fix the engine or the path first.")
-        return
-    if report.strict and report.findings:
-        first = report.findings[0]
-        _fail(report, ExitCode.INVARIANT,
-              f"--strict: {first['message']} (at {first['path']}; {len(report.findings)} finding(s) Polar does not "
-              "enforce); fix the engine or drop --strict.")
-        return
-    report.code = ExitCode.OK
-    report.message = (f"{report.trainable_tokens} trainable tokens (Polar's count) from {len(verdicts)} responses via "
-                      f"{', '.join(report.resolution.targets)}"
-                      + (f"; {len(report.findings)} warning(s) Polar does not enforce" if report.findings else ""))
 
 
 def _measure_drift(report: SmokeReport) -> None:
@@ -471,7 +255,7 @@ def _measure_drift(report: SmokeReport) -> None:
     totals = {"responses": 0, "sampled_tokens": 0, "differing_positions": 0, "engine_urls": report.engine_urls}
     with client(30.0) as http:
         for index, entry in enumerate(report.exchanges):
-            body = entry.get("_request")
+            body = entry.request
             if body is None:
                 continue
             url = _v1(report.engine_urls[index % len(report.engine_urls)], "chat/completions")

@@ -5,7 +5,8 @@ Output in DIR:
   --metadata-key metadata`); `metadata.problem` carries what the verifier needs.
 - `workspaces/<id>/solution.py`: what the agent sees and edits (the function stub and its docstring).
 - `eval/<id>/problem.json`: the hidden tests, uploaded only into the evaluation runtime.
-- `eval/verifier.py`: this project's sandboxed verifier (standard library only), run by Polar's evaluator.
+- `eval/verifier.py`: this project's sandboxed verifier as one standard-library file (polarstack.verifier.bundle),
+  run by Polar's evaluator.
 - `polar_config.yaml`: slime's `--custom-config-path` (polar_* keys and `polar_task_template`).
 
 The task template follows Polar's examples (examples/calculator, examples/swegym_slime_grpo): an agent harness
@@ -30,6 +31,7 @@ import yaml
 
 from polarstack.assets import AGENT_CLI_DIR, AGENT_CLI_MOUNT, SANDBOX_DIR
 from polarstack.errors import ExitCode, StackError
+from polarstack.verifier import bundle
 
 TASKS = ("humaneval", "mbpp")
 WORKDIR = "/polar/session/workspace"
@@ -237,7 +239,7 @@ def prepare(task: str, out: Path, *, source: Path | None = None, limit: int | No
             shutil.rmtree(out / sub, ignore_errors=True)
     (out / "workspaces").mkdir(parents=True, exist_ok=True)
     (out / "eval").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(__file__).with_name("verifier.py"), out / "eval" / "verifier.py")
+    bundle.write(out / "eval" / "verifier.py")  # the verifier package as one standard-library file
     lines = []
     for problem in problems:
         workspace = _safe(problem["task_id"])

@@ -140,7 +140,7 @@ MAX_TOKENS_ENV = "POLARSTACK_SMOKE_TOOL_MAX_TOKENS"
 DEFAULT_MAX_TOKENS = 512
 TOOL_PROMPT = ("Call the write_file tool exactly once to create solution.py containing a Python function add(a, b) "
                "that returns a + b. Do not answer in prose; only call the tool.")
-# Outcomes of one tool exchange (entry["tool_outcome"]).
+# Outcomes of one tool exchange (smoke.Exchange.tool_outcome).
 PARSED, RAW_TEXT, CUT, PROSE = "parsed", "raw_tool_call_text", "cut_at_max_tokens", "prose_without_call"
 
 
@@ -216,51 +216,50 @@ def classify(parsed: Any) -> tuple[str, int, str | None]:
 
 def exchange_tools(report: Any, http: Any) -> None:
     """Send the tool request once to every distinct target of the resolution, each recorded as a smoke exchange
-    of kind "tools" and judged by Polar's pipeline like the others (smoke.exchange: orjson parse, decide(),
-    findings); its trainable tokens count in the report. The tool-call outcome is judged later (judge_tool_calls),
-    only if the token verdict passed, so a path dropping Polar's fields on tool requests fails as it would for
-    any request (exit 3/4/7)."""
-    from polarstack.smoke import _v1, exchange
+    of kind "tools" (a smoke.Exchange with its tool_outcome) and judged by Polar's pipeline like the others
+    (smoke.exchange: orjson parse, decide(), findings); its trainable tokens count in the report. The tool-call
+    outcome is judged later (judge_tool_calls), only if the token verdict passed, so a path dropping Polar's
+    fields on tool requests fails as it would for any request (exit 3/4/7)."""
+    from polarstack.smoke import exchange
+    from polarstack.smoke_route import v1_url
 
     body = tool_request(report.model)
     summary: dict[str, Any] = {"targets": [], "tool_calls": 0, "max_tokens": body["max_tokens"],
                                "tool_choice": TOOL_CHOICE}
     report.tool_check = summary
     for target in dict.fromkeys(report.resolution.targets):
-        parsed = exchange(report, http, _v1(target, "chat/completions"), body, "tools", 1)
+        parsed = exchange(report, http, v1_url(target, "chat/completions"), body, "tools", 1)
         entry = report.exchanges[-1]
-        entry.pop("_prompt_ids", None)
-        outcome, calls, finish = classify(parsed)
-        entry.update({"tool_outcome": outcome, "tool_calls": calls, "finish_reason": finish})
-        summary["targets"].append({"url": entry["url"], "outcome": outcome, "tool_calls": calls,
-                                   "finish_reason": finish})
-        summary["tool_calls"] += calls
+        entry.tool_outcome, entry.tool_calls, entry.finish_reason = classify(parsed)
+        summary["targets"].append({"url": entry.url, "outcome": entry.tool_outcome, "tool_calls": entry.tool_calls,
+                                   "finish_reason": entry.finish_reason})
+        summary["tool_calls"] += entry.tool_calls
 
 
 def judge_tool_calls(report: Any) -> None:
     """Fail the report unless every target answered the tool request with parsed message.tool_calls. Raw
     `<tool_call>` text (the engine runs without the parser) wins over prose, and prose over a cut answer: the
     first is a certain configuration error, the last only an inconclusive check."""
-    entries = [e for e in report.exchanges if e.get("kind") == "tools" and "tool_outcome" in e]
-    by_outcome = {outcome: next((e for e in entries if e["tool_outcome"] == outcome), None)
+    entries = [e for e in report.exchanges if e.kind == "tools" and e.tool_outcome is not None]
+    by_outcome = {outcome: next((e for e in entries if e.tool_outcome == outcome), None)
                   for outcome in (RAW_TEXT, PROSE, CUT)}
     if (entry := by_outcome[RAW_TEXT]) is not None:
         report.code = ExitCode.TOOL_CALLS
-        report.message = (f"the tool request to {entry['url']} got raw <tool_call> text in message.content "
-                          f"(finish_reason {entry['finish_reason']!r}) instead of parsed message.tool_calls: start "
+        report.message = (f"the tool request to {entry.url} got raw <tool_call> text in message.content "
+                          f"(finish_reason {entry.finish_reason!r}) instead of parsed message.tool_calls: start "
                           f"every engine with {FLAG} (the model family's parser, {PARSER_KNOB} in "
                           "configs/stack.env), or the agent can never call a tool and every reward is 0.")
     elif (entry := by_outcome[PROSE]) is not None:
         report.code = ExitCode.TOOL_CALLS
-        report.message = (f"the model behind {entry['url']} answered the tool request in prose without calling the "
-                          f"tool (finish_reason {entry['finish_reason']!r}, no <tool_call> text) although the prompt "
+        report.message = (f"the model behind {entry.url} answered the tool request in prose without calling the "
+                          f"tool (finish_reason {entry.finish_reason!r}, no <tool_call> text) although the prompt "
                           f"asked for write_file at temperature 0; this may be the model, not {FLAG}: serve an "
                           f"instruct model of the family {PARSER_KNOB} names, because an agent that never calls a "
                           "tool earns reward 0.")
     elif (entry := by_outcome[CUT]) is not None:
         # USAGE (bad configuration): the smoke's own budget is too small; the engine and path are not at fault.
         report.code = ExitCode.USAGE
-        report.message = (f"the answer to the tool request from {entry['url']} was cut at max_tokens "
+        report.message = (f"the answer to the tool request from {entry.url} was cut at max_tokens "
                           f"{report.tool_check['max_tokens']} (finish_reason 'length') before the model finished, so "
                           f"the smoke cannot tell whether tool calls are parsed; raise {MAX_TOKENS_ENV} and run the "
                           "smoke again.")

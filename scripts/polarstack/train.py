@@ -21,7 +21,7 @@ import yaml
 from polarstack.assets import sandbox_mode_env
 from polarstack.errors import ExitCode, StackError
 from polarstack.exposure import SLIME_ROUTER_ARGS, TRAINER_LOOPBACK_ENV
-from polarstack.pins import repo_root
+from polarstack.paths import train_defaults
 from polarstack.profiles import Profile
 from polarstack.ray_head import head_command
 from polarstack.tasks import TASKS, polar_config
@@ -31,7 +31,7 @@ SLIME_DIR = "/root/slime"
 
 
 def load_defaults(overrides: list[str] | None = None, path: Path | None = None) -> dict[str, Any]:
-    path = path or repo_root() / "configs" / "train" / "defaults.yaml"
+    path = path or train_defaults()
     try:
         config = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:

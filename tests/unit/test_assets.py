@@ -11,7 +11,6 @@
 """
 
 import json
-import shlex
 import os
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import pytest
 import fake_node
 from polarstack import assets, compose, profiles
 from polarstack.cli import main
-from polarstack.errors import ExitCode, StackError
+from polarstack.errors import ExitCode
 from polarstack.pins import repo_root
 from polarstack.tasks import polar_config
 
@@ -173,23 +172,6 @@ def test_up_with_everything_in_place_starts_compose(tmp_path, monkeypatch, capsy
     assert any(" up --detach --wait" in l for l in log.read_text().splitlines())
 
 
-def test_train_checks_inside_the_trainer(tmp_path, monkeypatch):
-    fake_node.install(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_ABSENT", "agent-cli")
-    with pytest.raises(Exception) as exc:
-        assets.check_in_trainer(profiles.load("engine-direct"))
-    assert exc.value.code == ExitCode.ASSETS_MISSING and "make sif" in exc.value.message
-
-
-def test_train_names_a_sandbox_that_cannot_start(tmp_path, monkeypatch):
-    fake_node.install(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_SANDBOX_ERROR", "FATAL: could not create user namespace")
-    with pytest.raises(Exception) as exc:
-        assets.check_in_trainer(profiles.load("engine-direct"))
-    assert exc.value.code == ExitCode.ENVIRONMENT
-    assert "could not create user namespace" in exc.value.message and "/dev/fuse" in exc.value.message
-
-
 def test_make_model_with_model_dir_downloads_nothing(tmp_path, monkeypatch, capsys):
     log = fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("MODEL_DIR", str(fake_weights(tmp_path / "weights")))
@@ -294,118 +276,7 @@ def test_verify_offline_resolves_the_agent_cli_pin_on_npm(monkeypatch, tmp_path)
     assert not check.ok and "E404" in check.problems[0] and "AGENT_CLI_VERSION" in check.problems[0]
 
 
-# --- the pre-launch probe: Polar's sandbox mode, and the reward inside the sandbox --------------------------------
-# A stand-in `apptainer` that runs `bash -lc CMD` on this machine with the session bind's source in place of
-# /polar/session (and the agent CLI bind's in place of /opt/node), optionally under FAKE_APPTAINER_WRAP; the Compose
-# fake runs the probe script for real. The verifier is the real one, on the real HumanEval/0 files.
-APPTAINER_SHIM = r'''#!/usr/bin/env python3
-import os, shlex, sys
-args = sys.argv[1:]
-with open(os.environ["FAKE_LOG"], "a") as log:
-    log.write("apptainer " + shlex.join(args) + "\n")
-binds = [args[i + 1].split(":") for i, a in enumerate(args) if a == "--bind"]
-cmd = args[args.index("-lc") + 1]
-for bind in binds:
-    if bind[1] in ("/polar/session", "/opt/node"):
-        cmd = cmd.replace(bind[1], bind[0])
-argv = [*shlex.split(os.environ.get("FAKE_APPTAINER_WRAP", "")), "bash", "-c", cmd]
-os.execvp(argv[0], argv)
-'''
-COMPOSE_RUNS_SCRIPT = '''#!/usr/bin/env bash
-echo "compose $*" >> "$FAKE_LOG"
-script="${@: -1}"
-exec sh -c "$script"
-'''
-
-
-def real_probe(tmp_path, monkeypatch) -> Path:
-    log = fake_node.install(tmp_path, monkeypatch)
-    bin_dir = tmp_path / "fake-bin"
-    for name, text in (("apptainer", APPTAINER_SHIM), ("compose", COMPOSE_RUNS_SCRIPT)):
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    sandbox = tmp_path / "models" / "apptainer"
-    (sandbox / "agent-cli" / "bin").mkdir(parents=True)
-    (sandbox / assets.SIF_NAME).write_text("")
-    cli = sandbox / "agent-cli" / "bin" / assets.AGENT_CLI_BIN
-    cli.write_text("#!/bin/sh\necho '2.1.332 (Claude Code)'\n")
-    cli.chmod(0o755)
-    monkeypatch.setattr(assets, "SANDBOX_DIR", str(sandbox))
-    monkeypatch.setattr(assets, "SIF_PATH", str(sandbox / assets.SIF_NAME))
-    monkeypatch.setattr(assets, "AGENT_CLI_DIR", str(sandbox / "agent-cli"))
-    monkeypatch.setattr("polarstack.train.TRAINER_RUN_DIR", str(tmp_path / "run" / "train"))  # the trainer's mount
-    monkeypatch.setenv("POLAR_APPTAINER_NO_INSTANCE", "1")  # what compose.yaml gives the trainer container
-    monkeypatch.setenv("POLAR_APPTAINER_BIN", str(bin_dir / "apptainer"))  # Polar's override, honoured by the probe
-    monkeypatch.delenv("POLARSTACK_VERIFIER_ISOLATION", raising=False)
-    monkeypatch.delenv("FAKE_APPTAINER_WRAP", raising=False)
-    return log
-
-
-def test_probe_runs_the_verifier_the_way_polar_starts_the_sandbox(tmp_path, monkeypatch, capsys):
-    log = real_probe(tmp_path, monkeypatch)
-    assets.check_in_trainer(profiles.load("engine-direct"))
-    err = capsys.readouterr().err
-    assert "PASSED probe for the canonical HumanEval/0, FAILED probe for a wrong one" in err
-    assert "agent sandbox starts in the trainer (2.1.332 (Claude Code))" in err
-    calls = [shlex.split(line)[1:] for line in log.read_text().splitlines() if line.startswith("apptainer ")]
-    assert len(calls) == 3 and all(call[0] == "exec" for call in calls)  # direct exec: never `instance start`
-    for call in calls:  # ApptainerRuntime._runtime_options for this template (configs/upstream/polar-apptainer.json)
-        assert call[1:5] == ["--overlay", call[2], "--no-mount", "cwd,home,bind-paths"] and call[2].endswith("/overlay")
-        binds = [call[i + 1] for i, a in enumerate(call) if a == "--bind"]
-        assert [b.split(":", 1)[1] for b in binds] == ["/polar/session", "/polar/runtime-control:ro", "/opt/node:ro"]
-        assert not {"--userns", "--fakeroot", "--containall", "--no-privs", "--net", "--nv"} & set(call)
-    verifier_calls = [c for c in calls if "verifier.py" in c[-1]]
-    assert len(verifier_calls) == 2
-    assert all(c[-1].endswith(f"cd /polar/session/workspace && {assets.probe_command()}") for c in verifier_calls)
-    assert "--name probe" in assets.probe_command() and "--solution solution.py" in assets.probe_command()
-    assert not list((tmp_path / "run" / "train").glob("sandbox-probe-*"))  # the probe cleans up after itself
-
-
-def test_probe_refuses_when_the_verifier_cannot_isolate(tmp_path, monkeypatch):
-    """Root in a user namespace mapping uid 0 alone: the real verifier prints `FAILED probe (not verified)`."""
-    real_probe(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_APPTAINER_WRAP", "unshare --user --map-root-user")
-    with pytest.raises(StackError) as exc:
-        assets.check_in_trainer(profiles.load("engine-direct"))
-    message = exc.value.message
-    assert exc.value.code == ExitCode.ENVIRONMENT
-    assert "reward would be 0 for every sample" in message and "does not map the sandbox uids" in message
-    assert "Where it holds" in message and "POLARSTACK_VERIFIER_ISOLATION=none" in message and "/tmp" in message
-
-
-def test_probe_refuses_a_verifier_that_passes_a_wrong_solution(tmp_path, monkeypatch):
-    fake_node.install(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_VERIFIER_BAD", "PASSED probe")
-    with pytest.raises(StackError) as exc:
-        assets.check_in_trainer(profiles.load("engine-direct"))
-    assert exc.value.code == ExitCode.ENVIRONMENT and "did not print `FAILED probe`" in exc.value.message
-
-
-def test_probe_refuses_when_the_canonical_solution_fails(tmp_path, monkeypatch):
-    fake_node.install(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_VERIFIER_GOOD", "FATAL:   could not open image\\nFAILED probe (timeout: 10 s)")
-    with pytest.raises(StackError) as exc:
-        assets.check_in_trainer(profiles.load("engine-direct"))
-    assert exc.value.code == ExitCode.ENVIRONMENT and "reward would be 0 for every sample" in exc.value.message
-    assert "FAILED probe (timeout: 10 s)" in exc.value.message
-
-
-def test_probe_refuses_a_trainer_in_polar_instance_mode(tmp_path, monkeypatch):
-    fake_node.install(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_APPTAINER_MODE", "")
-    with pytest.raises(StackError) as exc:
-        assets.check_in_trainer(profiles.load("engine-direct"))
-    assert exc.value.code == ExitCode.ENVIRONMENT
-    assert "POLAR_APPTAINER_NO_INSTANCE=1" in exc.value.message and "make up" in exc.value.message
-
-
-def test_the_probe_files_tell_right_from_wrong_with_the_real_verifier(tmp_path):
-    assets.write_probe(tmp_path)
-    for case, expected, code in (("good", "PASSED probe", 0), ("bad", "FAILED probe (failed", 1)):
-        proc = subprocess.run([sys.executable, "../eval/verifier.py", "--problem", "../eval/problem.json",
-                               "--solution", "solution.py", "--name", "probe"], cwd=tmp_path / case / "workspace",
-                              capture_output=True, text=True, timeout=60)
-        assert proc.returncode == code and proc.stdout.startswith(expected), (case, proc.stdout, proc.stderr)
+# --- Polar's sandbox mode -----------------------------------------------------------------------------------
 
 
 def test_polar_runs_in_direct_exec_mode_everywhere(tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -15,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from polarstack import tasks, verifier
+from polarstack.verifier import bundle
 
 pytestmark = pytest.mark.sandbox
-VERIFIER = Path(verifier.__file__)
+VERIFIER = bundle.write(Path(tempfile.mkdtemp(prefix="polarstack-verifier-")) / "verifier.py")  # as tasks writes it
 
 
 @pytest.fixture(scope="module")

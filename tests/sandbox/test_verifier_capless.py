@@ -16,15 +16,17 @@ import platform
 import shutil
 import socket
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
 
 from polarstack import tasks, verifier
+from polarstack.verifier import bundle
 
 pytestmark = pytest.mark.sandbox
-VERIFIER = Path(verifier.__file__)
+VERIFIER = bundle.write(Path(tempfile.mkdtemp(prefix="polarstack-verifier-")) / "verifier.py")  # as tasks writes it
 SYSTEM_PYTHON = "/usr/bin/python3"
 CAP_SYS_ADMIN = 21
 # Drops CAP_SYS_ADMIN from the bounding and inheritable sets, so the exec'd program (root) has it nowhere.

@@ -20,11 +20,12 @@ from types import SimpleNamespace
 import pytest
 
 from polarstack import tasks, verifier
+from polarstack.verifier import bundle
 from polarstack.cli import main as cli_main
 from polarstack.errors import ExitCode
 
 pytestmark = pytest.mark.sandbox
-VERIFIER = Path(verifier.__file__)
+VERIFIER = bundle.write(Path(tempfile.mkdtemp(prefix="polarstack-verifier-")) / "verifier.py")  # as tasks writes it
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"
 

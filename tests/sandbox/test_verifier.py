@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from polarstack import tasks, verifier
+from polarstack.verifier import bundle
 
 pytestmark = pytest.mark.sandbox
 
@@ -102,7 +103,7 @@ def test_standalone_file_prints_passed_or_failed(tmp_path, humaneval):
     (tmp_path / "problem.json").write_text(json.dumps(dict(problem, kind="humaneval")))
     (tmp_path / "good.py").write_text(problem["prompt"] + problem["canonical_solution"])
     (tmp_path / "bad.py").write_text(problem["prompt"] + "    return -1\n")
-    script = Path(verifier.__file__)
+    script = bundle.write(tmp_path / "verifier.py")  # eval/verifier.py as tasks prepare writes it
     for solution, expected, code in (("good.py", "PASSED t", 0), ("bad.py", "FAILED t", 1)):
         proc = subprocess.run([sys.executable, str(script), "--problem", "problem.json", "--solution", solution,
                                "--name", "t"], capture_output=True, text=True, cwd=tmp_path,

@@ -1,0 +1,36 @@
+"""Pins that the bundled verifier (eval/verifier.py, written by polarstack.verifier.bundle) runs on its own, as
+Polar's evaluator runs it in the agent sandbox: the system interpreter, isolated mode (`python3 -I`), a fresh
+working directory and no polarstack importable; it prints `PASSED <name>` (exit 0) for a canonical HumanEval
+solution and `FAILED <name>` (exit 1) for a wrong one."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from polarstack import tasks
+from polarstack.verifier import bundle
+
+pytestmark = pytest.mark.sandbox
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def test_the_bundled_file_verifies_without_polarstack(tmp_path):
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip(f"needs {SYSTEM_PYTHON}, an interpreter without polarstack installed")
+    env = {"PATH": "/usr/bin:/bin"}
+    probe = subprocess.run([SYSTEM_PYTHON, "-I", "-c", "import polarstack"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True)
+    if probe.returncode == 0:
+        pytest.skip(f"{SYSTEM_PYTHON} can import polarstack here, so it cannot show the file stands alone")
+    assert "No module named 'polarstack'" in probe.stderr
+    bundle.write(tmp_path / "verifier.py")
+    problem = next(p for p in tasks.load_humaneval() if p["task_id"] == "HumanEval/2")
+    (tmp_path / "problem.json").write_text(json.dumps(tasks._verifier_problem("humaneval", problem)))
+    (tmp_path / "good.py").write_text(problem["prompt"] + problem["canonical_solution"])
+    (tmp_path / "bad.py").write_text(problem["prompt"] + "    return -1.0\n")
+    for solution, expected, code in (("good.py", "PASSED t\n", 0), ("bad.py", "FAILED t (failed", 1)):
+        proc = subprocess.run([SYSTEM_PYTHON, "-I", "verifier.py", "--problem", "problem.json", "--solution", solution,
+                               "--name", "t"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == code and proc.stdout.startswith(expected), (solution, proc.stdout, proc.stderr)

@@ -1,0 +1,37 @@
+"""Pins the CLI's wiring (issue 14 point 2): handlers take the command line from `main`'s arguments (never
+sys.argv), so a report that records its command (bench, routers matrix) records the one that was run, also
+in-process; and the render module draws the bench table from the same cells the Markdown report uses."""
+
+import argparse
+import json
+import sys
+
+import pytest
+
+from polarstack import cli_bench, render
+from polarstack.cli import build_parser
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_recorded_command_is_the_one_main_was_given(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["pytest", "-q", "something-else"])  # what sys.argv holds in-process
+    args = build_parser().parse_args(["bench", "--routing", "--out", str(tmp_path), "--json"])
+    args.command_words = ["bench", "--routing", "--out", str(tmp_path), "--json"]
+    seen = {}
+
+    def write(data, out, command):
+        seen["command"], seen["out"] = command, out
+        return {}
+
+    assert cli_bench._write_and_show(args, {"x": 1}, write, lambda data, paths: None) == 0
+    assert seen["command"] == f"polarstack bench --routing --out {tmp_path} --json"
+    assert seen["out"] == tmp_path and json.loads(capsys.readouterr().out) == {"x": 1}
+    args = argparse.Namespace(command_words=["bench"], out=str(tmp_path), json=False)
+    cli_bench._write_and_show(args, {}, write, lambda data, paths: None)
+    assert seen["command"] == "polarstack bench"
+
+
+def test_spread_is_median_and_range():
+    assert render.spread({"median": 1.23456, "min": 1.0, "max": 2.0}) == "1.235 (1.000-2.000)"
+    assert render.spread({"median": 10.4, "min": 9.6, "max": 11.5}, 0) == "10 (10-12)"

@@ -1,0 +1,33 @@
+"""Pins the split of the router catalog from the router installer/harness (issue 14 point 3): reading a profile,
+including the router release it names, imports no process, lock or HTTP machinery. A test of the structure,
+not of behaviour; the catalog's answers themselves are pinned by tests/unit/test_routers.py."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from polarstack import router_catalog, routers
+
+pytestmark = pytest.mark.unit
+
+# What polarstack.routers (the installer and harness) needs and a profile reader must not pull in.
+HEAVY = ("subprocess", "fcntl", "httpx", "polarstack.routers", "polarstack.processes", "polarstack.cache")
+
+
+def test_reading_a_profile_imports_no_installer_or_http():
+    code = ("import json, sys\n"
+            "from polarstack import profiles\n"
+            "release = profiles.load('stock-router').router\n"
+            "assert release is not None and release.has_worker_api\n"
+            f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n")
+    # A fresh interpreter: this test process has imported them all already.
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+
+
+def test_routers_reexports_the_catalog():
+    for name in ("RouterRelease", "MEASURED", "PACKAGES", "LAUNCH_MODULES", "version_tuple"):
+        assert getattr(routers, name) is getattr(router_catalog, name)
