@@ -92,7 +92,7 @@ clean: _venv ## remove the docker stack AND its volumes (models, checkpoints, lo
 smoke: _venv ## prove the path yields trainable tokens (the profile that is up, or BASE_URL=..., ROUTE=base|polar)
 	@$(call _timed,$(CLI) smoke $(if $(BASE_URL),--base-url "$(BASE_URL)",$(_PROFILE_ARG) $(_RUNTIME_ARG)) $(if $(ROUTE),--route "$(ROUTE)"))
 
-train: _venv ## GRPO on TASK=humaneval|mbpp behind the smoke gate (DRY_RUN=1 prints and validates only)
+train: _venv ## GRPO on TASK=humaneval|mbpp behind the smoke gate (DRY_RUN=1 validates only, RESUME=1 continues, SET="k=v")
 	@test -n "$(TASK)" || { echo "make train needs TASK=humaneval or TASK=mbpp" >&2; exit 2; }
 	@$(call _timed,$(CLI) train --task "$(TASK)" $(_PROFILE_ARG) $(_RUNTIME_ARG) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(RESUME)),--resume) $(foreach s,$(SET),--set "$(s)"))
 
