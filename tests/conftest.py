@@ -14,7 +14,6 @@ from polarstack.processes import start_emulator, stop_pid
 from polarstack.routers import RouterRelease, RunningRouter
 from polarstack.routers import start as start_router
 
-
 # The emulator's response faults that block training and the smoke's exit code for each (README, "Failure modes
 # and exit codes"): the verdict is Polar's own (polarstack.polar_model).
 FAULT_EXIT_CODES = [

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DOCKER = r'''#!/usr/bin/env bash
+DOCKER = r"""#!/usr/bin/env bash
 echo "docker $*" >> "$FAKE_LOG"
 case "$1" in
   info) echo '{"Runtimes": {"nvidia": {}, "runc": {}}}' ;;
@@ -39,13 +39,13 @@ case "$1" in
     esac ;;
 esac
 exit 0
-'''
+"""
 
-NVIDIA_SMI = r'''#!/usr/bin/env bash
+NVIDIA_SMI = r"""#!/usr/bin/env bash
 for i in 0 1 2 3; do echo "GPU $i: NVIDIA L20X (UUID: GPU-$i)"; done
-'''
+"""
 
-COMPOSE = r'''#!/usr/bin/env bash
+COMPOSE = r"""#!/usr/bin/env bash
 echo "compose $*" >> "$FAKE_LOG"
 case "$*" in
   *"exec -T trainer sh -c"*)
@@ -63,7 +63,7 @@ case "$*" in
     for s in ${FAKE_EXITED:-}; do printf '{"Service":"%s","State":"exited","Health":""}\n' "$s"; done ;;
 esac
 exit "${FAKE_COMPOSE_RC:-0}"
-'''
+"""
 
 
 def install(tmp_path: Path, monkeypatch) -> Path:
@@ -80,8 +80,21 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("COMPOSE_BIN", str(bin_dir / "compose"))
     monkeypatch.setenv("FAKE_LOG", str(log))
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    for knob in ("FAKE_VOLUME", "FAKE_IMAGES", "FAKE_ABSENT", "FAKE_NO_APPTAINER", "FAKE_COMPOSE_RC", "FAKE_SANDBOX_ERROR", "MODEL_DIR",
-                 "FAKE_RUNNING", "FAKE_EXITED", "FAKE_TRAINER_SMOKE", "FAKE_TRAINER_SMOKE_RC", "FAKE_APPTAINER_MODE",
-                 "FAKE_VERIFIER_GOOD", "FAKE_VERIFIER_BAD"):
+    for knob in (
+        "FAKE_VOLUME",
+        "FAKE_IMAGES",
+        "FAKE_ABSENT",
+        "FAKE_NO_APPTAINER",
+        "FAKE_COMPOSE_RC",
+        "FAKE_SANDBOX_ERROR",
+        "MODEL_DIR",
+        "FAKE_RUNNING",
+        "FAKE_EXITED",
+        "FAKE_TRAINER_SMOKE",
+        "FAKE_TRAINER_SMOKE_RC",
+        "FAKE_APPTAINER_MODE",
+        "FAKE_VERIFIER_GOOD",
+        "FAKE_VERIFIER_BAD",
+    ):
         monkeypatch.delenv(knob, raising=False)
     return log

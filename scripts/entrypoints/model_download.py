@@ -88,8 +88,10 @@ def report_context(directory: Path) -> None:
         config = json.loads((directory / "config.json").read_text())
     except (OSError, ValueError):
         return
-    say(f"max_position_embeddings={config.get('max_position_embeddings')} (context.model_context_length in "
-        "configs/train/defaults.yaml must not exceed it)")
+    say(
+        f"max_position_embeddings={config.get('max_position_embeddings')} (context.model_context_length in "
+        "configs/train/defaults.yaml must not exceed it)"
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -107,12 +109,17 @@ def main(argv: list[str]) -> int:
         return 0
     if marker.is_file():
         recorded = json.loads(marker.read_text())
-        stale = [name for name, meta in recorded.get("files", {}).items()
-                 if not (target / name).is_file() or (target / name).stat().st_size != meta["size"]]
+        stale = [
+            name
+            for name, meta in recorded.get("files", {}).items()
+            if not (target / name).is_file() or (target / name).stat().st_size != meta["size"]
+        ]
         if recorded.get("repo") == repo and not stale and not local_problems(target):
             report_context(target)
-            say(f"{repo} already in {target} (revision {recorded.get('revision')}, "
-                f"{len(recorded['files'])} files, {sum(m['size'] for m in recorded['files'].values())} bytes).")
+            say(
+                f"{repo} already in {target} (revision {recorded.get('revision')}, "
+                f"{len(recorded['files'])} files, {sum(m['size'] for m in recorded['files'].values())} bytes)."
+            )
             return 0
         say(f"{marker} does not match the files ({stale[:1] or 'other model'}); downloading again.")
         marker.unlink()
@@ -123,8 +130,9 @@ def main(argv: list[str]) -> int:
         command += ["--include", pattern]
     say(f"{' '.join(command)} (resumes an interrupted download)")
     if subprocess.run(command).returncode != 0:
-        return fail(f"`hf download {repo}` failed; check the network and HF_TOKEN, then rerun `make model` "
-                    "(it resumes).")
+        return fail(
+            f"`hf download {repo}` failed; check the network and HF_TOKEN, then rerun `make model` (it resumes)."
+        )
     revision, files = hub_files(repo)
     problems = local_problems(target)
     for name, meta in sorted(files.items()):
@@ -137,16 +145,21 @@ def main(argv: list[str]) -> int:
             problems.append(f"{name} does not match the Hub's sha256")
     if problems:
         return fail(f"{repo} in {target} is incomplete or corrupt ({problems[0]}); rerun `make model`.")
-    record = {"repo": repo, "revision": revision, "verified": "size and LFS sha256 against the Hub",
-              "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "files": {name: {"size": (target / name).stat().st_size} for name in sorted(files)}}
+    record = {
+        "repo": repo,
+        "revision": revision,
+        "verified": "size and LFS sha256 against the Hub",
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "files": {name: {"size": (target / name).stat().st_size} for name in sorted(files)},
+    }
     tmp = marker.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     tmp.replace(marker)
     total = sum(m["size"] for m in record["files"].values())
     report_context(target)
-    say(f"{repo} revision {revision}: {len(files)} files, {total} bytes verified in "
-        f"{time.monotonic() - started:.0f} s.")
+    say(
+        f"{repo} revision {revision}: {len(files)} files, {total} bytes verified in {time.monotonic() - started:.0f} s."
+    )
     return 0
 
 

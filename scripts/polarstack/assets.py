@@ -54,9 +54,11 @@ def model_path(values: dict[str, str] | None = None) -> str:
 
 def image(service: str) -> str:
     table = pins()
-    return {"model-download": f"polarstack/model-download:{table['HF_HUB_REQUIREMENT'].partition('==')[2]}",
-            "sandbox-build": f"polarstack/sandbox:{table['AGENT_CLI_VERSION']}",
-            "trainer": f"polarstack/trainer:{table['SLIME_COMMIT']}"}[service]
+    return {
+        "model-download": f"polarstack/model-download:{table['HF_HUB_REQUIREMENT'].partition('==')[2]}",
+        "sandbox-build": f"polarstack/sandbox:{table['AGENT_CLI_VERSION']}",
+        "trainer": f"polarstack/trainer:{table['SLIME_COMMIT']}",
+    }[service]
 
 
 # --- MODEL_DIR: weights already on the host -------------------------------------------------------------------
@@ -100,8 +102,9 @@ def model_override(profile, directory: Path) -> Path | None:
         raise StackError(f"MODEL_DIR={host} must be an absolute path on this host.", ExitCode.USAGE)
     target = model_path(values)
     if not PurePosixPath(target).is_relative_to("/models") or target.rstrip("/") == "/models":
-        raise StackError(f"MODEL_PATH={target} must be a directory under /models for MODEL_DIR to be mounted there.",
-                         ExitCode.USAGE)
+        raise StackError(
+            f"MODEL_PATH={target} must be a directory under /models for MODEL_DIR to be mounted there.", ExitCode.USAGE
+        )
     # model-download mounts the volume read-write and runs first (engines depend on it), so the bind's mount point
     # exists in the volume before the engines mount it read-only.
     bind = {"type": "bind", "source": str(host), "target": target, "read_only": True}
@@ -111,8 +114,10 @@ def model_override(profile, directory: Path) -> Path | None:
     # The weights are there already: check them, download nothing.
     services["model-download"] = {"volumes": [bind], "command": ["--check-only"]}
     directory.mkdir(parents=True, exist_ok=True)
-    override.write_text("# Rendered from MODEL_DIR (configs/stack.env or the environment). Do not edit.\n"
-                        + yaml.safe_dump({"services": services}, sort_keys=False))
+    override.write_text(
+        "# Rendered from MODEL_DIR (configs/stack.env or the environment). Do not edit.\n"
+        + yaml.safe_dump({"services": services}, sort_keys=False)
+    )
     return override
 
 
@@ -137,8 +142,25 @@ def _missing_in_volume(paths: list[str]) -> list[str] | None:
         if _docker(["image", "inspect", ref]).returncode != 0:
             continue
         script = 'for f in "$@"; do [ -e "$f" ] || echo "$f"; done'
-        proc = _docker(["run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "sh",
-                        "-v", f"{MODEL_VOLUME}:/models:ro", ref, "-c", script, "check", *paths])
+        proc = _docker(
+            [
+                "run",
+                "--rm",
+                "--pull",
+                "never",
+                "--network",
+                "none",
+                "--entrypoint",
+                "sh",
+                "-v",
+                f"{MODEL_VOLUME}:/models:ro",
+                ref,
+                "-c",
+                script,
+                "check",
+                *paths,
+            ]
+        )
         if proc.returncode == 0:
             return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
     return None
@@ -150,11 +172,16 @@ def missing_sentence(verb: str, missing: list[str], values: dict[str, str]) -> s
     what = []
     if "weights" in missing:
         what.append(f"the weights of {name} (no {MODEL_MARKER} in the models volume)")
-        fixes.append("`make model` (downloads them; HF_TOKEN passes through if the model needs one) or set "
-                     "MODEL_DIR=/path/to/weights you already have")
+        fixes.append(
+            "`make model` (downloads them; HF_TOKEN passes through if the model needs one) or set "
+            "MODEL_DIR=/path/to/weights you already have"
+        )
     if "sif" in missing or "agent-cli" in missing:
-        parts = [p for p, key in ((f"{SIF_PATH}", "sif"), (f"{AGENT_CLI_DIR}/bin/{AGENT_CLI_BIN}", "agent-cli"))
-                 if key in missing]
+        parts = [
+            p
+            for p, key in ((f"{SIF_PATH}", "sif"), (f"{AGENT_CLI_DIR}/bin/{AGENT_CLI_BIN}", "agent-cli"))
+            if key in missing
+        ]
         what.append("the agent sandbox (" + " and ".join(parts) + ")")
         fixes.append("`make sif`")
     if "apptainer" in missing:
@@ -175,9 +202,12 @@ def _check_context(host: Path) -> None:
         return
     seq = load_defaults()["context"]["seq_length"]
     if isinstance(native, int) and native < seq:
-        raise StackError(f"MODEL_DIR={host} holds a model with max_position_embeddings={native}, below "
-                         f"context.seq_length={seq} (configs/train/defaults.yaml); lower seq_length or use the "
-                         "model it was sized for.", ExitCode.USAGE)
+        raise StackError(
+            f"MODEL_DIR={host} holds a model with max_position_embeddings={native}, below "
+            f"context.seq_length={seq} (configs/train/defaults.yaml); lower seq_length or use the "
+            "model it was sized for.",
+            ExitCode.USAGE,
+        )
 
 
 def check_before_up(profile) -> None:
@@ -189,9 +219,11 @@ def check_before_up(profile) -> None:
     if host is not None:
         problems = check_model_files(host)
         if problems:
-            raise StackError(f"MODEL_DIR={host} does not hold usable weights ({problems[0]}); point MODEL_DIR at the "
-                             "directory with config.json and the safetensors shards, or unset it and run `make model`.",
-                             ExitCode.ASSETS_MISSING)
+            raise StackError(
+                f"MODEL_DIR={host} does not hold usable weights ({problems[0]}); point MODEL_DIR at the "
+                "directory with config.json and the safetensors shards, or unset it and run `make model`.",
+                ExitCode.ASSETS_MISSING,
+            )
         _check_context(host)
     else:
         paths.insert(0, f"{model_path(values)}/{MODEL_MARKER}")
@@ -206,8 +238,21 @@ def check_before_up(profile) -> None:
         missing.append("agent-cli")
     trainer = image("trainer")
     if _docker(["image", "inspect", trainer]).returncode == 0:
-        proc = _docker(["run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "sh", trainer,
-                        "-c", "command -v apptainer"])
+        proc = _docker(
+            [
+                "run",
+                "--rm",
+                "--pull",
+                "never",
+                "--network",
+                "none",
+                "--entrypoint",
+                "sh",
+                trainer,
+                "-c",
+                "command -v apptainer",
+            ]
+        )
         if proc.returncode != 0:
             missing.append("apptainer")
     if missing:
@@ -242,9 +287,11 @@ def mode_problems(environment: dict[str, Any], where: str) -> list[str]:
     value = str(environment.get(record["mode_env"]) or "").strip().lower()
     if value in record["mode_env_truthy"]:
         return []
-    return [f"{where} does not set {record['mode_env']}={record['mode_value']}: Polar's apptainer runtime then uses "
-            "`apptainer instance start` + `exec instance://`, which cannot re-enter the nested user namespace of the "
-            "trainer container (configs/upstream/polar-apptainer.json), so every rollout would fail"]
+    return [
+        f"{where} does not set {record['mode_env']}={record['mode_value']}: Polar's apptainer runtime then uses "
+        "`apptainer instance start` + `exec instance://`, which cannot re-enter the nested user namespace of the "
+        "trainer container (configs/upstream/polar-apptainer.json), so every rollout would fail"
+    ]
 
 
 def check_in_trainer(profile) -> None:
@@ -267,16 +314,23 @@ def run_oneshot(verb: str, profile) -> int:
         if host is not None:
             problems = check_model_files(host)
             if problems:
-                raise StackError(f"MODEL_DIR={host} does not hold usable weights ({problems[0]}).",
-                                 ExitCode.ASSETS_MISSING)
-            print(f"MODEL_DIR={host} holds config.json and every shard; nothing to download (`make up` mounts it "
-                  "read-only).", file=sys.stderr)
+                raise StackError(
+                    f"MODEL_DIR={host} does not hold usable weights ({problems[0]}).", ExitCode.ASSETS_MISSING
+                )
+            print(
+                f"MODEL_DIR={host} holds config.json and every shard; nothing to download (`make up` mounts it "
+                "read-only).",
+                file=sys.stderr,
+            )
             return 0
         args = ["run", "--rm", "--build", "model-download"]
     else:  # --build: a changed pin (NODE_IMAGE_TAG, APPTAINER_RELEASE) rebuilds even under the same image tag
         args = ["--profile", SANDBOX_PROFILE, "run", "--rm", "--build", "sandbox-build"]
     proc = run_compose(profile, args)
     if proc.returncode != 0:
-        raise StackError(f"make {verb} failed (exit {proc.returncode}); see the output above (it is resumable: "
-                         f"rerun `make {verb}`).", ExitCode.ENVIRONMENT)
+        raise StackError(
+            f"make {verb} failed (exit {proc.returncode}); see the output above (it is resumable: "
+            f"rerun `make {verb}`).",
+            ExitCode.ENVIRONMENT,
+        )
     return 0

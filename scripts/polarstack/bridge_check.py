@@ -18,7 +18,12 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins, repo_root
 
 # slime options whose value names a Polar entry point (slime loads each with load_function).
-HOOK_OPTIONS = ("--data-source-path", "--custom-rm-path", "--custom-reward-post-process-path", "--rollout-function-path")
+HOOK_OPTIONS = (
+    "--data-source-path",
+    "--custom-rm-path",
+    "--custom-reward-post-process-path",
+    "--rollout-function-path",
+)
 
 
 def facts() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -34,8 +39,9 @@ def _facts(root: str) -> tuple[dict[str, Any], dict[str, Any]]:
         bridge = json.loads((base / "polar-bridge.json").read_text())
         slime = json.loads((base / "slime-api.json").read_text())
     except (OSError, ValueError) as exc:
-        raise StackError(f"cannot read the recorded bridge facts ({exc}); restore configs/upstream/ from git.",
-                         ExitCode.USAGE) from None
+        raise StackError(
+            f"cannot read the recorded bridge facts ({exc}); restore configs/upstream/ from git.", ExitCode.USAGE
+        ) from None
     return bridge, slime
 
 
@@ -57,22 +63,30 @@ def check(train_args: list[str], gate_delegate: str | None) -> list[str]:
     table = pins()
     problems = []
     if slime.get("slime_commit") != table["SLIME_COMMIT"]:
-        problems.append(f"configs/upstream/slime-api.json was recorded at slime {slime.get('slime_commit')}, not "
-                        f"SLIME_COMMIT={table['SLIME_COMMIT']}; rerun scripts/tools/record_bridge_api.py slime")
+        problems.append(
+            f"configs/upstream/slime-api.json was recorded at slime {slime.get('slime_commit')}, not "
+            f"SLIME_COMMIT={table['SLIME_COMMIT']}; rerun scripts/tools/record_bridge_api.py slime"
+        )
     if bridge.get("polar_commit") != table["POLAR_COMMIT"]:
-        problems.append(f"configs/upstream/polar-bridge.json was recorded at Polar {bridge.get('polar_commit')}, not "
-                        f"POLAR_COMMIT={table['POLAR_COMMIT']}; rerun scripts/tools/record_bridge_api.py polar")
+        problems.append(
+            f"configs/upstream/polar-bridge.json was recorded at Polar {bridge.get('polar_commit')}, not "
+            f"POLAR_COMMIT={table['POLAR_COMMIT']}; rerun scripts/tools/record_bridge_api.py polar"
+        )
     symbols, records = slime.get("symbols", {}), bridge.get("entry_points", {})
     points = entry_points(train_args, gate_delegate)
-    data_source = points.get("--data-source-path") or slime.get("options", {}).get("--data-source-path", {}).get("default")
+    data_source = points.get("--data-source-path") or slime.get("options", {}).get("--data-source-path", {}).get(
+        "default"
+    )
     if not data_source:
         problems.append("slime-api.json does not record --data-source-path's default; rerun record_bridge_api.py slime")
     for how, entry in points.items():
         record = records.get(entry)
         if record is None:
             if entry.startswith("slime_bridge."):
-                problems.append(f"{how} {entry} is not recorded in configs/upstream/polar-bridge.json; record what "
-                                "it needs from slime (scripts/tools/record_bridge_api.py polar)")
+                problems.append(
+                    f"{how} {entry} is not recorded in configs/upstream/polar-bridge.json; record what "
+                    "it needs from slime (scripts/tools/record_bridge_api.py polar)"
+                )
             continue
         for need in record.get("requires", []):
             if need["need"] != "required":
@@ -84,13 +98,20 @@ def check(train_args: list[str], gate_delegate: str | None) -> list[str]:
                 symbol = f"{data_source}.{symbol.split('.', 1)[1]}"
             fact = symbols.get(symbol)
             if fact is None:
-                problems.append(f"{how} {entry} needs {symbol}, which configs/upstream/slime-api.json does not "
-                                "record; rerun scripts/tools/record_bridge_api.py slime")
+                problems.append(
+                    f"{how} {entry} needs {symbol}, which configs/upstream/slime-api.json does not "
+                    "record; rerun scripts/tools/record_bridge_api.py slime"
+                )
             elif not fact.get("exists"):
-                hint = (" drop --data-source-path: Polar's worker falls back to slime's default data source"
-                        if how == "--data-source-path" else "")
-                problems.append(f"{how} {entry} needs {symbol} ({need.get('where')}), which slime "
-                                f"{table['SLIME_COMMIT'][:12]} does not define ({fact.get('why')});{hint or ' change the entry point or the slime pin'}")
+                hint = (
+                    " drop --data-source-path: Polar's worker falls back to slime's default data source"
+                    if how == "--data-source-path"
+                    else ""
+                )
+                problems.append(
+                    f"{how} {entry} needs {symbol} ({need.get('where')}), which slime "
+                    f"{table['SLIME_COMMIT'][:12]} does not define ({fact.get('why')});{hint or ' change the entry point or the slime pin'}"
+                )
     return problems
 
 

@@ -39,36 +39,47 @@ def check(train_args: list[str], config: dict[str, Any]) -> list[str]:
     problems = []
     pinned = pins().get("AGENT_CLI_VERSION")
     if record["agent_cli"]["version"] != pinned:
-        problems.append(f"{HARNESS_RECORD} was measured for the agent CLI {record['agent_cli']['version']}, not "
-                        f"AGENT_CLI_VERSION={pinned}; rerun scripts/tools/measure_harness_prompt.py")
+        problems.append(
+            f"{HARNESS_RECORD} was measured for the agent CLI {record['agent_cli']['version']}, not "
+            f"AGENT_CLI_VERSION={pinned}; rerun scripts/tools/measure_harness_prompt.py"
+        )
     context = config["context"]
     harness = int(record["agent_turn"]["harness_prompt_tokens"]) + int(context["harness_margin_tokens"])
     seq = flag_value(train_args, "--seq-length")
     if seq is None:
-        return problems + ["train_async.py gets no --seq-length, so slime uses 4096 tokens, below the harness prompt "
-                           f"alone ({harness} tokens with margin, {HARNESS_RECORD}); set context.seq_length"]
+        return problems + [
+            "train_async.py gets no --seq-length, so slime uses 4096 tokens, below the harness prompt "
+            f"alone ({harness} tokens with margin, {HARNESS_RECORD}); set context.seq_length"
+        ]
     prompt = flag_value(train_args, "--rollout-max-prompt-len") or 0
     response = flag_value(train_args, "--rollout-max-response-len") or 0
     per_gpu = flag_value(train_args, "--max-tokens-per-gpu") or 0
     cp = flag_value(train_args, "--context-parallel-size") or 1
     if harness + prompt + response > seq:
-        problems.append(f"harness prompt {harness} + task prompt {prompt} + response {response} = "
-                        f"{harness + prompt + response} tokens exceed --seq-length {seq}: Polar would clip or drop "
-                        "every trace; raise context.seq_length or lower grpo.rollout_max_response_len")
+        problems.append(
+            f"harness prompt {harness} + task prompt {prompt} + response {response} = "
+            f"{harness + prompt + response} tokens exceed --seq-length {seq}: Polar would clip or drop "
+            "every trace; raise context.seq_length or lower grpo.rollout_max_response_len"
+        )
     if seq > per_gpu * cp:
-        problems.append(f"--seq-length {seq} exceeds --max-tokens-per-gpu {per_gpu} x context-parallel size {cp}: "
-                        "Polar caps a trace at the smaller of the two; raise grpo.max_tokens_per_gpu")
+        problems.append(
+            f"--seq-length {seq} exceeds --max-tokens-per-gpu {per_gpu} x context-parallel size {cp}: "
+            "Polar caps a trace at the smaller of the two; raise grpo.max_tokens_per_gpu"
+        )
     model_context = int(context["model_context_length"])
     if seq > model_context:
-        problems.append(f"--seq-length {seq} exceeds the model's context length {model_context} "
-                        "(context.model_context_length)")
+        problems.append(
+            f"--seq-length {seq} exceeds the model's context length {model_context} (context.model_context_length)"
+        )
     return problems
 
 
 def summary(train_args: list[str], config: dict[str, Any]) -> str:
     record = harness_record()
-    return (f"harness {record['agent_turn']['harness_prompt_tokens']}+{config['context']['harness_margin_tokens']} "
-            f"+ prompt {flag_value(train_args, '--rollout-max-prompt-len')} + response "
-            f"{flag_value(train_args, '--rollout-max-response-len')} <= seq {flag_value(train_args, '--seq-length')} "
-            f"<= {flag_value(train_args, '--max-tokens-per-gpu')} x CP "
-            f"{flag_value(train_args, '--context-parallel-size') or 1}, <= model {config['context']['model_context_length']}")
+    return (
+        f"harness {record['agent_turn']['harness_prompt_tokens']}+{config['context']['harness_margin_tokens']} "
+        f"+ prompt {flag_value(train_args, '--rollout-max-prompt-len')} + response "
+        f"{flag_value(train_args, '--rollout-max-response-len')} <= seq {flag_value(train_args, '--seq-length')} "
+        f"<= {flag_value(train_args, '--max-tokens-per-gpu')} x CP "
+        f"{flag_value(train_args, '--context-parallel-size') or 1}, <= model {config['context']['model_context_length']}"
+    )

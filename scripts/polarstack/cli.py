@@ -29,18 +29,33 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _add_emulate_engine(sub) -> None:
-    p = sub.add_parser("emulate-engine", help="serve an HTTP stand-in for one sglang engine (CPU only)",
-                       description="Answer like sglang at the pinned version, with its own protocol models.")
+    p = sub.add_parser(
+        "emulate-engine",
+        help="serve an HTTP stand-in for one sglang engine (CPU only)",
+        description="Answer like sglang at the pinned version, with its own protocol models.",
+    )
     p.add_argument("--port", type=count(1, 65535), required=True, help="TCP port to listen on")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--model", default=None, help="served model name (default Qwen2.5-7B-Instruct)")
     p.add_argument("--seed", type=int, default=0, help="seed for deterministic tokens and logprobs")
-    p.add_argument("--tool-call-parser", default=None, metavar="NAME",
-                   help="parse tool calls into message.tool_calls as sglang does with this flag (Qwen format only)")
-    p.add_argument("--prefill-us-per-token", type=float, default=0.0,
-                   help="modelled prefill time per uncached prompt token, one request at a time (default 0: off)")
-    p.add_argument("--decode-us-per-token", type=float, default=0.0,
-                   help="modelled decode time per generated token, requests overlap (default 0: off)")
+    p.add_argument(
+        "--tool-call-parser",
+        default=None,
+        metavar="NAME",
+        help="parse tool calls into message.tool_calls as sglang does with this flag (Qwen format only)",
+    )
+    p.add_argument(
+        "--prefill-us-per-token",
+        type=float,
+        default=0.0,
+        help="modelled prefill time per uncached prompt token, one request at a time (default 0: off)",
+    )
+    p.add_argument(
+        "--decode-us-per-token",
+        type=float,
+        default=0.0,
+        help="modelled decode time per generated token, requests overlap (default 0: off)",
+    )
     p.set_defaults(handler=_cmd_emulate_engine)
 
 
@@ -54,17 +69,29 @@ def _cmd_emulate_engine(args: argparse.Namespace) -> int:
         from polarstack import toolcheck
 
         if parser not in toolcheck.parser_choices():
-            raise StackError(f"--tool-call-parser {parser} is not a parser of the pinned sglang; choose one of "
-                             f"{', '.join(toolcheck.parser_choices())}.", ExitCode.USAGE)
+            raise StackError(
+                f"--tool-call-parser {parser} is not a parser of the pinned sglang; choose one of "
+                f"{', '.join(toolcheck.parser_choices())}.",
+                ExitCode.USAGE,
+            )
         if parser not in toolcheck.qwen25_names():
-            raise StackError(f"--tool-call-parser {parser}: the emulator writes only the Qwen format "
-                             f"(sglang's Qwen25Detector); use {' or '.join(toolcheck.qwen25_names())}.", ExitCode.USAGE)
+            raise StackError(
+                f"--tool-call-parser {parser}: the emulator writes only the Qwen format "
+                f"(sglang's Qwen25Detector); use {' or '.join(toolcheck.qwen25_names())}.",
+                ExitCode.USAGE,
+            )
     for name in ("prefill_us_per_token", "decode_us_per_token"):
         if not 0 <= getattr(args, name) < 1e6:
             raise StackError(f"--{name.replace('_', '-')} must be between 0 and 1e6 microseconds.", ExitCode.USAGE)
-    emulator.serve(args.port, host=args.host, model=args.model or emulator.DEFAULT_MODEL, seed=args.seed,
-                   tool_call_parser=parser, prefill_us_per_token=args.prefill_us_per_token,
-                   decode_us_per_token=args.decode_us_per_token)
+    emulator.serve(
+        args.port,
+        host=args.host,
+        model=args.model or emulator.DEFAULT_MODEL,
+        seed=args.seed,
+        tool_call_parser=parser,
+        prefill_us_per_token=args.prefill_us_per_token,
+        decode_us_per_token=args.decode_us_per_token,
+    )
     return 0
 
 
@@ -72,40 +99,79 @@ def _cmd_emulate_engine(args: argparse.Namespace) -> int:
 
 
 def _add_smoke(sub) -> None:
-    p = sub.add_parser("smoke", help="prove the path yields trainable tokens before GRPO launches",
-                       description="Send Polar-shaped chat requests, extract token ids as Polar does, check invariants.")
-    p.add_argument("--base-url", default=None, type=url,
-                   help="Polar's inference base URL (router or engine); default: the profile that is up locally")
+    p = sub.add_parser(
+        "smoke",
+        help="prove the path yields trainable tokens before GRPO launches",
+        description="Send Polar-shaped chat requests, extract token ids as Polar does, check invariants.",
+    )
+    p.add_argument(
+        "--base-url",
+        default=None,
+        type=url,
+        help="Polar's inference base URL (router or engine); default: the profile that is up locally",
+    )
     p.add_argument("--model", default=None, help="model name to send (default: first id of GET /v1/models)")
-    p.add_argument("--requests", type=count(0, MAX_REQUESTS), default=2,
-                   help=f"single-turn requests (default 2, at most {MAX_REQUESTS})")
-    p.add_argument("--turns", type=count(0, MAX_TURNS), default=2,
-                   help=f"turns of the multi-turn session (default 2; 0 skips it; at most {MAX_TURNS})")
+    p.add_argument(
+        "--requests",
+        type=count(0, MAX_REQUESTS),
+        default=2,
+        help=f"single-turn requests (default 2, at most {MAX_REQUESTS})",
+    )
+    p.add_argument(
+        "--turns",
+        type=count(0, MAX_TURNS),
+        default=2,
+        help=f"turns of the multi-turn session (default 2; 0 skips it; at most {MAX_TURNS})",
+    )
     p.add_argument("--timeout", type=seconds, default=10.0, help="seconds per request, in total (default 10)")
     p.add_argument("--max-tokens", type=count(1, MAX_TOKENS), default=16, help="max_tokens per request (default 16)")
-    p.add_argument("--route", choices=("base", "polar"), default=None,
-                   help="base: every request to --base-url (older Polar); polar: resolve like current Polar's "
-                        "client (GET /workers, then straight to regular workers); default: the profile's "
-                        "POLAR_ROUTE when a profile is up, else base")
-    p.add_argument("--profile", default=None,
-                   help="check a profile of the docker runtime: its base URL, route and (for slime-registered "
-                        "routers) a temporary registration of its engines; with a profile up locally, it must be "
-                        "that one (exit 9 otherwise)")
-    p.add_argument("--runtime", choices=("auto", "local", "docker"), default="auto",
-                   help="without --base-url: local (the run state of `polarstack up`), docker (--profile's ports), "
-                        "or auto (local when a profile is up locally, else docker)")
-    p.add_argument("--strict", action="store_true",
-                   help="fail (exit 4) on findings Polar does not enforce: usage mismatch, positive logprobs, coerced "
-                        "id types, aligned-prefix training, extra choices")
-    p.add_argument("--allow-retokenized", action="store_true",
-                   help="pass when Polar would train only on ids its builder re-tokenizes from text (exit 15 otherwise)")
-    p.add_argument("--polar-config", default=None, metavar="PATH",
-                   help="the Polar config the smoke guards (slime's --custom-config-path, e.g. a rendered "
-                        "polar_config.yaml): its builder tokenizer decides whether Polar re-tokenizes; default: the "
-                        "template this stack renders (no tokenizer)")
-    p.add_argument("--in-trainer", action="store_true",
-                   help="run by `make smoke` inside the trainer container (docker runtime): check --profile's ports "
-                        "from there, with the installed Polar's second opinion; refused where Polar is not importable")
+    p.add_argument(
+        "--route",
+        choices=("base", "polar"),
+        default=None,
+        help="base: every request to --base-url (older Polar); polar: resolve like current Polar's "
+        "client (GET /workers, then straight to regular workers); default: the profile's "
+        "POLAR_ROUTE when a profile is up, else base",
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="check a profile of the docker runtime: its base URL, route and (for slime-registered "
+        "routers) a temporary registration of its engines; with a profile up locally, it must be "
+        "that one (exit 9 otherwise)",
+    )
+    p.add_argument(
+        "--runtime",
+        choices=("auto", "local", "docker"),
+        default="auto",
+        help="without --base-url: local (the run state of `polarstack up`), docker (--profile's ports), "
+        "or auto (local when a profile is up locally, else docker)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (exit 4) on findings Polar does not enforce: usage mismatch, positive logprobs, coerced "
+        "id types, aligned-prefix training, extra choices",
+    )
+    p.add_argument(
+        "--allow-retokenized",
+        action="store_true",
+        help="pass when Polar would train only on ids its builder re-tokenizes from text (exit 15 otherwise)",
+    )
+    p.add_argument(
+        "--polar-config",
+        default=None,
+        metavar="PATH",
+        help="the Polar config the smoke guards (slime's --custom-config-path, e.g. a rendered "
+        "polar_config.yaml): its builder tokenizer decides whether Polar re-tokenizes; default: the "
+        "template this stack renders (no tokenizer)",
+    )
+    p.add_argument(
+        "--in-trainer",
+        action="store_true",
+        help="run by `make smoke` inside the trainer container (docker runtime): check --profile's ports "
+        "from there, with the installed Polar's second opinion; refused where Polar is not importable",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_cmd_smoke)
 
@@ -114,13 +180,18 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     from polarstack import retokenize
     from polarstack.target import resolve_target
 
-    tokenizer_name = retokenize.configured_name(retokenize.read_config(args.polar_config) if args.polar_config
-                                                else None)
+    tokenizer_name = retokenize.configured_name(
+        retokenize.read_config(args.polar_config) if args.polar_config else None
+    )
     if args.in_trainer and (args.base_url is not None or args.profile is None):
-        raise StackError("--in-trainer takes --profile and no --base-url (`make smoke` passes them); run `make smoke` "
-                         "on the host instead.", ExitCode.USAGE)
-    target = resolve_target(args.runtime, args.profile, args.base_url, route=args.route, verb="smoke",
-                            in_trainer=args.in_trainer)
+        raise StackError(
+            "--in-trainer takes --profile and no --base-url (`make smoke` passes them); run `make smoke` "
+            "on the host instead.",
+            ExitCode.USAGE,
+        )
+    target = resolve_target(
+        args.runtime, args.profile, args.base_url, route=args.route, verb="smoke", in_trainer=args.in_trainer
+    )
     if target.runtime == "docker":
         from polarstack import docker_smoke
 
@@ -130,10 +201,20 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     from polarstack.render import render_smoke
     from polarstack.smoke import run_smoke
 
-    report = run_smoke(target.base_url, model=args.model, requests=args.requests, turns=args.turns,
-                       timeout=args.timeout, route=target.route or "base", max_tokens=args.max_tokens,
-                       register=target.register, strict=args.strict, allow_retokenized=args.allow_retokenized,
-                       tokenizer_name=tokenizer_name, engine_urls=target.engine_urls)
+    report = run_smoke(
+        target.base_url,
+        model=args.model,
+        requests=args.requests,
+        turns=args.turns,
+        timeout=args.timeout,
+        route=target.route or "base",
+        max_tokens=args.max_tokens,
+        register=target.register,
+        strict=args.strict,
+        allow_retokenized=args.allow_retokenized,
+        tokenizer_name=tokenizer_name,
+        engine_urls=target.engine_urls,
+    )
     if args.json:
         print_json(report.as_dict())
     else:
@@ -188,14 +269,26 @@ def _add_train(sub) -> None:
     p = sub.add_parser("train", help="GRPO with Polar on slime: render, gate with the smoke, launch")
     p.add_argument("--task", required=True, help="humaneval or mbpp")
     p.add_argument("--profile", default=None, help="profile (default: the one up locally, else engine-direct)")
-    p.add_argument("--runtime", choices=("auto", "local", "docker"), default="auto",
-                   help="auto: the local runtime when a profile is up there, else docker")
+    p.add_argument(
+        "--runtime",
+        choices=("auto", "local", "docker"),
+        default="auto",
+        help="auto: the local runtime when a profile is up there, else docker",
+    )
     p.add_argument("--dry-run", action="store_true", help="print and validate every command and file; launch nothing")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override configs/train/defaults.yaml (dotted key), repeatable")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override configs/train/defaults.yaml (dotted key), repeatable",
+    )
     p.add_argument("--source", default=None, help="mbpp: a JSONL file in MBPP's schema instead of the Hub")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from the run's last checkpoint (--load of its save dir); refused when there is none")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the run's last checkpoint (--load of its save dir); refused when there is none",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(handler=_cmd_train)
 
@@ -203,8 +296,18 @@ def _add_train(sub) -> None:
 def _cmd_train(args: argparse.Namespace) -> int:
     from polarstack.train_launch import TrainRequest, run
 
-    return run(TrainRequest(task=args.task, profile=args.profile, runtime=args.runtime, dry_run=args.dry_run,
-                            sets=tuple(args.set), source=args.source, resume=args.resume, json=args.json))
+    return run(
+        TrainRequest(
+            task=args.task,
+            profile=args.profile,
+            runtime=args.runtime,
+            dry_run=args.dry_run,
+            sets=tuple(args.set),
+            source=args.source,
+            resume=args.resume,
+            json=args.json,
+        )
+    )
 
 
 # --- verify-offline -----------------------------------------------------------------------------------------
@@ -221,11 +324,18 @@ def _cmd_verify_offline(args: argparse.Namespace) -> int:
     from polarstack import verify_offline
     from polarstack.render import render_verify_offline
 
-    checks, elapsed = verify_offline.run(args.skip_downloads, progress=lambda m: print(f"verify-offline: {m}", file=sys.stderr))
+    checks, elapsed = verify_offline.run(
+        args.skip_downloads, progress=lambda m: print(f"verify-offline: {m}", file=sys.stderr)
+    )
     failed = [c for c in checks if not c.ok]
     if args.json:
-        print_json({"ok": not failed, "seconds": round(elapsed, 2),
-                    "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail, "problems": c.problems} for c in checks]})
+        print_json(
+            {
+                "ok": not failed,
+                "seconds": round(elapsed, 2),
+                "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail, "problems": c.problems} for c in checks],
+            }
+        )
     else:
         render_verify_offline(checks, elapsed)
     if failed:
@@ -272,10 +382,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     from polarstack import cli_bench, cli_docker, cli_local, cli_routers, cli_tasks
 
-    for add in (_add_emulate_engine, _add_smoke, _add_probe, cli_local._add_up, cli_local._add_down,
-                cli_local._add_status, cli_local._add_demo, cli_docker._add_compose, _add_pin, _add_polar_switch,
-                cli_tasks._add_tasks, cli_tasks._add_verify, _add_train, cli_bench._add_bench, _add_verify_offline,
-                cli_routers._add_routers):
+    for add in (
+        _add_emulate_engine,
+        _add_smoke,
+        _add_probe,
+        cli_local._add_up,
+        cli_local._add_down,
+        cli_local._add_status,
+        cli_local._add_demo,
+        cli_docker._add_compose,
+        _add_pin,
+        _add_polar_switch,
+        cli_tasks._add_tasks,
+        cli_tasks._add_verify,
+        _add_train,
+        cli_bench._add_bench,
+        _add_verify_offline,
+        cli_routers._add_routers,
+    ):
         add(sub)
     return parser
 
@@ -299,8 +423,11 @@ def _name_code_for_make(code: int) -> None:
     """Under `make` (which sets POLARSTACK_VIA_MAKE), say the real exit code: make reports a failing recipe as
     `Error N` and itself always exits 2, so the code that names the failure would otherwise be lost."""
     if code and os.environ.get("POLARSTACK_VIA_MAKE"):
-        print(f"polarstack exited with code {code} ({_code_name(code)}); make itself exits 2 - run "
-              f".venv/bin/polarstack directly to get {code} as the exit status.", file=sys.stderr)
+        print(
+            f"polarstack exited with code {code} ({_code_name(code)}); make itself exits 2 - run "
+            f".venv/bin/polarstack directly to get {code} as the exit status.",
+            file=sys.stderr,
+        )
 
 
 def _code_name(code: int) -> str:
@@ -335,8 +462,10 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:  # a bug: say so in one line, traceback only with --debug
         if args.debug:
             traceback.print_exc()
-        print(f"polarstack: internal error ({type(exc).__name__}: {exc}); rerun with --debug and report it.",
-              file=sys.stderr)
+        print(
+            f"polarstack: internal error ({type(exc).__name__}: {exc}); rerun with --debug and report it.",
+            file=sys.stderr,
+        )
         return int(ExitCode.INTERNAL)
 
 

@@ -22,12 +22,17 @@ COMPOSE_VERBS = {  # verb: (compose arguments, needs GPUs)
 
 def _add_compose(sub) -> None:
     p = sub.add_parser("compose", help="the docker runtime: render a profile for Compose v2 and drive it")
-    p.add_argument("verb", choices=("env", "config", *COMPOSE_VERBS, "clean", "model", "sif"),
-                   help="env: render .run/compose/<profile>.env and .gpus.yaml; config: the rendered Compose model; "
-                        "model: download the weights into the models volume; sif: build the agent sandbox image")
-    p.add_argument("--profile", default=None,
-                   help="profile name (configs/profiles/<name>.env); default: the one `make up` started, else "
-                        "engine-direct")
+    p.add_argument(
+        "verb",
+        choices=("env", "config", *COMPOSE_VERBS, "clean", "model", "sif"),
+        help="env: render .run/compose/<profile>.env and .gpus.yaml; config: the rendered Compose model; "
+        "model: download the weights into the models volume; sif: build the agent sandbox image",
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="profile name (configs/profiles/<name>.env); default: the one `make up` started, else engine-direct",
+    )
     p.add_argument("--yes", action="store_true", help="clean: do not ask before removing the volumes")
     p.add_argument("--service", action="append", default=[], help="limit to a service (repeatable; logs, ps, build)")
     p.set_defaults(handler=_cmd_compose)
@@ -54,8 +59,11 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         compose.check_node("clean", profile, need_gpus=False)
         if not args.yes:
             if not sys.stdin.isatty():
-                raise StackError("make clean deletes the models, checkpoints, weight-updates and logs volumes; "
-                                 "rerun in a terminal to confirm, or pass --yes.", ExitCode.USAGE)
+                raise StackError(
+                    "make clean deletes the models, checkpoints, weight-updates and logs volumes; "
+                    "rerun in a terminal to confirm, or pass --yes.",
+                    ExitCode.USAGE,
+                )
             answer = input("Delete the volumes models, checkpoints, weight-updates and logs? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 print("nothing deleted.")
@@ -73,11 +81,16 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         assets.check_before_up(profile)
     proc = compose.run_compose(profile, [*compose_args, *args.service])
     if proc.returncode != 0:
-        raise StackError(f"docker compose {args.verb} failed for profile {profile.name} (exit {proc.returncode}); "
-                         "see the output above.", ExitCode.ENVIRONMENT)
+        raise StackError(
+            f"docker compose {args.verb} failed for profile {profile.name} (exit {proc.returncode}); "
+            "see the output above.",
+            ExitCode.ENVIRONMENT,
+        )
     if args.verb == "up":
-        print(f"{profile.name} is up (state in {docker_state.write(profile)}); `make smoke` and `make train` use it.",
-              file=sys.stderr)
+        print(
+            f"{profile.name} is up (state in {docker_state.write(profile)}); `make smoke` and `make train` use it.",
+            file=sys.stderr,
+        )
     elif args.verb == "down" and (docker_state.read() or {}).get("profile") in (None, profile.name):
         docker_state.clear()
     return 0

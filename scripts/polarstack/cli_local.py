@@ -9,16 +9,29 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import seconds
 from polarstack.render import print_json, render_demo, render_status
 
+
 def _add_up(sub) -> None:
     p = sub.add_parser("up", help="start a profile's topology (local: emulated engines + the real router)")
     p.add_argument("--profile", required=True, help="profile name (configs/profiles/<name>.env)")
-    p.add_argument("--runtime", choices=("local",), default="local",
-                   help="local: processes on 127.0.0.1 (the docker runtime is driven by `make up`)")
+    p.add_argument(
+        "--runtime",
+        choices=("local",),
+        default="local",
+        help="local: processes on 127.0.0.1 (the docker runtime is driven by `make up`)",
+    )
     p.add_argument("--timeout", type=seconds, default=60.0, help="seconds to wait for each process (default 60)")
-    p.add_argument("--prefill-us-per-token", type=float, default=0.0,
-                   help="emulated engines' prefill time per uncached prompt token (default 0: off; docs/routing.md)")
-    p.add_argument("--decode-us-per-token", type=float, default=0.0,
-                   help="emulated engines' decode time per generated token (default 0: off)")
+    p.add_argument(
+        "--prefill-us-per-token",
+        type=float,
+        default=0.0,
+        help="emulated engines' prefill time per uncached prompt token (default 0: off; docs/routing.md)",
+    )
+    p.add_argument(
+        "--decode-us-per-token",
+        type=float,
+        default=0.0,
+        help="emulated engines' decode time per generated token (default 0: off)",
+    )
     p.add_argument("--json", action="store_true", help="print the run state as JSON")
     p.set_defaults(handler=_cmd_up)
 
@@ -41,13 +54,16 @@ def _cmd_up(args: argparse.Namespace) -> int:
         if value:
             engine_args += [f"--{name.replace('_', '-')}", str(value)]
     signal.signal(signal.SIGTERM, terminated)
-    state = local.up(profile, timeout=args.timeout, progress=lambda m: print(m, file=sys.stderr),
-                     engine_args=engine_args)
+    state = local.up(
+        profile, timeout=args.timeout, progress=lambda m: print(m, file=sys.stderr), engine_args=engine_args
+    )
     if args.json:
         print_json(state.data)
     else:
-        print(f"{profile.name} is up locally; Polar's base URL: {state.base_url} (route {profile.route}); "
-              f"state in {state.path}")
+        print(
+            f"{profile.name} is up locally; Polar's base URL: {state.base_url} (route {profile.route}); "
+            f"state in {state.path}"
+        )
     return 0
 
 
@@ -78,8 +94,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from polarstack import local
 
     state = local.read_state()
-    data = {"up": False} if state is None else {"up": bool(state.live()), **state.data,
-                                                "live_pids": [p["pid"] for p in state.live()]}
+    data = (
+        {"up": False}
+        if state is None
+        else {"up": bool(state.live()), **state.data, "live_pids": [p["pid"] for p in state.live()]}
+    )
     if args.json:
         print_json(data)
     elif state is None:
@@ -114,6 +133,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     wrong = [row for row in rows if not row["as_expected"]]
     if wrong:
         row = wrong[0]
-        raise StackError(f"profile {row['profile']} gave {row['verdict']} where {row['expected']} was expected: "
-                         f"{row['message']}", ExitCode.GATE if row["expected"] == "pass" else ExitCode.INVARIANT)
+        raise StackError(
+            f"profile {row['profile']} gave {row['verdict']} where {row['expected']} was expected: {row['message']}",
+            ExitCode.GATE if row["expected"] == "pass" else ExitCode.INVARIANT,
+        )
     return 0

@@ -7,12 +7,18 @@ import argparse
 from polarstack.errors import ExitCode, StackError
 from polarstack.render import print_json, render_matrix, render_routers_catalog
 
+
 def _add_routers(sub) -> None:
     p = sub.add_parser("routers", help="router releases: catalog, install")
     rsub = p.add_subparsers(dest="routers_cmd", required=True, metavar="{catalog,install,matrix}")
     mat = rsub.add_parser("matrix", help="measure router releases in front of the emulator (issue #52's bisection)")
-    mat.add_argument("--releases", nargs="+", metavar="PACKAGE==VERSION", default=None,
-                     help="releases to sweep (default: sglang-router 0.1.0-0.3.2 and every smg release)")
+    mat.add_argument(
+        "--releases",
+        nargs="+",
+        metavar="PACKAGE==VERSION",
+        default=None,
+        help="releases to sweep (default: sglang-router 0.1.0-0.3.2 and every smg release)",
+    )
     mat.add_argument("--json", dest="json_file", metavar="FILE", default=None, help="write the rows as JSON")
     mat.add_argument("--markdown", metavar="FILE", default=None, help="write a Markdown report")
     mat.add_argument("--latency-requests", type=int, default=200, help="requests each way for latency (default 200)")
@@ -31,10 +37,18 @@ def _cmd_routers_catalog(args: argparse.Namespace) -> int:
     rows = []
     for package, version in sorted(MEASURED, key=lambda pv: (pv[0], tuple(int(x) for x in pv[1].split(".")))):
         rel = RouterRelease(package, version)
-        rows.append({"release": rel.spec, "module": rel.module, "forwards_chat_return_flags": rel.forwards_unknown_chat_fields,
-                     "worker_api": rel.has_worker_api, "startup_check_interval_flag": rel.accepts_startup_check_interval,
-                     "prometheus_port_flag": rel.accepts_prometheus_port,
-                     "prometheus_host_flag": rel.accepts_prometheus_host, "installed": is_installed(rel)})
+        rows.append(
+            {
+                "release": rel.spec,
+                "module": rel.module,
+                "forwards_chat_return_flags": rel.forwards_unknown_chat_fields,
+                "worker_api": rel.has_worker_api,
+                "startup_check_interval_flag": rel.accepts_startup_check_interval,
+                "prometheus_port_flag": rel.accepts_prometheus_port,
+                "prometheus_host_flag": rel.accepts_prometheus_host,
+                "installed": is_installed(rel),
+            }
+        )
     if args.json:
         print_json(rows)
         return 0
@@ -55,8 +69,14 @@ def _cmd_routers_matrix(args: argparse.Namespace) -> int:
     command = "polarstack routers matrix " + " ".join(words[2:]) if len(words) > 2 else "polarstack routers matrix"
     from rich.console import Console
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    ) as progress:
         task = progress.add_task("router releases", total=len(releases))
 
         def advance(row):

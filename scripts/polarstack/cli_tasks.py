@@ -8,6 +8,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import count, seconds
 from polarstack.render import print_json, render_verify
 
+
 def _add_tasks(sub) -> None:
     p = sub.add_parser("tasks", help="prepare code tasks for slime and Polar")
     tsub = p.add_subparsers(dest="tasks_cmd", required=True, metavar="{prepare}")
@@ -38,10 +39,16 @@ def _add_verify(sub) -> None:
     p.add_argument("--task", default="humaneval", help="humaneval or mbpp")
     p.add_argument("--source", default=None, help="mbpp: a JSONL file in MBPP's schema")
     p.add_argument("--timeout", type=seconds, default=10.0, help="wall-clock seconds per program (default 10)")
-    p.add_argument("--workers", type=count(1, 1024), default=None, help="parallel sandboxes (default: CPU count, at least 2)")
-    p.add_argument("--isolation", choices=("namespaces", "none"), default=None,
-                   help="namespaces (default) or none: opt out of the sandbox's namespaces (docs/tasks.md; also "
-                        "POLARSTACK_VERIFIER_ISOLATION)")
+    p.add_argument(
+        "--workers", type=count(1, 1024), default=None, help="parallel sandboxes (default: CPU count, at least 2)"
+    )
+    p.add_argument(
+        "--isolation",
+        choices=("namespaces", "none"),
+        default=None,
+        help="namespaces (default) or none: opt out of the sandbox's namespaces (docs/tasks.md; also "
+        "POLARSTACK_VERIFIER_ISOLATION)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_verify)
 
@@ -71,8 +78,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         raise StackError(f"{exc}.", ExitCode.USAGE) from None
     except RuntimeError as exc:  # IsolationUnavailable, or no interpreter / lock directory for the sandbox
         raise StackError(f"{exc}.", ExitCode.ENVIRONMENT) from None
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True)) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    ) as progress:
         bar = progress.add_task(f"{args.task} canonical solutions", total=len(items))
         try:
             outcomes = verifier.verify_many(items, limits, args.workers, on_outcome=lambda _: progress.advance(bar))
@@ -80,13 +92,21 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             raise StackError(f"{exc}.", ExitCode.ENVIRONMENT) from None
     elapsed = time.perf_counter() - started
     failed = [(items[i][0]["task_id"], o.reason) for i, o in enumerate(outcomes) if not o.passed]
-    result = {"task": args.task, "problems": len(items), "passed": len(items) - len(failed), "failed": failed,
-              "seconds": round(elapsed, 2)}
+    result = {
+        "task": args.task,
+        "problems": len(items),
+        "passed": len(items) - len(failed),
+        "failed": failed,
+        "seconds": round(elapsed, 2),
+    }
     if args.json:
         print_json(result)
     else:
         render_verify(result, elapsed)
     if failed:
-        raise StackError(f"{len(failed)} canonical solution(s) failed, first {failed[0][0]} ({failed[0][1]}); the "
-                         "sandbox limits are too tight for this machine or the task data is wrong.", ExitCode.TASK_DATA)
+        raise StackError(
+            f"{len(failed)} canonical solution(s) failed, first {failed[0][0]} ({failed[0][1]}); the "
+            "sandbox limits are too tight for this machine or the task data is wrong.",
+            ExitCode.TASK_DATA,
+        )
     return 0

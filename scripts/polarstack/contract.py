@@ -184,10 +184,13 @@ def normalize_sglang(response: dict[str, Any]) -> dict[str, Any]:
             choice["token_ids"] = ids
             meta_entries = choice["meta_info"]["output_token_logprobs"]
             canonical = []
-            for tid, lp, raw in zip(ids, lps, meta_entries):
+            for tid, lp, raw in zip(ids, lps, meta_entries, strict=False):
                 entry: dict[str, Any] = {"token_id": tid, "logprob": lp}
-                token = raw[2] if isinstance(raw, (list, tuple)) and len(raw) >= 3 else (
-                    raw.get("token") if isinstance(raw, dict) else None)
+                token = (
+                    raw[2]
+                    if isinstance(raw, (list, tuple)) and len(raw) >= 3
+                    else (raw.get("token") if isinstance(raw, dict) else None)
+                )
                 if token is not None:
                     entry["token"] = str(token)
                 canonical.append(entry)
@@ -198,7 +201,8 @@ def normalize_sglang(response: dict[str, Any]) -> dict[str, Any]:
             content = logprobs.get("content")
             if isinstance(content, list) and len(content) == len(canonical):
                 logprobs["content"] = [
-                    {**(old if isinstance(old, dict) else {}), **new} for old, new in zip(content, canonical)
+                    {**(old if isinstance(old, dict) else {}), **new}
+                    for old, new in zip(content, canonical, strict=False)
                 ]
             else:
                 logprobs["content"] = canonical
@@ -207,7 +211,7 @@ def normalize_sglang(response: dict[str, Any]) -> dict[str, Any]:
         if isinstance(token_ids, list) and isinstance(logprobs, dict):
             content = logprobs.get("content")
             if isinstance(content, list) and len(content) == len(token_ids):
-                for entry, tid in zip(content, token_ids):
+                for entry, tid in zip(content, token_ids, strict=False):
                     if isinstance(entry, dict):
                         entry.setdefault("token_id", tid)
         choice.pop("meta_info", None)
@@ -216,20 +220,25 @@ def normalize_sglang(response: dict[str, Any]) -> dict[str, Any]:
 
 def _describe_absent_prompt(raw_choice: dict[str, Any], raw: dict[str, Any]) -> str:
     keys = ("input_token_ids", "prompt_token_ids")
-    present = [k for k in keys if k in raw_choice] + (["prompt_token_ids (top level)"] if "prompt_token_ids" in raw else [])
+    present = [k for k in keys if k in raw_choice] + (
+        ["prompt_token_ids (top level)"] if "prompt_token_ids" in raw else []
+    )
     if present:
         return f"prompt token ids are empty or not a list ({', '.join(present)} present but unusable)"
-    return ("prompt token ids absent: choices[0] has no prompt_token_ids or input_token_ids and the response "
-            "has no top-level prompt_token_ids (the engine adds them only when the request carries "
-            "return_prompt_token_ids)")
+    return (
+        "prompt token ids absent: choices[0] has no prompt_token_ids or input_token_ids and the response "
+        "has no top-level prompt_token_ids (the engine adds them only when the request carries "
+        "return_prompt_token_ids)"
+    )
 
 
 def _describe_absent_response(raw_choice: dict[str, Any]) -> list[str]:
     reasons: list[str] = []
     meta = raw_choice.get("meta_info")
     if meta is None:
-        reasons.append("choices[0].meta_info absent (the engine adds it only when the request carries "
-                       "return_meta_info)")
+        reasons.append(
+            "choices[0].meta_info absent (the engine adds it only when the request carries return_meta_info)"
+        )
     elif not isinstance(meta, dict):
         reasons.append("choices[0].meta_info is not an object")
     else:
@@ -245,11 +254,17 @@ def _describe_absent_response(raw_choice: dict[str, Any]) -> list[str]:
                     ok = _to_int(item[1]) is not None and _to_float(item[0]) is not None and None not in item[:2]
                 elif isinstance(item, dict):
                     lp = item.get("logprob", item.get("token_logprob"))
-                    ok = item.get("token_id") is not None and lp is not None and \
-                        _to_int(item["token_id"]) is not None and _to_float(lp) is not None
+                    ok = (
+                        item.get("token_id") is not None
+                        and lp is not None
+                        and _to_int(item["token_id"]) is not None
+                        and _to_float(lp) is not None
+                    )
                 if not ok:
-                    reasons.append(f"choices[0].meta_info.output_token_logprobs[{index}] lacks a usable "
-                                   "token id or logprob, which invalidates the whole list")
+                    reasons.append(
+                        f"choices[0].meta_info.output_token_logprobs[{index}] lacks a usable "
+                        "token id or logprob, which invalidates the whole list"
+                    )
                     break
     if "token_ids" not in raw_choice:
         reasons.append("choices[0].token_ids absent")
@@ -290,8 +305,9 @@ def analyze_response(response: Any) -> ResponseVerdict:
                 verdict.prompt_source = source
                 bad = next(((i, v) for i, v in enumerate(value) if type(v) is not int), None)
                 if bad is not None:
-                    problems.append(Problem(INVARIANT, f"{source}[{bad[0]}]",
-                                            f"{source}[{bad[0]}] is {bad[1]!r}, not an int"))
+                    problems.append(
+                        Problem(INVARIANT, f"{source}[{bad[0]}]", f"{source}[{bad[0]}] is {bad[1]!r}, not an int")
+                    )
                     verdict.prompt_ids = []
                 else:
                     verdict.prompt_ids = list(value)
@@ -302,9 +318,13 @@ def analyze_response(response: Any) -> ResponseVerdict:
     # Response ids and logprobs (record_utils._extract_response_tokens).
     token_ids = choice.get("token_ids", normalized.get("token_ids"))
     response_ids = _int_list(token_ids)
-    candidates = (("choices[0].logprobs.content", _pairs_from_content(choice)),
-                  ("choices[0].meta_info.output_token_logprobs", _pairs_from_meta(choice)))
-    source_of_ids = "choices[0].meta_info.output_token_logprobs" if _pairs_from_meta(raw_choice) else "choices[0].token_ids"
+    candidates = (
+        ("choices[0].logprobs.content", _pairs_from_content(choice)),
+        ("choices[0].meta_info.output_token_logprobs", _pairs_from_meta(choice)),
+    )
+    source_of_ids = (
+        "choices[0].meta_info.output_token_logprobs" if _pairs_from_meta(raw_choice) else "choices[0].token_ids"
+    )
     if response_ids is not None:
         verdict.response_ids = response_ids
         verdict.response_source = source_of_ids
@@ -327,8 +347,14 @@ def analyze_response(response: Any) -> ResponseVerdict:
     # sglext (sglang after 0.5.15): recognised, not read by the pinned Polar.
     sglext = response.get("sglext")
     if isinstance(sglext, dict) and (sglext.get("input_ids") or sglext.get("output_ids")) and verdict.missing:
-        problems.append(Problem(WARNING, "sglext", "token ids are present in sglext.input_ids/output_ids, which "
-                                "the pinned Polar does not read; they do not count as trainable"))
+        problems.append(
+            Problem(
+                WARNING,
+                "sglext",
+                "token ids are present in sglext.input_ids/output_ids, which "
+                "the pinned Polar does not read; they do not count as trainable",
+            )
+        )
 
     _check_invariants(verdict, response)
     return verdict
@@ -340,29 +366,59 @@ def _check_invariants(verdict: ResponseVerdict, response: dict[str, Any]) -> Non
     if verdict.prompt_ids and usage is not None and "prompt_tokens" in usage:
         expected = usage.get("prompt_tokens")
         if type(expected) is int and expected != len(verdict.prompt_ids):
-            problems.append(Problem(INVARIANT, verdict.prompt_source or "prompt",
-                                    f"{len(verdict.prompt_ids)} prompt token ids but usage.prompt_tokens is {expected}"))
+            problems.append(
+                Problem(
+                    INVARIANT,
+                    verdict.prompt_source or "prompt",
+                    f"{len(verdict.prompt_ids)} prompt token ids but usage.prompt_tokens is {expected}",
+                )
+            )
     if verdict.response_ids:
-        if usage is not None and type(usage.get("completion_tokens")) is int \
-                and usage["completion_tokens"] != len(verdict.response_ids):
-            problems.append(Problem(INVARIANT, verdict.response_source or "response",
-                                    f"{len(verdict.response_ids)} response token ids but usage.completion_tokens "
-                                    f"is {usage['completion_tokens']}"))
+        if (
+            usage is not None
+            and type(usage.get("completion_tokens")) is int
+            and usage["completion_tokens"] != len(verdict.response_ids)
+        ):
+            problems.append(
+                Problem(
+                    INVARIANT,
+                    verdict.response_source or "response",
+                    f"{len(verdict.response_ids)} response token ids but usage.completion_tokens "
+                    f"is {usage['completion_tokens']}",
+                )
+            )
         if verdict.logprobs is None:
-            problems.append(Problem(INVARIANT, "logprobs", "response token ids have no aligned logprobs "
-                                    "(slime's bridge raises RolloutLogprobError and drops the group)"))
+            problems.append(
+                Problem(
+                    INVARIANT,
+                    "logprobs",
+                    "response token ids have no aligned logprobs "
+                    "(slime's bridge raises RolloutLogprobError and drops the group)",
+                )
+            )
         else:
             if len(verdict.logprobs) != len(verdict.response_ids):
-                problems.append(Problem(INVARIANT, verdict.logprobs_source or "logprobs",
-                                        f"{len(verdict.logprobs)} logprobs for {len(verdict.response_ids)} response ids"))
+                problems.append(
+                    Problem(
+                        INVARIANT,
+                        verdict.logprobs_source or "logprobs",
+                        f"{len(verdict.logprobs)} logprobs for {len(verdict.response_ids)} response ids",
+                    )
+                )
             for index, value in enumerate(verdict.logprobs):
                 if not math.isfinite(value):
-                    problems.append(Problem(INVARIANT, f"{verdict.logprobs_source}[{index}]",
-                                            f"logprob {index} is {value}, not finite"))
+                    problems.append(
+                        Problem(
+                            INVARIANT, f"{verdict.logprobs_source}[{index}]", f"logprob {index} is {value}, not finite"
+                        )
+                    )
                     break
                 if value > 0:
-                    problems.append(Problem(INVARIANT, f"{verdict.logprobs_source}[{index}]",
-                                            f"logprob {index} is {value}, above 0"))
+                    problems.append(
+                        Problem(
+                            INVARIANT, f"{verdict.logprobs_source}[{index}]", f"logprob {index} is {value}, above 0"
+                        )
+                    )
                     break
 
 
@@ -370,11 +426,18 @@ def check_prefix(previous_prompt: list[int], prompt: list[int]) -> Problem | Non
     """A follow-up turn's prompt should extend the previous turn's (templates are not always append-only)."""
     if not previous_prompt or not prompt:
         return None
-    for index, (a, b) in enumerate(zip(previous_prompt, prompt)):
+    for index, (a, b) in enumerate(zip(previous_prompt, prompt, strict=False)):
         if a != b:
-            return Problem(WARNING, "multi-turn", f"follow-up prompt diverges from the previous turn's prompt at "
-                           f"token {index} ({a} != {b}); prefix-merging builders will split the trace")
+            return Problem(
+                WARNING,
+                "multi-turn",
+                f"follow-up prompt diverges from the previous turn's prompt at "
+                f"token {index} ({a} != {b}); prefix-merging builders will split the trace",
+            )
     if len(prompt) < len(previous_prompt):
-        return Problem(WARNING, "multi-turn", f"follow-up prompt ({len(prompt)} tokens) is shorter than the previous "
-                       f"turn's ({len(previous_prompt)})")
+        return Problem(
+            WARNING,
+            "multi-turn",
+            f"follow-up prompt ({len(prompt)} tokens) is shorter than the previous turn's ({len(previous_prompt)})",
+        )
     return None

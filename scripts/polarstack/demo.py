@@ -18,16 +18,26 @@ from polarstack.smoke import run_smoke
 def run_profile(name: str, directory: Path, progress: Callable[[str], None]) -> dict[str, Any]:
     profile = profiles.load(name)
     release = profile.router
-    row: dict[str, Any] = {"profile": name, "role": profile.role, "router": release.spec if release else "none",
-                           "expected": profile.expect}
+    row: dict[str, Any] = {
+        "profile": name,
+        "role": profile.role,
+        "router": release.spec if release else "none",
+        "expected": profile.expect,
+    }
     started = time.perf_counter()
     try:
         state = local.up(profile, directory=directory, progress=progress)
         row["up_seconds"] = round(time.perf_counter() - started, 3)
         report = run_smoke(state.base_url, route=profile.route)
-        row.update(verdict="pass" if report.ok else report.code.name, trainable_tokens=report.trainable_tokens,
-                   smoke_seconds=round(report.elapsed, 3), message=report.message, fields_missing=report.fields_missing,
-                   router_bypassed=report.resolution.bypassed, base_url=state.base_url)
+        row.update(
+            verdict="pass" if report.ok else report.code.name,
+            trainable_tokens=report.trainable_tokens,
+            smoke_seconds=round(report.elapsed, 3),
+            message=report.message,
+            fields_missing=report.fields_missing,
+            router_bypassed=report.resolution.bypassed,
+            base_url=state.base_url,
+        )
     except Exception as exc:  # a profile that cannot come up is a row, not a crash
         row.update(verdict="ERROR", trainable_tokens=0, smoke_seconds=None, message=str(getattr(exc, "message", exc)))
     finally:

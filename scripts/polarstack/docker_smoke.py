@@ -26,9 +26,24 @@ TRAINER_SMOKE_DIR = "smoke"  # under .run/train (mounted at train.TRAINER_RUN_DI
 
 def trainer_command(args, profile_name: str) -> list[str]:
     """The `polarstack smoke` command line run inside the trainer: the same arguments, the profile made explicit."""
-    cmd = ["polarstack", "smoke", "--in-trainer", "--json", "--runtime", "docker", "--profile", profile_name,
-           "--requests", str(args.requests), "--turns", str(args.turns), "--timeout", repr(float(args.timeout)),
-           "--max-tokens", str(args.max_tokens)]
+    cmd = [
+        "polarstack",
+        "smoke",
+        "--in-trainer",
+        "--json",
+        "--runtime",
+        "docker",
+        "--profile",
+        profile_name,
+        "--requests",
+        str(args.requests),
+        "--turns",
+        str(args.turns),
+        "--timeout",
+        repr(float(args.timeout)),
+        "--max-tokens",
+        str(args.max_tokens),
+    ]
     if args.model:
         cmd += ["--model", args.model]
     if args.route:
@@ -52,8 +67,11 @@ def _hand_over(path: str) -> str:
     try:
         shutil.copyfile(path, target)
     except OSError as exc:
-        raise StackError(f"--polar-config {path} cannot be read ({exc.strerror}); pass a readable Polar config "
-                         "(e.g. a rendered polar_config.yaml).", ExitCode.USAGE) from None
+        raise StackError(
+            f"--polar-config {path} cannot be read ({exc.strerror}); pass a readable Polar config "
+            "(e.g. a rendered polar_config.yaml).",
+            ExitCode.USAGE,
+        ) from None
     return f"{TRAINER_RUN_DIR}/{TRAINER_SMOKE_DIR}/polar_config.yaml"
 
 
@@ -68,15 +86,22 @@ def run_in_trainer(args, profile) -> dict[str, Any]:
     except ValueError:
         pass
     codes = {int(c) for c in ExitCode}
-    if (isinstance(report, dict) and report.get("verdict") in ("pass", "fail")
-            and report.get("exit_code") in codes and isinstance(report.get("message"), str)):
+    if (
+        isinstance(report, dict)
+        and report.get("verdict") in ("pass", "fail")
+        and report.get("exit_code") in codes
+        and isinstance(report.get("message"), str)
+    ):
         return report
     lines = [line for line in (proc.stderr or "").splitlines() if line.strip()]
     said = lines[-1].removeprefix("polarstack: ").strip() if lines else ""
     if proc.returncode in codes - {0, 1} and said:
         raise StackError(f"inside the trainer: {said}", ExitCode(proc.returncode))
-    raise StackError(f"the smoke inside the trainer of profile {profile.name} ended with exit {proc.returncode} and no "
-                     f"report ({said or 'no message'}); see `make logs SERVICE=trainer`.", ExitCode.ENVIRONMENT)
+    raise StackError(
+        f"the smoke inside the trainer of profile {profile.name} ended with exit {proc.returncode} and no "
+        f"report ({said or 'no message'}); see `make logs SERVICE=trainer`.",
+        ExitCode.ENVIRONMENT,
+    )
 
 
 def check_inside_trainer(profile) -> None:
@@ -84,12 +109,21 @@ def check_inside_trainer(profile) -> None:
     from polarstack import polar_opinion
 
     if not polar_opinion.available():
-        raise StackError("the smoke runs inside the trainer for the installed Polar's second opinion, and `polar` is "
-                         "not importable here; rebuild the trainer image with `make build`.", ExitCode.ENVIRONMENT)
+        raise StackError(
+            "the smoke runs inside the trainer for the installed Polar's second opinion, and `polar` is "
+            "not importable here; rebuild the trainer image with `make build`.",
+            ExitCode.ENVIRONMENT,
+        )
     rendered = {"PROFILE_NAME": profile.name, "SGLANG_ROUTER_BASE_URL": profile.base_url()}
-    differs = [f"{key}={os.environ[key]} (the image's profile says {value})" for key, value in rendered.items()
-               if os.environ.get(key) not in (None, value)]
+    differs = [
+        f"{key}={os.environ[key]} (the image's profile says {value})"
+        for key, value in rendered.items()
+        if os.environ.get(key) not in (None, value)
+    ]
     if differs:
-        raise StackError(f"the trainer was started with {', '.join(differs)}; the image's configs/profiles/"
-                         f"{profile.name}.env is stale: run `make build PROFILE={profile.name}` and `make up "
-                         f"PROFILE={profile.name}`.", ExitCode.STATE)
+        raise StackError(
+            f"the trainer was started with {', '.join(differs)}; the image's configs/profiles/"
+            f"{profile.name}.env is stale: run `make build PROFILE={profile.name}` and `make up "
+            f"PROFILE={profile.name}`.",
+            ExitCode.STATE,
+        )

@@ -55,8 +55,9 @@ def read(directory: Path | None = None) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
     except (ValueError, OSError):
-        raise StackError(f"{path} is unreadable; check `make ps` and remove it, or run `make down PROFILE=...`.",
-                         ExitCode.STATE) from None
+        raise StackError(
+            f"{path} is unreadable; check `make ps` and remove it, or run `make down PROFILE=...`.", ExitCode.STATE
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("profile"), str):
         raise StackError(f"{path} names no profile; remove it after checking `make ps`.", ExitCode.STATE)
     return data
@@ -66,8 +67,13 @@ def write(profile, directory: Path | None = None) -> Path:
     """Record that `profile` (a polarstack.profiles.Profile) is up under Compose."""
     path = state_path(directory)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = {"profile": profile.name, "runtime": "docker", "started_at": time.time(),
-            "base_url": profile.base_url(), "route": profile.route}
+    data = {
+        "profile": profile.name,
+        "runtime": "docker",
+        "started_at": time.time(),
+        "base_url": profile.base_url(),
+        "route": profile.route,
+    }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)
@@ -97,8 +103,11 @@ def expected_services(profile_name: str) -> list[str]:
     import yaml
 
     spec = yaml.safe_load(compose_file().read_text())
-    return [name for name, svc in spec["services"].items()
-            if profile_name in (svc.get("profiles") or []) and name not in ONE_SHOT]
+    return [
+        name
+        for name, svc in spec["services"].items()
+        if profile_name in (svc.get("profiles") or []) and name not in ONE_SHOT
+    ]
 
 
 def parse_ps(text: str) -> dict[str, dict[str, Any]]:
@@ -107,11 +116,17 @@ def parse_ps(text: str) -> dict[str, dict[str, Any]]:
     if not text:
         return {}
     try:
-        entries = json.loads(text) if text.startswith("[") else [json.loads(line) for line in text.splitlines()
-                                                                 if line.strip()]
+        entries = (
+            json.loads(text)
+            if text.startswith("[")
+            else [json.loads(line) for line in text.splitlines() if line.strip()]
+        )
     except ValueError:
-        raise StackError(f"`docker compose ps --format json` printed something that is not JSON ({text[:80]!r}); "
-                         "check the Compose install with `docker compose version`.", ExitCode.ENVIRONMENT) from None
+        raise StackError(
+            f"`docker compose ps --format json` printed something that is not JSON ({text[:80]!r}); "
+            "check the Compose install with `docker compose version`.",
+            ExitCode.ENVIRONMENT,
+        ) from None
     out: dict[str, dict[str, Any]] = {}
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and isinstance(entry.get("Service"), str):
@@ -125,8 +140,11 @@ def service_states(profile) -> dict[str, str]:
 
     proc = compose.run_compose(profile, ["ps", "--all", "--format", "json"], capture=True)
     if proc.returncode != 0:
-        raise StackError(f"`docker compose ps` failed for profile {profile.name} ({compose.first_line(proc)}); "
-                         "start the Docker engine, then retry.", ExitCode.ENVIRONMENT)
+        raise StackError(
+            f"`docker compose ps` failed for profile {profile.name} ({compose.first_line(proc)}); "
+            "start the Docker engine, then retry.",
+            ExitCode.ENVIRONMENT,
+        )
     states = {}
     for service, entry in parse_ps(proc.stdout).items():
         state = str(entry.get("State") or "unknown").lower()
@@ -137,8 +155,11 @@ def service_states(profile) -> dict[str, str]:
 def not_running(profile) -> list[str]:
     """The long-running services of `profile` that do not run (absent, exited or unhealthy), as `name (state)`."""
     states = service_states(profile)
-    return [f"{name} ({states.get(name, 'no container')})" for name in expected_services(profile.name)
-            if states.get(name) != "running"]
+    return [
+        f"{name} ({states.get(name, 'no container')})"
+        for name in expected_services(profile.name)
+        if states.get(name) != "running"
+    ]
 
 
 def usable(profile_requested: str | None, directory: Path | None = None) -> dict[str, Any]:
@@ -148,27 +169,41 @@ def usable(profile_requested: str | None, directory: Path | None = None) -> dict
     state = read(directory)
     wanted = profile_requested or DEFAULT_PROFILE
     if state is None:
-        raise StackError(f"nothing is up under Docker ({state_path(directory)} records no profile); run "
-                         f"`make up PROFILE={wanted}` first, or pass RUNTIME=local / BASE_URL=... to test something "
-                         "else.", ExitCode.STATE)
+        raise StackError(
+            f"nothing is up under Docker ({state_path(directory)} records no profile); run "
+            f"`make up PROFILE={wanted}` first, or pass RUNTIME=local / BASE_URL=... to test something "
+            "else.",
+            ExitCode.STATE,
+        )
     up = state["profile"]
     if profile_requested and profile_requested != up:
-        raise StackError(f"profile {up} is up under Docker, not {profile_requested}; run `make down PROFILE={up}` "
-                         f"first and then `make up PROFILE={profile_requested}`, or drop PROFILE to use {up}.",
-                         ExitCode.STATE)
+        raise StackError(
+            f"profile {up} is up under Docker, not {profile_requested}; run `make down PROFILE={up}` "
+            f"first and then `make up PROFILE={profile_requested}`, or drop PROFILE to use {up}.",
+            ExitCode.STATE,
+        )
     if not isinstance(state.get("base_url"), str):
-        raise StackError(f"{state_path(directory)} is half-written (no base_url): `make up` did not finish; run "
-                         f"`make down PROFILE={up}` and `make up PROFILE={up}` again.", ExitCode.STATE)
+        raise StackError(
+            f"{state_path(directory)} is half-written (no base_url): `make up` did not finish; run "
+            f"`make down PROFILE={up}` and `make up PROFILE={up}` again.",
+            ExitCode.STATE,
+        )
     profile = profiles.load(up)
     if profile.base_url() != state["base_url"]:
-        raise StackError(f"configs/profiles/{up}.env changed since `make up` (the stack serves {state['base_url']}, "
-                         f"the file now says {profile.base_url()}); run `make down PROFILE={up}` and "
-                         f"`make up PROFILE={up}` to apply it.", ExitCode.STATE)
+        raise StackError(
+            f"configs/profiles/{up}.env changed since `make up` (the stack serves {state['base_url']}, "
+            f"the file now says {profile.base_url()}); run `make down PROFILE={up}` and "
+            f"`make up PROFILE={up}` to apply it.",
+            ExitCode.STATE,
+        )
     stopped = not_running(profile)
     if stopped:
-        raise StackError(f"the docker stack of profile {up} recorded in {state_path(directory)} is not running "
-                         f"({', '.join(stopped)}); see `make logs PROFILE={up}`, then run `make down PROFILE={up}` "
-                         f"and `make up PROFILE={up}` again.", ExitCode.STATE)
+        raise StackError(
+            f"the docker stack of profile {up} recorded in {state_path(directory)} is not running "
+            f"({', '.join(stopped)}); see `make logs PROFILE={up}`, then run `make down PROFILE={up}` "
+            f"and `make up PROFILE={up}` again.",
+            ExitCode.STATE,
+        )
     return state
 
 
@@ -187,8 +222,11 @@ def guard_other_profile(verb: str, profile, directory: Path | None = None) -> di
     states = service_states(profiles.load(up))
     running = sorted(name for name, value in states.items() if value in ("running", "unhealthy", "restarting"))
     if running:
-        raise StackError(f"profile {up} is up under Docker ({', '.join(running)} running) and stays recorded; run "
-                         f"`make down PROFILE={up}` first, then `make {verb} PROFILE={profile.name}`.", ExitCode.STATE)
+        raise StackError(
+            f"profile {up} is up under Docker ({', '.join(running)} running) and stays recorded; run "
+            f"`make down PROFILE={up}` first, then `make {verb} PROFILE={profile.name}`.",
+            ExitCode.STATE,
+        )
     clear(directory)  # a stale record: none of its containers runs
     import sys
 

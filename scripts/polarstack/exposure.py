@@ -34,19 +34,25 @@ def slime_problems(environment: dict[str, object], train_args: list[str] | None,
     record = slime_record()
     problems = []
     if record["commit"] != pin("SLIME_COMMIT"):
-        problems.append(f"configs/upstream/slime-listeners.json was read at slime {record['commit']}, not "
-                        f"SLIME_COMMIT={pin('SLIME_COMMIT')}; reread the files it names and update it")
+        problems.append(
+            f"configs/upstream/slime-listeners.json was read at slime {record['commit']}, not "
+            f"SLIME_COMMIT={pin('SLIME_COMMIT')}; reread the files it names and update it"
+        )
     for key, value in record["stack_settings"]["environment"].items():
         if str(environment.get(key)) != value:
-            problems.append(f"{label}: {key}={value} is missing, so the sglang_router slime starts itself (no "
-                            "--sglang-router-ip) binds the machine's routable address (slime/utils/http_utils.py, "
-                            "get_host_info)")
+            problems.append(
+                f"{label}: {key}={value} is missing, so the sglang_router slime starts itself (no "
+                "--sglang-router-ip) binds the machine's routable address (slime/utils/http_utils.py, "
+                "get_host_info)"
+            )
     if train_args is not None and "--sglang-router-ip" not in train_args:
         wanted = record["stack_settings"]["train_args"]
-        found = any(train_args[i:i + len(wanted)] == wanted for i in range(len(train_args)))
+        found = any(train_args[i : i + len(wanted)] == wanted for i in range(len(train_args)))
         if not found:
-            problems.append(f"{label}: train_async.py lacks {' '.join(wanted)}, so the Prometheus port of the router "
-                            "slime starts itself keeps its release's default host (0.0.0.0 from sglang-router 0.2.0)")
+            problems.append(
+                f"{label}: train_async.py lacks {' '.join(wanted)}, so the Prometheus port of the router "
+                "slime starts itself keeps its release's default host (0.0.0.0 from sglang-router 0.2.0)"
+            )
     return problems
 
 

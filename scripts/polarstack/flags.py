@@ -45,7 +45,9 @@ def check_tokens(tokens: list[str], table: dict[str, str], *, command: str, prog
     while i < len(tokens):
         token = tokens[i]
         if not token.startswith("--"):
-            problems.append(FlagProblem(command, program, token, f"stray argument {token!r} where an option was expected"))
+            problems.append(
+                FlagProblem(command, program, token, f"stray argument {token!r} where an option was expected")
+            )
             i += 1
             continue
         name, has_inline, _ = token.partition("=")
@@ -60,9 +62,15 @@ def check_tokens(tokens: list[str], table: dict[str, str], *, command: str, prog
         values = []
         if has_inline:
             values.append(token.split("=", 1)[1])
-        while i < len(tokens) and not _is_option(tokens[i]) and (arity in (ONE_OR_MORE, ANY, UNKNOWN) or
-                                                               (arity in (ONE, OPTIONAL) and not values) or
-                                                               (arity.startswith("exactly_") and len(values) < int(arity[8:]))):
+        while (
+            i < len(tokens)
+            and not _is_option(tokens[i])
+            and (
+                arity in (ONE_OR_MORE, ANY, UNKNOWN)
+                or (arity in (ONE, OPTIONAL) and not values)
+                or (arity.startswith("exactly_") and len(values) < int(arity[8:]))
+            )
+        ):
             values.append(tokens[i])
             i += 1
         if arity == NONE and values:
@@ -101,7 +109,7 @@ def _annotation_kind(node: ast.expr) -> str:
     inner = text
     for wrapper in ("Optional[", "Union["):
         if inner.startswith(wrapper):
-            inner = inner[len(wrapper):]
+            inner = inner[len(wrapper) :]
     if inner.startswith("bool"):
         return NONE
     if inner.startswith(("List[", "list[")):
@@ -145,20 +153,32 @@ def sglang_table(version: str | None = None) -> dict[str, str]:
                     table[name] = kind
             if isinstance(item, ast.FunctionDef) and item.name == "add_cli_args":
                 for call in ast.walk(item):
-                    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                            and call.func.attr == "add_argument"):
+                    if (
+                        isinstance(call, ast.Call)
+                        and isinstance(call.func, ast.Attribute)
+                        and call.func.attr == "add_argument"
+                    ):
                         names = [_literal(a) for a in call.args if isinstance(_literal(a), str)]
                         kw = {k.arg: _literal(k.value) for k in call.keywords}
                         action = kw.get("action")
-                        kind = NONE if action in ("store_true", "store_false", "store_const") else (
-                            UNKNOWN if "action" in {k.arg for k in call.keywords} and action is None else
-                            {"?": OPTIONAL, "+": ONE_OR_MORE, "*": ANY}.get(kw.get("nargs"), ONE))
+                        kind = (
+                            NONE
+                            if action in ("store_true", "store_false", "store_const")
+                            else (
+                                UNKNOWN
+                                if "action" in {k.arg for k in call.keywords} and action is None
+                                else {"?": OPTIONAL, "+": ONE_OR_MORE, "*": ANY}.get(kw.get("nargs"), ONE)
+                            )
+                        )
                         for name in names:
                             if name.startswith("--"):
                                 table[name] = kind
     if "--model-path" not in table:
-        raise StackError(f"{path} no longer declares --model-path as expected; polarstack.flags needs updating "
-                         "for this sglang release.", ExitCode.INTERNAL)
+        raise StackError(
+            f"{path} no longer declares --model-path as expected; polarstack.flags needs updating "
+            "for this sglang release.",
+            ExitCode.INTERNAL,
+        )
     return table
 
 
@@ -175,16 +195,25 @@ def router_check(release: RouterRelease, args: list[str], *, command: str) -> li
         python = install(release)
     except StackError as exc:
         return [FlagProblem(command, release.spec, release.spec, f"cannot check the router's arguments: {exc.message}")]
-    code = ("import sys\nfrom {mod} import parse_router_args\nparse_router_args(sys.argv[1:])\n"
-            .format(mod=release.module))
+    code = "import sys\nfrom {mod} import parse_router_args\nparse_router_args(sys.argv[1:])\n".format(
+        mod=release.module
+    )
     proc = subprocess.run([str(python), "-c", code, *args], capture_output=True, text=True, timeout=60)
     if proc.returncode == 0:
         return []
-    line = next((l for l in reversed(proc.stderr.strip().splitlines()) if "error" in l.lower()),
-                proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
+    line = next(
+        (ln for ln in reversed(proc.stderr.strip().splitlines()) if "error" in ln.lower()),
+        proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}",
+    )
     flag = next((tok for tok in args if tok.startswith("--") and tok in line), line)
-    return [FlagProblem(command, f"{release.module} of {release.spec}", flag,
-                        f"the router's own parser refuses the arguments: {line.strip()}")]
+    return [
+        FlagProblem(
+            command,
+            f"{release.module} of {release.spec}",
+            flag,
+            f"the router's own parser refuses the arguments: {line.strip()}",
+        )
+    ]
 
 
 # --- recorded tables --------------------------------------------------------------------------------------
@@ -196,8 +225,11 @@ def _recorded(name: str) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise StackError(f"cannot read {path} ({exc}); restore it from git or rerecord it with "
-                         "scripts/tools/record_upstream_flags.py.", ExitCode.USAGE) from None
+        raise StackError(
+            f"cannot read {path} ({exc}); restore it from git or rerecord it with "
+            "scripts/tools/record_upstream_flags.py.",
+            ExitCode.USAGE,
+        ) from None
 
 
 def slime_table() -> tuple[dict[str, str], str]:
@@ -211,8 +243,10 @@ def ray_table(command: str) -> tuple[dict[str, str], str]:
 
 
 def recorded_versions() -> dict[str, str]:
-    return {"slime_commit": _recorded("slime-flags.json")["slime_commit"],
-            "ray_version": _recorded("ray-flags.json")["ray_version"]}
+    return {
+        "slime_commit": _recorded("slime-flags.json")["slime_commit"],
+        "ray_version": _recorded("ray-flags.json")["ray_version"],
+    }
 
 
 def clear_caches() -> None:

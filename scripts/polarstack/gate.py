@@ -175,15 +175,21 @@ class Watchdog:
             trainable, dropped = counts.get(COMPLETED_COUNTER, 0.0), counts.get(RAW_COUNTER, 0.0)
             reason = None
             if not trainable and dropped >= self.drop_limit:
-                reason = (f"Polar's bridge dropped {dropped:g} groups for zero trainable tokens during rollout "
-                          f"{self.rollout_id} and no group with trainable tokens arrived (limit {self.drop_limit})")
+                reason = (
+                    f"Polar's bridge dropped {dropped:g} groups for zero trainable tokens during rollout "
+                    f"{self.rollout_id} and no group with trainable tokens arrived (limit {self.drop_limit})"
+                )
             elif now - progress_at >= self.seconds:
-                reason = (f"rollout {self.rollout_id} made no progress for {self.seconds:g} s: Polar's worker "
-                          f"submitted, completed and dropped no group in that time ({trainable:g} groups with "
-                          f"trainable tokens and {dropped:g} dropped for zero trainable tokens during this rollout)")
+                reason = (
+                    f"rollout {self.rollout_id} made no progress for {self.seconds:g} s: Polar's worker "
+                    f"submitted, completed and dropped no group in that time ({trainable:g} groups with "
+                    f"trainable tokens and {dropped:g} dropped for zero trainable tokens during this rollout)"
+                )
             if reason:
-                _state.fired = (f"polarstack gate: stopping the job, {reason}. Run `make smoke` against this profile "
-                                "and see `make logs SERVICE=trainer` (polar-rollout.log) for the diagnosis.")
+                _state.fired = (
+                    f"polarstack gate: stopping the job, {reason}. Run `make smoke` against this profile "
+                    "and see `make logs SERVICE=trainer` (polar-rollout.log) for the diagnosis."
+                )
                 stop_job(_state.fired, self.args)
                 return
 
@@ -191,8 +197,11 @@ class Watchdog:
 def _load(path: str, args: Any):
     module, _, name = path.rpartition(".")
     if not module:
-        raise _abort(f"polarstack gate: polar_gate_delegate={path!r} must be module.function; set gate.delegate "
-                     "in configs/train/defaults.yaml.", args)
+        raise _abort(
+            f"polarstack gate: polar_gate_delegate={path!r} must be module.function; set gate.delegate "
+            "in configs/train/defaults.yaml.",
+            args,
+        )
     return getattr(importlib.import_module(module), name)
 
 
@@ -293,21 +302,27 @@ def check_rewards(args: Any, groups: list[list[Any]], rollout_id: int) -> None:
         _state.zero_reward_rollouts = []
         return
     reasons = [reason for reason in map(refusal_reason, samples) if reason]
-    _state.zero_reward_rollouts = (_state.zero_reward_rollouts + [(len(samples), len(reasons),
-                                                                     reasons[0] if reasons else None)])[-k:]
+    _state.zero_reward_rollouts = (
+        _state.zero_reward_rollouts + [(len(samples), len(reasons), reasons[0] if reasons else None)]
+    )[-k:]
     if len(_state.zero_reward_rollouts) < k:
         return
     total = sum(n for n, _, _ in _state.zero_reward_rollouts)
     refused = sum(r for _, r, _ in _state.zero_reward_rollouts)
     first = next((reason for _, _, reason in _state.zero_reward_rollouts if reason), None)
     if refused * 2 >= total:
-        raise _abort(f"polarstack gate: stopping the job, all {total} samples of the last {k} rollouts (up to "
-                     f"rollout {rollout_id}) have reward 0 and {refused} of them were not verified: {first}. Fix "
-                     "the verifier's sandbox (`polarstack verify` names the failing step) instead of training on "
-                     "rewards it never computed.", args)
-    message = (f"polarstack gate: WARNING all {total} samples of the last {k} rollouts (up to rollout "
-               f"{rollout_id}) have reward 0 ({refused} carry a verifier refusal); the task may be too hard for the "
-               "model, or the reward path is broken: check polar/reward_mean and the evaluator's output.")
+        raise _abort(
+            f"polarstack gate: stopping the job, all {total} samples of the last {k} rollouts (up to "
+            f"rollout {rollout_id}) have reward 0 and {refused} of them were not verified: {first}. Fix "
+            "the verifier's sandbox (`polarstack verify` names the failing step) instead of training on "
+            "rewards it never computed.",
+            args,
+        )
+    message = (
+        f"polarstack gate: WARNING all {total} samples of the last {k} rollouts (up to rollout "
+        f"{rollout_id}) have reward 0 ({refused} carry a verifier refusal); the task may be too hard for the "
+        "model, or the reward path is broken: check polar/reward_mean and the evaluator's output."
+    )
     logger.warning(message)
     print(message, file=sys.stderr, flush=True)
 
@@ -317,19 +332,25 @@ def first_rollout_check(args: Any) -> None:
 
     base_url = getattr(args, "polar_gate_base_url", None)
     if not base_url:
-        raise _abort("polarstack gate: polar_gate_base_url is not set in the custom config; render the launch "
-                     "with `polarstack train` so the gate knows which path to check.", args)
+        raise _abort(
+            "polarstack gate: polar_gate_base_url is not set in the custom config; render the launch "
+            "with `polarstack train` so the gate knows which path to check.",
+            args,
+        )
     from polarstack.retokenize import configured_name
 
     # The job's own Polar config decides whether Polar's builder re-tokenizes (polarstack.retokenize).
     tokenizer_name = configured_name({"polar_task_template": getattr(args, "polar_task_template", None)})
-    report = run_smoke(base_url, route=getattr(args, "polar_gate_route", "base") or "base",
-                       model=getattr(args, "polar_served_model_name", None), timeout=30.0,
-                       tokenizer_name=tokenizer_name,
-                       allow_retokenized=bool(getattr(args, "polar_gate_allow_retokenized", False)))
+    report = run_smoke(
+        base_url,
+        route=getattr(args, "polar_gate_route", "base") or "base",
+        model=getattr(args, "polar_served_model_name", None),
+        timeout=30.0,
+        tokenizer_name=tokenizer_name,
+        allow_retokenized=bool(getattr(args, "polar_gate_allow_retokenized", False)),
+    )
     if not report.ok:
-        raise _abort(f"polarstack gate: refusing to train, the inference path fails the smoke: {report.message}",
-                     args)
+        raise _abort(f"polarstack gate: refusing to train, the inference path fails the smoke: {report.message}", args)
     logger.info("polarstack gate: %s", report.message)
 
 
@@ -364,8 +385,11 @@ def generate_rollout_gated(args: Any, rollout_id: int, data_source: Any, evaluat
             tail += 1
         _state.consecutive_zero = tail
     if _state.consecutive_zero >= limit:
-        raise _abort(f"polarstack gate: {_state.consecutive_zero} consecutive rollout groups had zero trainable "
-                     f"tokens (limit {limit}, rollout {rollout_id}, {dropped} dropped by Polar's bridge); stopping "
-                     "instead of training on nothing. Run `make smoke` against this profile for the diagnosis.", args)
+        raise _abort(
+            f"polarstack gate: {_state.consecutive_zero} consecutive rollout groups had zero trainable "
+            f"tokens (limit {limit}, rollout {rollout_id}, {dropped} dropped by Polar's bridge); stopping "
+            "instead of training on nothing. Run `make smoke` against this profile for the diagnosis.",
+            args,
+        )
     check_rewards(args, groups, rollout_id)
     return output

@@ -51,8 +51,9 @@ class _DeadlineStream(httpcore.NetworkStream):
         self._stream.close()
 
     def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.NetworkStream:
-        return _DeadlineStream(self._stream.start_tls(ssl_context, server_hostname,
-                                                      _budget(timeout, httpcore.ConnectTimeout)))
+        return _DeadlineStream(
+            self._stream.start_tls(ssl_context, server_hostname, _budget(timeout, httpcore.ConnectTimeout))
+        )
 
     def get_extra_info(self, info: str):
         return self._stream.get_extra_info(info)
@@ -63,12 +64,16 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         self._backend = httpcore.SyncBackend()
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        return _DeadlineStream(self._backend.connect_tcp(host, port, _budget(timeout, httpcore.ConnectTimeout),
-                                                         local_address, socket_options))
+        return _DeadlineStream(
+            self._backend.connect_tcp(
+                host, port, _budget(timeout, httpcore.ConnectTimeout), local_address, socket_options
+            )
+        )
 
     def connect_unix_socket(self, path, timeout=None, socket_options=None):
-        return _DeadlineStream(self._backend.connect_unix_socket(path, _budget(timeout, httpcore.ConnectTimeout),
-                                                                 socket_options))
+        return _DeadlineStream(
+            self._backend.connect_unix_socket(path, _budget(timeout, httpcore.ConnectTimeout), socket_options)
+        )
 
     def sleep(self, seconds: float) -> None:
         self._backend.sleep(seconds)
@@ -83,8 +88,12 @@ class _DeadlineTransport(httpx.HTTPTransport):
 
 def client(timeout: float) -> httpx.Client:
     """An HTTP client whose `request()` calls each end within `timeout` seconds in total."""
-    return httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
-                        follow_redirects=False, trust_env=False, transport=_DeadlineTransport())
+    return httpx.Client(
+        timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
+        follow_redirects=False,
+        trust_env=False,
+        transport=_DeadlineTransport(),
+    )
 
 
 @dataclass
@@ -101,9 +110,11 @@ class Reply:
             return json.loads(self.body)
         except ValueError:
             snippet = self.body[:80].decode("utf-8", "replace").replace("\n", " ")
-            raise StackError(f"{self.url} answered HTTP {self.status} with a body that is not JSON "
-                             f"({self.content_type or 'no content type'}, starts {snippet!r}); check what listens there.",
-                             ExitCode.MALFORMED) from None
+            raise StackError(
+                f"{self.url} answered HTTP {self.status} with a body that is not JSON "
+                f"({self.content_type or 'no content type'}, starts {snippet!r}); check what listens there.",
+                ExitCode.MALFORMED,
+            ) from None
 
 
 def error_message(body: bytes) -> str:
@@ -132,26 +143,43 @@ def request(http: httpx.Client, method: str, url: str, payload: Any = None) -> R
         if payload is None:
             response = http.request(method, url)
         else:
-            response = http.request(method, url, content=json.dumps(payload),
-                                    headers={"Content-Type": "application/json"})
+            response = http.request(
+                method, url, content=json.dumps(payload), headers={"Content-Type": "application/json"}
+            )
     except httpx.TimeoutException:
-        raise StackError(f"{url} did not answer within {total:g} s in total; the engine may be overloaded or "
-                         "hung (raise --timeout only if it is merely slow).", ExitCode.UNREACHABLE) from None
+        raise StackError(
+            f"{url} did not answer within {total:g} s in total; the engine may be overloaded or "
+            "hung (raise --timeout only if it is merely slow).",
+            ExitCode.UNREACHABLE,
+        ) from None
     except httpx.ConnectError:
-        raise StackError(f"nothing accepts connections at {url}; start the engine or router "
-                         "(`make up`), or fix --base-url.", ExitCode.UNREACHABLE) from None
+        raise StackError(
+            f"nothing accepts connections at {url}; start the engine or router (`make up`), or fix --base-url.",
+            ExitCode.UNREACHABLE,
+        ) from None
     except httpx.HTTPError as exc:
-        raise StackError(f"the connection to {url} failed ({type(exc).__name__}: {exc}); check that the "
-                         "server is up and speaks HTTP.", ExitCode.UNREACHABLE) from None
+        raise StackError(
+            f"the connection to {url} failed ({type(exc).__name__}: {exc}); check that the "
+            "server is up and speaks HTTP.",
+            ExitCode.UNREACHABLE,
+        ) from None
     finally:
         _DEADLINE.reset(token)
     depth = json_depth(response.content)
     if depth > MAX_JSON_DEPTH:
         # json.loads would die with RecursionError (an internal error) wherever the body is parsed.
-        raise StackError(f"{url} answered HTTP {response.status_code} with JSON nested {depth} levels deep (an API "
-                         f"answer nests fewer than {MAX_JSON_DEPTH}); check what listens there.", ExitCode.MALFORMED)
-    return Reply(url, response.status_code, response.content, time.perf_counter() - started,
-                 response.headers.get("content-type", ""))
+        raise StackError(
+            f"{url} answered HTTP {response.status_code} with JSON nested {depth} levels deep (an API "
+            f"answer nests fewer than {MAX_JSON_DEPTH}); check what listens there.",
+            ExitCode.MALFORMED,
+        )
+    return Reply(
+        url,
+        response.status_code,
+        response.content,
+        time.perf_counter() - started,
+        response.headers.get("content-type", ""),
+    )
 
 
 MAX_JSON_DEPTH = 100
@@ -161,7 +189,7 @@ _JSON_BRACKET = re.compile(rb"[\[\]{}]")
 
 def json_depth(body: bytes) -> int:
     """The deepest nesting of arrays/objects in a JSON-looking body (0 for anything else)."""
-    if not body.lstrip()[:1] in (b"{", b"["):
+    if body.lstrip()[:1] not in (b"{", b"["):
         return 0
     depth = deepest = 0
     for match in _JSON_BRACKET.finditer(_JSON_STRING.sub(b'""', body)):

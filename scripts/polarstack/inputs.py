@@ -49,8 +49,10 @@ def url(value: str) -> str:
     """argparse type: an http(s) URL with a host and, if given, a valid port."""
     problem = url_problem(value)
     if problem:
-        raise argparse.ArgumentTypeError(f"{value.encode('utf-8', 'backslashreplace').decode('ascii', 'backslashreplace')!r}"
-                                         f" is not a usable URL: it {problem}; pass one like http://127.0.0.1:30000")
+        raise argparse.ArgumentTypeError(
+            f"{value.encode('utf-8', 'backslashreplace').decode('ascii', 'backslashreplace')!r}"
+            f" is not a usable URL: it {problem}; pass one like http://127.0.0.1:30000"
+        )
     return value
 
 

@@ -31,8 +31,13 @@ class Listener:
         return ip.is_loopback
 
     def as_dict(self) -> dict[str, object]:
-        return {"pid": self.pid, "process": self.process, "address": self.address, "port": self.port,
-                "loopback": self.loopback}
+        return {
+            "pid": self.pid,
+            "process": self.process,
+            "address": self.address,
+            "port": self.port,
+            "loopback": self.loopback,
+        }
 
 
 def _decode(hex_address: str, family: str) -> tuple[str, int]:
@@ -41,7 +46,7 @@ def _decode(hex_address: str, family: str) -> tuple[str, int]:
     if family == "tcp":
         ip = ipaddress.IPv4Address(raw[::-1])
     else:  # four host-order 32-bit words
-        ip = ipaddress.IPv6Address(b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+        ip = ipaddress.IPv6Address(b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
     return str(ip), int(port, 16)
 
 
@@ -94,7 +99,7 @@ def session_pids(session_id: int) -> list[int]:
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if fields[0] != "Z" and int(fields[3]) == session_id:
             pids.append(int(entry))
     return sorted(pids)

@@ -41,7 +41,7 @@ def start_time(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     if fields[0] == "Z":  # a zombie has finished
         return None
     return int(fields[19])
@@ -84,9 +84,12 @@ class LocalState:
     @property
     def base_url(self) -> str:
         if not self.complete:
-            raise StackError(f"{self.path} records a `make up` that never finished (it was interrupted before the "
-                             "stack came up); run `make down RUNTIME=local` to stop what it started, then `make up` "
-                             "again.", ExitCode.STATE)
+            raise StackError(
+                f"{self.path} records a `make up` that never finished (it was interrupted before the "
+                "stack came up); run `make down RUNTIME=local` to stop what it started, then `make up` "
+                "again.",
+                ExitCode.STATE,
+            )
         return self.data["base_url"]
 
     def live(self) -> list[dict[str, Any]]:
@@ -98,13 +101,16 @@ class LocalState:
         The caller asked for the local stack (explicitly, or `auto` found this state): falling back to the
         docker ports here would test whatever else listens there, so a dead or half-started stack refuses.
         """
-        self.base_url  # refuses a half-written state
+        _ = self.base_url  # refuses a half-written state
         gone = [p for p in self.processes if p not in self.live()]
         if gone:
             names = ", ".join(f"{p.get('role', '?')} (pid {p.get('pid')})" for p in gone)
-            raise StackError(f"the local stack of profile {self.data.get('profile')} recorded in {self.path} has died "
-                             f"({names} gone); run `make down RUNTIME=local` and `make up RUNTIME=local` again, or pass "
-                             "RUNTIME=docker / --base-url to test something else.", ExitCode.STATE)
+            raise StackError(
+                f"the local stack of profile {self.data.get('profile')} recorded in {self.path} has died "
+                f"({names} gone); run `make down RUNTIME=local` and `make up RUNTIME=local` again, or pass "
+                "RUNTIME=docker / --base-url to test something else.",
+                ExitCode.STATE,
+            )
         return self
 
 
@@ -115,13 +121,19 @@ def read_state(directory: Path | None = None) -> LocalState | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         entries = data["processes"]
-        if not isinstance(data, dict) or not isinstance(entries, list) or not all(
-                isinstance(e, dict) and isinstance(e.get("pid"), int) for e in entries) or not isinstance(
-                data.get("profile"), str):
+        if (
+            not isinstance(data, dict)
+            or not isinstance(entries, list)
+            or not all(isinstance(e, dict) and isinstance(e.get("pid"), int) for e in entries)
+            or not isinstance(data.get("profile"), str)
+        ):
             raise ValueError("not a run state")
     except (ValueError, OSError, KeyError, TypeError, RecursionError):
-        raise StackError(f"{path} is unreadable; remove it after checking no polarstack process still runs "
-                         "(`ps -ef | grep polarstack`).", ExitCode.STATE) from None
+        raise StackError(
+            f"{path} is unreadable; remove it after checking no polarstack process still runs "
+            "(`ps -ef | grep polarstack`).",
+            ExitCode.STATE,
+        ) from None
     return LocalState(path, data)
 
 
@@ -129,29 +141,46 @@ def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen:
     env = child_env()
     with open(log_path, "wb") as log:
         # A new session: the topology outlives the `polarstack up` process and a Ctrl-C in its terminal.
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
+        return subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
 
 
-def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0,
-       progress=print, engine_args: list[str] | None = None) -> LocalState:
+def up(
+    profile: Profile,
+    *,
+    directory: Path | None = None,
+    timeout: float = 60.0,
+    progress=print,
+    engine_args: list[str] | None = None,
+) -> LocalState:
     """Start the profile's topology; `engine_args` go to every `emulate-engine` (e.g. its service-time flags)."""
     directory = directory or run_dir()
     existing = read_state(directory)
     if existing is not None:
         alive = existing.live()
         if alive:
-            raise StackError(f"profile {existing.data['profile']} is already up locally (pids "
-                             f"{', '.join(str(p['pid']) for p in alive)}); run `make down RUNTIME=local` first.",
-                             ExitCode.STATE)
+            raise StackError(
+                f"profile {existing.data['profile']} is already up locally (pids "
+                f"{', '.join(str(p['pid']) for p in alive)}); run `make down RUNTIME=local` first.",
+                ExitCode.STATE,
+            )
         existing.path.unlink()  # stale: every recorded process is gone
     logs = directory / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     started: list[dict[str, Any]] = []
-    state = LocalState(directory / STATE_FILE, {
-        "profile": profile.name, "runtime": "local", "started_at": time.time(), "processes": started,
-        "route": profile.route, "expect": profile.expect, "polar_worker_discovery": profile.values["POLAR_WORKER_DISCOVERY"],
-    })
+    state = LocalState(
+        directory / STATE_FILE,
+        {
+            "profile": profile.name,
+            "runtime": "local",
+            "started_at": time.time(),
+            "processes": started,
+            "route": profile.route,
+            "expect": profile.expect,
+            "polar_worker_discovery": profile.values["POLAR_WORKER_DISCOVERY"],
+        },
+    )
     try:
         release = profile.router
         if release is not None:
@@ -165,9 +194,17 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
                 cmd += ["--tool-call-parser", parser]
             cmd += list(engine_args or [])  # e.g. the service-time flags of `emulate-engine`
             process = _spawn(cmd, logs / f"engine-{index}.log")
-            started.append({"role": f"engine-{index}", "pid": process.pid, "port": port, "cmd": cmd[1:],
-                            "start_time": start_time(process.pid),
-                            "url": f"http://127.0.0.1:{port}", "log": str(logs / f"engine-{index}.log")})
+            started.append(
+                {
+                    "role": f"engine-{index}",
+                    "pid": process.pid,
+                    "port": port,
+                    "cmd": cmd[1:],
+                    "start_time": start_time(process.pid),
+                    "url": f"http://127.0.0.1:{port}",
+                    "log": str(logs / f"engine-{index}.log"),
+                }
+            )
             engines.append((process, port))
             _save(state)
         for process, port in engines:
@@ -180,9 +217,18 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
             cmd = [str(install(release)), *release.launch_args(port, static, prom, profile.router_args)]
             log_path = logs / "router.log"
             process = _spawn(cmd, log_path)
-            started.append({"role": "router", "pid": process.pid, "port": port, "cmd": cmd[1:],
-                            "start_time": start_time(process.pid),
-                            "url": f"http://127.0.0.1:{port}", "log": str(log_path), "release": release.spec})
+            started.append(
+                {
+                    "role": "router",
+                    "pid": process.pid,
+                    "port": port,
+                    "cmd": cmd[1:],
+                    "start_time": start_time(process.pid),
+                    "url": f"http://127.0.0.1:{port}",
+                    "log": str(log_path),
+                    "release": release.spec,
+                }
+            )
             _save(state)
             try:
                 wait_http(f"http://127.0.0.1:{port}", timeout, process)
@@ -193,7 +239,9 @@ def up(profile: Profile, *, directory: Path | None = None, timeout: float = 60.0
             if profile.registration == "register":
                 worker_api.register_all(router_url, engine_urls, timeout)
             progress(f"up: {release.spec} on {port} ({profile.registration} registration)")
-        state.data["base_url"] = polar_base_url(profile, started[-1]["url"] if release is not None else None, engine_urls)
+        state.data["base_url"] = polar_base_url(
+            profile, started[-1]["url"] if release is not None else None, engine_urls
+        )
         state.data["engine_urls"] = engine_urls
         _save(state)
         return state

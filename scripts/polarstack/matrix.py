@@ -19,34 +19,50 @@ import httpx
 from polarstack import worker_api
 from polarstack.contract import POLAR_REQUEST_FLAGS
 from polarstack.errors import ExitCode, StackError
-from polarstack.measure import (ENGINE_LOG, ISSUE_52_BODY, carries_polar_flags, generate_body, generate_keeps_tokens,
-                                interleaved_latency, latency_summary, machine)
+from polarstack.measure import (
+    ENGINE_LOG,
+    ISSUE_52_BODY,
+    carries_polar_flags,
+    generate_body,
+    generate_keeps_tokens,
+    interleaved_latency,
+    latency_summary,
+    machine,
+)
 from polarstack.processes import start_emulator, stop_pid
 from polarstack.routers import PACKAGES, RouterRelease, install, is_installed, version_tuple
 from polarstack.routers import start as start_router
 
 SGLANG_ROUTER_RANGE = ((0, 1, 0), (0, 3, 2))  # the range issue #52 swept
 COLUMNS = [
-    ("release", "release"), ("installs", "installs"), ("starts", "starts"),
+    ("release", "release"),
+    ("installs", "installs"),
+    ("starts", "starts"),
     ("chat_flags_reach_engine", "chat return_* flags reach engine"),
     ("chat_fields_reach_client", "prompt_token_ids/meta_info reach client"),
     ("fields_survive_when_emitted", "fields survive if engine always emits them"),
     ("generate_keeps_tokens", "/generate output_ids + meta_info"),
     ("completions_flags_reach_engine", "/v1/completions extra flags reach engine"),
     ("post_workers", "POST /workers registration"),
-    ("startup_s", "startup s"), ("added_median_ms", "added median ms"), ("added_p99_ms", "added p99 ms"),
+    ("startup_s", "startup s"),
+    ("added_median_ms", "added median ms"),
+    ("added_p99_ms", "added p99 ms"),
 ]
 
 
 def available_releases(package: str) -> list[str]:
     """Every version of `package` the package index lists (`pip index versions`)."""
-    proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+    )
     for line in proc.stdout.splitlines():
         if line.strip().startswith("Available versions:"):
             return [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
-    raise StackError(f"could not list {package} releases from the package index; check that PyPI is reachable.",
-                     ExitCode.ENVIRONMENT)
+    raise StackError(
+        f"could not list {package} releases from the package index; check that PyPI is reachable.", ExitCode.ENVIRONMENT
+    )
 
 
 def default_releases() -> list[RouterRelease]:
@@ -126,8 +142,9 @@ def measure(release: RouterRelease, engines: Engines, latency_requests: int = 20
         try:
             plain = {k: v for k, v in body.items() if k not in POLAR_REQUEST_FLAGS}
             reply = http.post(f"{router.url}/v1/chat/completions", json=plain)
-            row["fields_survive_when_emitted"] = (reply.is_success and
-                                                  {"prompt_token_ids", "meta_info"} <= set(reply.json()["choices"][0]))
+            row["fields_survive_when_emitted"] = reply.is_success and {"prompt_token_ids", "meta_info"} <= set(
+                reply.json()["choices"][0]
+            )
         finally:
             http.post(f"{engines.url}/_emulator/fault", json={"mode": "none"})
         step = "/generate"
@@ -135,11 +152,18 @@ def measure(release: RouterRelease, engines: Engines, latency_requests: int = 20
         row["generate_keeps_tokens"] = bool(generate_keeps_tokens(gen.json() if gen.is_success else {}))
         step = "/v1/completions"
         http.delete(f"{engines.url}{ENGINE_LOG}")
-        comp = http.post(f"{router.url}/v1/completions", json={"model": model, "prompt": "hi", "max_tokens": 4,
-                                                               "return_prompt_token_ids": True, "return_meta_info": True})
+        comp = http.post(
+            f"{router.url}/v1/completions",
+            json={
+                "model": model,
+                "prompt": "hi",
+                "max_tokens": 4,
+                "return_prompt_token_ids": True,
+                "return_meta_info": True,
+            },
+        )
         seen = _engine_log(http, engines, "/v1/completions")
-        row["completions_flags_reach_engine"] = (comp.is_success and bool(seen) and
-                                                 carries_polar_flags(seen[-1]["body"]))
+        row["completions_flags_reach_engine"] = comp.is_success and bool(seen) and carries_polar_flags(seen[-1]["body"])
         step = "POST /workers"
         row["post_workers"] = _registration(http, router.url, engines.spare_url)
         step = "latency"
@@ -167,8 +191,13 @@ def _retrying_post(http: httpx.Client, url: str, body: dict[str, Any], tries: in
 def _registration(http: httpx.Client, router_url: str, worker_url: str) -> bool:
     # On its own connection: measured here, sglang-router 0.1.4 answers 404 to POST /workers and the next
     # request on that same keep-alive connection sometimes never gets an answer (a 10 s read timeout).
-    reply = httpx.post(f"{router_url}{worker_api.PATH}", json=worker_api.registration(worker_url),
-                       headers={"Connection": "close"}, timeout=10, trust_env=False)
+    reply = httpx.post(
+        f"{router_url}{worker_api.PATH}",
+        json=worker_api.registration(worker_url),
+        headers={"Connection": "close"},
+        timeout=10,
+        trust_env=False,
+    )
     if not reply.is_success:
         return False
 
@@ -188,8 +217,9 @@ def _latency(http: httpx.Client, direct: str, via: str, model: str, count: int) 
     return {"latency_requests": count, **{k: round(x, 3) for k, x in latency_summary(d, v).items()}}
 
 
-def run_matrix(releases: list[RouterRelease], latency_requests: int = 200,
-               on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+def run_matrix(
+    releases: list[RouterRelease], latency_requests: int = 200, on_row: Callable[[dict[str, Any]], None] | None = None
+) -> list[dict[str, Any]]:
     main, main_port = start_emulator(seed=0)
     spare, spare_port = start_emulator(seed=1)
     engines = Engines(main, main_port, spare, spare_port)
@@ -216,15 +246,19 @@ def cell(row: dict[str, Any], key: str) -> str:
 
 
 def to_markdown(rows: list[dict[str, Any]], command: str, date: str) -> str:
-    lines = ["# Router matrix", "",
-             f"Generated by `{command}` on {date}, on {machine()}.",
-             "Each release ran on 127.0.0.1 in front of `polarstack emulate-engine` (sglang "
-             "protocol models at the pinned version). \"reach engine\" is read from the engine's own request log.",
-             "Latency: interleaved sequential chat requests (max_tokens 1) direct and through the router, "
-             "in the same run; \"added\" is through minus direct, so a negative value means the router's cost "
-             "is below what this run can resolve.", "",
-             "| " + " | ".join(title for _, title in COLUMNS) + " | note |",
-             "|" + "---|" * (len(COLUMNS) + 1)]
+    lines = [
+        "# Router matrix",
+        "",
+        f"Generated by `{command}` on {date}, on {machine()}.",
+        "Each release ran on 127.0.0.1 in front of `polarstack emulate-engine` (sglang "
+        'protocol models at the pinned version). "reach engine" is read from the engine\'s own request log.',
+        "Latency: interleaved sequential chat requests (max_tokens 1) direct and through the router, "
+        'in the same run; "added" is through minus direct, so a negative value means the router\'s cost '
+        "is below what this run can resolve.",
+        "",
+        "| " + " | ".join(title for _, title in COLUMNS) + " | note |",
+        "|" + "---|" * (len(COLUMNS) + 1),
+    ]
     for row in rows:
         lines.append("| " + " | ".join(cell(row, key) for key, _ in COLUMNS) + f" | {row.get('note', '')} |")
     lines.append("")
@@ -235,8 +269,9 @@ def write_outputs(rows: list[dict[str, Any]], json_path: str | None, markdown_pa
     date = time.strftime("%Y-%m-%d")
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps({"generated": date, "machine": machine(), "command": command,
-                                               "rows": rows}, indent=2) + "\n")
+        Path(json_path).write_text(
+            json.dumps({"generated": date, "machine": machine(), "command": command, "rows": rows}, indent=2) + "\n"
+        )
     if markdown_path:
         Path(markdown_path).parent.mkdir(parents=True, exist_ok=True)
         Path(markdown_path).write_text(to_markdown(rows, command, date))

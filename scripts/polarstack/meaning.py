@@ -27,8 +27,8 @@ def _opt(args: list[str], flag: str) -> str | None:
 
 def _after(tokens: list[str], marker: list[str]) -> list[str]:
     for i in range(len(tokens) - len(marker) + 1):
-        if tokens[i:i + len(marker)] == marker:
-            return tokens[i + len(marker):]
+        if tokens[i : i + len(marker)] == marker:
+            return tokens[i + len(marker) :]
     return []
 
 
@@ -46,15 +46,20 @@ def tool_parser_problems(engines: dict[str, list[str]], harness: str) -> list[st
     choices = toolcheck.parser_choices()
     problems = []
     for name, tokens in sorted(engines.items()):
-        values = [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == toolcheck.FLAG] + \
-                 [t.split("=", 1)[1] for t in tokens if t.startswith(toolcheck.FLAG + "=")]
+        values = [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == toolcheck.FLAG] + [
+            t.split("=", 1)[1] for t in tokens if t.startswith(toolcheck.FLAG + "=")
+        ]
         if not values or not values[-1]:
-            problems.append(f"{name} runs without {toolcheck.FLAG}: sglang then never fills message.tool_calls, so the "
-                            f"{harness} harness cannot call a tool and every reward is 0; set "
-                            f"{toolcheck.PARSER_KNOB} (configs/stack.env or the profile).")
+            problems.append(
+                f"{name} runs without {toolcheck.FLAG}: sglang then never fills message.tool_calls, so the "
+                f"{harness} harness cannot call a tool and every reward is 0; set "
+                f"{toolcheck.PARSER_KNOB} (configs/stack.env or the profile)."
+            )
         elif values[-1] not in choices:
-            problems.append(f"{name}: {toolcheck.FLAG} {values[-1]} is not a parser of the pinned sglang; choose one "
-                            f"of {', '.join(choices)} ({toolcheck.PARSER_KNOB}).")
+            problems.append(
+                f"{name}: {toolcheck.FLAG} {values[-1]} is not a parser of the pinned sglang; choose one "
+                f"of {', '.join(choices)} ({toolcheck.PARSER_KNOB})."
+            )
     return problems
 
 
@@ -64,8 +69,10 @@ def hygiene_problems(args: list[str]) -> list[str]:
     if not save:
         problems.append("the launch passes no --save: nothing is ever checkpointed")
     if not interval or not interval.isdigit() or int(interval) <= 0:
-        problems.append("the launch passes no positive --save-interval: slime v0.3.1 never saves periodically "
-                        "(train_async.py, should_run_periodic_action returns False for None)")
+        problems.append(
+            "the launch passes no positive --save-interval: slime v0.3.1 never saves periodically "
+            "(train_async.py, should_run_periodic_action returns False for None)"
+        )
     for flag in ("--attention-dropout", "--hidden-dropout"):
         value = _opt(args, flag)
         if value is None or float(value) != 0.0:
@@ -99,22 +106,29 @@ def weight_sync_problems(args: list[str], services: dict[str, dict[str, Any]]) -
             return ["--update-weight-transport disk without --update-weight-disk-dir (slime refuses to start)"]
         sources = {}
         for name, service in {"trainer": trainer, **engines}.items():
-            mount = max((t for t in _mounts(service) if directory == t or directory.startswith(t + "/")),
-                        key=len, default=None)
+            mount = max(
+                (t for t in _mounts(service) if directory == t or directory.startswith(t + "/")), key=len, default=None
+            )
             if mount is None:
-                problems.append(f"{name} does not mount {directory}: with disk weight sync the trainer writes "
-                                "weight_vNNNNNN there and each engine reloads it from the same path")
+                problems.append(
+                    f"{name} does not mount {directory}: with disk weight sync the trainer writes "
+                    "weight_vNNNNNN there and each engine reloads it from the same path"
+                )
             else:
                 sources[name] = (mount, _mounts(service)[mount])
         if len(set(sources.values())) > 1:
-            problems.append(f"{directory} is not one shared volume at one path in trainer and engines "
-                            f"({', '.join(f'{n}: {s}:{m}' for n, (m, s) in sorted(sources.items()))})")
+            problems.append(
+                f"{directory} is not one shared volume at one path in trainer and engines "
+                f"({', '.join(f'{n}: {s}:{m}' for n, (m, s) in sorted(sources.items()))})"
+            )
     else:
         for name, service in {"trainer": trainer, **engines}.items():
             for key in ("network_mode", "ipc"):
                 if service.get(key) != "host":
-                    problems.append(f"{name} has {key}={service.get(key)!r}: NCCL weight sync needs trainer and "
-                                    "engines on the host network and IPC namespace")
+                    problems.append(
+                        f"{name} has {key}={service.get(key)!r}: NCCL weight sync needs trainer and "
+                        "engines on the host network and IPC namespace"
+                    )
     return problems
 
 
@@ -129,20 +143,31 @@ def check_profile(profile: Profile, model: dict[str, Any]) -> list[Any]:
         harness = tasks.task_template(task)["agent"]["harness"]
         label = f"profile {profile.name}, make train TASK={task}"
         problems = tool_parser_problems(engines, harness)
-        checks.append(Check(f"{label}: engines return parsed tool calls ({harness} harness)", not problems,
-                            "", problems))
+        checks.append(
+            Check(f"{label}: engines return parsed tool calls ({harness} harness)", not problems, "", problems)
+        )
         for resume in (False, True):
             plan = build_plan(task, profile, run_id="verify", config=config, resume=resume)
             if not resume:
                 problems = bridge_check.check(plan.train_args, config["gate"]["delegate"])
-                checks.append(Check(f"{label}: Polar bridge entry points need only slime API the pin defines",
-                                    not problems, "", problems))
+                checks.append(
+                    Check(
+                        f"{label}: Polar bridge entry points need only slime API the pin defines",
+                        not problems,
+                        "",
+                        problems,
+                    )
+                )
                 problems = weight_sync_problems(plan.train_args, services)
-                checks.append(Check(f"{label}: weight sync reaches the engines across containers", not problems,
-                                    "", problems))
+                checks.append(
+                    Check(f"{label}: weight sync reaches the engines across containers", not problems, "", problems)
+                )
             problems = hygiene_problems(plan.train_args)
-            checks.append(Check(f"{label}{' RESUME=1' if resume else ''}: checkpoints, dropout, resume", not problems,
-                                "", problems))
+            checks.append(
+                Check(
+                    f"{label}{' RESUME=1' if resume else ''}: checkpoints, dropout, resume", not problems, "", problems
+                )
+            )
     return checks
 
 

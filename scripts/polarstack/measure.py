@@ -16,8 +16,14 @@ import httpx
 from polarstack.contract import POLAR_REQUEST_FLAGS
 
 # Upstream issue #52's probe body (model filled in at run time): Polar's two return_* flags on a chat request.
-ISSUE_52_BODY = {"messages": [{"role": "user", "content": "Say hi in 5 words"}], "max_tokens": 12, "logprobs": True,
-                 "top_logprobs": 0, "return_prompt_token_ids": True, "return_meta_info": True}
+ISSUE_52_BODY = {
+    "messages": [{"role": "user", "content": "Say hi in 5 words"}],
+    "max_tokens": 12,
+    "logprobs": True,
+    "top_logprobs": 0,
+    "return_prompt_token_ids": True,
+    "return_meta_info": True,
+}
 
 # The engine emulator's own request log (polarstack emulate-engine): what reached the engine, body included.
 ENGINE_LOG = "/_emulator/requests"
@@ -73,8 +79,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def interleaved_latency(http: httpx.Client, direct: str, via: str, count: int,
-                        body: Callable[[int], dict[str, Any]]) -> tuple[list[float], list[float]]:
+def interleaved_latency(
+    http: httpx.Client, direct: str, via: str, count: int, body: Callable[[int], dict[str, Any]]
+) -> tuple[list[float], list[float]]:
     """`count` chat requests each way (request i carries `body(i)`), interleaved so drift hits both sides equally;
     the milliseconds of the successful ones, (direct, via)."""
     times: dict[str, list[float]] = {"direct": [], "via": []}
@@ -90,10 +97,14 @@ def interleaved_latency(http: httpx.Client, direct: str, via: str, count: int,
 
 def latency_summary(direct: list[float], via: list[float]) -> dict[str, float]:
     """Medians and p99s of both sides and what the path through `via` adds (via minus direct), in milliseconds."""
-    return {"direct_median_ms": statistics.median(direct), "via_median_ms": statistics.median(via),
-            "direct_p99_ms": percentile(direct, 0.99), "via_p99_ms": percentile(via, 0.99),
-            "added_median_ms": statistics.median(via) - statistics.median(direct),
-            "added_p99_ms": percentile(via, 0.99) - percentile(direct, 0.99)}
+    return {
+        "direct_median_ms": statistics.median(direct),
+        "via_median_ms": statistics.median(via),
+        "direct_p99_ms": percentile(direct, 0.99),
+        "via_p99_ms": percentile(via, 0.99),
+        "added_median_ms": statistics.median(via) - statistics.median(direct),
+        "added_p99_ms": percentile(via, 0.99) - percentile(direct, 0.99),
+    }
 
 
 # --- where it ran ----------------------------------------------------------------------------------------------
@@ -108,5 +119,7 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores ({cpu}), "
-            f"CPython {platform.python_version()}, no GPU")
+    return (
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores ({cpu}), "
+        f"CPython {platform.python_version()}, no GPU"
+    )

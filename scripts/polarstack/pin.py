@@ -17,18 +17,22 @@ from polarstack.pins import pins, repo_root
 
 REGISTRY = os.environ.get("POLARSTACK_REGISTRY", "https://registry-1.docker.io")
 AUTH = os.environ.get("POLARSTACK_REGISTRY_AUTH", "https://auth.docker.io/token")
-ACCEPT = ", ".join([
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-])
+ACCEPT = ", ".join(
+    [
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+    ]
+)
 
 
 def image_pins() -> list[str]:
     """Prefixes X with X_IMAGE, X_IMAGE_TAG and X_IMAGE_DIGEST in configs/pins.env."""
     table = pins()
-    return [k[: -len("_IMAGE")] for k in table if k.endswith("_IMAGE") and f"{k}_TAG" in table and f"{k}_DIGEST" in table]
+    return [
+        k[: -len("_IMAGE")] for k in table if k.endswith("_IMAGE") and f"{k}_TAG" in table and f"{k}_DIGEST" in table
+    ]
 
 
 def _repository(image: str) -> str:
@@ -57,9 +61,11 @@ def run_pin() -> dict[str, str]:
         try:
             resolved[f"{prefix}_IMAGE_DIGEST"] = "@" + resolve_digest(image, tag)
         except (httpx.HTTPError, ValueError, KeyError) as exc:
-            raise StackError(f"no registry answered for {image}:{tag} ({type(exc).__name__}); configs/pins.env is "
-                             "unchanged: run `make pin` on a machine that reaches the registry.",
-                             ExitCode.ENVIRONMENT) from None
+            raise StackError(
+                f"no registry answered for {image}:{tag} ({type(exc).__name__}); configs/pins.env is "
+                "unchanged: run `make pin` on a machine that reaches the registry.",
+                ExitCode.ENVIRONMENT,
+            ) from None
     path = repo_root() / "configs" / "pins.env"
     lines = path.read_text().splitlines(keepends=True)
     for index, line in enumerate(lines):

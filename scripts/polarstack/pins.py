@@ -8,7 +8,6 @@ from pathlib import Path
 from polarstack import paths
 from polarstack.errors import ExitCode, StackError
 
-
 repo_root = paths.repo_root  # kept for old imports (tests, tools); the rule lives in polarstack.paths
 
 

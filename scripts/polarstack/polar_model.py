@@ -63,9 +63,14 @@ class PolarVerdict:
     response: dict[str, Any] | None = None  # the parsed body (before normalization), when parsing succeeded
 
     def as_dict(self) -> dict[str, Any]:
-        return {"polar_verdict": self.verdict, "polar_trainable_tokens": self.trainable_tokens,
-                "polar_stage": self.stage, "polar_reason": self.reason, "retokenized": self.retokenized,
-                "warnings": [w.as_dict() for w in self.warnings]}
+        return {
+            "polar_verdict": self.verdict,
+            "polar_trainable_tokens": self.trainable_tokens,
+            "polar_stage": self.stage,
+            "polar_reason": self.reason,
+            "retokenized": self.retokenized,
+            "warnings": [w.as_dict() for w in self.warnings],
+        }
 
 
 class _TraceIds(BaseModel):
@@ -104,8 +109,11 @@ def _meta_pairs(choice: dict[str, Any]) -> tuple[list[int], list[dict[str, Any]]
             logprob, token_id = item[0], item[1]
             token = item[2] if len(item) >= 3 else None
         elif isinstance(item, dict):
-            token_id, logprob, token = item.get("token_id"), item.get("logprob", item.get("token_logprob")), \
-                item.get("token")
+            token_id, logprob, token = (
+                item.get("token_id"),
+                item.get("logprob", item.get("token_logprob")),
+                item.get("token"),
+            )
         if token_id is None or logprob is None:
             return None
         try:  # engine.py catches TypeError and ValueError only
@@ -143,8 +151,10 @@ def normalize(response: dict[str, Any]) -> dict[str, Any]:
                 logprobs = choice["logprobs"] = {}
             content = logprobs.get("content")
             if isinstance(content, list) and len(content) == len(canonical):
-                logprobs["content"] = [{**(old if isinstance(old, dict) else {}), **new}
-                                       for old, new in zip(content, canonical)]
+                logprobs["content"] = [
+                    {**(old if isinstance(old, dict) else {}), **new}
+                    for old, new in zip(content, canonical, strict=False)
+                ]
             else:
                 logprobs["content"] = canonical
         # InferenceEngine._stamp_token_ids_onto_logprobs
@@ -152,7 +162,7 @@ def normalize(response: dict[str, Any]) -> dict[str, Any]:
         if isinstance(token_ids, list) and isinstance(logprobs, dict):
             content = logprobs.get("content")
             if isinstance(content, list) and len(content) == len(token_ids):
-                for entry, tid in zip(content, token_ids):
+                for entry, tid in zip(content, token_ids, strict=False):
                     if isinstance(entry, dict):
                         entry.setdefault("token_id", tid)
         choice.pop("meta_info", None)
@@ -204,8 +214,10 @@ def _candidates(choice: dict[str, Any]) -> list[tuple[list[int], list[float]] | 
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     meta = choice.get("meta_info")
     entries = meta.get("output_token_logprobs") if isinstance(meta, dict) else None
-    return [_pairs(content, "content") if isinstance(content, list) and content else None,
-            _pairs(entries, "meta") if isinstance(entries, list) and entries else None]
+    return [
+        _pairs(content, "content") if isinstance(content, list) and content else None,
+        _pairs(entries, "meta") if isinstance(entries, list) and entries else None,
+    ]
 
 
 def _usage_count(response: dict[str, Any], key: str) -> int | None:
@@ -253,9 +265,13 @@ def _reconstruct_prompt(request: dict[str, Any], response: dict[str, Any], token
     kwargs = request.get("chat_template_kwargs")
     tools = request.get("tools")
     try:
-        encoded = tokenizer.apply_chat_template(messages, tools=tools if isinstance(tools, list) and tools else None,
-                                                tokenize=True, add_generation_prompt=True,
-                                                **(dict(kwargs) if isinstance(kwargs, dict) else {}))
+        encoded = tokenizer.apply_chat_template(
+            messages,
+            tools=tools if isinstance(tools, list) and tools else None,
+            tokenize=True,
+            add_generation_prompt=True,
+            **(dict(kwargs) if isinstance(kwargs, dict) else {}),
+        )
     except (TypeError, ValueError):
         return []
     ids = _int_list(_encoding_ids(encoded))
@@ -300,8 +316,10 @@ def build_trace(response: dict[str, Any], request: dict[str, Any], tokenizer: An
     except ValidationError as exc:
         first_error = exc.errors()[0]
         where = ".".join(str(p) for p in first_error.get("loc", ()))
-        verdict.stage, verdict.reason = "trace", (f"Polar's Trace model rejects {where} = "
-                                                  f"{first_error.get('input')!r} ({first_error.get('msg')})")
+        verdict.stage, verdict.reason = (
+            "trace",
+            (f"Polar's Trace model rejects {where} = {first_error.get('input')!r} ({first_error.get('msg')})"),
+        )
         return False
     verdict.prompt_ids, verdict.response_ids, verdict.logprobs = checked.prompt_ids, checked.response_ids, logprobs
     return True
@@ -315,18 +333,26 @@ def adapt(verdict: PolarVerdict, max_tokens: int | None) -> None:
     prompt, response = verdict.prompt_ids, list(verdict.response_ids)
     if not prompt or not response:
         verdict.stage = "adapter"
-        verdict.reason = (f"the slime bridge drops the trace: missing tokens (prompt={len(prompt)}, "
-                          f"response={len(response)})")
+        verdict.reason = (
+            f"the slime bridge drops the trace: missing tokens (prompt={len(prompt)}, response={len(response)})"
+        )
         return
     if not verdict.logprobs:  # _extract_rollout_log_probs
-        verdict.stage, verdict.reason = "adapter", ("RolloutLogprobError: no rollout logprobs aligned with the "
-                                                    "response ids, so the group is dropped")
+        verdict.stage, verdict.reason = (
+            "adapter",
+            ("RolloutLogprobError: no rollout logprobs aligned with the response ids, so the group is dropped"),
+        )
         return
     if max_tokens is not None and len(prompt) + len(response) > max_tokens:  # _clip_response_to_causal_prefix
         budget = max_tokens - len(prompt)
         if budget <= 0:
-            verdict.stage, verdict.reason = "adapter", (f"the prompt ({len(prompt)} tokens) leaves no response "
-                                                        f"budget under max_tokens={max_tokens}: trace dropped")
+            verdict.stage, verdict.reason = (
+                "adapter",
+                (
+                    f"the prompt ({len(prompt)} tokens) leaves no response "
+                    f"budget under max_tokens={max_tokens}: trace dropped"
+                ),
+            )
             return
         response = response[:budget]
     verdict.trainable_tokens = len(response)  # loss_mask = [1] * len(response_ids) for a single completion
@@ -335,8 +361,9 @@ def adapt(verdict: PolarVerdict, max_tokens: int | None) -> None:
 # --- the whole pipeline ------------------------------------------------------------------------------------
 
 
-def decide(body: bytes, request: dict[str, Any] | None = None, *, tokenizer: Any = None,
-           max_tokens: int | None = None) -> PolarVerdict:
+def decide(
+    body: bytes, request: dict[str, Any] | None = None, *, tokenizer: Any = None, max_tokens: int | None = None
+) -> PolarVerdict:
     """Polar's verdict on one engine answer (raw HTTP body) to `request` (the body Polar sent)."""
     verdict = PolarVerdict()
     parsed, error = parse(body)

@@ -24,8 +24,9 @@ def available() -> bool:
         return False
 
 
-def trainable_tokens(body: bytes, request: dict[str, Any], tokenizer: Any = None,
-                     max_tokens: int | None = None) -> tuple[int, str]:
+def trainable_tokens(
+    body: bytes, request: dict[str, Any], tokenizer: Any = None, max_tokens: int | None = None
+) -> tuple[int, str]:
     """(tokens, where it ended) as the installed Polar computes them for one answer."""
     import orjson
     from polar.gateway.engine import get_engine
@@ -39,8 +40,11 @@ def trainable_tokens(body: bytes, request: dict[str, Any], tokenizer: Any = None
     try:
         record = CompletionRecord(completion_id="polarstack-smoke", request=request, response=response)
         accepts_tokenizer = "tokenizer" in inspect.signature(build_trace_from_completion).parameters
-        trace = (build_trace_from_completion(record, tokenizer=tokenizer) if accepts_tokenizer
-                 else build_trace_from_completion(record))
+        trace = (
+            build_trace_from_completion(record, tokenizer=tokenizer)
+            if accepts_tokenizer
+            else build_trace_from_completion(record)
+        )
     except Exception as exc:  # a failed build leaves the session without a trace
         return 0, f"trace: {type(exc).__name__}"
     prompt, response_ids = list(trace.prompt_ids), list(trace.response_ids)

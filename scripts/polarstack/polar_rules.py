@@ -41,23 +41,46 @@ PROMPT_IDS = {
 
 RESPONSE_SOURCES = (
     # 1. meta_info's triples; normalize_response turns them into token_ids + logprobs.content[] (all or nothing).
-    {"path": "choices[0].meta_info.output_token_logprobs", "non_empty": True, "all_or_nothing": True,
-     "item_shapes": {"list": {"logprob": 0, "token_id": 1, "min_length": 2},
-                     "dict": {"token_id": "token_id", "logprob": ("logprob", "token_logprob")}},
-     "token_id": "int()", "logprob": "float()", "null": "invalid"},
+    {
+        "path": "choices[0].meta_info.output_token_logprobs",
+        "non_empty": True,
+        "all_or_nothing": True,
+        "item_shapes": {
+            "list": {"logprob": 0, "token_id": 1, "min_length": 2},
+            "dict": {"token_id": "token_id", "logprob": ("logprob", "token_logprob")},
+        },
+        "token_id": "int()",
+        "logprob": "float()",
+        "null": "invalid",
+    },
     # 2. explicit token ids (the choice's key wins over the top-level one even when null); logprobs only from a
     #    candidate (content after stamping, then meta) whose ids are exactly these.
     #    normalize_response stamps only the choice's own token_ids (never the top-level ones) onto content.
-    {"path": "choices[0].token_ids", "fallback_path": "token_ids", "all_or_nothing": True, "token_id": "int()",
-     "logprobs": "identical_candidate", "stamped_from": "token_ids"},
+    {
+        "path": "choices[0].token_ids",
+        "fallback_path": "token_ids",
+        "all_or_nothing": True,
+        "token_id": "int()",
+        "logprobs": "identical_candidate",
+        "stamped_from": "token_ids",
+    },
     # 3. OpenAI logprobs content whose items all carry token_id and logprob (plain sglang sends no token_id;
     #    normalize_response stamps token_ids onto same-length content).
-    {"path": "choices[0].logprobs.content", "non_empty": True, "all_or_nothing": True, "token_id": "int()",
-     "logprob": "float()", "null": "invalid"},
+    {
+        "path": "choices[0].logprobs.content",
+        "non_empty": True,
+        "all_or_nothing": True,
+        "token_id": "int()",
+        "logprob": "float()",
+        "null": "invalid",
+    },
     # 4. re-tokenizing the content[].token text: only when the builder has a tokenizer; the count must equal
     #    usage.completion_tokens (sglang's sum over all choices when n >= 2).
-    {"path": "choices[0].logprobs.content[].token", "requires": "tokenizer", "retokenize_check":
-     "usage.completion_tokens"},
+    {
+        "path": "choices[0].logprobs.content[].token",
+        "requires": "tokenizer",
+        "retokenize_check": "usage.completion_tokens",
+    },
 )
 
 IGNORED = {

@@ -27,7 +27,7 @@ def _chain(prompt: Sequence[int]) -> list[int]:
     """Key of every full block: hash of (previous key, block tokens)."""
     keys, previous = [], 0
     for start in range(0, len(prompt) - len(prompt) % BLOCK, BLOCK):
-        previous = hash((previous, tuple(prompt[start:start + BLOCK])))
+        previous = hash((previous, tuple(prompt[start : start + BLOCK])))
         keys.append(previous)
     return keys
 

@@ -37,20 +37,33 @@ class ProbeReport:
     message: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"diagnosis": self.diagnosis, "evidence": self.evidence, "exit_code": int(self.code),
-                "code": self.code.name, "message": self.message, "direct": self.direct, "via": self.via}
+        return {
+            "diagnosis": self.diagnosis,
+            "evidence": self.evidence,
+            "exit_code": int(self.code),
+            "code": self.code.name,
+            "message": self.message,
+            "direct": self.direct,
+            "via": self.via,
+        }
 
 
 def _chat(http, base: str, body: dict[str, Any]) -> dict[str, Any]:
     reply = request(http, "POST", _v1(base, "chat/completions"), body)
     if not 200 <= reply.status < 300:
-        raise StackError(f"{reply.url} answered HTTP {reply.status} ({error_message(reply.body)}).", ExitCode.HTTP_ERROR)
+        raise StackError(
+            f"{reply.url} answered HTTP {reply.status} ({error_message(reply.body)}).", ExitCode.HTTP_ERROR
+        )
     parsed = reply.json()
     choice = parsed.get("choices", [{}])[0] if isinstance(parsed, dict) and parsed.get("choices") else {}
     verdict = contract.analyze_response(parsed)
-    return {"url": reply.url, "status": reply.status, "bytes": len(reply.body),
-            "choice_keys": sorted(choice) if isinstance(choice, dict) else [],
-            "trainable_tokens": verdict.trainable_tokens}
+    return {
+        "url": reply.url,
+        "status": reply.status,
+        "bytes": len(reply.body),
+        "choice_keys": sorted(choice) if isinstance(choice, dict) else [],
+        "trainable_tokens": verdict.trainable_tokens,
+    }
 
 
 def _generate_keeps_meta(http, base: str) -> bool | None:
@@ -96,9 +109,11 @@ def run_probe(direct: str, via: str, *, model: str | None = None, timeout: float
     lost = sorted(wanted - set(report.via["choice_keys"]))
     if not direct_has:
         report.diagnosis, report.code = ENGINE_LACKS, ExitCode.TOKENS_MISSING
-        report.message = (f"{direct} itself returns no {' / '.join(sorted(wanted - set(report.direct['choice_keys'])))} "
-                          "for return_prompt_token_ids / return_meta_info; the engine is not the pinned sglang "
-                          "(or --direct is not an engine).")
+        report.message = (
+            f"{direct} itself returns no {' / '.join(sorted(wanted - set(report.direct['choice_keys'])))} "
+            "for return_prompt_token_ids / return_meta_info; the engine is not the pinned sglang "
+            "(or --direct is not an engine)."
+        )
         return report
     if via_has:
         report.diagnosis, report.evidence = PRESERVED, "same choice keys directly and through the path"
@@ -108,16 +123,23 @@ def run_probe(direct: str, via: str, *, model: str | None = None, timeout: float
     survives = report.via["generate_meta_info_survives"]
     if saw is False or (saw is None and survives):
         report.diagnosis = REQUEST_DROPPED
-        report.evidence = ("the engine's request log shows the chat request arrived without return_prompt_token_ids / "
-                           "return_meta_info" if saw is False else
-                           "/generate's meta_info passes through the same path unchanged, so responses are not "
-                           "rewritten and the chat request must have lost its fields")
+        report.evidence = (
+            "the engine's request log shows the chat request arrived without return_prompt_token_ids / return_meta_info"
+            if saw is False
+            else "/generate's meta_info passes through the same path unchanged, so responses are not "
+            "rewritten and the chat request must have lost its fields"
+        )
     else:
         report.diagnosis = RESPONSE_DROPPED
-        report.evidence = ("the engine received both flags, yet the answer through the path lacks the fields"
-                           if saw else "/generate's meta_info is also lost through the path")
+        report.evidence = (
+            "the engine received both flags, yet the answer through the path lacks the fields"
+            if saw
+            else "/generate's meta_info is also lost through the path"
+        )
     report.code = ExitCode.TOKENS_MISSING
     via_bytes, direct_bytes = report.via["bytes"], report.direct["bytes"]
-    report.message = (f"{via} loses {', '.join(lost)} ({direct_bytes} bytes direct, {via_bytes} through it): "
-                      f"{report.diagnosis}; use the {WORKING_PROFILES} profile.")
+    report.message = (
+        f"{via} loses {', '.join(lost)} ({direct_bytes} bytes direct, {via_bytes} through it): "
+        f"{report.diagnosis}; use the {WORKING_PROFILES} profile."
+    )
     return report

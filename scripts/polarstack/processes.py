@@ -59,8 +59,10 @@ def shielded():
         yield
         return
     received: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: received.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
     finally:
@@ -91,8 +93,11 @@ def wait_http(url: str, timeout: float, process: subprocess.Popen | None = None,
     with client(1.0) as http:
         while time.monotonic() < deadline:
             if process is not None and process.poll() is not None:
-                raise StackError(f"process {process.pid} serving {url} exited with code {process.returncode} "
-                                 "before it became healthy.", ExitCode.ENVIRONMENT)
+                raise StackError(
+                    f"process {process.pid} serving {url} exited with code {process.returncode} "
+                    "before it became healthy.",
+                    ExitCode.ENVIRONMENT,
+                )
             try:
                 if 200 <= request(http, "GET", url + path).status < 300:
                     return time.monotonic() - started
@@ -100,7 +105,6 @@ def wait_http(url: str, timeout: float, process: subprocess.Popen | None = None,
                 pass
             time.sleep(0.05)
     raise StackError(f"{url}{path} did not answer 2xx within {timeout:g} s.", ExitCode.UNREACHABLE)
-
 
 
 SECRET_PREFIXES = ("HF_", "HUGGING", "AWS_", "OPENAI_")
@@ -111,9 +115,16 @@ def child_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIXES)}
 
 
-def start_emulator(port: int | None = None, *, model: str | None = None, seed: int = 0, log_path: Path | None = None,
-                   timeout: float = 30.0, tool_call_parser: str | None = "stack",
-                   engine_args: list[str] | None = None) -> tuple[subprocess.Popen, int]:
+def start_emulator(
+    port: int | None = None,
+    *,
+    model: str | None = None,
+    seed: int = 0,
+    log_path: Path | None = None,
+    timeout: float = 30.0,
+    tool_call_parser: str | None = "stack",
+    engine_args: list[str] | None = None,
+) -> tuple[subprocess.Popen, int]:
     """Start `polarstack emulate-engine` on 127.0.0.1 and wait until /health answers; (process, port).
     tool_call_parser "stack": the stack's ENGINE_TOOL_CALL_PARSER (as the engines run); None: no parser."""
     port = port or free_port()

@@ -12,24 +12,45 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from polarstack.errors import ExitCode, StackError
 from polarstack import paths
+from polarstack.errors import ExitCode, StackError
 from polarstack.pins import parse_env_file, pins
 from polarstack.router_catalog import RouterRelease
 
 PROFILE_ORDER = ("router-passthrough", "engine-direct", "patched-router", "stock-router")
 ROUTERS = {"passthrough": "ROUTER_PASSTHROUGH", "patched": "ROUTER_PATCHED", "stock": "ROUTER_STOCK"}
-REQUIRED = ("PROFILE_NAME", "PROFILE_ROLE", "ROUTER", "ROUTER_REGISTRATION", "ENGINE_COUNT", "ENGINE_GPUS",
-            "TRAINER_GPUS", "ENGINE_PORT_BASE", "ROUTER_PORT", "POLAR_BASE", "POLAR_ROUTE",
-            "POLAR_WORKER_DISCOVERY", "EXPECT_SMOKE")
-OPTIONAL = ("ENGINE_EXTRA_ARGS",  # extra sglang.launch_server flags (docker runtime), may be empty
-            # configs/stack.env knobs a profile may override (issue 10 points 4 and 7); see `knob`.
-            "ENGINE_TOOL_CALL_PARSER", "WEIGHT_SYNC_TRANSPORT",
-            "ROUTER_ARGS")  # routing policy flags for the router, both runtimes (docs/routing.md), may be empty
+REQUIRED = (
+    "PROFILE_NAME",
+    "PROFILE_ROLE",
+    "ROUTER",
+    "ROUTER_REGISTRATION",
+    "ENGINE_COUNT",
+    "ENGINE_GPUS",
+    "TRAINER_GPUS",
+    "ENGINE_PORT_BASE",
+    "ROUTER_PORT",
+    "POLAR_BASE",
+    "POLAR_ROUTE",
+    "POLAR_WORKER_DISCOVERY",
+    "EXPECT_SMOKE",
+)
+OPTIONAL = (
+    "ENGINE_EXTRA_ARGS",  # extra sglang.launch_server flags (docker runtime), may be empty
+    # configs/stack.env knobs a profile may override (issue 10 points 4 and 7); see `knob`.
+    "ENGINE_TOOL_CALL_PARSER",
+    "WEIGHT_SYNC_TRANSPORT",
+    "ROUTER_ARGS",
+)  # routing policy flags for the router, both runtimes (docs/routing.md), may be empty
 WEIGHT_SYNC_TRANSPORTS = ("disk", "nccl")  # slime --update-weight-transport choices at SLIME_COMMIT
 # Router flags the stack itself sets from other keys; ROUTER_ARGS must not repeat them.
-STACK_ROUTER_FLAGS = ("--host", "--port", "--worker-urls", "--prometheus-port", "--prometheus-host",
-                      "--worker-startup-check-interval")
+STACK_ROUTER_FLAGS = (
+    "--host",
+    "--port",
+    "--worker-urls",
+    "--prometheus-port",
+    "--prometheus-host",
+    "--worker-startup-check-interval",
+)
 NODE_GPUS_DEFAULT = 4
 
 
@@ -53,7 +74,9 @@ def _gpus(path: Path, key: str, text: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip() != ""]
     except ValueError:
-        raise StackError(f"{path}: {key}={text!r} must be comma-separated GPU indices like 0,1.", ExitCode.USAGE) from None
+        raise StackError(
+            f"{path}: {key}={text!r} must be comma-separated GPU indices like 0,1.", ExitCode.USAGE
+        ) from None
     if len(set(values)) != len(values):
         raise StackError(f"{path}: {key}={text} lists a GPU twice.", ExitCode.USAGE)
     return values
@@ -142,10 +165,15 @@ def validate(name: str, path: Path, values: dict[str, str], node_gpus: int) -> N
     empty = [k for k in REQUIRED if values[k] == ""]
     if empty:
         raise bad(f"{empty[0]} is empty; give it a value.")
-    choices = {"PROFILE_ROLE": ("working", "diagnostic"), "ROUTER": ("none", *ROUTERS),
-               "ROUTER_REGISTRATION": ("none", "static", "register"), "POLAR_BASE": ("engine-0", "router"),
-               "POLAR_ROUTE": ("base", "polar"), "POLAR_WORKER_DISCOVERY": ("on", "off"),
-               "EXPECT_SMOKE": ("pass", "TOKENS_MISSING", "INVARIANT", "HTTP_ERROR")}
+    choices = {
+        "PROFILE_ROLE": ("working", "diagnostic"),
+        "ROUTER": ("none", *ROUTERS),
+        "ROUTER_REGISTRATION": ("none", "static", "register"),
+        "POLAR_BASE": ("engine-0", "router"),
+        "POLAR_ROUTE": ("base", "polar"),
+        "POLAR_WORKER_DISCOVERY": ("on", "off"),
+        "EXPECT_SMOKE": ("pass", "TOKENS_MISSING", "INVARIANT", "HTTP_ERROR"),
+    }
     for key, allowed in choices.items():
         if values[key] not in allowed:
             raise bad(f"{key}={values[key]} must be one of {', '.join(allowed)}.")
@@ -163,8 +191,10 @@ def validate(name: str, path: Path, values: dict[str, str], node_gpus: int) -> N
     engines = _gpus(path, "ENGINE_GPUS", values["ENGINE_GPUS"])
     trainer = _gpus(path, "TRAINER_GPUS", values["TRAINER_GPUS"])
     if len(engines) != int(values["ENGINE_COUNT"]):
-        raise bad(f"ENGINE_GPUS={values['ENGINE_GPUS']} lists {len(engines)} GPU(s) for ENGINE_COUNT="
-                  f"{values['ENGINE_COUNT']}; give one GPU per engine.")
+        raise bad(
+            f"ENGINE_GPUS={values['ENGINE_GPUS']} lists {len(engines)} GPU(s) for ENGINE_COUNT="
+            f"{values['ENGINE_COUNT']}; give one GPU per engine."
+        )
     if not trainer:
         raise bad("TRAINER_GPUS is empty; the trainer needs at least one GPU.")
     overlap = sorted(set(engines) & set(trainer))
@@ -172,7 +202,9 @@ def validate(name: str, path: Path, values: dict[str, str], node_gpus: int) -> N
         raise bad(f"GPU {overlap[0]} is in both ENGINE_GPUS and TRAINER_GPUS; engines and trainer need disjoint GPUs.")
     beyond = [g for g in engines + trainer if not 0 <= g < node_gpus]
     if beyond:
-        raise bad(f"GPU {beyond[0]} does not exist on a {node_gpus}-GPU node (NODE_GPUS={node_gpus}); use 0-{node_gpus - 1}.")
+        raise bad(
+            f"GPU {beyond[0]} does not exist on a {node_gpus}-GPU node (NODE_GPUS={node_gpus}); use 0-{node_gpus - 1}."
+        )
     if values["ROUTER"] != "none":
         prefix = ROUTERS[values["ROUTER"]]
         table = pins()
@@ -201,8 +233,10 @@ def _validate_router_args(values: dict[str, str], bad) -> None:
         raise bad("ROUTER_ARGS needs a ROUTER; leave it empty with ROUTER=none.")
     spaced = [a for a in args if any(ch.isspace() for ch in a)]
     if spaced:
-        raise bad(f"ROUTER_ARGS word {spaced[0]!r} holds a space; the router image splits ROUTER_EXTRA_ARGS on "
-                  "spaces (images/router/entrypoint.sh), so give each flag and value as plain words.")
+        raise bad(
+            f"ROUTER_ARGS word {spaced[0]!r} holds a space; the router image splits ROUTER_EXTRA_ARGS on "
+            "spaces (images/router/entrypoint.sh), so give each flag and value as plain words."
+        )
     owned = [a for a in args if a.split("=", 1)[0] in STACK_ROUTER_FLAGS]
     if owned:
         raise bad(f"ROUTER_ARGS sets {owned[0].split('=', 1)[0]}, which the stack sets itself; remove it.")
@@ -210,8 +244,11 @@ def _validate_router_args(values: dict[str, str], bad) -> None:
     table = pins()
     release = RouterRelease(table[f"{prefix}_PACKAGE"], table[f"{prefix}_VERSION"])
     for index, arg in enumerate(args):
-        policy = arg.split("=", 1)[1] if arg.startswith("--policy=") else (
-            args[index + 1] if arg == "--policy" and index + 1 < len(args) else None)
+        policy = (
+            arg.split("=", 1)[1]
+            if arg.startswith("--policy=")
+            else (args[index + 1] if arg == "--policy" and index + 1 < len(args) else None)
+        )
         if arg == "--policy" and policy is None:
             raise bad("ROUTER_ARGS ends with --policy; give it a value.")
         if policy is not None and release.policies and policy not in release.policies:
@@ -233,8 +270,10 @@ def _check_ports(values: dict[str, str], bad) -> None:
     base, count = int(values["ENGINE_PORT_BASE"]), int(values["ENGINE_COUNT"])
     engines = [base + 10 * i for i in range(count)]  # Profile.engine_port
     if engines[-1] > 65535:
-        raise bad(f"ENGINE_PORT_BASE={base} puts engine {count - 1} on port {engines[-1]}, beyond 65535; use a base "
-                  f"at most {65535 - 10 * (count - 1)}.")
+        raise bad(
+            f"ENGINE_PORT_BASE={base} puts engine {count - 1} on port {engines[-1]}, beyond 65535; use a base "
+            f"at most {65535 - 10 * (count - 1)}."
+        )
     if values["ROUTER"] == "none":
         return
     router = int(values["ROUTER_PORT"])
@@ -243,8 +282,10 @@ def _check_ports(values: dict[str, str], bad) -> None:
         raise bad(f"ROUTER_PORT={router} must be at most 65534 (ROUTER_PORT + 1 is the router's metrics port).")
     for port in (router, router + 1):
         if port in engines:
-            raise bad(f"ROUTER_PORT={router} makes the router (or its metrics port {router + 1}) share port {port} "
-                      f"with engine {engines.index(port)}; pick a ROUTER_PORT outside {engines}.")
+            raise bad(
+                f"ROUTER_PORT={router} makes the router (or its metrics port {router + 1}) share port {port} "
+                f"with engine {engines.index(port)}; pick a ROUTER_PORT outside {engines}."
+            )
 
 
 def load(name: str, *, node_gpus: int | None = None, path: Path | None = None) -> Profile:

@@ -39,12 +39,22 @@ from polarstack.processes import child_env
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
-def head_command(*, gcs_port: int | str, dashboard_port: int | str, num_gpus: int | str,
-                 block: bool = False) -> list[str]:
+def head_command(
+    *, gcs_port: int | str, dashboard_port: int | str, num_gpus: int | str, block: bool = False
+) -> list[str]:
     """`ray start --head ...` as the trainer runs it (compose.yaml's trainer command adds --block)."""
-    return ["ray", "start", "--head", *(["--block"] if block else []), "--node-ip-address=127.0.0.1",
-            f"--port={gcs_port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-            f"--num-gpus={num_gpus}", "--disable-usage-stats"]
+    return [
+        "ray",
+        "start",
+        "--head",
+        *(["--block"] if block else []),
+        "--node-ip-address=127.0.0.1",
+        f"--port={gcs_port}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard_port}",
+        f"--num-gpus={num_gpus}",
+        "--disable-usage-stats",
+    ]
 
 
 # --- a cached installation of the pinned ray (tests and the recording script; the trainer image has its own) ---
@@ -69,12 +79,25 @@ def install(version: str | None = None) -> tuple[Path, float]:
 
             shutil.rmtree(target)  # a half-finished earlier install
         subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True)
-        proc = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                               "--disable-pip-version-check", f"ray[default]=={version}"], capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                str(target / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                f"ray[default]=={version}",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise StackError(f"could not install ray[default]=={version} ({tail[0]}); check that PyPI is reachable.",
-                             ExitCode.ENVIRONMENT)
+            raise StackError(
+                f"could not install ray[default]=={version} ({tail[0]}); check that PyPI is reachable.",
+                ExitCode.ENVIRONMENT,
+            )
         (target / ".installed").write_text(f"ray[default]=={version}\n")
     return target / "bin", time.monotonic() - started
 
@@ -83,8 +106,15 @@ def install(version: str | None = None) -> tuple[Path, float]:
 
 # The servers a head runs, as they show in their command lines; `start` waits until each one listens (agents
 # come up well after the dashboard answers).
-SERVERS = ("gcs_server", "raylet", "dashboard.py", "DashboardAgent", "RuntimeEnvAgent", "ray.util.client.server",
-           "monitor.py")
+SERVERS = (
+    "gcs_server",
+    "raylet",
+    "dashboard.py",
+    "DashboardAgent",
+    "RuntimeEnvAgent",
+    "ray.util.client.server",
+    "monitor.py",
+)
 
 
 @dataclass
@@ -122,8 +152,16 @@ class RunningHead:
         return killed
 
 
-def start(command: list[str], env: dict[str, str], *, bin_dir: Path, temp_dir: Path, dashboard_port: int,
-          timeout: float = 120.0, settle: float = 3.0) -> RunningHead:
+def start(
+    command: list[str],
+    env: dict[str, str],
+    *,
+    bin_dir: Path,
+    temp_dir: Path,
+    dashboard_port: int,
+    timeout: float = 120.0,
+    settle: float = 3.0,
+) -> RunningHead:
     """Start `command` (a `ray start --head --block ...` line) in its own session; return once the dashboard
     answers and the set of listening sockets has not changed for `settle` seconds (agents start late)."""
     if command[:2] != ["ray", "start"] or "--block" not in command:
@@ -132,17 +170,25 @@ def start(command: list[str], env: dict[str, str], *, bin_dir: Path, temp_dir: P
     temp_dir.mkdir(parents=True, exist_ok=True)
     log_path = temp_dir / "ray-start.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([str(bin_dir / "ray"), *command[1:]], stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=full_env, start_new_session=True)
+        process = subprocess.Popen(
+            [str(bin_dir / "ray"), *command[1:]],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            start_new_session=True,
+        )
     head = RunningHead(process, log_path, dashboard_port)
     deadline = time.monotonic() + timeout
     url = f"http://127.0.0.1:{dashboard_port}/api/version"
     try:
         while True:
             if process.poll() is not None:
-                raise StackError(f"`ray start` exited with code {process.returncode}: "
-                                 f"{log_path.read_text(errors='replace').strip().splitlines()[-1:]}",
-                                 ExitCode.ENVIRONMENT)
+                raise StackError(
+                    f"`ray start` exited with code {process.returncode}: "
+                    f"{log_path.read_text(errors='replace').strip().splitlines()[-1:]}",
+                    ExitCode.ENVIRONMENT,
+                )
             if time.monotonic() > deadline:
                 raise StackError(f"the Ray head did not answer {url} within {timeout:g} s.", ExitCode.UNREACHABLE)
             try:
@@ -161,11 +207,14 @@ def start(command: list[str], env: dict[str, str], *, bin_dir: Path, temp_dir: P
             elif not missing and time.monotonic() - stable_since >= settle:
                 break
             if time.monotonic() > deadline:
-                raise StackError(f"the Ray head started no listening {', '.join(missing)} within {timeout:g} s "
-                                 f"(see {log_path}).", ExitCode.UNREACHABLE)
+                raise StackError(
+                    f"the Ray head started no listening {', '.join(missing)} within {timeout:g} s (see {log_path}).",
+                    ExitCode.UNREACHABLE,
+                )
             if process.poll() is not None:
-                raise StackError(f"`ray start` exited with code {process.returncode} (see {log_path}).",
-                                 ExitCode.ENVIRONMENT)
+                raise StackError(
+                    f"`ray start` exited with code {process.returncode} (see {log_path}).", ExitCode.ENVIRONMENT
+                )
             time.sleep(0.5)
         head.listeners = seen
     except BaseException:
@@ -191,19 +240,26 @@ def exposure_problems(environment: dict[str, object], label: str) -> list[str]:
     record = recorded_listeners()
     problems = []
     if record.get("ray_version") != pin("RAY_VERSION"):
-        problems.append(f"configs/upstream/ray-listeners.json was recorded for ray {record.get('ray_version')}, not "
-                        f"RAY_VERSION={pin('RAY_VERSION')}; rerun scripts/tools/record_ray_listeners.py")
+        problems.append(
+            f"configs/upstream/ray-listeners.json was recorded for ray {record.get('ray_version')}, not "
+            f"RAY_VERSION={pin('RAY_VERSION')}; rerun scripts/tools/record_ray_listeners.py"
+        )
     for key, value in record["loopback_env"].items():
         if str(environment.get(key)) != value:
-            problems.append(f"{label}: {key}={value} is not in the trainer's environment, and without it ray "
-                            f"{record.get('ray_version')} listens on "
-                            f"{sorted({r['address'] for r in record['without_loopback_env'] if not r['loopback']})}")
+            problems.append(
+                f"{label}: {key}={value} is not in the trainer's environment, and without it ray "
+                f"{record.get('ray_version')} listens on "
+                f"{sorted({r['address'] for r in record['without_loopback_env'] if not r['loopback']})}"
+            )
     exposed = [r for r in record["with_loopback_env"] if not r["loopback"]]
     if exposed:
-        problems.append(f"the recorded ray {record.get('ray_version')} head listens beyond loopback even with "
-                        f"{record['loopback_env']}: {exposed}")
+        problems.append(
+            f"the recorded ray {record.get('ray_version')} head listens beyond loopback even with "
+            f"{record['loopback_env']}: {exposed}"
+        )
     servers = {r["server"] for r in record["with_loopback_env"]}
     if not set(SERVERS) <= servers:
-        problems.append(f"configs/upstream/ray-listeners.json lists no socket of {sorted(set(SERVERS) - servers)}; "
-                        "rerecord it")
+        problems.append(
+            f"configs/upstream/ray-listeners.json lists no socket of {sorted(set(SERVERS) - servers)}; rerecord it"
+        )
     return problems

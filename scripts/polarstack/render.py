@@ -39,34 +39,49 @@ def render_smoke(report) -> None:
         verdict = entry.get("verdict", {})
         found = verdict.get("problems", [])
         problems = f"{len(found)}: {found[0]['message'][:90]}" if found else ""
-        table.add_row(str(index), entry["kind"], str(entry["turn"]), entry["url"], str(entry["status"]),
-                      f"{entry['elapsed_ms']:.1f}", str(verdict.get("prompt_tokens", "-")),
-                      str(verdict.get("response_tokens", "-")),
-                      str(entry.get("polar", {}).get("polar_trainable_tokens", "-")),
-                      problems or "-")
+        table.add_row(
+            str(index),
+            entry["kind"],
+            str(entry["turn"]),
+            entry["url"],
+            str(entry["status"]),
+            f"{entry['elapsed_ms']:.1f}",
+            str(verdict.get("prompt_tokens", "-")),
+            str(verdict.get("response_tokens", "-")),
+            str(entry.get("polar", {}).get("polar_trainable_tokens", "-")),
+            problems or "-",
+        )
     if report.exchanges:
         out.print(table)
     for warning in report.warnings:
         out.print(f"  warning: {warning}")
     verdict = "PASS" if report.ok else f"FAIL ({report.code.name}, exit {int(report.code)})"
-    out.print(f"verdict: {verdict}; Polar's verdict {report.polar_verdict or '-'}; trainable tokens "
-              f"{report.trainable_tokens}; {report.elapsed:.3f} s")
+    out.print(
+        f"verdict: {verdict}; Polar's verdict {report.polar_verdict or '-'}; trainable tokens "
+        f"{report.trainable_tokens}; {report.elapsed:.3f} s"
+    )
 
 
 def render_docker_smoke(report: dict[str, Any], profile_name: str) -> None:
     """A short human report of the trainer's smoke JSON (`--json` prints it whole)."""
     verdict = "PASS" if report["verdict"] == "pass" else f"FAIL ({report.get('code')}, exit {report.get('exit_code')})"
-    print(f"smoke inside the trainer of {profile_name}: route={report.get('route')} base={report.get('base_url')} "
-          f"model={report.get('model')}")
+    print(
+        f"smoke inside the trainer of {profile_name}: route={report.get('route')} base={report.get('base_url')} "
+        f"model={report.get('model')}"
+    )
     for entry in report.get("requests") or []:
         polar = entry.get("polar", {}).get("polar_trainable_tokens", "-")
         installed = entry.get("installed_polar", {}).get("trainable_tokens", "-")
-        print(f"  {entry.get('kind')} turn {entry.get('turn')} {entry.get('url')} HTTP {entry.get('status')}: "
-              f"trainable {polar}, installed Polar {installed}")
+        print(
+            f"  {entry.get('kind')} turn {entry.get('turn')} {entry.get('url')} HTTP {entry.get('status')}: "
+            f"trainable {polar}, installed Polar {installed}"
+        )
     for warning in report.get("warnings") or []:
         print(f"  warning: {warning}")
-    print(f"verdict: {verdict}; Polar's verdict {report.get('polar_verdict') or '-'}; installed Polar "
-          f"{report.get('installed_polar')}; trainable tokens {report.get('trainable_tokens')}")
+    print(
+        f"verdict: {verdict}; Polar's verdict {report.get('polar_verdict') or '-'}; installed Polar "
+        f"{report.get('installed_polar')}; trainable tokens {report.get('trainable_tokens')}"
+    )
     sys.stdout.flush()
 
 
@@ -76,8 +91,14 @@ def render_probe(report) -> None:
     table = Table("path", "url", "HTTP", "bytes", "choices[0] keys", "trainable")
     for label, side in (("direct", report.direct), ("via", report.via)):
         if side:
-            table.add_row(label, side["url"], str(side["status"]), str(side["bytes"]),
-                          ", ".join(side["choice_keys"]), str(side["trainable_tokens"]))
+            table.add_row(
+                label,
+                side["url"],
+                str(side["status"]),
+                str(side["bytes"]),
+                ", ".join(side["choice_keys"]),
+                str(side["trainable_tokens"]),
+            )
     out = console()
     out.print(table)
     out.print(f"diagnosis: {report.diagnosis}" + (f" ({report.evidence})" if report.evidence else ""))
@@ -97,9 +118,15 @@ def render_demo(rows: list[dict[str, Any]], elapsed: float) -> None:
 
     table = Table("profile", "router release", "expected", "verdict", "trainable tokens", "smoke s", "as expected")
     for row in rows:
-        table.add_row(row["profile"], row["router"], row["expected"], row["verdict"], str(row["trainable_tokens"]),
-                      "-" if row.get("smoke_seconds") is None else f"{row['smoke_seconds']:.3f}",
-                      "yes" if row["as_expected"] else "NO")
+        table.add_row(
+            row["profile"],
+            row["router"],
+            row["expected"],
+            row["verdict"],
+            str(row["trainable_tokens"]),
+            "-" if row.get("smoke_seconds") is None else f"{row['smoke_seconds']:.3f}",
+            "yes" if row["as_expected"] else "NO",
+        )
     out = console()
     out.print(table)
     out.print(f"demo finished in {elapsed:.1f} s")
@@ -120,20 +147,37 @@ def render_train_plan(plan, task: str, profile_name: str, runtime: str, run_dir_
 
 
 def render_verify(result: dict[str, Any], elapsed: float) -> None:
-    print(f"{result['passed']}/{result['problems']} canonical {result['task']} solutions pass in the sandbox "
-          f"({elapsed:.1f} s)")
+    print(
+        f"{result['passed']}/{result['problems']} canonical {result['task']} solutions pass in the sandbox "
+        f"({elapsed:.1f} s)"
+    )
 
 
 def render_bench(data: dict[str, Any], paths: dict[str, Any]) -> None:
     from rich.table import Table
 
     c = data["concurrencies"]
-    table = Table("profile", "router", "smoke", "smoke s", "added median ms", "added p99 ms",
-                  *[f"req/s c={x}" for x in c], "yield")
+    table = Table(
+        "profile",
+        "router",
+        "smoke",
+        "smoke s",
+        "added median ms",
+        "added p99 ms",
+        *[f"req/s c={x}" for x in c],
+        "yield",
+    )
     for name, row in data["profiles"].items():
-        table.add_row(name, row["router"], row["smoke_verdict"], spread(row["smoke_seconds"]),
-                      spread(row["added_median_ms"]), spread(row["added_p99_ms"]),
-                      *[spread(row["throughput"][str(x)], 0) for x in c], spread(row["token_yield"], 2))
+        table.add_row(
+            name,
+            row["router"],
+            row["smoke_verdict"],
+            spread(row["smoke_seconds"]),
+            spread(row["added_median_ms"]),
+            spread(row["added_p99_ms"]),
+            *[spread(row["throughput"][str(x)], 0) for x in c],
+            spread(row["token_yield"], 2),
+        )
     out = console()
     out.print(table)
     affinity = Table("profile", "routing", "cache share", "prompt tokens per engine")
@@ -150,11 +194,19 @@ def render_routing_bench(data: dict[str, Any], paths: dict[str, Any]) -> None:
     table = Table("profile", "routing mode", "prompt tok % per engine", "affinity %", "cache/ideal", "turns/s", "goals")
     rows = [("any", "Polar worker bypass", data["bypass"])] + [
         (name, m["label"] + (" (shipped)" if m["shipped"] else ""), m["metrics"])
-        for name, row in data["profiles"].items() for m in row["modes"]]
+        for name, row in data["profiles"].items()
+        for m in row["modes"]
+    ]
     for name, label, m in rows:
-        table.add_row(name, label, "/".join(f"{v * 100:.0f}" for v in m["prompt_token_share"]),
-                      f"{m['session_affinity'] * 100:.1f}", f"{m['cache_vs_ideal']:.3f}", f"{m['turns_per_s']:.1f}",
-                      "met" if all(m["goals"].values()) else "missed")
+        table.add_row(
+            name,
+            label,
+            "/".join(f"{v * 100:.0f}" for v in m["prompt_token_share"]),
+            f"{m['session_affinity'] * 100:.1f}",
+            f"{m['cache_vs_ideal']:.3f}",
+            f"{m['turns_per_s']:.1f}",
+            "met" if all(m["goals"].values()) else "missed",
+        )
     out = console()
     out.print(table)
     out.print(f"wrote {paths['markdown']}, {paths['json']}, {paths['plot']}")

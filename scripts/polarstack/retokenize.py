@@ -22,8 +22,10 @@ import yaml
 from polarstack.errors import ExitCode, StackError
 
 EMULATOR_TOKENIZER = "polarstack-emulator"  # the emulator's toy tokenizer (local runtime only)
-RISK = ("ids re-tokenized from text can differ from the ids the model sampled, so the logprobs no longer belong "
-        "to the trained tokens and the importance ratios are wrong")
+RISK = (
+    "ids re-tokenized from text can differ from the ids the model sampled, so the logprobs no longer belong "
+    "to the trained tokens and the importance ratios are wrong"
+)
 
 
 def configured_name(polar_config: dict[str, Any] | None) -> str | None:
@@ -44,11 +46,15 @@ def read_config(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise StackError(f"cannot read the Polar config {path} ({exc}); pass the polar_config.yaml that "
-                         "`polarstack train` rendered.", ExitCode.USAGE) from None
+        raise StackError(
+            f"cannot read the Polar config {path} ({exc}); pass the polar_config.yaml that "
+            "`polarstack train` rendered.",
+            ExitCode.USAGE,
+        ) from None
     if not isinstance(data, dict):
-        raise StackError(f"{path} is not a YAML mapping of polar_* keys; pass the rendered polar_config.yaml.",
-                         ExitCode.USAGE)
+        raise StackError(
+            f"{path} is not a YAML mapping of polar_* keys; pass the rendered polar_config.yaml.", ExitCode.USAGE
+        )
     return data
 
 
@@ -63,8 +69,14 @@ class EmulatorTokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self._tokenizer.encode(text)
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], tools: Any = None, tokenize: bool = True,
-                            add_generation_prompt: bool = True, **_: Any) -> list[int]:
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        tools: Any = None,
+        tokenize: bool = True,
+        add_generation_prompt: bool = True,
+        **_: Any,
+    ) -> list[int]:
         from polarstack.tokenizer import encode_chat
 
         return encode_chat(self._tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt)
@@ -77,13 +89,18 @@ def load(name: str) -> Any:
     try:
         from transformers import AutoTokenizer
     except ImportError:
-        raise StackError(f"the Polar config sets tokenizer_name_or_path={name!r} but transformers is not installed "
-                         "here; run the smoke inside the trainer image.", ExitCode.ENVIRONMENT) from None
+        raise StackError(
+            f"the Polar config sets tokenizer_name_or_path={name!r} but transformers is not installed "
+            "here; run the smoke inside the trainer image.",
+            ExitCode.ENVIRONMENT,
+        ) from None
     try:
         return AutoTokenizer.from_pretrained(name, trust_remote_code=True)
     except (OSError, ValueError) as exc:
-        raise StackError(f"cannot load the tokenizer {name!r} the Polar config names ({exc}); fix "
-                         "tokenizer_name_or_path.", ExitCode.ENVIRONMENT) from None
+        raise StackError(
+            f"cannot load the tokenizer {name!r} the Polar config names ({exc}); fix tokenizer_name_or_path.",
+            ExitCode.ENVIRONMENT,
+        ) from None
 
 
 def drift(tokenizer: Any, response: dict[str, Any]) -> dict[str, int] | None:
@@ -100,8 +117,14 @@ def drift(tokenizer: Any, response: dict[str, Any]) -> dict[str, int] | None:
     sampled = [e[1] for e in entries if isinstance(e, list) and len(e) >= 2]
     text = "".join(item.get("token", "") for item in content if isinstance(item, dict))
     rebuilt = list(tokenizer.encode(text, add_special_tokens=False))
-    differing = sum(1 for a, b in zip(sampled, rebuilt) if a != b) + abs(len(sampled) - len(rebuilt))
-    first = next((i for i, (a, b) in enumerate(zip(sampled, rebuilt)) if a != b),
-                 min(len(sampled), len(rebuilt)) if len(sampled) != len(rebuilt) else -1)
-    return {"sampled_tokens": len(sampled), "retokenized_tokens": len(rebuilt), "differing_positions": differing,
-            "first_divergence": first}
+    differing = sum(1 for a, b in zip(sampled, rebuilt, strict=False) if a != b) + abs(len(sampled) - len(rebuilt))
+    first = next(
+        (i for i, (a, b) in enumerate(zip(sampled, rebuilt, strict=False)) if a != b),
+        min(len(sampled), len(rebuilt)) if len(sampled) != len(rebuilt) else -1,
+    )
+    return {
+        "sampled_tokens": len(sampled),
+        "retokenized_tokens": len(rebuilt),
+        "differing_positions": differing,
+        "first_divergence": first,
+    }

@@ -18,7 +18,8 @@ LAUNCH_MODULES = {"sglang-router": "sglang_router.launch_router", "smg": "smg.la
 
 # (package, version) pairs router-behavior.md reports measurements for.
 MEASURED = {
-    ("sglang-router", v) for v in ("0.1.0", "0.1.4", "0.1.5", "0.1.9", "0.2.0", "0.2.3", "0.2.4", "0.3.0", "0.3.1", "0.3.2")
+    ("sglang-router", v)
+    for v in ("0.1.0", "0.1.4", "0.1.5", "0.1.9", "0.2.0", "0.2.3", "0.2.4", "0.3.0", "0.3.1", "0.3.2")
 } | {("smg", v) for v in ("1.3.3", "1.4.0", "1.4.1", "1.5.0", "1.6.0", "1.8.0", "1.13.0")}
 
 
@@ -37,8 +38,9 @@ class RouterRelease:
 
     def __post_init__(self) -> None:
         if self.package not in PACKAGES:
-            raise StackError(f"unknown router package {self.package!r}; use one of {', '.join(PACKAGES)}.",
-                             ExitCode.USAGE)
+            raise StackError(
+                f"unknown router package {self.package!r}; use one of {', '.join(PACKAGES)}.", ExitCode.USAGE
+            )
         if not self.version or not self.version[0].isdigit():
             raise StackError(f"router version {self.version!r} is not a release number.", ExitCode.USAGE)
 
@@ -47,8 +49,10 @@ class RouterRelease:
         """`PACKAGE==VERSION`, for example `sglang-router==0.1.0`."""
         package, sep, version = spec.partition("==")
         if not sep:
-            raise StackError(f"router release {spec!r} must look like PACKAGE==VERSION (sglang-router==X.Y.Z or smg==X.Y.Z).",
-                             ExitCode.USAGE)
+            raise StackError(
+                f"router release {spec!r} must look like PACKAGE==VERSION (sglang-router==X.Y.Z or smg==X.Y.Z).",
+                ExitCode.USAGE,
+            )
         return cls(package.strip(), version.strip())
 
     @property
@@ -82,8 +86,17 @@ class RouterRelease:
         """`--policy` choices of the release (its own `--help`, read 2026-11-30 for the pinned releases);
         empty when not read. docs/routing.md measures what each does with an agent workload."""
         if self.package == "smg" and self.v == (1, 13, 0):
-            return ("random", "round_robin", "passthrough", "cache_aware", "power_of_two", "least_load", "manual",
-                    "consistent_hashing", "prefix_hash")
+            return (
+                "random",
+                "round_robin",
+                "passthrough",
+                "cache_aware",
+                "power_of_two",
+                "least_load",
+                "manual",
+                "consistent_hashing",
+                "prefix_hash",
+            )
         if self.package == "sglang-router" and self.v == (0, 3, 2):
             return ("random", "round_robin", "cache_aware", "power_of_two", "manual")
         if self.package == "sglang-router" and self.v == (0, 1, 4):
@@ -112,8 +125,9 @@ class RouterRelease:
             return self.v >= (1, 5, 0)
         return self.v >= (0, 3, 0)
 
-    def launch_args(self, port: int, worker_urls: list[str], prometheus_port: int | None,
-                    extra: list[str] | None = None) -> list[str]:
+    def launch_args(
+        self, port: int, worker_urls: list[str], prometheus_port: int | None, extra: list[str] | None = None
+    ) -> list[str]:
         args = ["-m", self.module, "--host", "127.0.0.1", "--port", str(port)]
         if worker_urls:
             args += ["--worker-urls", *worker_urls]

@@ -22,9 +22,9 @@ from typing import Iterator
 from polarstack.cache import cache_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import child_env, free_port, stop_pid, wait_http
+
 # The catalog, re-exported: callers and tests import these names from polarstack.routers too.
 from polarstack.router_catalog import LAUNCH_MODULES, MEASURED, PACKAGES, RouterRelease, version_tuple  # noqa: F401
-
 
 # --- installation --------------------------------------------------------------------------------------
 
@@ -63,14 +63,19 @@ def install(release: RouterRelease, *, quiet: bool = True) -> Path:
         if not quiet:
             print(f"polarstack: installing {release.spec} into {target} ...", file=sys.stderr, flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True)
-        proc = subprocess.run([str(venv_python(release)), "-m", "pip", "install", "--quiet",
-                               "--disable-pip-version-check", release.spec], capture_output=True, text=True)
+        proc = subprocess.run(
+            [str(venv_python(release)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", release.spec],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             shutil.rmtree(target, ignore_errors=True)
-            raise StackError(f"could not install {release.spec} from the package index ({tail[0]}); "
-                             "check that PyPI is reachable and the release has a wheel for this platform.",
-                             ExitCode.ENVIRONMENT)
+            raise StackError(
+                f"could not install {release.spec} from the package index ({tail[0]}); "
+                "check that PyPI is reachable and the release has a wheel for this platform.",
+                ExitCode.ENVIRONMENT,
+            )
         (target / ".installed").write_text(release.spec + "\n")
     return venv_python(release)
 
@@ -106,9 +111,16 @@ class RunningRouter:
         stop_pid(self.process.pid, self.process, timeout)
 
 
-def start(release: RouterRelease, worker_urls: list[str], *, port: int | None = None,
-          prometheus_port: int | None = None, log_dir: Path | None = None, timeout: float = 30.0,
-          extra_args: list[str] | None = None) -> RunningRouter:
+def start(
+    release: RouterRelease,
+    worker_urls: list[str],
+    *,
+    port: int | None = None,
+    prometheus_port: int | None = None,
+    log_dir: Path | None = None,
+    timeout: float = 30.0,
+    extra_args: list[str] | None = None,
+) -> RunningRouter:
     """Start `release` on 127.0.0.1 in front of `worker_urls`; returns once it answers /health."""
     python = install(release)
     port = port or free_port()
@@ -120,16 +132,24 @@ def start(release: RouterRelease, worker_urls: list[str], *, port: int | None = 
     env = child_env()
     env["RUST_LOG"] = env.get("RUST_LOG", "warn")
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([str(python), *release.launch_args(port, worker_urls, prometheus_port, extra_args)],
-                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        process = subprocess.Popen(
+            [str(python), *release.launch_args(port, worker_urls, prometheus_port, extra_args)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
     router = RunningRouter(release, port, prometheus_port, process, log_path)
     try:
         router.startup_seconds = wait_http(router.url, timeout, process, path="/health")
     except StackError as exc:
         tail = router.log_tail()
         router.stop()
-        raise StackError(f"{release.spec} did not start on {router.url}: {exc.message}"
-                         + (f" Last log lines: {tail}" if tail else ""), ExitCode.ENVIRONMENT) from None
+        raise StackError(
+            f"{release.spec} did not start on {router.url}: {exc.message}"
+            + (f" Last log lines: {tail}" if tail else ""),
+            ExitCode.ENVIRONMENT,
+        ) from None
     return router
 
 

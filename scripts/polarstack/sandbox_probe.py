@@ -27,8 +27,7 @@ def polar_exec_args(session_dir: str, control_dir: str, command: str, task: str 
     from polarstack.tasks import task_template
 
     runtime = task_template(task)["runtime"]
-    fill = {"{args.polar_agent_cli_dir}": assets.AGENT_CLI_DIR,
-            "{args.polar_apptainer_image_dir}": assets.SANDBOX_DIR}
+    fill = {"{args.polar_agent_cli_dir}": assets.AGENT_CLI_DIR, "{args.polar_apptainer_image_dir}": assets.SANDBOX_DIR}
 
     def resolve(text: str) -> str:
         for key, value in fill.items():
@@ -44,8 +43,17 @@ def polar_exec_args(session_dir: str, control_dir: str, command: str, task: str 
     env = runtime.get("env") or {}
     exports = "".join(f"export {key}={shlex.quote(str(env[key]))}; " for key in ("HOME", "PATH") if key in env)
     workdir = runtime.get("workdir") or SESSION_MOUNT
-    return ["apptainer", "exec", *options, resolve(runtime["image"]), "env", *[f"{k}={v}" for k, v in env.items()],
-            "bash", "-lc", f"{exports}cd {shlex.quote(workdir)} && {command}"]
+    return [
+        "apptainer",
+        "exec",
+        *options,
+        resolve(runtime["image"]),
+        "env",
+        *[f"{k}={v}" for k, v in env.items()],
+        "bash",
+        "-lc",
+        f"{exports}cd {shlex.quote(workdir)} && {command}",
+    ]
 
 
 def probe_command(task: str = "humaneval") -> str:
@@ -66,8 +74,10 @@ def write_probe(directory: Path) -> None:
     from polarstack.verifier import bundle
 
     problem = next(p for p in tasks.load_humaneval() if p["task_id"] == PROBE_TASK_ID)
-    solutions = {"good": problem["prompt"] + problem["canonical_solution"],
-                 "bad": problem["prompt"] + "    return False\n"}
+    solutions = {
+        "good": problem["prompt"] + problem["canonical_solution"],
+        "bad": problem["prompt"] + "    return False\n",
+    }
     for case, text in solutions.items():
         session = directory / case
         for sub in ("eval", "workspace", "home"):
@@ -86,28 +96,35 @@ def _probe_script(probe_dir: str) -> str:
     cli = f"{assets.AGENT_CLI_DIR}/bin/{assets.AGENT_CLI_BIN}"
     mode_env = assets.apptainer_record()["mode_env"]
     control = f"{probe_dir}/control"
+
     def run(args: list[str]) -> str:  # the binary Polar resolves (_resolve_binary), then its arguments
         return '"$binary" ' + shlex.join(args[1:])
 
-    version = run(polar_exec_args(f"{probe_dir}/cli", control,
-                                  f"{assets.AGENT_CLI_MOUNT}/bin/{assets.AGENT_CLI_BIN} --version"))
-    lines = ["command -v apptainer >/dev/null || echo apptainer",
-             f"[ -e {assets.SIF_PATH} ] || echo sif", f"[ -x {cli} ] || echo agent-cli",
-             f"echo \"mode: ${{{mode_env}:-}}\"",
-             # ApptainerRuntime._resolve_binary: POLAR_APPTAINER_BIN, /usr/bin/apptainer, /bin/apptainer, PATH.
-             'binary="${POLAR_APPTAINER_BIN:-}"',
-             'for c in /usr/bin/apptainer /bin/apptainer; do [ -n "$binary" ] || { [ -f "$c" ] && binary="$c"; }; done',
-             '[ -n "$binary" ] || binary=apptainer',
-             f"if command -v apptainer >/dev/null && [ -e {assets.SIF_PATH} ] && [ -x {cli} ]; then",
-             # Polar's start() creates the overlay directory as the user that runs Polar (root in the trainer); the
-             # template's `prepare` makes the workdir and HOME (write_probe lays them out for the verifier sessions).
-             f"  mkdir -p {probe_dir}/cli/overlay {probe_dir}/cli/home {probe_dir}/cli/workspace " + " ".join(
-                 f"{probe_dir}/{case}/overlay" for case in PROBE_CASES),
-             f"  out=$({version} 2>&1) && echo \"sandbox-ok: $out\" >&2 "
-             "|| echo \"exec-failed: $(printf '%s' \"$out\" | tail -n 1)\""]
+    version = run(
+        polar_exec_args(f"{probe_dir}/cli", control, f"{assets.AGENT_CLI_MOUNT}/bin/{assets.AGENT_CLI_BIN} --version")
+    )
+    lines = [
+        "command -v apptainer >/dev/null || echo apptainer",
+        f"[ -e {assets.SIF_PATH} ] || echo sif",
+        f"[ -x {cli} ] || echo agent-cli",
+        f'echo "mode: ${{{mode_env}:-}}"',
+        # ApptainerRuntime._resolve_binary: POLAR_APPTAINER_BIN, /usr/bin/apptainer, /bin/apptainer, PATH.
+        'binary="${POLAR_APPTAINER_BIN:-}"',
+        'for c in /usr/bin/apptainer /bin/apptainer; do [ -n "$binary" ] || { [ -f "$c" ] && binary="$c"; }; done',
+        '[ -n "$binary" ] || binary=apptainer',
+        f"if command -v apptainer >/dev/null && [ -e {assets.SIF_PATH} ] && [ -x {cli} ]; then",
+        # Polar's start() creates the overlay directory as the user that runs Polar (root in the trainer); the
+        # template's `prepare` makes the workdir and HOME (write_probe lays them out for the verifier sessions).
+        f"  mkdir -p {probe_dir}/cli/overlay {probe_dir}/cli/home {probe_dir}/cli/workspace "
+        + " ".join(f"{probe_dir}/{case}/overlay" for case in PROBE_CASES),
+        f'  out=$({version} 2>&1) && echo "sandbox-ok: $out" >&2 '
+        '|| echo "exec-failed: $(printf \'%s\' "$out" | tail -n 1)"',
+    ]
     for case in PROBE_CASES:
-        lines.append(f"  {run(polar_exec_args(f'{probe_dir}/{case}', control, probe_command()))} 2>&1 "
-                     f"| sed 's/^/verifier-{case}: /'")
+        lines.append(
+            f"  {run(polar_exec_args(f'{probe_dir}/{case}', control, probe_command()))} 2>&1 "
+            f"| sed 's/^/verifier-{case}: /'"
+        )
     lines.append("fi")
     return "\n".join(lines)
 
@@ -115,8 +132,11 @@ def _probe_script(probe_dir: str) -> str:
 def _not_verified(outputs: dict[str, list[str]]) -> str | None:
     for case in PROBE_CASES:
         if any(line.startswith(f"FAILED {PROBE_NAME} (not verified)") for line in outputs[case]):
-            why = [line.removeprefix("polarstack-verifier:").strip() for line in outputs[case]
-                   if line.startswith("polarstack-verifier:")]
+            why = [
+                line.removeprefix("polarstack-verifier:").strip()
+                for line in outputs[case]
+                if line.startswith("polarstack-verifier:")
+            ]
             return why[0] if why else "no reason given"
     return None
 
@@ -126,23 +146,29 @@ def verdict(outputs: dict[str, list[str]]) -> str | None:
     when the canonical one printed `PASSED probe` and the wrong one `FAILED probe` (and nothing else did)."""
     why = _not_verified(outputs)
     if why is not None:
-        return (f"the task's verifier refused to verify inside the agent sandbox ({why[:300]}), so it would print "
-                "`FAILED <name> (not verified)` and the reward would be 0 for every sample (GRPO would learn nothing); "
-                "the verifier needs its isolation (docs/tasks.md, \"Where it holds\": root with CAP_SYS_ADMIN, or root "
-                "with CAP_SETUID and CAP_SETGID where user namespaces are allowed); the explicit opt-out "
-                "POLARSTACK_VERIFIER_ISOLATION=none keeps the evidence protocol but runs each candidate on the "
-                "sandbox's file system with its network, /tmp and /proc (trusted completions only)")
+        return (
+            f"the task's verifier refused to verify inside the agent sandbox ({why[:300]}), so it would print "
+            "`FAILED <name> (not verified)` and the reward would be 0 for every sample (GRPO would learn nothing); "
+            'the verifier needs its isolation (docs/tasks.md, "Where it holds": root with CAP_SYS_ADMIN, or root '
+            "with CAP_SETUID and CAP_SETGID where user namespaces are allowed); the explicit opt-out "
+            "POLARSTACK_VERIFIER_ISOLATION=none keeps the evidence protocol but runs each candidate on the "
+            "sandbox's file system with its network, /tmp and /proc (trusted completions only)"
+        )
     passed = {case: f"PASSED {PROBE_NAME}" in [line.strip() for line in outputs[case]] for case in PROBE_CASES}
     failed = {case: any(line.startswith(f"FAILED {PROBE_NAME}") for line in outputs[case]) for case in PROBE_CASES}
     if not passed["good"] or failed["good"]:
         last = (outputs["good"] or ["no output"])[-1]
-        return (f"the canonical solution of {PROBE_TASK_ID} did not print `PASSED {PROBE_NAME}` when the task's "
-                f"verifier ran in the agent sandbox ({last[:200]}): the reward would be 0 for every sample, so GRPO "
-                "would learn nothing")
+        return (
+            f"the canonical solution of {PROBE_TASK_ID} did not print `PASSED {PROBE_NAME}` when the task's "
+            f"verifier ran in the agent sandbox ({last[:200]}): the reward would be 0 for every sample, so GRPO "
+            "would learn nothing"
+        )
     if passed["bad"] or not failed["bad"]:
         last = (outputs["bad"] or ["no output"])[-1]
-        return (f"a wrong solution of {PROBE_TASK_ID} (`return False`) did not print `FAILED {PROBE_NAME}` when the "
-                f"task's verifier ran in the agent sandbox ({last[:200]}): the reward would not tell right from wrong")
+        return (
+            f"a wrong solution of {PROBE_TASK_ID} (`return False`) did not print `FAILED {PROBE_NAME}` when the "
+            f"task's verifier ran in the agent sandbox ({last[:200]}): the reward would not tell right from wrong"
+        )
     return None
 
 
@@ -161,13 +187,17 @@ def check_in_trainer(profile) -> None:
     host_dir = run_dir() / "train" / probe  # the host's .run/train is mounted at TRAINER_RUN_DIR in the trainer
     write_probe(host_dir)
     try:
-        proc = run_compose(profile, ["exec", "-T", "trainer", "sh", "-c", _probe_script(f"{TRAINER_RUN_DIR}/{probe}")],
-                           capture=True)
+        proc = run_compose(
+            profile, ["exec", "-T", "trainer", "sh", "-c", _probe_script(f"{TRAINER_RUN_DIR}/{probe}")], capture=True
+        )
     finally:
         shutil.rmtree(host_dir, ignore_errors=True)
     if proc.returncode != 0:
-        raise StackError(f"cannot look inside the trainer of profile {profile.name} (exit {proc.returncode}); "
-                         "is the stack up? run `make up` first.", ExitCode.STATE)
+        raise StackError(
+            f"cannot look inside the trainer of profile {profile.name} (exit {proc.returncode}); "
+            "is the stack up? run `make up` first.",
+            ExitCode.STATE,
+        )
     lines = [line.rstrip() for line in proc.stdout.splitlines() if line.strip()]
     outputs: dict[str, list[str]] = {case: [] for case in PROBE_CASES}
     failed, missing, mode = [], [], None
@@ -182,27 +212,38 @@ def check_in_trainer(profile) -> None:
         else:
             missing.append(line.strip())
     if missing:
-        raise StackError(assets.missing_sentence("train", missing, assets.knobs()), ExitCode.ASSETS_MISSING,
-                         details=missing)
+        raise StackError(
+            assets.missing_sentence("train", missing, assets.knobs()), ExitCode.ASSETS_MISSING, details=missing
+        )
     # ENVIRONMENT, not ASSETS_MISSING, from here on: everything `make sif` / `make build` provide is in place; what
     # fails is what the node and the trainer container allow (or a container created before this setting existed).
     problems = assets.mode_problems({assets.apptainer_record()["mode_env"]: mode}, "the running trainer container")
     if problems:
         raise StackError(problems[0] + "; recreate it with `make up` (compose.yaml sets it).", ExitCode.ENVIRONMENT)
     if failed:
-        raise StackError(f"apptainer in the trainer cannot start the agent sandbox ({failed[0][:160]}); the trainer "
-                         "needs /dev/fuse, seccomp and AppArmor unconfined (compose.yaml) and a host kernel that allows "
-                         "unprivileged user namespaces: see docs/gpu-node.md, \"The agent sandbox\".",
-                         ExitCode.ENVIRONMENT)
+        raise StackError(
+            f"apptainer in the trainer cannot start the agent sandbox ({failed[0][:160]}); the trainer "
+            "needs /dev/fuse, seccomp and AppArmor unconfined (compose.yaml) and a host kernel that allows "
+            'unprivileged user namespaces: see docs/gpu-node.md, "The agent sandbox".',
+            ExitCode.ENVIRONMENT,
+        )
     why = verdict(outputs)
     if why is not None:
-        raise StackError(f"refusing to train: {why}; see docs/gpu-node.md, \"The agent sandbox\".", ExitCode.ENVIRONMENT,
-                         details=outputs)
+        raise StackError(
+            f'refusing to train: {why}; see docs/gpu-node.md, "The agent sandbox".',
+            ExitCode.ENVIRONMENT,
+            details=outputs,
+        )
     for line in (proc.stderr or "").splitlines():
         if line.startswith("sandbox-ok:"):
-            print(f"polarstack: agent sandbox starts in the trainer ({line.removeprefix('sandbox-ok:').strip()})",
-                  file=sys.stderr)
-    print(f"polarstack: the task's verifier ran in the agent sandbox the way Polar starts it (direct exec, "
-          f"{assets.apptainer_record()['mode_env']}={mode}): PASSED {PROBE_NAME} for the canonical {PROBE_TASK_ID}, "
-          f"FAILED "
-          f"{PROBE_NAME} for a wrong one", file=sys.stderr)
+            print(
+                f"polarstack: agent sandbox starts in the trainer ({line.removeprefix('sandbox-ok:').strip()})",
+                file=sys.stderr,
+            )
+    print(
+        f"polarstack: the task's verifier ran in the agent sandbox the way Polar starts it (direct exec, "
+        f"{assets.apptainer_record()['mode_env']}={mode}): PASSED {PROBE_NAME} for the canonical {PROBE_TASK_ID}, "
+        f"FAILED "
+        f"{PROBE_NAME} for a wrong one",
+        file=sys.stderr,
+    )

@@ -55,8 +55,18 @@ def source_dir(version: str | None = None) -> Path:
     wheel = _find_wheel(wheel_dir, version)
     if wheel is None:
         print(f"polarstack: downloading the sglang {version} wheel (no dependencies) once ...", file=sys.stderr)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
-               "-d", str(wheel_dir), f"sglang=={version}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-d",
+            str(wheel_dir),
+            f"sglang=={version}",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wheel = _find_wheel(wheel_dir, version)
         if proc.returncode != 0 or wheel is None:
@@ -123,7 +133,9 @@ def protocol() -> types.ModuleType:
 
 # --- GenerateReqInput (/generate) -------------------------------------------------------------------
 
-_TYPING_NAMES = {name: getattr(typing, name) for name in ("Any", "Dict", "List", "Optional", "Tuple", "Union", "Literal")}
+_TYPING_NAMES = {
+    name: getattr(typing, name) for name in ("Any", "Dict", "List", "Optional", "Tuple", "Union", "Literal")
+}
 
 
 def _annotation(node: ast.expr) -> Any:
@@ -177,8 +189,9 @@ def generate_model() -> type:
     import pydantic
 
     fields = {name: (ann, default) for name, (ann, default) in generate_fields().items()}
-    return pydantic.create_model("GenerateReqInput", __config__=pydantic.ConfigDict(extra="ignore",
-                                 arbitrary_types_allowed=True), **fields)
+    return pydantic.create_model(
+        "GenerateReqInput", __config__=pydantic.ConfigDict(extra="ignore", arbitrary_types_allowed=True), **fields
+    )
 
 
 def http_routes() -> list[tuple[str, str]]:

@@ -25,8 +25,11 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, error_message, request
 from polarstack.smoke_judge import WORKING_PROFILES, judge  # noqa: F401 - WORKING_PROFILES re-exported for probe
 from polarstack.smoke_judge import fail as _fail
-from polarstack.smoke_route import (Resolution, discover_model, polar_importable, resolve,  # noqa: F401 - re-exported
-                                    resolve_with_polar)
+from polarstack.smoke_route import (
+    Resolution,
+    discover_model,
+    resolve,  # noqa: F401 - re-exported
+)
 from polarstack.smoke_route import root_url as _root  # noqa: F401 - re-exported for probe
 from polarstack.smoke_route import v1_url as _v1
 
@@ -36,7 +39,12 @@ SINGLE_PROMPTS = (
     "Write a Python function is_palindrome(s) that ignores case.",
     "List three uses of a hash map.",
 )
-FOLLOW_UPS = ("Now add a docstring.", "Add a test for the empty input.", "Make it handle None.", "Summarize the change.")
+FOLLOW_UPS = (
+    "Now add a docstring.",
+    "Add a test for the empty input.",
+    "Make it handle None.",
+    "Summarize the change.",
+)
 
 
 @dataclass
@@ -45,6 +53,7 @@ class Exchange:
 
     Rows are also read by key (`entry["polar"]`, `"installed_polar" in entry`, `entry.get("verdict", {})`), as
     the JSON report is; `prompt_ids` and `request` are the smoke's own and never reported."""
+
     kind: str  # "single", "session" or "tools"
     turn: int
     url: str
@@ -61,8 +70,14 @@ class Exchange:
     request: dict[str, Any] | None = field(default=None, repr=False)  # re-sent to measure re-tokenization drift
 
     def as_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"kind": self.kind, "turn": self.turn, "url": self.url, "status": self.status,
-                                "elapsed_ms": self.elapsed_ms, "bytes": self.bytes}
+        data: dict[str, Any] = {
+            "kind": self.kind,
+            "turn": self.turn,
+            "url": self.url,
+            "status": self.status,
+            "elapsed_ms": self.elapsed_ms,
+            "bytes": self.bytes,
+        }
         for key in ("verdict", "polar", "installed_polar"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
@@ -119,11 +134,19 @@ class SmokeReport:
             "polar_verdict": self.polar_verdict,
             "polar_trainable_tokens": self.trainable_tokens,
             "strict": self.strict,
-            "retokenization": {"tokenizer_name_or_path": self.tokenizer_name, "allowed": self.allow_retokenized,
-                               "drift": self.drift},
+            "retokenization": {
+                "tokenizer_name_or_path": self.tokenizer_name,
+                "allowed": self.allow_retokenized,
+                "drift": self.drift,
+            },
             "findings": self.findings,
-            "installed_polar": ("not importable" if not any(e.installed_polar is not None for e in self.exchanges)
-                                else "disagrees" if self.code == ExitCode.INTERNAL else "agrees"),
+            "installed_polar": (
+                "not importable"
+                if not any(e.installed_polar is not None for e in self.exchanges)
+                else "disagrees"
+                if self.code == ExitCode.INTERNAL
+                else "agrees"
+            ),
             "fields_missing": self.fields_missing,
             "tool_calls": self.tool_check,
             "model": self.model,
@@ -134,19 +157,40 @@ class SmokeReport:
         }
 
 
-
-
-def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, turns: int = 2, timeout: float = 10.0,
-              route: str = "base", max_tokens: int = 16, register: list[str] | None = None, strict: bool = False,
-              allow_retokenized: bool = False, tokenizer_name: str | None = None,
-              engine_urls: list[str] | None = None) -> SmokeReport:
-    verdict_options = {"strict": strict, "allow_retokenized": allow_retokenized, "tokenizer_name": tokenizer_name,
-                       "engine_urls": engine_urls or list(register or [])}
+def run_smoke(
+    base_url: str,
+    *,
+    model: str | None = None,
+    requests: int = 2,
+    turns: int = 2,
+    timeout: float = 10.0,
+    route: str = "base",
+    max_tokens: int = 16,
+    register: list[str] | None = None,
+    strict: bool = False,
+    allow_retokenized: bool = False,
+    tokenizer_name: str | None = None,
+    engine_urls: list[str] | None = None,
+) -> SmokeReport:
+    verdict_options = {
+        "strict": strict,
+        "allow_retokenized": allow_retokenized,
+        "tokenizer_name": tokenizer_name,
+        "engine_urls": engine_urls or list(register or []),
+    }
     if register:
         try:
             with worker_api.registered(base_url.rstrip("/"), register, timeout):
-                return run_smoke(base_url, model=model, requests=requests, turns=turns, timeout=timeout, route=route,
-                                 max_tokens=max_tokens, **verdict_options)
+                return run_smoke(
+                    base_url,
+                    model=model,
+                    requests=requests,
+                    turns=turns,
+                    timeout=timeout,
+                    route=route,
+                    max_tokens=max_tokens,
+                    **verdict_options,
+                )
         except StackError as exc:
             report = SmokeReport(Resolution(route, base_url.rstrip("/"), [base_url.rstrip("/")]), model or "")
             return _fail(report, exc.code, exc.message)
@@ -159,8 +203,14 @@ def run_smoke(base_url: str, *, model: str | None = None, requests: int = 2, tur
     started = time.perf_counter()
     with client(timeout) as http:
         resolution = Resolution("base", base_url.rstrip("/"), [base_url.rstrip("/")])
-        report = SmokeReport(resolution, model or "", strict=strict, allow_retokenized=allow_retokenized,
-                             tokenizer_name=tokenizer_name, engine_urls=list(verdict_options["engine_urls"]))
+        report = SmokeReport(
+            resolution,
+            model or "",
+            strict=strict,
+            allow_retokenized=allow_retokenized,
+            tokenizer_name=tokenizer_name,
+            engine_urls=list(verdict_options["engine_urls"]),
+        )
         try:
             if tokenizer_name:
                 report.tokenizer = retokenize.load(tokenizer_name)
@@ -184,26 +234,42 @@ def exchange(report: SmokeReport, http, url: str, body: dict[str, Any], kind: st
     raises StackError for answers Polar cannot use at all (HTTP error, a body orjson rejects, not a completion).
     The tool-call check (toolcheck.exchange_tools) sends its requests through here too."""
     reply = request(http, "POST", url, body)
-    entry = Exchange(kind=kind, turn=turn, url=url, status=reply.status, elapsed_ms=round(reply.elapsed * 1000, 2),
-                     bytes=len(reply.body))
+    entry = Exchange(
+        kind=kind,
+        turn=turn,
+        url=url,
+        status=reply.status,
+        elapsed_ms=round(reply.elapsed * 1000, 2),
+        bytes=len(reply.body),
+    )
     report.exchanges.append(entry)
     if not 200 <= reply.status < 300:
         detail = error_message(reply.body)
         if reply.status == 404 and "model" in detail.lower():
-            raise StackError(f"{url} does not serve model {report.model!r} (HTTP 404: {detail}); pass --model "
-                             "with the engine's served model name.", ExitCode.HTTP_ERROR)
-        raise StackError(f"{url} answered HTTP {reply.status} ({detail}); fix the engine or router before "
-                         "training.", ExitCode.HTTP_ERROR)
+            raise StackError(
+                f"{url} does not serve model {report.model!r} (HTTP 404: {detail}); pass --model "
+                "with the engine's served model name.",
+                ExitCode.HTTP_ERROR,
+            )
+        raise StackError(
+            f"{url} answered HTTP {reply.status} ({detail}); fix the engine or router before training.",
+            ExitCode.HTTP_ERROR,
+        )
     # Polar's pipeline on the raw bytes (polar_model): orjson first, as Polar's gateway parses.
     polar = polar_model.decide(reply.body, body, tokenizer=report.tokenizer)
     if polar.verdict == polar_model.UNPARSEABLE:
-        raise StackError(f"{url} answered HTTP {reply.status} with a body {polar.reason}; Polar's request fails "
-                         "and nothing is trained, so fix what produces these bytes.", ExitCode.MALFORMED)
+        raise StackError(
+            f"{url} answered HTTP {reply.status} with a body {polar.reason}; Polar's request fails "
+            "and nothing is trained, so fix what produces these bytes.",
+            ExitCode.MALFORMED,
+        )
     parsed = polar.response
     if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list) or not parsed["choices"]:
-        raise StackError(f"{url} answered HTTP {reply.status} with JSON that is not a chat completion (no "
-                         "choices); check that the URL points at an OpenAI-compatible engine or router.",
-                         ExitCode.MALFORMED)
+        raise StackError(
+            f"{url} answered HTTP {reply.status} with JSON that is not a chat completion (no "
+            "choices); check that the URL points at an OpenAI-compatible engine or router.",
+            ExitCode.MALFORMED,
+        )
     verdict = contract.analyze_response(parsed)
     entry.verdict = verdict.as_dict()
     entry.polar = polar.as_dict()
@@ -243,8 +309,10 @@ def _exchange_all(report: SmokeReport, http, requests: int, turns: int, max_toke
             if parsed:
                 message = parsed["choices"][0].get("message") if isinstance(parsed["choices"][0], dict) else None
                 content = message.get("content") or "" if isinstance(message, dict) else ""
-            messages += [{"role": "assistant", "content": content},
-                         {"role": "user", "content": FOLLOW_UPS[(turn - 1) % len(FOLLOW_UPS)]}]
+            messages += [
+                {"role": "assistant", "content": content},
+                {"role": "user", "content": FOLLOW_UPS[(turn - 1) % len(FOLLOW_UPS)]},
+            ]
 
 
 def _measure_drift(report: SmokeReport) -> None:

@@ -30,8 +30,13 @@ class Resolution:
     note: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"route": self.route, "base_url": self.base_url, "targets": self.targets,
-                "router_bypassed": self.bypassed, "note": self.note}
+        return {
+            "route": self.route,
+            "base_url": self.base_url,
+            "targets": self.targets,
+            "router_bypassed": self.bypassed,
+            "note": self.note,
+        }
 
 
 def v1_url(base: str, endpoint: str) -> str:
@@ -78,11 +83,19 @@ def resolve_with_polar(base_url: str, requests: int) -> Resolution:
         targets.append(target)
     bypassed = any(t != base_url.rstrip("/") for t in targets)
     ordered = list(dict.fromkeys(targets))
-    note = ("Polar's own client sends chat requests straight to the worker(s) the router lists, so the router is "
-            "bypassed and its cache-aware routing is lost" if bypassed else
-            "Polar's own client sends every chat request to the base URL")
-    return Resolution("polar", base_url.rstrip("/"), ordered, bypassed=bypassed, note=note + " (resolved with the "
-                      "installed polar.gateway.proxy)")
+    note = (
+        "Polar's own client sends chat requests straight to the worker(s) the router lists, so the router is "
+        "bypassed and its cache-aware routing is lost"
+        if bypassed
+        else "Polar's own client sends every chat request to the base URL"
+    )
+    return Resolution(
+        "polar",
+        base_url.rstrip("/"),
+        ordered,
+        bypassed=bypassed,
+        note=note + " (resolved with the installed polar.gateway.proxy)",
+    )
 
 
 def resolve(base_url: str, route: str, http, requests: int = 1) -> Resolution:
@@ -96,22 +109,39 @@ def resolve(base_url: str, route: str, http, requests: int = 1) -> Resolution:
     reply = request(http, "GET", f"{root_url(base_url)}{worker_api.PATH}")
     workers = worker_api.parse_list(reply.body) if 200 <= reply.status < 300 else None
     if workers is None:
-        return Resolution("polar", base_url, [base_url], note=f"GET /workers answered HTTP {reply.status} without a "
-                          "worker list, so Polar sends every request to the base URL")
+        return Resolution(
+            "polar",
+            base_url,
+            [base_url],
+            note=f"GET /workers answered HTTP {reply.status} without a "
+            "worker list, so Polar sends every request to the base URL",
+        )
     types = {w.get("worker_type") for w in workers if isinstance(w, dict)}
     if types & {"prefill", "decode"}:
         return Resolution("polar", base_url, [base_url], note="prefill/decode workers listed: Polar keeps the router")
     urls: list[str] = []
     for worker in workers:
         url = worker.get("url") if isinstance(worker, dict) else None
-        if (isinstance(worker, dict) and worker.get("worker_type", "regular") == "regular" and isinstance(url, str)
-                and url.startswith(("http://", "https://")) and url.rstrip("/") not in urls):
+        if (
+            isinstance(worker, dict)
+            and worker.get("worker_type", "regular") == "regular"
+            and isinstance(url, str)
+            and url.startswith(("http://", "https://"))
+            and url.rstrip("/") not in urls
+        ):
             urls.append(url.rstrip("/"))
     if not urls:
-        return Resolution("polar", base_url, [base_url], note="the router lists no regular worker: Polar uses the base URL")
-    return Resolution("polar", base_url, urls, bypassed=True,
-                      note=f"the router lists {len(urls)} regular worker(s): Polar sends each chat request straight to "
-                      "a worker, round-robin, so the router is bypassed and its cache-aware routing is lost")
+        return Resolution(
+            "polar", base_url, [base_url], note="the router lists no regular worker: Polar uses the base URL"
+        )
+    return Resolution(
+        "polar",
+        base_url,
+        urls,
+        bypassed=True,
+        note=f"the router lists {len(urls)} regular worker(s): Polar sends each chat request straight to "
+        "a worker, round-robin, so the router is bypassed and its cache-aware routing is lost",
+    )
 
 
 def discover_model(http, url: str) -> str:

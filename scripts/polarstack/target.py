@@ -72,13 +72,24 @@ class Target:
 
 def _refuse_nothing_local(verb: str) -> StackError:
     if verb == "smoke":
-        return StackError("no profile is up locally and no --base-url was given; run `make up PROFILE=engine-direct "
-                          "RUNTIME=local` or pass --base-url.", ExitCode.USAGE)
+        return StackError(
+            "no profile is up locally and no --base-url was given; run `make up PROFILE=engine-direct "
+            "RUNTIME=local` or pass --base-url.",
+            ExitCode.USAGE,
+        )
     return StackError("nothing is up locally; run `make up PROFILE=engine-direct RUNTIME=local` first.", ExitCode.STATE)
 
 
-def resolve_target(runtime: str, profile: str | None, base_url: str | None, *, route: str | None = None,
-                   verb: str = "smoke", in_trainer: bool = False, plan_only: bool = False) -> Target:
+def resolve_target(
+    runtime: str,
+    profile: str | None,
+    base_url: str | None,
+    *,
+    route: str | None = None,
+    verb: str = "smoke",
+    in_trainer: bool = False,
+    plan_only: bool = False,
+) -> Target:
     """The target of `verb` (smoke|train) for --runtime, --profile and --base-url (module docstring: the rule).
 
     `in_trainer`: the smoke inside the trainer container checks `profile`'s ports, reading no run state (the
@@ -93,8 +104,11 @@ def resolve_target(runtime: str, profile: str | None, base_url: str | None, *, r
         if state is not None:  # a recorded local stack: use it, or refuse (STATE) when it died or is half-written
             state.usable()
             if profile and profile != state.profile:  # smoke and train alike (smoke used to check the local one)
-                raise StackError(f"profile {state.profile} is up locally, not {profile}; run `make down RUNTIME=local` "
-                                 f"and `make up PROFILE={profile} RUNTIME=local`, or drop PROFILE.", ExitCode.STATE)
+                raise StackError(
+                    f"profile {state.profile} is up locally, not {profile}; run `make down RUNTIME=local` "
+                    f"and `make up PROFILE={profile} RUNTIME=local`, or drop PROFILE.",
+                    ExitCode.STATE,
+                )
             return Target("local", state.profile, state.base_url, route or state.route, state.engine_urls)
         if runtime == "local":
             raise _refuse_nothing_local(verb)
@@ -102,9 +116,11 @@ def resolve_target(runtime: str, profile: str | None, base_url: str | None, *, r
         name = profile
     else:
         if verb == "smoke" and profile is None and runtime == "auto" and docker_state.read() is None:
-            raise StackError("no profile is up (locally or under Docker) and no --base-url or --profile was given; run "
-                             "`make up PROFILE=engine-direct` (add RUNTIME=local without a GPU) or pass --base-url.",
-                             ExitCode.USAGE)
+            raise StackError(
+                "no profile is up (locally or under Docker) and no --base-url or --profile was given; run "
+                "`make up PROFILE=engine-direct` (add RUNTIME=local without a GPU) or pass --base-url.",
+                ExitCode.USAGE,
+            )
         # The record of `make up` must name this profile and its stack must still run (STATE otherwise); a dry run
         # with nothing up plans the default profile.
         record = None
@@ -113,5 +129,12 @@ def resolve_target(runtime: str, profile: str | None, base_url: str | None, *, r
         name = profile or (record.profile if record else docker_state.profile_name(None))
     loaded = profiles.load(name)
     engines = docker_engine_urls(loaded)
-    return Target("docker", loaded.name, loaded.base_url(), route or loaded.route, engines,
-                  registered_engines(loaded, engines), loaded)
+    return Target(
+        "docker",
+        loaded.name,
+        loaded.base_url(),
+        route or loaded.route,
+        engines,
+        registered_engines(loaded, engines),
+        loaded,
+    )

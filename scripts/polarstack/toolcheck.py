@@ -34,10 +34,18 @@ FUNCTION_CALL_PARSER_PATH = "sglang/srt/function_call/function_call_parser.py"
 # Harnesses of Polar's task template that act only through tool calls (tasks.task_template agent.harness).
 HARNESSES_NEEDING_TOOL_CALLS = ("claude_code",)
 # The tool the smoke offers; the request mirrors what an agent harness sends (OpenAI `tools`).
-SMOKE_TOOL = {"type": "function", "function": {
-    "name": "write_file", "description": "Write text to a file in the task workspace.",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-                   "required": ["path", "content"]}}}
+SMOKE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "description": "Write text to a file in the task workspace.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    },
+}
 QWEN_BOT, QWEN_EOT = "<tool_call>\n", "\n</tool_call>"  # Qwen25Detector.bot_token / eot_token
 
 
@@ -48,8 +56,11 @@ def _wheel_text(member: str) -> str:
     source_dir()  # downloads the pinned wheel once if it is missing
     wheel = _find_wheel(cache_dir() / "wheels", sglang_version())
     if wheel is None:
-        raise StackError(f"the sglang {sglang_version()} wheel is not in the cache; run `make verify-offline` "
-                         "once with network access.", ExitCode.ENVIRONMENT)
+        raise StackError(
+            f"the sglang {sglang_version()} wheel is not in the cache; run `make verify-offline` "
+            "once with network access.",
+            ExitCode.ENVIRONMENT,
+        )
     with zipfile.ZipFile(wheel) as zf:
         return zf.read(member).decode("utf-8")
 
@@ -61,14 +72,24 @@ def parser_enum() -> dict[str, str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == "FunctionCallParser":
             for item in node.body:
-                target = item.target if isinstance(item, ast.AnnAssign) else (
-                    item.targets[0] if isinstance(item, ast.Assign) else None)
-                if isinstance(target, ast.Name) and target.id == "ToolCallParserEnum" and \
-                        isinstance(item.value, ast.Dict):
-                    return {k.value: v.id for k, v in zip(item.value.keys, item.value.values)
-                            if isinstance(k, ast.Constant) and isinstance(v, ast.Name)}
-    raise StackError(f"the pinned sglang's {FUNCTION_CALL_PARSER_PATH} has no ToolCallParserEnum; is the pin right?",
-                     ExitCode.USAGE)
+                target = (
+                    item.target
+                    if isinstance(item, ast.AnnAssign)
+                    else (item.targets[0] if isinstance(item, ast.Assign) else None)
+                )
+                if (
+                    isinstance(target, ast.Name)
+                    and target.id == "ToolCallParserEnum"
+                    and isinstance(item.value, ast.Dict)
+                ):
+                    return {
+                        k.value: v.id
+                        for k, v in zip(item.value.keys, item.value.values, strict=False)
+                        if isinstance(k, ast.Constant) and isinstance(v, ast.Name)
+                    }
+    raise StackError(
+        f"the pinned sglang's {FUNCTION_CALL_PARSER_PATH} has no ToolCallParserEnum; is the pin right?", ExitCode.USAGE
+    )
 
 
 @functools.cache
@@ -96,7 +117,7 @@ def tool_call_text(tools: list[Any]) -> str:
     first = tools[0]
     function = first.get("function") if isinstance(first, dict) else getattr(first, "function", None)
     name = function.get("name") if isinstance(function, dict) else getattr(function, "name", "tool")
-    return f'{QWEN_BOT}{json.dumps({"name": name, "arguments": {"path": "solution.py", "content": "pass"}})}{QWEN_EOT}'
+    return f"{QWEN_BOT}{json.dumps({'name': name, 'arguments': {'path': 'solution.py', 'content': 'pass'}})}{QWEN_EOT}"
 
 
 def parse_qwen25(text: str, tool_names: list[str]) -> tuple[str, list[dict[str, Any]]]:
@@ -113,15 +134,25 @@ def parse_qwen25(text: str, tool_names: list[str]) -> tuple[str, list[dict[str, 
             break
         start = end + len(QWEN_EOT)
         try:
-            action = json.loads(text[begin + len(QWEN_BOT):end].strip())
+            action = json.loads(text[begin + len(QWEN_BOT) : end].strip())
         except ValueError:
             continue  # sglang logs and skips a block that is not JSON
         name = action.get("name") if isinstance(action, dict) else None
         if name not in tool_names:
             continue  # BaseFormatDetector.parse_base_json skips undefined functions by default
-        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "index": tool_names.index(name), "type": "function",
-                      "function": {"name": name, "arguments": json.dumps(
-                          action.get("parameters") or action.get("arguments", {}), ensure_ascii=False)}})
+        calls.append(
+            {
+                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "index": tool_names.index(name),
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "arguments": json.dumps(
+                        action.get("parameters") or action.get("arguments", {}), ensure_ascii=False
+                    ),
+                },
+            }
+        )
     return normal, calls
 
 
@@ -138,8 +169,10 @@ TOOL_CHOICE = "auto"
 # parser problem.
 MAX_TOKENS_ENV = "POLARSTACK_SMOKE_TOOL_MAX_TOKENS"
 DEFAULT_MAX_TOKENS = 512
-TOOL_PROMPT = ("Call the write_file tool exactly once to create solution.py containing a Python function add(a, b) "
-               "that returns a + b. Do not answer in prose; only call the tool.")
+TOOL_PROMPT = (
+    "Call the write_file tool exactly once to create solution.py containing a Python function add(a, b) "
+    "that returns a + b. Do not answer in prose; only call the tool."
+)
 # Outcomes of one tool exchange (smoke.Exchange.tool_outcome).
 PARSED, RAW_TEXT, CUT, PROSE = "parsed", "raw_tool_call_text", "cut_at_max_tokens", "prose_without_call"
 
@@ -156,18 +189,24 @@ def recorded_fact_problems() -> list[str]:
     record = json.loads((repo_root() / RECORD).read_text(encoding="utf-8"))
     problems = []
     if record["polar_commit"] != pins()["POLAR_COMMIT"]:
-        problems.append(f"{RECORD} was read for Polar {record['polar_commit']}, not POLAR_COMMIT="
-                        f"{pins()['POLAR_COMMIT']}; reread the facts")
+        problems.append(
+            f"{RECORD} was read for Polar {record['polar_commit']}, not POLAR_COMMIT="
+            f"{pins()['POLAR_COMMIT']}; reread the facts"
+        )
     body = tool_request("probe-model", 1)
     expected = record["facts"]["harness_tool_choice"]["tool_choice"]
     if body.get("tool_choice") != expected:
-        problems.append(f"the smoke's tool request sends tool_choice {body.get('tool_choice')!r}, but Polar's "
-                        f"transform sends {expected!r} for a harness request that names none or auto, so the smoke "
-                        "would not test what the agent's requests get")
+        problems.append(
+            f"the smoke's tool request sends tool_choice {body.get('tool_choice')!r}, but Polar's "
+            f"transform sends {expected!r} for a harness request that names none or auto, so the smoke "
+            "would not test what the agent's requests get"
+        )
     lost = [flag for flag in (*contract.POLAR_REQUEST_FLAGS, "logprobs") if body.get(flag) is not True]
     if lost or body.get("stream") is not False:
-        problems.append(f"the smoke's tool request lacks Polar's request shape ({', '.join(lost) or 'stream false'}),"
-                        " so a path that drops those fields on tool requests would go unseen")
+        problems.append(
+            f"the smoke's tool request lacks Polar's request shape ({', '.join(lost) or 'stream false'}),"
+            " so a path that drops those fields on tool requests would go unseen"
+        )
     return problems
 
 
@@ -189,10 +228,16 @@ def tool_request(model: str, max_tokens: int | None = None) -> dict[str, Any]:
     one tool schema as a harness sends it, at temperature 0 so a real model's answer is its most likely one."""
     from polarstack import contract
 
-    return contract.prepare_request({
-        "model": model, "max_tokens": max_tokens or tool_max_tokens(), "temperature": 0,
-        "tools": [SMOKE_TOOL], "tool_choice": TOOL_CHOICE,
-        "messages": [{"role": "user", "content": TOOL_PROMPT}]})
+    return contract.prepare_request(
+        {
+            "model": model,
+            "max_tokens": max_tokens or tool_max_tokens(),
+            "temperature": 0,
+            "tools": [SMOKE_TOOL],
+            "tool_choice": TOOL_CHOICE,
+            "messages": [{"role": "user", "content": TOOL_PROMPT}],
+        }
+    )
 
 
 def classify(parsed: Any) -> tuple[str, int, str | None]:
@@ -203,8 +248,13 @@ def classify(parsed: Any) -> tuple[str, int, str | None]:
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     finish = choice.get("finish_reason")
     calls = message.get("tool_calls")
-    if isinstance(calls, list) and calls and all(
-            isinstance(c, dict) and isinstance(c.get("function"), dict) and c["function"].get("name") for c in calls):
+    if (
+        isinstance(calls, list)
+        and calls
+        and all(
+            isinstance(c, dict) and isinstance(c.get("function"), dict) and c["function"].get("name") for c in calls
+        )
+    ):
         return PARSED, len(calls), finish
     if finish == "length":
         return CUT, 0, finish
@@ -224,15 +274,25 @@ def exchange_tools(report: Any, http: Any) -> None:
     from polarstack.smoke_route import v1_url
 
     body = tool_request(report.model)
-    summary: dict[str, Any] = {"targets": [], "tool_calls": 0, "max_tokens": body["max_tokens"],
-                               "tool_choice": TOOL_CHOICE}
+    summary: dict[str, Any] = {
+        "targets": [],
+        "tool_calls": 0,
+        "max_tokens": body["max_tokens"],
+        "tool_choice": TOOL_CHOICE,
+    }
     report.tool_check = summary
     for target in dict.fromkeys(report.resolution.targets):
         parsed = exchange(report, http, v1_url(target, "chat/completions"), body, "tools", 1)
         entry = report.exchanges[-1]
         entry.tool_outcome, entry.tool_calls, entry.finish_reason = classify(parsed)
-        summary["targets"].append({"url": entry.url, "outcome": entry.tool_outcome, "tool_calls": entry.tool_calls,
-                                   "finish_reason": entry.finish_reason})
+        summary["targets"].append(
+            {
+                "url": entry.url,
+                "outcome": entry.tool_outcome,
+                "tool_calls": entry.tool_calls,
+                "finish_reason": entry.finish_reason,
+            }
+        )
         summary["tool_calls"] += entry.tool_calls
 
 
@@ -241,32 +301,50 @@ def judge_tool_calls(report: Any) -> None:
     `<tool_call>` text (the engine runs without the parser) wins over prose, and prose over a cut answer: the
     first is a certain configuration error, the last only an inconclusive check."""
     entries = [e for e in report.exchanges if e.kind == "tools" and e.tool_outcome is not None]
-    by_outcome = {outcome: next((e for e in entries if e.tool_outcome == outcome), None)
-                  for outcome in (RAW_TEXT, PROSE, CUT)}
+    by_outcome = {
+        outcome: next((e for e in entries if e.tool_outcome == outcome), None) for outcome in (RAW_TEXT, PROSE, CUT)
+    }
     if (entry := by_outcome[RAW_TEXT]) is not None:
         report.code = ExitCode.TOOL_CALLS
-        report.message = (f"the tool request to {entry.url} got raw <tool_call> text in message.content "
-                          f"(finish_reason {entry.finish_reason!r}) instead of parsed message.tool_calls: start "
-                          f"every engine with {FLAG} (the model family's parser, {PARSER_KNOB} in "
-                          "configs/stack.env), or the agent can never call a tool and every reward is 0.")
+        report.message = (
+            f"the tool request to {entry.url} got raw <tool_call> text in message.content "
+            f"(finish_reason {entry.finish_reason!r}) instead of parsed message.tool_calls: start "
+            f"every engine with {FLAG} (the model family's parser, {PARSER_KNOB} in "
+            "configs/stack.env), or the agent can never call a tool and every reward is 0."
+        )
     elif (entry := by_outcome[PROSE]) is not None:
         report.code = ExitCode.TOOL_CALLS
-        report.message = (f"the model behind {entry.url} answered the tool request in prose without calling the "
-                          f"tool (finish_reason {entry.finish_reason!r}, no <tool_call> text) although the prompt "
-                          f"asked for write_file at temperature 0; this may be the model, not {FLAG}: serve an "
-                          f"instruct model of the family {PARSER_KNOB} names, because an agent that never calls a "
-                          "tool earns reward 0.")
+        report.message = (
+            f"the model behind {entry.url} answered the tool request in prose without calling the "
+            f"tool (finish_reason {entry.finish_reason!r}, no <tool_call> text) although the prompt "
+            f"asked for write_file at temperature 0; this may be the model, not {FLAG}: serve an "
+            f"instruct model of the family {PARSER_KNOB} names, because an agent that never calls a "
+            "tool earns reward 0."
+        )
     elif (entry := by_outcome[CUT]) is not None:
         # USAGE (bad configuration): the smoke's own budget is too small; the engine and path are not at fault.
         report.code = ExitCode.USAGE
-        report.message = (f"the answer to the tool request from {entry.url} was cut at max_tokens "
-                          f"{report.tool_check['max_tokens']} (finish_reason 'length') before the model finished, so "
-                          f"the smoke cannot tell whether tool calls are parsed; raise {MAX_TOKENS_ENV} and run the "
-                          "smoke again.")
+        report.message = (
+            f"the answer to the tool request from {entry.url} was cut at max_tokens "
+            f"{report.tool_check['max_tokens']} (finish_reason 'length') before the model finished, so "
+            f"the smoke cannot tell whether tool calls are parsed; raise {MAX_TOKENS_ENV} and run the "
+            "smoke again."
+        )
     elif entries:
         report.message += f"; parsed tool_calls from {len(entries)} target(s)"
 
 
-__all__ = ["FLAG", "PARSER_KNOB", "parser_choices", "qwen25_names", "parse_qwen25", "tool_call_text",
-           "exchange_tools", "judge_tool_calls", "classify", "tool_request", "recorded_fact_problems",
-           "HARNESSES_NEEDING_TOOL_CALLS"]
+__all__ = [
+    "FLAG",
+    "PARSER_KNOB",
+    "parser_choices",
+    "qwen25_names",
+    "parse_qwen25",
+    "tool_call_text",
+    "exchange_tools",
+    "judge_tool_calls",
+    "classify",
+    "tool_request",
+    "recorded_fact_problems",
+    "HARNESSES_NEEDING_TOOL_CALLS",
+]

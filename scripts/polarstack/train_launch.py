@@ -43,9 +43,15 @@ def run(request: TrainRequest) -> int:
     profile = target.loaded or profiles.load(name)
     knobs = compose.stack_knobs()
     run_id = f"{request.task}-{name}-{time.strftime('%Y%m%dT%H%M%S')}"
-    plan = build_plan(request.task, profile, run_id=run_id, config=load_defaults(list(request.sets)),
-                      model_path=os.environ.get("MODEL_PATH") or knobs.get("MODEL_PATH"),
-                      served_model_name=knobs.get("SERVED_MODEL_NAME"), resume=request.resume)
+    plan = build_plan(
+        request.task,
+        profile,
+        run_id=run_id,
+        config=load_defaults(list(request.sets)),
+        model_path=os.environ.get("MODEL_PATH") or knobs.get("MODEL_PATH"),
+        served_model_name=knobs.get("SERVED_MODEL_NAME"),
+        resume=request.resume,
+    )
     if request.task == "humaneval":
         tasks.load_humaneval()  # validates the task data now, not on the GPU node
     if request.dry_run:
@@ -58,9 +64,11 @@ def run(request: TrainRequest) -> int:
         compose.check_node("train", profile, need_gpus=True)
     _gate(request, target, plan, profile)
     if target.local:
-        raise StackError(f"the gate passed, but training needs the GPU stack, which the local runtime does not have: "
-                         f"on the GPU node run `make up PROFILE={name}` and then `make train TASK={request.task}`.",
-                         ExitCode.ENVIRONMENT)
+        raise StackError(
+            f"the gate passed, but training needs the GPU stack, which the local runtime does not have: "
+            f"on the GPU node run `make up PROFILE={name}` and then `make train TASK={request.task}`.",
+            ExitCode.ENVIRONMENT,
+        )
     return _launch(request, plan, profile)
 
 
@@ -72,9 +80,14 @@ def _gate(request: TrainRequest, target, plan, profile) -> None:
     from polarstack.retokenize import configured_name
 
     polar_values = yaml.safe_load(plan.files["polar_config.yaml"])
-    report = smoke.run_smoke(target.base_url, route=target.route or profile.route, model=target.served_model(),
-                             register=target.register, tokenizer_name=configured_name(polar_values),
-                             allow_retokenized=bool(polar_values.get("polar_gate_allow_retokenized")))
+    report = smoke.run_smoke(
+        target.base_url,
+        route=target.route or profile.route,
+        model=target.served_model(),
+        register=target.register,
+        tokenizer_name=configured_name(polar_values),
+        allow_retokenized=bool(polar_values.get("polar_gate_allow_retokenized")),
+    )
     if not report.ok:
         raise StackError(f"refusing to launch {request.task} on {target.profile}: {report.message}", ExitCode.GATE)
     print(f"gate passed: {report.message}", file=sys.stderr)
@@ -89,8 +102,12 @@ def _launch(request: TrainRequest, plan, profile) -> int:
     run_id = plan.run_id
     assets.check_in_trainer(profile)  # apptainer, the SIF and the agent CLI dir, looked up inside the trainer
     out = train_run_dir() / run_id
-    tasks.prepare(request.task, out / "tasks", source=Path(request.source) if request.source else None,
-                  tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{run_id}/tasks")
+    tasks.prepare(
+        request.task,
+        out / "tasks",
+        source=Path(request.source) if request.source else None,
+        tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{run_id}/tasks",
+    )
     for file_name, text in plan.files.items():
         (out / file_name).write_text(text)
     print("what to watch on the GPU node:\n  " + "\n  ".join(watch_lines(plan)), file=sys.stderr)
@@ -99,12 +116,20 @@ def _launch(request: TrainRequest, plan, profile) -> int:
     if proc.returncode != 0 and (out / "gate-abort.txt").is_file():  # every in-job gate stop writes its sentence
         raise StackError((out / "gate-abort.txt").read_text().strip(), ExitCode.GATE)
     if proc.returncode == RESUME_REFUSED:  # launch.sh's checkpoint guard (train.checkpoint_guard) said why
-        raise StackError(f"the trainer refused run {run_id}: " + (
-            f"RESUME=1 found no checkpoint in {plan.checkpoint_dir}; run make train without RESUME to start it."
-            if request.resume else f"{plan.checkpoint_dir} already holds a checkpoint; make train RESUME=1 continues "
-            "it, or SET=checkpoint.run_name=NEW starts another run."),
-            ExitCode.STATE)
+        raise StackError(
+            f"the trainer refused run {run_id}: "
+            + (
+                f"RESUME=1 found no checkpoint in {plan.checkpoint_dir}; run make train without RESUME to start it."
+                if request.resume
+                else f"{plan.checkpoint_dir} already holds a checkpoint; make train RESUME=1 continues "
+                "it, or SET=checkpoint.run_name=NEW starts another run."
+            ),
+            ExitCode.STATE,
+        )
     if proc.returncode != 0:
-        raise StackError(f"the training job of run {run_id} failed (exit {proc.returncode}); see `make logs "
-                         f"SERVICE=trainer` and {out}.", ExitCode.ENVIRONMENT)
+        raise StackError(
+            f"the training job of run {run_id} failed (exit {proc.returncode}); see `make logs "
+            f"SERVICE=trainer` and {out}.",
+            ExitCode.ENVIRONMENT,
+        )
     return 0

@@ -50,18 +50,20 @@ def _compose_model(profile: profiles.Profile, tmp: Path) -> dict[str, Any]:
 
     binary = compose.bundled_compose()
     command = [str(binary)] if binary else compose.compose_command()
-    proc = subprocess.run([*command, *compose.compose_args(profile, tmp), "config", "--format", "json"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [*command, *compose.compose_args(profile, tmp), "config", "--format", "json"], capture_output=True, text=True
+    )
     if proc.returncode != 0:
-        raise StackError(f"Compose rejected profile {profile.name}: {proc.stderr.strip().splitlines()[-1:]}",
-                         ExitCode.USAGE)
+        raise StackError(
+            f"Compose rejected profile {profile.name}: {proc.stderr.strip().splitlines()[-1:]}", ExitCode.USAGE
+        )
     return json.loads(proc.stdout)
 
 
 def _after(tokens: list[str], marker: list[str]) -> list[str] | None:
     for i in range(len(tokens) - len(marker) + 1):
-        if tokens[i:i + len(marker)] == marker:
-            return tokens[i + len(marker):]
+        if tokens[i : i + len(marker)] == marker:
+            return tokens[i + len(marker) :]
     return None
 
 
@@ -76,11 +78,19 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
             extra = (svc.get("environment") or {}).get("ENGINE_EXTRA_ARGS") or ""
             tokens = (_after(command, ["-m", "sglang.launch_server"]) or []) + shlex.split(extra)
             problems = flags.check_tokens(tokens, sglang, command=label, program=flags.sglang_program())
-            checks.append(Check(f"{label}: sglang.launch_server", not problems, f"{len(tokens)} tokens",
-                                [p.sentence() for p in problems]))
+            checks.append(
+                Check(
+                    f"{label}: sglang.launch_server",
+                    not problems,
+                    f"{len(tokens)} tokens",
+                    [p.sentence() for p in problems],
+                )
+            )
         elif name == "trainer":
             table, program = flags.ray_table("ray start")
-            problems = flags.check_tokens(_after(command, ["ray", "start"]) or [], table, command=label, program=program)
+            problems = flags.check_tokens(
+                _after(command, ["ray", "start"]) or [], table, command=label, program=program
+            )
             checks.append(Check(f"{label}: ray start", not problems, "", [p.sentence() for p in problems]))
             problems = exposure.trainer_problems(svc.get("environment") or {}, label)
             checks.append(Check(f"{label}: Ray and slime listen on loopback only", not problems, "", problems))
@@ -92,15 +102,22 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
                 args += ["--worker-urls", *env["ROUTER_WORKER_URLS"].split()]
             args += shlex.split(env.get("ROUTER_EXTRA_ARGS") or "")
             problems = flags.router_check(release, args, command=label)
-            checks.append(Check(f"{label}: {release.module} ({release.spec})", not problems, "",
-                                [p.sentence() for p in problems]))
+            checks.append(
+                Check(f"{label}: {release.module} ({release.spec})", not problems, "", [p.sentence() for p in problems])
+            )
     if profile.router is not None:  # the local runtime's launch of the same release
         release = profile.router
         urls = ["http://127.0.0.1:30000", "http://127.0.0.1:30010"] if profile.registration == "static" else []
         args = release.launch_args(30080, urls, 30081, profile.router_args)[2:]  # drop "-m MODULE"; + ROUTER_ARGS
         problems = flags.router_check(release, args, command=f"profile {profile.name}, local runtime router")
-        checks.append(Check(f"profile {profile.name}, local runtime: {release.spec}", not problems, "",
-                            [p.sentence() for p in problems]))
+        checks.append(
+            Check(
+                f"profile {profile.name}, local runtime: {release.spec}",
+                not problems,
+                "",
+                [p.sentence() for p in problems],
+            )
+        )
     slime, slime_program = flags.slime_table()
     for task in TASKS:
         plan = build_plan(task, profile, run_id="verify", config=load_defaults())
@@ -110,10 +127,16 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
         table, program = flags.ray_table("ray start")
         problems += flags.check_tokens(ray_start[2:], table, command=label, program=program)
         table, program = flags.ray_table("ray job submit")
-        options = submit[3:submit.index("--")]
+        options = submit[3 : submit.index("--")]
         problems += flags.check_tokens(options, table, command=label, program=program)
-        checks.append(Check(f"{label}: train_async.py, ray start, ray job submit", not problems,
-                            f"{len(plan.train_args)} train_async tokens", [p.sentence() for p in problems]))
+        checks.append(
+            Check(
+                f"{label}: train_async.py, ray start, ray job submit",
+                not problems,
+                f"{len(plan.train_args)} train_async tokens",
+                [p.sentence() for p in problems],
+            )
+        )
         job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
         exposed = exposure.trainer_problems(job_env.get("env_vars") or {}, f"{label} (Ray job)", plan.train_args)
         checks.append(Check(f"{label}: Ray and slime listen on loopback only", not exposed, "", exposed))
@@ -134,25 +157,46 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     label = f"profile {profile.name}: weights source, agent sandbox, agent CLI and Polar's apptainer mode in the plan"
     binary = compose.bundled_compose()
     command = [str(binary)] if binary else compose.compose_command()
-    proc = subprocess.run([*command, *compose.compose_args(profile, tmp), "--profile", assets.SANDBOX_PROFILE,
-                           "config", "--format", "json"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            *command,
+            *compose.compose_args(profile, tmp),
+            "--profile",
+            assets.SANDBOX_PROFILE,
+            "config",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
-        return Check(label, False, "", [f"Compose rejected profile {profile.name} with the sandbox profile: "
-                                        f"{proc.stderr.strip().splitlines()[-1:]}"])
+        return Check(
+            label,
+            False,
+            "",
+            [
+                f"Compose rejected profile {profile.name} with the sandbox profile: "
+                f"{proc.stderr.strip().splitlines()[-1:]}"
+            ],
+        )
     services = json.loads(proc.stdout)["services"]
     problems = []
     download = services.get("model-download")
     if download is None:
         problems.append("no model-download service: nothing puts the weights into the models volume")
     for name in (s for s in services if s.startswith("engine-")):
-        if (services[name].get("depends_on") or {}).get("model-download", {}).get("condition") != \
-                "service_completed_successfully":
+        if (services[name].get("depends_on") or {}).get("model-download", {}).get(
+            "condition"
+        ) != "service_completed_successfully":
             problems.append(f"{name} does not wait for model-download to complete")
     if "sandbox-build" not in services:
         problems.append("no sandbox-build service: nothing builds polarstack-code.sif and the agent CLI dir")
     trainer = services.get("trainer", {})
-    if [d.get("source") for d in trainer.get("devices") or []] != ["/dev/fuse"] or \
-            not {"seccomp=unconfined", "apparmor=unconfined"} <= set(trainer.get("security_opt") or []):
+    if [d.get("source") for d in trainer.get("devices") or []] != ["/dev/fuse"] or not {
+        "seccomp=unconfined",
+        "apparmor=unconfined",
+    } <= set(trainer.get("security_opt") or []):
         problems.append("the trainer lacks /dev/fuse or the seccomp/AppArmor options apptainer needs inside Docker")
     if trainer.get("privileged") or trainer.get("cap_add"):
         problems.append("the trainer is privileged or has added capabilities: apptainer needs neither")
@@ -164,20 +208,29 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     mount = f"{{args.polar_agent_cli_dir}}:{assets.AGENT_CLI_MOUNT}:ro"
     if mount not in (runtime.get("kwargs") or {}).get("volumes", []):
         problems.append(f"the task template does not mount the agent CLI dir ({mount}) into the sandbox")
-    if config.get("polar_agent_cli_dir") != assets.AGENT_CLI_DIR or \
-            config.get("polar_apptainer_image_dir") != assets.SANDBOX_DIR:
+    if (
+        config.get("polar_agent_cli_dir") != assets.AGENT_CLI_DIR
+        or config.get("polar_apptainer_image_dir") != assets.SANDBOX_DIR
+    ):
         problems.append("polar_agent_cli_dir / polar_apptainer_image_dir are not where `make sif` installs them")
     # Polar's apptainer mode wherever Polar runs: the trainer container, launch.sh (serve_rollout/serve_gateway), the
     # Ray job (configs/upstream/polar-apptainer.json).
     problems += assets.mode_problems(trainer.get("environment") or {}, "the trainer's environment (compose.yaml)")
-    launch_env = dict(line.removeprefix("export ").split("=", 1) for line in plan.files["launch.sh"].splitlines()
-                      if line.startswith("export ") and "=" in line)
+    launch_env = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in plan.files["launch.sh"].splitlines()
+        if line.startswith("export ") and "=" in line
+    )
     problems += assets.mode_problems({k: v.strip("'\"") for k, v in launch_env.items()}, "launch.sh")
     submit = plan.commands[-1]
     job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
     problems += assets.mode_problems(job_env.get("env_vars") or {}, "the Ray job's runtime env")
-    return Check(label, not problems, "model-download -> engines; sandbox-build; /dev/fuse; agent CLI mount; "
-                 "Polar's direct-exec apptainer mode", problems)
+    return Check(
+        label,
+        not problems,
+        "model-download -> engines; sandbox-build; /dev/fuse; agent CLI mount; Polar's direct-exec apptainer mode",
+        problems,
+    )
 
 
 def check_sequence_budget(profile: profiles.Profile) -> Check:
@@ -192,6 +245,8 @@ def check_sequence_budget(profile: profiles.Profile) -> Check:
         return Check(label, False, "", [exc.message])
     problems = budget.check(plan.train_args, config)
     return Check(label, not problems, budget.summary(plan.train_args, config), problems)
+
+
 def check_routing_measurement(profile: profiles.Profile, data: dict[str, Any] | None = None) -> Check:
     """The routing flags a profile ships are the ones docs/routing.json measured (`polarstack bench --routing`):
     a changed ROUTER_ARGS without a new measurement would ship settings nobody measured."""
@@ -203,17 +258,33 @@ def check_routing_measurement(profile: profiles.Profile, data: dict[str, Any] | 
         data = json.loads(path.read_text()) if path.exists() else {"profiles": {}}
     row = data.get("profiles", {}).get(profile.name)
     if row is None:
-        return Check(name, False, "", [f"docs/routing.json has no measurement for profile {profile.name}; run "
-                                       "`polarstack bench --routing`"])
+        return Check(
+            name,
+            False,
+            "",
+            [f"docs/routing.json has no measurement for profile {profile.name}; run `polarstack bench --routing`"],
+        )
     if row.get("shipped_args") != profile.router_args:
-        return Check(name, False, "", [f"profile {profile.name} ships ROUTER_ARGS={shlex.join(profile.router_args)!r} "
-                                       f"but docs/routing.json measured {shlex.join(row.get('shipped_args') or [])!r}; "
-                                       "rerun `polarstack bench --routing`"])
+        return Check(
+            name,
+            False,
+            "",
+            [
+                f"profile {profile.name} ships ROUTER_ARGS={shlex.join(profile.router_args)!r} "
+                f"but docs/routing.json measured {shlex.join(row.get('shipped_args') or [])!r}; "
+                "rerun `polarstack bench --routing`"
+            ],
+        )
     shipped = [m for m in row.get("modes", []) if m.get("shipped")]
     goals = shipped[0]["metrics"]["goals"] if shipped else {}
     missed = [k for k, v in goals.items() if not v]
-    return Check(name, True, "goals met" if goals and not missed else f"measured; misses {', '.join(missed) or '?'} "
-                 "(docs/routing.md says why)")
+    return Check(
+        name,
+        True,
+        "goals met"
+        if goals and not missed
+        else f"measured; misses {', '.join(missed) or '?'} (docs/routing.md says why)",
+    )
 
 
 def _python_of(tag: str) -> str:
@@ -229,7 +300,9 @@ def pin_requirements() -> list[tuple[str, str, str]]:
     router_python = _python_of(table["PYTHON_IMAGE_TAG"])
     out = []
     for prefix in ("ROUTER_PASSTHROUGH", "ROUTER_PATCHED", "ROUTER_STOCK"):
-        out.append((f"{table[prefix + '_PACKAGE']}=={table[prefix + '_VERSION']}", router_python, f"router image ({prefix})"))
+        out.append(
+            (f"{table[prefix + '_PACKAGE']}=={table[prefix + '_VERSION']}", router_python, f"router image ({prefix})")
+        )
     out.append((f"ray=={table['RAY_VERSION']}", router_python, "trainer image (RAY_VERSION)"))
     out.append((table["HF_HUB_REQUIREMENT"], router_python, "model-download image (HF_HUB_REQUIREMENT)"))
     pyproject = (repo_root() / "pyproject.toml").read_text()
@@ -242,14 +315,33 @@ def pin_requirements() -> list[tuple[str, str, str]]:
 def check_pin(requirement: str, python: str) -> tuple[bool, str]:
     target = cache_dir() / "pin-check"
     target.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-           "--quiet", "--python-version", python, "--implementation", "cp",
-           "--platform", "manylinux_2_34_x86_64", "--platform", "manylinux2014_x86_64", "--platform", "any",
-           "-d", str(target), requirement]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--quiet",
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        "--platform",
+        "manylinux_2_34_x86_64",
+        "--platform",
+        "manylinux2014_x86_64",
+        "--platform",
+        "any",
+        "-d",
+        str(target),
+        requirement,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode == 0:
         return True, ""
-    lines = [l for l in (proc.stderr or proc.stdout).strip().splitlines() if "WARNING" not in l]
+    lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if "WARNING" not in ln]
     return False, (lines[-1] if lines else f"pip exit {proc.returncode}")
 
 
@@ -259,20 +351,31 @@ def check_npm_pin(package: str, version: str) -> Check:
 
     name = f"{package}@{version} on the npm registry (sandbox image, AGENT_CLI_VERSION)"
     if shutil.which("npm") is None:
-        return Check(name, False, "", [f"npm is not installed, so {package}@{version} cannot be resolved; install "
-                                       "npm or pass --skip-downloads"])
+        return Check(
+            name,
+            False,
+            "",
+            [f"npm is not installed, so {package}@{version} cannot be resolved; install npm or pass --skip-downloads"],
+        )
     try:
-        proc = subprocess.run(["npm", "view", f"{package}@{version}", "version"], capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run(
+            ["npm", "view", f"{package}@{version}", "version"], capture_output=True, text=True, timeout=120
+        )
     except subprocess.TimeoutExpired:
         return Check(name, False, "", [f"npm view {package}@{version} did not answer within 120 s"])
     found = proc.stdout.strip()
     if proc.returncode == 0 and found == version:
         return Check(name, True, "resolved")
     lines = (proc.stderr or "").strip().splitlines()
-    reason = next((l for l in lines if "404" in l or "notarget" in l.lower()), lines[0] if lines else "no such version")
-    return Check(name, False, "", [f"{package}@{version} (AGENT_CLI_VERSION) does not resolve on the npm registry: "
-                                   f"{reason[:160]}"])
+    reason = next(
+        (ln for ln in lines if "404" in ln or "notarget" in ln.lower()), lines[0] if lines else "no such version"
+    )
+    return Check(
+        name,
+        False,
+        "",
+        [f"{package}@{version} (AGENT_CLI_VERSION) does not resolve on the npm registry: {reason[:160]}"],
+    )
 
 
 def check_pins(skip_downloads: bool = False) -> list[Check]:
@@ -282,29 +385,54 @@ def check_pins(skip_downloads: bool = False) -> list[Check]:
         source_dir()
         checks.append(Check(f"sglang=={table['SGLANG_VERSION']} (engine image, emulator)", True, "wheel resolved"))
     except StackError as exc:
-        checks.append(Check(f"sglang=={table['SGLANG_VERSION']} (engine image, emulator)", False, "",
-                            [f"sglang=={table['SGLANG_VERSION']} does not resolve on the package index: {exc.message}"]))
+        checks.append(
+            Check(
+                f"sglang=={table['SGLANG_VERSION']} (engine image, emulator)",
+                False,
+                "",
+                [f"sglang=={table['SGLANG_VERSION']} does not resolve on the package index: {exc.message}"],
+            )
+        )
     for requirement, python, why in pin_requirements():
         if skip_downloads:
             continue
         ok, detail = check_pin(requirement, python)
-        checks.append(Check(f"{requirement} for CPython {python} x86_64 ({why})", ok, detail,
-                            [] if ok else [f"{requirement} ({why}) does not resolve on the package index for "
-                                           f"CPython {python} x86_64: {detail}"]))
+        checks.append(
+            Check(
+                f"{requirement} for CPython {python} x86_64 ({why})",
+                ok,
+                detail,
+                []
+                if ok
+                else [
+                    f"{requirement} ({why}) does not resolve on the package index for CPython {python} x86_64: {detail}"
+                ],
+            )
+        )
     if not skip_downloads:
         checks.append(check_npm_pin(table["AGENT_CLI_PACKAGE"], table["AGENT_CLI_VERSION"]))
     readme = (repo_root() / "images" / "README.md").read_text()
     missing = [f"{k}={v}" for k, v in table.items() if v and v not in readme]
-    checks.append(Check("images/README.md names every pin", not missing, "",
-                        [f"images/README.md does not name {m}" for m in missing]))
+    checks.append(
+        Check(
+            "images/README.md names every pin",
+            not missing,
+            "",
+            [f"images/README.md does not name {m}" for m in missing],
+        )
+    )
     recorded = flags.recorded_versions()
     mismatch = []
     if recorded["slime_commit"] != table["SLIME_COMMIT"]:
-        mismatch.append(f"configs/upstream/slime-flags.json was recorded at slime {recorded['slime_commit']}, "
-                        f"not SLIME_COMMIT={table['SLIME_COMMIT']}; rerecord it")
+        mismatch.append(
+            f"configs/upstream/slime-flags.json was recorded at slime {recorded['slime_commit']}, "
+            f"not SLIME_COMMIT={table['SLIME_COMMIT']}; rerecord it"
+        )
     if recorded["ray_version"] != table["RAY_VERSION"]:
-        mismatch.append(f"configs/upstream/ray-flags.json was recorded for ray {recorded['ray_version']}, not "
-                        f"RAY_VERSION={table['RAY_VERSION']}; rerecord it")
+        mismatch.append(
+            f"configs/upstream/ray-flags.json was recorded for ray {recorded['ray_version']}, not "
+            f"RAY_VERSION={table['RAY_VERSION']}; rerecord it"
+        )
     checks.append(Check("recorded upstream options match the pins", not mismatch, "", mismatch))
     return checks
 
@@ -320,8 +448,10 @@ def check_polar_facts() -> Check:
     record = json.loads((repo_root() / "configs" / "upstream" / "polar-facts.json").read_text())
     facts, problems = record["facts"], []
     if record["polar_commit"] != pins()["POLAR_COMMIT"]:
-        problems.append(f"configs/upstream/polar-facts.json was read at Polar {record['polar_commit']}, not "
-                        f"POLAR_COMMIT={pins()['POLAR_COMMIT']}; reread the facts")
+        problems.append(
+            f"configs/upstream/polar-facts.json was read at Polar {record['polar_commit']}, not "
+            f"POLAR_COMMIT={pins()['POLAR_COMMIT']}; reread the facts"
+        )
     if polar_model.parse(b'{"a": NaN}')[1] is None or polar_model.parse(b'{"a": 1}')[1] is not None:
         problems.append(f"polar_model.parse does not decode like {facts['gateway_parser']['parser']}")
     if polar_model.decide(b"[]").stage != "normalize":
@@ -338,7 +468,9 @@ def check_polar_facts() -> Check:
     if {gate.DELTA_METRIC, gate.LIFETIME_METRIC} != set(exported):
         problems.append(f"the gate reads {gate.DELTA_METRIC}/{gate.LIFETIME_METRIC}, Polar exports {exported}")
     drops = facts["worker_drops_inside"]
-    worker = SimpleNamespace(**{drops["counter_dict"]: {drops["internal_counter"]: 4.0}, drops["lock"]: threading.Lock()})
+    worker = SimpleNamespace(
+        **{drops["counter_dict"]: {drops["internal_counter"]: 4.0}, drops["lock"]: threading.Lock()}
+    )
     module = ModuleType("polarstack_verify_worker_probe")
     setattr(module, drops["worker_global"], worker)
     sys.modules[module.__name__] = module
@@ -349,8 +481,12 @@ def check_polar_facts() -> Check:
         del sys.modules[module.__name__]
     if not load_defaults()["gate"].get("watchdog_seconds"):
         problems.append("gate.watchdog_seconds is unset, but Polar's rollout call blocks while it drops every group")
-    return Check("Polar facts (configs/upstream/polar-facts.json) acted on by the verdict model and the gate",
-                 not problems, f"{len(facts)} facts", problems)
+    return Check(
+        "Polar facts (configs/upstream/polar-facts.json) acted on by the verdict model and the gate",
+        not problems,
+        f"{len(facts)} facts",
+        problems,
+    )
 
 
 def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m: None) -> tuple[list[Check], float]:
@@ -364,8 +500,9 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     from polarstack.toolcheck import RECORD, recorded_fact_problems  # issue 10 point 4: the smoke's tool request
 
     tool_problems = recorded_fact_problems()
-    checks.append(Check(f"Polar's harness tool request ({RECORD}) mirrored by the smoke", not tool_problems, "",
-                        tool_problems))
+    checks.append(
+        Check(f"Polar's harness tool request ({RECORD}) mirrored by the smoke", not tool_problems, "", tool_problems)
+    )
     with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:
         for name in profiles.available():
             progress(f"profile {name}")

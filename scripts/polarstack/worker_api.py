@@ -83,12 +83,16 @@ def register(router_url: str, worker_url: str, timeout: float = 10.0) -> None:
     try:
         reply = post(router_url, worker_url, timeout)
     except StackError as exc:
-        raise StackError(f"could not register {worker_url} with the router at {router_url}: {exc.message}",
-                         exc.code) from None
+        raise StackError(
+            f"could not register {worker_url} with the router at {router_url}: {exc.message}", exc.code
+        ) from None
     if not 200 <= reply.status < 300:
-        raise StackError(f"the router at {router_url} refused POST /workers for {worker_url} "
-                         f"(HTTP {reply.status}: {reply.body[:200].decode('utf-8', 'replace')}); it has no "
-                         "slime-compatible worker API.", ExitCode.HTTP_ERROR)
+        raise StackError(
+            f"the router at {router_url} refused POST /workers for {worker_url} "
+            f"(HTTP {reply.status}: {reply.body[:200].decode('utf-8', 'replace')}); it has no "
+            "slime-compatible worker API.",
+            ExitCode.HTTP_ERROR,
+        )
 
 
 def list_workers(http: httpx.Client, router_url: str, *, healthy_only: bool = False) -> dict[str, str]:
@@ -103,8 +107,15 @@ def deregister(http: httpx.Client, router_url: str, worker_id: str) -> Reply:
     return request(http, "DELETE", f"{router_url}{PATH}/{worker_id}")
 
 
-def _wait(http: httpx.Client, router_url: str, timeout: float, settled: Callable[[set[str]], bool], *,
-          healthy_only: bool = False, tolerate_errors: bool = False) -> set[str]:
+def _wait(
+    http: httpx.Client,
+    router_url: str,
+    timeout: float,
+    settled: Callable[[set[str]], bool],
+    *,
+    healthy_only: bool = False,
+    tolerate_errors: bool = False,
+) -> set[str]:
     """Poll GET /workers until `settled(listed URLs)` or `timeout` s pass; the URLs of the last answer read."""
     seen: set[str] = set()
 
@@ -121,14 +132,27 @@ def _wait(http: httpx.Client, router_url: str, timeout: float, settled: Callable
     return seen
 
 
-def wait_listed(http: httpx.Client, router_url: str, urls: list[str], timeout: float, *, healthy_only: bool = False,
-                tolerate_errors: bool = False) -> set[str]:
+def wait_listed(
+    http: httpx.Client,
+    router_url: str,
+    urls: list[str],
+    timeout: float,
+    *,
+    healthy_only: bool = False,
+    tolerate_errors: bool = False,
+) -> set[str]:
     """Poll GET /workers until it lists every one of `urls` or `timeout` s pass; returns the ones still missing
     (per the last answer read). With `tolerate_errors`, a failed poll is retried instead of raised."""
     if not urls:
         return set()
-    return set(urls) - _wait(http, router_url, timeout, lambda seen: set(urls) <= seen, healthy_only=healthy_only,
-                             tolerate_errors=tolerate_errors)
+    return set(urls) - _wait(
+        http,
+        router_url,
+        timeout,
+        lambda seen: set(urls) <= seen,
+        healthy_only=healthy_only,
+        tolerate_errors=tolerate_errors,
+    )
 
 
 def wait_gone(http: httpx.Client, router_url: str, urls: list[str], timeout: float) -> set[str]:
@@ -149,8 +173,11 @@ def register_all(router_url: str, worker_urls: list[str], timeout: float) -> Non
     with client(2) as http:
         missing = wait_listed(http, router_url, worker_urls, timeout, healthy_only=True, tolerate_errors=True)
     if missing:
-        raise StackError(f"the router at {router_url} did not list {sorted(missing)} as healthy "
-                         f"workers within {timeout:g} s after POST /workers.", ExitCode.ENVIRONMENT)
+        raise StackError(
+            f"the router at {router_url} did not list {sorted(missing)} as healthy "
+            f"workers within {timeout:g} s after POST /workers.",
+            ExitCode.ENVIRONMENT,
+        )
 
 
 @contextlib.contextmanager
@@ -166,8 +193,9 @@ def registered(router_url: str, engine_urls: list[str], timeout: float) -> Itera
                 register(router_url, url, timeout)
                 added.append(url)
         if wait_listed(http, router_url, added, max(timeout, 10)):
-            raise StackError(f"the router at {router_url} did not list {added} after POST /workers.",
-                             ExitCode.HTTP_ERROR)
+            raise StackError(
+                f"the router at {router_url} did not list {added} after POST /workers.", ExitCode.HTTP_ERROR
+            )
     try:
         yield added
     finally:
@@ -177,6 +205,8 @@ def registered(router_url: str, engine_urls: list[str], timeout: float) -> Itera
                     deregister(http, router_url, worker_id)
             # Removal is asynchronous too (smg answers 202): wait until the router no longer lists them.
             if wait_gone(http, router_url, added, max(timeout, 10)):
-                raise StackError(f"the router at {router_url} still lists {added} after DELETE /workers; remove "
-                                 "them before launching, or slime's registration will meet a 409.",
-                                 ExitCode.HTTP_ERROR)
+                raise StackError(
+                    f"the router at {router_url} still lists {added} after DELETE /workers; remove "
+                    "them before launching, or slime's registration will meet a 409.",
+                    ExitCode.HTTP_ERROR,
+                )

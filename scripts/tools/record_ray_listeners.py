@@ -25,24 +25,48 @@ from polarstack.pins import pin
 from polarstack.processes import free_port
 
 FACTS = [
-    {"file": "ray/scripts/scripts.py", "function": "start",
-     "fact": "a given --node-ip-address goes through services.resolve_ip_for_localhost before any process starts"},
-    {"file": "ray/_private/services.py", "function": "resolve_ip_for_localhost",
-     "fact": "a loopback host (localhost, 127.0.0.1, ::1) is replaced by get_node_ip_address(), the address "
-             "other machines would use"},
-    {"file": "ray/_private/services.py", "function": "get_node_ip_address",
-     "fact": "returns the loopback address when ray_constants.ENABLE_RAY_CLUSTER is false, else the routable one"},
-    {"file": "ray/_private/ray_constants.py", "constant": "ENABLE_RAY_CLUSTER",
-     "fact": "read from RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER, default true on Linux; false also makes `ray start "
-             "--address` (joining another node) abort: a single-node cluster"},
-    {"file": "ray/dashboard/http_server_agent.py", "function": "_start_site_with_retry",
-     "fact": "the dashboard agent serves on the node IP and, when that is not loopback, on loopback as well"},
-    {"file": "ray/dashboard/modules/reporter/reporter_agent.py", "function": "ReporterAgent (metrics exporter)",
-     "fact": "the Prometheus exporter binds loopback when the node IP is loopback, else every interface"},
-    {"file": "ray/_private/runtime_env/agent/main.py", "function": "main (bind of the agent socket)",
-     "fact": "the runtime-env agent binds the node IP"},
-    {"file": "ray/dashboard/head.py", "function": "DashboardHead (metrics server)",
-     "fact": "the dashboard's own metrics server binds loopback only when the node IP is loopback"},
+    {
+        "file": "ray/scripts/scripts.py",
+        "function": "start",
+        "fact": "a given --node-ip-address goes through services.resolve_ip_for_localhost before any process starts",
+    },
+    {
+        "file": "ray/_private/services.py",
+        "function": "resolve_ip_for_localhost",
+        "fact": "a loopback host (localhost, 127.0.0.1, ::1) is replaced by get_node_ip_address(), the address "
+        "other machines would use",
+    },
+    {
+        "file": "ray/_private/services.py",
+        "function": "get_node_ip_address",
+        "fact": "returns the loopback address when ray_constants.ENABLE_RAY_CLUSTER is false, else the routable one",
+    },
+    {
+        "file": "ray/_private/ray_constants.py",
+        "constant": "ENABLE_RAY_CLUSTER",
+        "fact": "read from RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER, default true on Linux; false also makes `ray start "
+        "--address` (joining another node) abort: a single-node cluster",
+    },
+    {
+        "file": "ray/dashboard/http_server_agent.py",
+        "function": "_start_site_with_retry",
+        "fact": "the dashboard agent serves on the node IP and, when that is not loopback, on loopback as well",
+    },
+    {
+        "file": "ray/dashboard/modules/reporter/reporter_agent.py",
+        "function": "ReporterAgent (metrics exporter)",
+        "fact": "the Prometheus exporter binds loopback when the node IP is loopback, else every interface",
+    },
+    {
+        "file": "ray/_private/runtime_env/agent/main.py",
+        "function": "main (bind of the agent socket)",
+        "fact": "the runtime-env agent binds the node IP",
+    },
+    {
+        "file": "ray/dashboard/head.py",
+        "function": "DashboardHead (metrics server)",
+        "fact": "the dashboard's own metrics server binds loopback only when the node IP is loopback",
+    },
 ]
 
 
@@ -66,7 +90,7 @@ def main() -> int:
     bin_dir, seconds = ray_head.install()
     record = {
         "what": "Listening TCP sockets of the trainer's Ray head (gcs_server, raylet, dashboard, agents, client "
-                "server), measured by starting it on a CPU machine; see scripts/polarstack/ray_head.py.",
+        "server), measured by starting it on a CPU machine; see scripts/polarstack/ray_head.py.",
         "ray_version": pin("RAY_VERSION"),
         "recorded_on": datetime.date.today().isoformat(),
         "recorded_with": "scripts/tools/record_ray_listeners.py",

@@ -54,30 +54,55 @@ def options(source: str) -> dict[str, object]:
 def record(package: str, version: str, wheels: Path) -> dict[str, object]:
     target = wheels / f"{package}-{version}"
     if not list(target.glob("*.whl")):
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(target),
-                        f"{package}=={version}"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                "-d",
+                str(target),
+                f"{package}=={version}",
+            ],
+            check=True,
+            capture_output=True,
+        )
     wheel = next(target.glob("*.whl"))
     found: dict[str, object] = {}
     with zipfile.ZipFile(wheel) as archive:
         for name in archive.namelist():
             if name.endswith(SOURCES) and name.count("/") == 1:
                 found.update(options(archive.read(name).decode("utf-8")))
-    return {"release": f"{package}=={version}", "wheel": wheel.name,
-            "prometheus_port": "prometheus-port" in found, "prometheus_host": "prometheus-host" in found,
-            "prometheus_host_default": found.get("prometheus-host")}
+    return {
+        "release": f"{package}=={version}",
+        "wheel": wheel.name,
+        "prometheus_port": "prometheus-port" in found,
+        "prometheus_host": "prometheus-host" in found,
+        "prometheus_host_default": found.get("prometheus-host"),
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wheels", type=Path, default=cache_dir() / "router-wheels")
     args = parser.parse_args()
-    rows = [record(package, version, args.wheels)
-            for package, version in sorted(MEASURED, key=lambda pv: (pv[0], version_tuple(pv[1])))]
-    json.dump({"what": "--prometheus-port / --prometheus-host in each measured router release's own argument "
-                       "definitions (default None: the Rust side binds 0.0.0.0, measured for smg 1.13.0)",
-               "recorded_on": datetime.date.today().isoformat(),
-               "recorded_with": "scripts/tools/record_router_prometheus_host.py", "releases": rows},
-              sys.stdout, indent=1)
+    rows = [
+        record(package, version, args.wheels)
+        for package, version in sorted(MEASURED, key=lambda pv: (pv[0], version_tuple(pv[1])))
+    ]
+    json.dump(
+        {
+            "what": "--prometheus-port / --prometheus-host in each measured router release's own argument "
+            "definitions (default None: the Rust side binds 0.0.0.0, measured for smg 1.13.0)",
+            "recorded_on": datetime.date.today().isoformat(),
+            "recorded_with": "scripts/tools/record_router_prometheus_host.py",
+            "releases": rows,
+        },
+        sys.stdout,
+        indent=1,
+    )
     sys.stdout.write("\n")
     return 0
 

@@ -28,17 +28,30 @@ SERVER_ARGS = "sglang/srt/server_args.py"
 
 def router_facts(release: RouterRelease) -> dict:
     python = install(release)
-    text = subprocess.run([str(python), "-m", release.module, "--help"], capture_output=True, text=True,
-                          env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"}).stdout
+    text = subprocess.run(
+        [str(python), "-m", release.module, "--help"],
+        capture_output=True,
+        text=True,
+        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
+    ).stdout
     policy = re.search(r"--policy \{([a-z_,]+)\}", text)
     # defaults from the release's own parser with no arguments (RouterArgs)
-    code = ("import json, sys\nfrom {mod} import parse_router_args\na = parse_router_args([])\n"
-            "print(json.dumps({{k: getattr(a, k, None) for k in ('policy', 'cache_threshold', "
-            "'balance_abs_threshold', 'balance_rel_threshold')}}))").format(mod=release.module)
-    parsed = json.loads(subprocess.run([str(python), "-c", code], capture_output=True, text=True,
-                                       check=True).stdout.strip().splitlines()[-1])
-    return {"spec": release.spec, "module": release.module, "policies": policy.group(1).split(",") if policy else [],
-            "defaults": parsed}
+    code = (
+        "import json, sys\nfrom {mod} import parse_router_args\na = parse_router_args([])\n"
+        "print(json.dumps({{k: getattr(a, k, None) for k in ('policy', 'cache_threshold', "
+        "'balance_abs_threshold', 'balance_rel_threshold')}}))"
+    ).format(mod=release.module)
+    parsed = json.loads(
+        subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    return {
+        "spec": release.spec,
+        "module": release.module,
+        "policies": policy.group(1).split(",") if policy else [],
+        "defaults": parsed,
+    }
 
 
 def sglang_facts(version: str) -> dict:
@@ -51,17 +64,26 @@ def sglang_facts(version: str) -> dict:
         line = next(i for i, text in enumerate(collector, 1) if f'name="{name}"' in text)
         metrics[name] = {"file": COLLECTOR, "line": line}
     flag = next(i for i, text in enumerate(server_args, 1) if text.strip().startswith("enable_metrics:"))
-    return {"version": version, "wheel": wheel.name, "metrics": metrics,
-            "enable_metrics": {"file": SERVER_ARGS, "line": flag,
-                               "fact": "metrics are exported on /metrics only with --enable-metrics (default off)"},
-            "cached_tokens_labels": "sglang:cached_tokens_total carries a cache_source label (device, host, "
-                                    "storage_<backend>, or total)"}
+    return {
+        "version": version,
+        "wheel": wheel.name,
+        "metrics": metrics,
+        "enable_metrics": {
+            "file": SERVER_ARGS,
+            "line": flag,
+            "fact": "metrics are exported on /metrics only with --enable-metrics (default off)",
+        },
+        "cached_tokens_labels": "sglang:cached_tokens_total carries a cache_source label (device, host, "
+        "storage_<backend>, or total)",
+    }
 
 
 def main() -> int:
     table = pins()
-    routers = [router_facts(RouterRelease(table[f"{p}_PACKAGE"], table[f"{p}_VERSION"]))
-               for p in ("ROUTER_PASSTHROUGH", "ROUTER_PATCHED", "ROUTER_STOCK")]
+    routers = [
+        router_facts(RouterRelease(table[f"{p}_PACKAGE"], table[f"{p}_VERSION"]))
+        for p in ("ROUTER_PASSTHROUGH", "ROUTER_PATCHED", "ROUTER_STOCK")
+    ]
     json.dump({"routers": routers, "sglang": sglang_facts(table["SGLANG_VERSION"])}, sys.stdout, indent=2)
     print()
     return 0

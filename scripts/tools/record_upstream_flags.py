@@ -23,8 +23,17 @@ import sys
 
 
 def argparse_arity(action: argparse.Action) -> str:
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction,
-                           argparse._CountAction, argparse._HelpAction, argparse._VersionAction)):
+    if isinstance(
+        action,
+        (
+            argparse._StoreTrueAction,
+            argparse._StoreFalseAction,
+            argparse._StoreConstAction,
+            argparse._CountAction,
+            argparse._HelpAction,
+            argparse._VersionAction,
+        ),
+    ):
         return "none"
     nargs = action.nargs
     if nargs is None or nargs == 1:
@@ -43,8 +52,14 @@ def record_slime() -> dict:
     sglang_phase = add_sglang_arguments(argparse.ArgumentParser(allow_abbrev=False))
     flags = {}
     for source in (parser, sglang_phase):
-        flags.update({opt: argparse_arity(a) for a in source._actions for opt in a.option_strings
-                      if opt.startswith("--") and opt != "--help"})
+        flags.update(
+            {
+                opt: argparse_arity(a)
+                for a in source._actions
+                for opt in a.option_strings
+                if opt.startswith("--") and opt != "--help"
+            }
+        )
     for opt in re.findall(r'add_argument\(\s*"(--[a-z0-9-]+)"', inspect.getsource(slime_args._pre_parse_mode)):
         flags.setdefault(opt, "one")
     return {"recorded_on": datetime.date.today().isoformat(), "flags": dict(sorted(flags.items()))}
@@ -59,13 +74,22 @@ def record_ray() -> dict:
         out = {}
         for param in command.params:
             if isinstance(param, click.Option):
-                arity = "none" if param.is_flag or param.count else ("one" if param.nargs == 1 else f"exactly_{param.nargs}")
+                arity = (
+                    "none"
+                    if param.is_flag or param.count
+                    else ("one" if param.nargs == 1 else f"exactly_{param.nargs}")
+                )
                 out.update({opt: arity for opt in param.opts + param.secondary_opts if opt.startswith("--")})
         return dict(sorted(out.items()))
 
-    return {"ray_version": ray.__version__, "recorded_on": datetime.date.today().isoformat(),
-            "commands": {"ray start": options(cli.commands["start"]),
-                         "ray job submit": options(cli.commands["job"].commands["submit"])}}
+    return {
+        "ray_version": ray.__version__,
+        "recorded_on": datetime.date.today().isoformat(),
+        "commands": {
+            "ray start": options(cli.commands["start"]),
+            "ray job submit": options(cli.commands["job"].commands["submit"]),
+        },
+    }
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from conftest import FAULT_EXIT_CODES, FAULT_WARNINGS
 from polarstack.cli import main
 from polarstack.errors import ExitCode
-from conftest import FAULT_EXIT_CODES, FAULT_WARNINGS
 
 
 def run(capsys, *argv):

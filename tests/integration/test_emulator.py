@@ -10,8 +10,12 @@ from polarstack import sglang_protocol
 
 pytestmark = pytest.mark.emulator
 
-CHAT = {"model": "Qwen2.5-7B-Instruct", "messages": [{"role": "user", "content": "Say hi in 5 words"}],
-        "max_tokens": 12, "logprobs": True}
+CHAT = {
+    "model": "Qwen2.5-7B-Instruct",
+    "messages": [{"role": "user", "content": "Say hi in 5 words"}],
+    "max_tokens": 12,
+    "logprobs": True,
+}
 
 
 def post(engine, path, body, **kw):
@@ -39,8 +43,12 @@ def test_flags_rejected_with_streaming_like_sglang(engine, flag):
 
 
 def test_streaming_without_flags_works(engine):
-    with httpx.stream("POST", engine.url + "/v1/chat/completions", json=dict(CHAT, stream=True,
-                      stream_options={"include_usage": True}), timeout=10) as reply:
+    with httpx.stream(
+        "POST",
+        engine.url + "/v1/chat/completions",
+        json=dict(CHAT, stream=True, stream_options={"include_usage": True}),
+        timeout=10,
+    ) as reply:
         lines = [line for line in reply.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
     chunks = [json.loads(line[6:]) for line in lines[:-1]]
@@ -51,9 +59,15 @@ def test_streaming_without_flags_works(engine):
 def test_validation_errors_are_sglang_400s(engine):
     reply = post(engine, "/v1/chat/completions", dict(CHAT, max_tokens="many"))
     assert reply.status_code == 400 and reply.json()["object"] == "error"
-    assert post(engine, "/v1/chat/completions", dict(CHAT, messages=[])).json()["message"] == "Messages cannot be empty."
-    reply = httpx.post(engine.url + "/v1/chat/completions", content=json.dumps(CHAT),
-                       headers={"Content-Type": "text/plain"}, timeout=10)
+    assert (
+        post(engine, "/v1/chat/completions", dict(CHAT, messages=[])).json()["message"] == "Messages cannot be empty."
+    )
+    reply = httpx.post(
+        engine.url + "/v1/chat/completions",
+        content=json.dumps(CHAT),
+        headers={"Content-Type": "text/plain"},
+        timeout=10,
+    )
     assert reply.status_code == 400 and "Unsupported Media Type" in reply.text
 
 
@@ -77,8 +91,10 @@ def test_deterministic_for_a_seed(engine, engine_factory):
 def test_multi_turn_prompt_extends_previous_turn(engine):
     flags = {"return_prompt_token_ids": True, "return_meta_info": True}
     one = post(engine, "/v1/chat/completions", dict(CHAT, **flags)).json()
-    messages = CHAT["messages"] + [{"role": "assistant", "content": one["choices"][0]["message"]["content"]},
-                                   {"role": "user", "content": "And again"}]
+    messages = CHAT["messages"] + [
+        {"role": "assistant", "content": one["choices"][0]["message"]["content"]},
+        {"role": "user", "content": "And again"},
+    ]
     two = post(engine, "/v1/chat/completions", dict(CHAT, messages=messages, **flags)).json()
     p1, p2 = one["choices"][0]["prompt_token_ids"], two["choices"][0]["prompt_token_ids"]
     assert len(p2) > len(p1) and p2[: len(p1)] == p1
@@ -86,7 +102,9 @@ def test_multi_turn_prompt_extends_previous_turn(engine):
 
 
 def test_generate_keeps_meta_info(engine):
-    out = post(engine, "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 4}, "return_logprob": True}).json()
+    out = post(
+        engine, "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 4}, "return_logprob": True}
+    ).json()
     assert len(out["output_ids"]) == 4
     assert [e[1] for e in out["meta_info"]["output_token_logprobs"]] == out["output_ids"]
     bad = post(engine, "/generate", {"sampling_params": {}})
@@ -118,8 +136,12 @@ def test_every_emulated_route_exists_in_the_pinned_sglang(engine):
 
     real = set(sglang_protocol.http_routes())
     app = create_app(EngineState(model="m", seed=0))
-    served = {(method, route.path) for route in app.routes for method in getattr(route, "methods", set())
-              if not route.path.startswith("/_emulator/") and method != "HEAD"}
+    served = {
+        (method, route.path)
+        for route in app.routes
+        for method in getattr(route, "methods", set())
+        if not route.path.startswith("/_emulator/") and method != "HEAD"
+    }
     assert served, "the emulator serves routes"
     assert served <= real, f"routes sglang does not have: {sorted(served - real)}"
 
@@ -135,13 +157,22 @@ def test_a_nan_logprob_goes_on_the_wire_as_sglang_writes_it():
 
     @app.post("/v1/chat/completions")
     async def chat():
-        logprobs = proto.ChoiceLogprobs(content=[proto.ChatCompletionTokenLogprob(
-            token="a", bytes=[97], logprob=float("nan"), top_logprobs=[])])
+        logprobs = proto.ChoiceLogprobs(
+            content=[proto.ChatCompletionTokenLogprob(token="a", bytes=[97], logprob=float("nan"), top_logprobs=[])]
+        )
         choice = proto.ChatCompletionResponseChoice(
-            index=0, message=proto.ChatMessage(role="assistant", content="a"), logprobs=logprobs, finish_reason="stop",
-            meta_info={"output_token_logprobs": [[float("nan"), 5, None]]})
-        return proto.ChatCompletionResponse(id="x", model="m", choices=[choice],
-                                            usage=proto.UsageInfo(prompt_tokens=1, completion_tokens=1, total_tokens=2))
+            index=0,
+            message=proto.ChatMessage(role="assistant", content="a"),
+            logprobs=logprobs,
+            finish_reason="stop",
+            meta_info={"output_token_logprobs": [[float("nan"), 5, None]]},
+        )
+        return proto.ChatCompletionResponse(
+            id="x",
+            model="m",
+            choices=[choice],
+            usage=proto.UsageInfo(prompt_tokens=1, completion_tokens=1, total_tokens=2),
+        )
 
     body = TestClient(app).post("/v1/chat/completions").content
     assert b"NaN" not in body and b'"logprob":null' in body and b"[null,5,null]" in body
@@ -151,6 +182,9 @@ def test_a_nan_logprob_goes_on_the_wire_as_sglang_writes_it():
 def test_nan_faults_null_like_sglang_or_a_labelled_literal(engine_factory, mode, literal):
     engine = engine_factory()
     engine.fault(mode)
-    body = post(engine, "/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-                                                  "logprobs": True, "return_meta_info": True}).content
+    body = post(
+        engine,
+        "/v1/chat/completions",
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "logprobs": True, "return_meta_info": True},
+    ).content
     assert (b"NaN" in body) is literal and (b"[null," in body) is not literal

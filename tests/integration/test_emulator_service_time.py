@@ -15,8 +15,9 @@ pytestmark = pytest.mark.emulator
 
 def _body(text: str, words: int = 0) -> dict:
     content = text + (" " + " ".join(["alpha"] * words) if words else "")
-    return contract.prepare_request({"model": "Qwen2.5-7B-Instruct", "max_tokens": 4,
-                                     "messages": [{"role": "user", "content": content}]})
+    return contract.prepare_request(
+        {"model": "Qwen2.5-7B-Instruct", "max_tokens": 4, "messages": [{"role": "user", "content": content}]}
+    )
 
 
 def _post(url: str, body: dict) -> float:
@@ -56,13 +57,12 @@ def test_prefill_time_follows_uncached_tokens_and_queues(engine_factory):
     assert miss >= first["service_seconds"]
 
 
-
 def test_prefill_queues_one_request_at_a_time():
     from polarstack.emulator import EngineState, service_time
 
     state = EngineState(model="m", seed=0, prefill_us_per_token=1000, decode_us_per_token=10)
-    first = service_time(state, 500, 4)    # 0.5 s prefill + 40 us decode
-    second = service_time(state, 500, 4)   # waits for the first prefill, then its own
+    first = service_time(state, 500, 4)  # 0.5 s prefill + 40 us decode
+    second = service_time(state, 500, 4)  # waits for the first prefill, then its own
     assert first == pytest.approx(0.50004, abs=0.01) and second == pytest.approx(1.00004, abs=0.01)
     assert service_time(EngineState(model="m", seed=0), 10**6, 10**6) == 0.0  # off by default
 

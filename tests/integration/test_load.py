@@ -30,11 +30,19 @@ def test_patched_router_under_sustained_load(engine_factory, router_factory):
     async def run() -> list[dict]:
         limits = httpx.Limits(max_connections=CLIENTS)
         async with httpx.AsyncClient(timeout=30, limits=limits) as http:
+
             async def client(index: int) -> list[dict]:
                 out = []
                 for turn in range(PER_CLIENT):
-                    body = contract.prepare_request({"model": "Qwen2.5-7B-Instruct", "max_tokens": 12, "messages": [
-                        {"role": "user", "content": f"client {index} request {turn}: write a sorting function"}]})
+                    body = contract.prepare_request(
+                        {
+                            "model": "Qwen2.5-7B-Instruct",
+                            "max_tokens": 12,
+                            "messages": [
+                                {"role": "user", "content": f"client {index} request {turn}: write a sorting function"}
+                            ],
+                        }
+                    )
                     reply = await http.post(f"{router.url}/v1/chat/completions", json=body)
                     out.append({"status": reply.status_code, "body": reply.json() if reply.is_success else None})
                 return out

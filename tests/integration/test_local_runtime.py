@@ -71,10 +71,13 @@ def test_demo_profiles_behave_as_documented(capsys):
     assert stock["fields_missing"] == ["return_prompt_token_ids", "return_meta_info"]
 
 
-@pytest.mark.parametrize("profile,code,needle", [
-    ("stock-router", ExitCode.GATE, "refusing to launch humaneval on stock-router: zero trainable tokens"),
-    ("engine-direct", ExitCode.ENVIRONMENT, "the gate passed, but training needs the GPU stack"),
-])
+@pytest.mark.parametrize(
+    "profile,code,needle",
+    [
+        ("stock-router", ExitCode.GATE, "refusing to launch humaneval on stock-router: zero trainable tokens"),
+        ("engine-direct", ExitCode.ENVIRONMENT, "the gate passed, but training needs the GPU stack"),
+    ],
+)
 def test_train_is_gated_by_the_smoke(run_dir, capsys, profile, code, needle):
     assert main(["up", "--profile", profile]) == 0
     capsys.readouterr()

@@ -13,8 +13,20 @@ pytestmark = pytest.mark.router
 
 def test_matrix_over_three_releases(tmp_path, capsys):
     out_json, out_md = tmp_path / "m.json", tmp_path / "m.md"
-    code = main(["routers", "matrix", "--releases", "sglang-router==0.1.4", "sglang-router==0.3.2", "smg==1.13.0",
-                 "--json", str(out_json), "--markdown", str(out_md)])
+    code = main(
+        [
+            "routers",
+            "matrix",
+            "--releases",
+            "sglang-router==0.1.4",
+            "sglang-router==0.3.2",
+            "smg==1.13.0",
+            "--json",
+            str(out_json),
+            "--markdown",
+            str(out_md),
+        ]
+    )
     assert code == 0
     rows = {r["release"]: r for r in json.loads(out_json.read_text())["rows"]}
     assert [r.get("note") for r in rows.values()] == [None, None, None]
@@ -34,7 +46,8 @@ def test_matrix_over_three_releases(tmp_path, capsys):
 
 def test_uninstallable_release_is_a_row(tmp_path, capsys):
     out_json = tmp_path / "m.json"
-    assert main(["routers", "matrix", "--releases", "smg==0.0.0", "--json", str(out_json),
-                 "--latency-requests", "1"]) == 0
+    assert (
+        main(["routers", "matrix", "--releases", "smg==0.0.0", "--json", str(out_json), "--latency-requests", "1"]) == 0
+    )
     row = json.loads(out_json.read_text())["rows"][0]
     assert row["installs"] is False and "could not install smg==0.0.0" in row["note"]

@@ -15,15 +15,15 @@ pytestmark = pytest.mark.unit
 STANDIN = {
     "polar/__init__.py": "",
     "polar/gateway/__init__.py": "",
-    "polar/gateway/engine.py": textwrap.dedent('''
+    "polar/gateway/engine.py": textwrap.dedent("""
         class _SGLang:
             name = "sglang"
 
         def get_engine(name):
             assert name == "sglang"
             return _SGLang()
-    '''),
-    "polar/gateway/proxy.py": textwrap.dedent('''
+    """),
+    "polar/gateway/proxy.py": textwrap.dedent("""
         import httpx
 
         class InferenceClient:
@@ -56,7 +56,7 @@ STANDIN = {
             async def close(self):
                 if self._client is not None:
                     await self._client.aclose()
-    '''),
+    """),
 }
 
 
@@ -74,7 +74,7 @@ def run_python(code: str, standin, discovery: str) -> subprocess.CompletedProces
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
 
 
-PROBE = textwrap.dedent('''
+PROBE = textwrap.dedent("""
     import asyncio, polarstack.polar_switch as s
     s.install_hook()
     from polar.gateway.proxy import InferenceClient
@@ -82,7 +82,7 @@ PROBE = textwrap.dedent('''
         async def get(self, path):
             raise AssertionError("discovery must not run when it is off")
     print(asyncio.run(InferenceClient("http://r", None)._regular_worker_urls(FakeClient())))
-''')
+""")
 
 
 def test_switch_off_patches_at_import(standin):
@@ -99,7 +99,8 @@ def test_switch_on_leaves_polar_untouched(standin):
 def test_switch_applies_to_an_already_imported_module(standin):
     code = PROBE.replace("s.install_hook()\n", "").replace(
         "from polar.gateway.proxy import InferenceClient\n",
-        "from polar.gateway.proxy import InferenceClient\ns.install_hook()\n")
+        "from polar.gateway.proxy import InferenceClient\ns.install_hook()\n",
+    )
     assert run_python(code, standin, "off").stdout.strip() == "()"
 
 

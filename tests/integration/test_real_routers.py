@@ -14,8 +14,9 @@ from polarstack.pins import pin
 pytestmark = pytest.mark.router
 
 # The releases the profiles pin (configs/pins.env), so these tests follow a pin change.
-PASSTHROUGH, PATCHED, STOCK = (f"{pin(k + '_PACKAGE')}=={pin(k + '_VERSION')}"
-                               for k in ("ROUTER_PASSTHROUGH", "ROUTER_PATCHED", "ROUTER_STOCK"))
+PASSTHROUGH, PATCHED, STOCK = (
+    f"{pin(k + '_PACKAGE')}=={pin(k + '_VERSION')}" for k in ("ROUTER_PASSTHROUGH", "ROUTER_PATCHED", "ROUTER_STOCK")
+)
 
 
 def smoke(capsys, url, *extra):

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.emulator
 
 
 def polar_config(tmp_path, tokenizer):
-    template = {"builder": {"strategy": "prefix_merging",
-                            "config": {"tokenizer_name_or_path": tokenizer} if tokenizer else {}}}
+    template = {
+        "builder": {"strategy": "prefix_merging", "config": {"tokenizer_name_or_path": tokenizer} if tokenizer else {}}
+    }
     path = tmp_path / "polar_config.yaml"
     path.write_text(yaml.safe_dump({"polar_task_template": template}))
     return str(path)
@@ -56,7 +57,9 @@ def test_retokenized_only_is_refused_with_the_risk_and_measured_drift(engine_fac
     assert code == ExitCode.RETOKENIZED and report["polar_verdict"] == "retokenized"
     assert "re-tokenizes" in err and "--allow-retokenized" in err and len(err.strip().splitlines()) == 1
     drift = report["retokenization"]["drift"]
-    assert drift["responses"] == 5 and drift["sampled_tokens"] > 0  # 4 plain requests + the tool request and drift["engine_urls"] == [keeping.url]
+    assert (
+        drift["responses"] == 5 and drift["sampled_tokens"] > 0
+    )  # 4 plain requests + the tool request and drift["engine_urls"] == [keeping.url]
     assert "measured drift" in err
     code = main(["smoke", "--base-url", dropping.url, "--json", "--polar-config", config, "--allow-retokenized"])
     report = json.loads(capsys.readouterr().out)

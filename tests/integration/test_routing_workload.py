@@ -94,7 +94,7 @@ def test_local_runtime_launches_the_profile_router_args_and_engine_service_time(
         local.down(directory=tmp_path / "run")
     by_role = {p["role"]: p["cmd"] for p in state["processes"]}
     router_args = profiles.load("patched-router").router_args
-    assert by_role["router"][-len(router_args):] == router_args
+    assert by_role["router"][-len(router_args) :] == router_args
     for role in ("engine-0", "engine-1"):
         assert by_role[role][-2:] == ["--prefill-us-per-token", "100.0"]
 
@@ -112,15 +112,23 @@ def test_recorded_routing_facts_are_current_and_match_the_catalog():
     from polarstack.routing_bench import DEFAULT_POLICY
 
     root = repo_root()
-    fresh = subprocess.run([sys.executable, str(root / "scripts/tools/record_routing_facts.py")], capture_output=True,
-                           text=True, check=True, cwd=root)
+    fresh = subprocess.run(
+        [sys.executable, str(root / "scripts/tools/record_routing_facts.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root,
+    )
     recorded = json.loads((root / "configs/upstream/routing-facts.json").read_text())
     assert json.loads(fresh.stdout) == recorded
     for router in recorded["routers"]:
         assert RouterRelease.parse(router["spec"]).policies == tuple(router["policies"])
         assert router["defaults"]["policy"] == DEFAULT_POLICY
-    assert set(recorded["sglang"]["metrics"]) == {"sglang:prompt_tokens_total", "sglang:cached_tokens_total",
-                                                  "sglang:cache_hit_rate"}
+    assert set(recorded["sglang"]["metrics"]) == {
+        "sglang:prompt_tokens_total",
+        "sglang:cached_tokens_total",
+        "sglang:cache_hit_rate",
+    }
 
 
 @pytest.mark.unit

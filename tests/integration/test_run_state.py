@@ -38,8 +38,13 @@ def _env(run_dir: Path, **extra: str) -> dict[str, str]:
 
 
 def _cli(args: list[str], run_dir: Path, timeout: float = 60, **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "polarstack", *args], capture_output=True, text=True,
-                          env=_env(run_dir, **extra), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "polarstack", *args],
+        capture_output=True,
+        text=True,
+        env=_env(run_dir, **extra),
+        timeout=timeout,
+    )
 
 
 def _alive(pid: int, started: int | None) -> bool:
@@ -108,8 +113,9 @@ def test_smoke_against_a_dripping_server_ends_within_its_timeout(tmp_path):
     server = DrippingServer()
     try:
         started = time.monotonic()
-        proc = _cli(["smoke", "--base-url", f"http://127.0.0.1:{server.port}", "--timeout", "2", "--json"],
-                    tmp_path, timeout=30)
+        proc = _cli(
+            ["smoke", "--base-url", f"http://127.0.0.1:{server.port}", "--timeout", "2", "--json"], tmp_path, timeout=30
+        )
         elapsed = time.monotonic() - started
     finally:
         server.close()
@@ -123,9 +129,17 @@ def test_train_gate_against_a_dripping_server_ends_within_its_deadline(tmp_path,
     """`make train`'s gate (the smoke with its default 10 s per request) refuses instead of waiting forever."""
     server = DrippingServer()
     me = os.getpid()  # a live, owned process for the recorded state: this test's own
-    (tmp_path / "state.json").write_text(json.dumps({
-        "profile": "engine-direct", "runtime": "local", "route": "base", "base_url": f"http://127.0.0.1:{server.port}",
-        "processes": [{"role": "engine-0", "pid": me, "start_time": start_time(me), "port": server.port}]}))
+    (tmp_path / "state.json").write_text(
+        json.dumps(
+            {
+                "profile": "engine-direct",
+                "runtime": "local",
+                "route": "base",
+                "base_url": f"http://127.0.0.1:{server.port}",
+                "processes": [{"role": "engine-0", "pid": me, "start_time": start_time(me), "port": server.port}],
+            }
+        )
+    )
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path))
     started = time.monotonic()
     try:
@@ -154,8 +168,12 @@ def test_smoke_refuses_when_the_local_stack_died(tmp_path, survivors, monkeypatc
 
 @pytest.mark.emulator
 def test_half_written_state_refuses_with_state_and_down_stops_the_orphan(tmp_path, survivors, monkeypatch, capsys):
-    up = subprocess.Popen([sys.executable, "-m", "polarstack", "up", "--profile", "engine-direct"],
-                          env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "polarstack", "up", "--profile", "engine-direct"],
+        env=_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     state_path = tmp_path / "state.json"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not _recorded(state_path):
@@ -166,8 +184,11 @@ def test_half_written_state_refuses_with_state_and_down_stops_the_orphan(tmp_pat
     survivors.extend(recorded)
     assert recorded and "base_url" not in json.loads(state_path.read_text()), "up finished before it was killed"
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path))
-    for args in (["smoke", "--profile", "engine-direct", "--runtime", "auto"], ["smoke", "--runtime", "local"],
-                 ["train", "--task", "humaneval", "--dry-run"]):
+    for args in (
+        ["smoke", "--profile", "engine-direct", "--runtime", "auto"],
+        ["smoke", "--runtime", "local"],
+        ["train", "--task", "humaneval", "--dry-run"],
+    ):
         assert main(args) == ExitCode.STATE, args
         assert "never finished" in capsys.readouterr().err
     assert main(["down"]) == 0
@@ -177,8 +198,13 @@ def test_half_written_state_refuses_with_state_and_down_stops_the_orphan(tmp_pat
 @pytest.mark.emulator
 def test_up_terminated_half_way_stops_what_it_started(tmp_path, survivors):
     """SIGTERM (kill, timeout) during `up`: it stops its processes and leaves no state behind."""
-    up = subprocess.Popen([sys.executable, "-m", "polarstack", "up", "--profile", "engine-direct"],
-                          env=_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "polarstack", "up", "--profile", "engine-direct"],
+        env=_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     state_path = tmp_path / "state.json"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not _recorded(state_path):
@@ -197,9 +223,13 @@ def test_up_terminated_half_way_stops_what_it_started(tmp_path, survivors):
 def test_second_ctrl_c_during_demo_teardown_orphans_nothing(tmp_path, survivors):
     run_dir, tmp = tmp_path / "run", tmp_path / "tmp"
     tmp.mkdir()
-    demo = subprocess.Popen([sys.executable, "-m", "polarstack", "demo", "--profiles", "patched-router"],
-                            env=_env(run_dir, TMPDIR=str(tmp)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "polarstack", "demo", "--profiles", "patched-router"],
+        env=_env(run_dir, TMPDIR=str(tmp)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
     def states() -> list[Path]:  # where this code keeps the demo's state, and where older code did (a temp dir)
         return [*run_dir.glob("demo/*/state.json"), *tmp.glob("polarstack-demo-*/*/state.json")]

@@ -25,8 +25,12 @@ pytestmark = pytest.mark.emulator
 
 
 def chat(url: str, **extra) -> dict:
-    body = {"model": "Qwen2.5-7B-Instruct", "max_tokens": 64,
-            "messages": [{"role": "user", "content": "write add(a, b) to solution.py"}], **extra}
+    body = {
+        "model": "Qwen2.5-7B-Instruct",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "write add(a, b) to solution.py"}],
+        **extra,
+    }
     reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=10)
     reply.raise_for_status()
     return reply.json()["choices"][0]
@@ -36,7 +40,10 @@ def chat(url: str, **extra) -> dict:
 def engines():
     from polarstack.processes import start_emulator, stop_pid
 
-    with_parser, without = start_emulator(seed=1, tool_call_parser="qwen"), start_emulator(seed=1, tool_call_parser=None)
+    with_parser, without = (
+        start_emulator(seed=1, tool_call_parser="qwen"),
+        start_emulator(seed=1, tool_call_parser=None),
+    )
     yield f"http://127.0.0.1:{with_parser[1]}", f"http://127.0.0.1:{without[1]}"
     for process, _ in (with_parser, without):
         stop_pid(process.pid, process)
@@ -86,7 +93,9 @@ def test_parser_choices_come_from_the_pinned_wheel():
 
 
 def test_verify_offline_meaning_refuses_engines_without_a_parser():
-    assert meaning.tool_parser_problems({"engine-0": ["--port", "1", "--tool-call-parser", "qwen"]}, "claude_code") == []
+    assert (
+        meaning.tool_parser_problems({"engine-0": ["--port", "1", "--tool-call-parser", "qwen"]}, "claude_code") == []
+    )
     missing = meaning.tool_parser_problems({"engine-0": ["--port", "1"]}, "claude_code")
     assert missing and "engine-0 runs without --tool-call-parser" in missing[0]
     wrong = meaning.tool_parser_problems({"engine-0": ["--tool-call-parser=qwen9"]}, "claude_code")
@@ -198,8 +207,15 @@ def test_behind_a_dropping_path_polar_cannot_retokenize_the_tool_request(engine_
     engine = engine_factory()
     engine.fault("no_extensions")
     config = tmp_path / "polar_config.yaml"
-    config.write_text(yaml.safe_dump({"polar_task_template": {"builder": {
-        "strategy": "prefix_merging", "config": {"tokenizer_name_or_path": EMULATOR_TOKENIZER}}}}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "polar_task_template": {
+                    "builder": {"strategy": "prefix_merging", "config": {"tokenizer_name_or_path": EMULATOR_TOKENIZER}}
+                }
+            }
+        )
+    )
     code = main(["smoke", "--base-url", engine.url, "--json", "--polar-config", str(config), "--allow-retokenized"])
     out, err = capsys.readouterr()
     assert code == ExitCode.TOKENS_MISSING, err

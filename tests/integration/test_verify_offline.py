@@ -23,8 +23,15 @@ def test_the_stack_as_committed_passes(capsys):
     report = json.loads(capsys.readouterr().out)
     assert code == 0, [c for c in report["checks"] if not c["ok"]]
     names = " ".join(c["name"] for c in report["checks"])
-    for expected in ("sglang.launch_server", "smg.launch_router", "sglang_router.launch_router", "ray start",
-                     "train_async.py", "names every pin", "recorded upstream options match the pins"):
+    for expected in (
+        "sglang.launch_server",
+        "smg.launch_router",
+        "sglang_router.launch_router",
+        "ray start",
+        "train_async.py",
+        "names every pin",
+        "recorded upstream options match the pins",
+    ):
         assert expected in names
 
 
@@ -44,9 +51,12 @@ def test_value_missing_for_an_engine_flag(monkeypatch, capsys):
 
 def test_router_flag_the_release_does_not_know():
     old = RouterRelease.parse("sglang-router==0.1.4")
-    problems = flags.router_check(old, ["--host", "127.0.0.1", "--port", "30080", "--prometheus-port", "30081"],
-                                  command="test")
-    assert problems and "--prometheus-port" in problems[0].sentence() and "sglang-router==0.1.4" in problems[0].sentence()
+    problems = flags.router_check(
+        old, ["--host", "127.0.0.1", "--port", "30080", "--prometheus-port", "30081"], command="test"
+    )
+    assert (
+        problems and "--prometheus-port" in problems[0].sentence() and "sglang-router==0.1.4" in problems[0].sentence()
+    )
 
 
 def test_slime_silently_ignores_dynamic_history_and_the_check_says_so():
@@ -77,8 +87,11 @@ def test_pin_to_a_release_that_does_not_exist_fails_naming_it(copied_root, capsy
     assert main(["verify-offline", "--json"]) == ExitCode.USAGE
     out, err = capsys.readouterr()
     failed = [c for c in json.loads(out)["checks"] if not c["ok"]]
-    assert any("sglang-router==0.0.99" in p and "does not resolve on the package index" in p
-               for c in failed for p in c["problems"]), failed
+    assert any(
+        "sglang-router==0.0.99" in p and "does not resolve on the package index" in p
+        for c in failed
+        for p in c["problems"]
+    ), failed
     assert "0.0.99" in err
 
 
@@ -90,7 +103,10 @@ def test_recorded_tables_must_follow_the_pins(copied_root, capsys):
     pins.pins.cache_clear()
     assert main(["verify-offline", "--skip-downloads", "--json"]) == ExitCode.USAGE
     problems = [p for c in json.loads(capsys.readouterr().out)["checks"] for p in c["problems"]]
-    assert f"configs/upstream/ray-flags.json was recorded for ray {current}, not RAY_VERSION=9.9.9; rerecord it" in problems
+    assert (
+        f"configs/upstream/ray-flags.json was recorded for ray {current}, not RAY_VERSION=9.9.9; rerecord it"
+        in problems
+    )
     assert "images/README.md does not name RAY_VERSION=9.9.9" in problems
 
 

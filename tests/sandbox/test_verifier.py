@@ -29,7 +29,7 @@ def test_all_164_canonical_solutions_pass(humaneval):
     assert len(humaneval) == 164
     started = time.monotonic()
     outcomes = verifier.verify_many([(p, p["canonical_solution"]) for p in humaneval])
-    failed = [p["task_id"] for p, o in zip(humaneval, outcomes) if not o.passed]
+    failed = [p["task_id"] for p, o in zip(humaneval, outcomes, strict=False) if not o.passed]
     assert failed == []
     assert all(o.reward == 1.0 for o in outcomes)
     print(f"164 canonical HumanEval solutions verified in {time.monotonic() - started:.1f} s")
@@ -68,9 +68,11 @@ def test_cpu_rlimit_stops_a_busy_program():
 
 
 def test_parallel_runs_do_not_interfere():
-    program = ("import os, time\nopen('shared.txt', 'w').write('{n}')\ntime.sleep(0.3)\n"
-               "assert open('shared.txt').read() == '{n}'\nassert os.listdir('.') == ['program.py', 'shared.txt'] or "
-               "sorted(os.listdir('.')) == ['program.py', 'shared.txt']\n")
+    program = (
+        "import os, time\nopen('shared.txt', 'w').write('{n}')\ntime.sleep(0.3)\n"
+        "assert open('shared.txt').read() == '{n}'\nassert os.listdir('.') == ['program.py', 'shared.txt'] or "
+        "sorted(os.listdir('.')) == ['program.py', 'shared.txt']\n"
+    )
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(8) as pool:
@@ -105,9 +107,13 @@ def test_standalone_file_prints_passed_or_failed(tmp_path, humaneval):
     (tmp_path / "bad.py").write_text(problem["prompt"] + "    return -1\n")
     script = bundle.write(tmp_path / "verifier.py")  # eval/verifier.py as tasks prepare writes it
     for solution, expected, code in (("good.py", "PASSED t", 0), ("bad.py", "FAILED t", 1)):
-        proc = subprocess.run([sys.executable, str(script), "--problem", "problem.json", "--solution", solution,
-                               "--name", "t"], capture_output=True, text=True, cwd=tmp_path,
-                              env={"PATH": "/usr/bin:/bin"})
+        proc = subprocess.run(
+            [sys.executable, str(script), "--problem", "problem.json", "--solution", solution, "--name", "t"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={"PATH": "/usr/bin:/bin"},
+        )
         assert proc.returncode == code and proc.stdout.startswith(expected), proc.stdout + proc.stderr
 
 

@@ -41,9 +41,19 @@ def _capless_reason() -> str | None:
         return "needs util-linux's setpriv to drop CAP_SYS_ADMIN"
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         return f"needs {SYSTEM_PYTHON}"
-    probe = subprocess.run(CAPLESS + [SYSTEM_PYTHON, "-I", "-S", "-c", "import ctypes, sys\n"
-                           "sys.exit(ctypes.CDLL(None, use_errno=True).unshare(0x10000000 | 0x40000000))"],
-                           env={}, capture_output=True, check=False)
+    probe = subprocess.run(
+        CAPLESS
+        + [
+            SYSTEM_PYTHON,
+            "-I",
+            "-S",
+            "-c",
+            "import ctypes, sys\nsys.exit(ctypes.CDLL(None, use_errno=True).unshare(0x10000000 | 0x40000000))",
+        ],
+        env={},
+        capture_output=True,
+        check=False,
+    )
     return None if probe.returncode == 0 else "user namespaces are not allowed to root without CAP_SYS_ADMIN here"
 
 
@@ -132,21 +142,33 @@ def capless_run(tmp_path_factory):
     listener.settimeout(0.5)
     port = listener.getsockname()[1]
     spec = {
-        "completions": {"correct": problem["canonical_solution"], "wrong": "    return None\n",
-                        "os_exit_hack": "    return None\nimport os\nos._exit(0)\n"},
+        "completions": {
+            "correct": problem["canonical_solution"],
+            "wrong": "    return None\n",
+            "os_exit_hack": "    return None\nimport os\nos._exit(0)\n",
+        },
         "programs": {
-            "network": (f"import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-                        "except OSError:\n    sys.exit(0)\nsys.exit('connected to the host loopback')\n"),
-            "tmp": (f"for path in {[str(p) for p in written]!r}:\n    open(path, 'w').write('x')\n"
-                    f"assert open({str(written[0])!r}).read() == 'x'\n"),
+            "network": (
+                f"import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+                "except OSError:\n    sys.exit(0)\nsys.exit('connected to the host loopback')\n"
+            ),
+            "tmp": (
+                f"for path in {[str(p) for p in written]!r}:\n    open(path, 'w').write('x')\n"
+                f"assert open({str(written[0])!r}).read() == 'x'\n"
+            ),
             "privileges": PRIVILEGES,
             "nproc": NPROC,
         },
     }
     try:
-        proc = subprocess.run(CAPLESS + [SYSTEM_PYTHON, "-I", "-c", DRIVER, json.dumps(spec)], cwd=folder,
-                              capture_output=True, text=True, timeout=240,
-                              env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(folder)})
+        proc = subprocess.run(
+            CAPLESS + [SYSTEM_PYTHON, "-I", "-c", DRIVER, json.dumps(spec)],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(folder)},
+        )
         try:
             listener.accept()[0].close()
             reached = True
@@ -226,8 +248,17 @@ def test_fails_closed_with_one_sentence(tmp_path, case):
     problem = next(p for p in tasks.load_humaneval() if p["task_id"] == "HumanEval/0")
     (tmp_path / "problem.json").write_text(json.dumps(dict(problem, kind="humaneval")))
     (tmp_path / "solution.py").write_text(problem["prompt"] + problem["canonical_solution"])
-    command = [SYSTEM_PYTHON, "-I", "verifier.py", "--problem", "problem.json", "--solution", "solution.py",
-               "--name", "t"]
+    command = [
+        SYSTEM_PYTHON,
+        "-I",
+        "verifier.py",
+        "--problem",
+        "problem.json",
+        "--solution",
+        "solution.py",
+        "--name",
+        "t",
+    ]
     if case == "user namespaces refused":
         command, expected = CAPLESS + [SYSTEM_PYTHON, "-I", "-c", DENY_UNSHARE] + command, "Operation not permitted"
     elif case == "no CAP_SETUID":
@@ -235,8 +266,9 @@ def test_fails_closed_with_one_sentence(tmp_path, case):
         command, expected = ["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", "--"] + command, "CAP_SETUID"
     else:
         command, expected = ["unshare", "--user", "--map-root-user", "--"] + command, "does not map the sandbox uids"
-    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}
+    )
     assert proc.returncode == 8, (proc.stdout, proc.stderr)
     assert proc.stdout.strip() == "FAILED t (not verified)"
     lines = proc.stderr.strip().splitlines()

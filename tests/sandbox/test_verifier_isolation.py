@@ -20,9 +20,9 @@ from types import SimpleNamespace
 import pytest
 
 from polarstack import tasks, verifier
-from polarstack.verifier import bundle
 from polarstack.cli import main as cli_main
 from polarstack.errors import ExitCode
+from polarstack.verifier import bundle
 
 pytestmark = pytest.mark.sandbox
 VERIFIER = bundle.write(Path(tempfile.mkdtemp(prefix="polarstack-verifier-")) / "verifier.py")  # as tasks writes it
@@ -50,8 +50,10 @@ def test_no_network_even_to_loopback():
     listener.listen(1)
     listener.settimeout(0.5)
     port = listener.getsockname()[1]
-    program = (f"import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-               "except OSError as exc:\n    print('refused:', exc, file=sys.stderr)\n    sys.exit(0)\nsys.exit(3)\n")
+    program = (
+        f"import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+        "except OSError as exc:\n    print('refused:', exc, file=sys.stderr)\n    sys.exit(0)\nsys.exit(3)\n"
+    )
     try:
         run = verifier.run_program(program, verifier.Limits(timeout=10))
         with pytest.raises(socket.timeout):
@@ -67,15 +69,17 @@ def test_private_tmp_and_nothing_of_the_hosts_files(open_dir):
     host_file.write_text("host data")
     host_file.chmod(0o644)
     written = [Path(d) / f"polarstack-{token}" for d in ("/tmp", "/var/tmp", "/dev/shm")]
-    program = ("import os, sys\n"
-               f"for path in {[str(p) for p in written]!r}:\n"
-               "    open(path, 'w').write('x')\n"  # must succeed: each is writable inside
-               f"for hidden in ({str(host_file)!r}, {str(REPO)!r}, '/root', '/home', '/run', '/sys'):\n"
-               "    if os.path.exists(hidden):\n        sys.exit('visible: ' + hidden)\n"
-               "try:\n    os.mkdir('/usr/polarstack-probe')\nexcept OSError:\n    pass\n"
-               "else:\n    sys.exit('/usr is writable')\n"
-               # a user namespace would give back the capabilities to leave the chroot (the kernel refuses it)
-               "import ctypes\nif ctypes.CDLL(None).unshare(0x10000000) == 0:\n    sys.exit('unshared a user namespace')\n")
+    program = (
+        "import os, sys\n"
+        f"for path in {[str(p) for p in written]!r}:\n"
+        "    open(path, 'w').write('x')\n"  # must succeed: each is writable inside
+        f"for hidden in ({str(host_file)!r}, {str(REPO)!r}, '/root', '/home', '/run', '/sys'):\n"
+        "    if os.path.exists(hidden):\n        sys.exit('visible: ' + hidden)\n"
+        "try:\n    os.mkdir('/usr/polarstack-probe')\nexcept OSError:\n    pass\n"
+        "else:\n    sys.exit('/usr is writable')\n"
+        # a user namespace would give back the capabilities to leave the chroot (the kernel refuses it)
+        "import ctypes\nif ctypes.CDLL(None).unshare(0x10000000) == 0:\n    sys.exit('unshared a user namespace')\n"
+    )
     run = verifier.run_program(program, verifier.Limits(timeout=10))
     assert run.returncode == 0, run
     assert [p for p in written if p.exists()] == []
@@ -91,13 +95,16 @@ def test_home_ssh_key_is_not_visible(open_dir, monkeypatch):
         path.chmod(0o755)
     key.chmod(0o644)  # readable by any uid: only the sandbox's own root can hide it
     monkeypatch.setenv("HOME", str(home))
-    program = (f"import sys\ntry:\n    open({str(key)!r}).read()\nexcept FileNotFoundError:\n    sys.exit(0)\n"
-               "except OSError as exc:\n    sys.exit('not hidden, only refused: %s' % exc)\nsys.exit('read the key')\n")
+    program = (
+        f"import sys\ntry:\n    open({str(key)!r}).read()\nexcept FileNotFoundError:\n    sys.exit(0)\n"
+        "except OSError as exc:\n    sys.exit('not hidden, only refused: %s' % exc)\nsys.exit('read the key')\n"
+    )
     run = verifier.run_program(program, verifier.Limits(timeout=10))
     assert run.returncode == 0, run
 
 
 # --- as an unprivileged user: user namespaces instead of a sandbox uid ------------------------------------
+
 
 def _unprivileged_userns() -> str | None:
     """Why the unprivileged-user case cannot run here, or None when it can."""
@@ -105,17 +112,36 @@ def _unprivileged_userns() -> str | None:
         return "needs root to start the verifier as the unprivileged user 65534"
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         return f"needs {SYSTEM_PYTHON}"
-    probe = subprocess.run([SYSTEM_PYTHON, "-I", "-S", "-c", "import ctypes, sys\n"
-                            "sys.exit(ctypes.CDLL(None, use_errno=True).unshare(0x10000000 | 0x40000000))"],
-                           user=65534, group=65534, extra_groups=[], env={}, capture_output=True, check=False)
+    probe = subprocess.run(
+        [
+            SYSTEM_PYTHON,
+            "-I",
+            "-S",
+            "-c",
+            "import ctypes, sys\nsys.exit(ctypes.CDLL(None, use_errno=True).unshare(0x10000000 | 0x40000000))",
+        ],
+        user=65534,
+        group=65534,
+        extra_groups=[],
+        env={},
+        capture_output=True,
+        check=False,
+    )
     return None if probe.returncode == 0 else "unprivileged user namespaces are not allowed on this kernel"
 
 
 # As root: a private mount namespace whose /proc has a file masked (as Docker masks /proc/kcore and others), then
 # the unprivileged user. The kernel refuses a new /proc to that user's namespace ("mount_too_revealing").
-MASKED_PROC = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-               'mount --bind /dev/null /proc/timer_list && exec setpriv --reuid 65534 --regid 65534 --clear-groups "$@"',
-               "sh"]
+MASKED_PROC = [
+    "unshare",
+    "--mount",
+    "--propagation",
+    "private",
+    "sh",
+    "-c",
+    'mount --bind /dev/null /proc/timer_list && exec setpriv --reuid 65534 --regid 65534 --clear-groups "$@"',
+    "sh",
+]
 
 
 @pytest.mark.parametrize("proc", ["own /proc", "masked /proc"])
@@ -134,27 +160,37 @@ def test_unprivileged_user_cannot_read_the_parents_environment_or_ssh_key(open_d
     key.chmod(0o600)
     for path in (home, home / ".ssh", key):
         os.chown(path, 65534, 65534)
-    probe = (f"import os, sys\nfound = []\n"
-             "for pid in os.listdir('/proc'):\n    for name in ('environ', 'cmdline'):\n        try:\n"
-             f"            if {token!r}.encode() in open('/proc/%s/%s' % (pid, name), 'rb').read():\n"
-             "                found.append(pid)\n        except OSError:\n            pass\n"
-             "if found:\n    sys.exit('read the parent environment of %s' % found)\n"
-             f"try:\n    open({str(key)!r}).read()\nexcept OSError:\n    pass\nelse:\n    sys.exit('read the key')\n"
-             f"if os.path.exists({str(open_dir)!r}):\n    sys.exit('sees the host file system')\n")
+    probe = (
+        f"import os, sys\nfound = []\n"
+        "for pid in os.listdir('/proc'):\n    for name in ('environ', 'cmdline'):\n        try:\n"
+        f"            if {token!r}.encode() in open('/proc/%s/%s' % (pid, name), 'rb').read():\n"
+        "                found.append(pid)\n        except OSError:\n            pass\n"
+        "if found:\n    sys.exit('read the parent environment of %s' % found)\n"
+        f"try:\n    open({str(key)!r}).read()\nexcept OSError:\n    pass\nelse:\n    sys.exit('read the key')\n"
+        f"if os.path.exists({str(open_dir)!r}):\n    sys.exit('sees the host file system')\n"
+    )
     problem = humaneval["HumanEval/0"]
     (open_dir / "problem.json").write_text(json.dumps(dict(problem, kind="humaneval")))
     (open_dir / "problem.json").chmod(0o644)
-    driver = ("import json, sys\nsys.path.insert(0, '.')\nimport verifier\n"
-              "run = verifier.run_program(sys.argv[1], verifier.Limits(timeout=10))\n"
-              "problem = json.load(open('problem.json'))\n"
-              "good = verifier.verify(problem, problem['canonical_solution'])\n"
-              "bad = verifier.verify(problem, '    return None\\nimport sys\\nsys.exit(0)\\n')\n"
-              "print(json.dumps([run.returncode, run.stderr_tail, good.passed, getattr(good, 'detail', ''), bad.passed]))\n")
+    driver = (
+        "import json, sys\nsys.path.insert(0, '.')\nimport verifier\n"
+        "run = verifier.run_program(sys.argv[1], verifier.Limits(timeout=10))\n"
+        "problem = json.load(open('problem.json'))\n"
+        "good = verifier.verify(problem, problem['canonical_solution'])\n"
+        "bad = verifier.verify(problem, '    return None\\nimport sys\\nsys.exit(0)\\n')\n"
+        "print(json.dumps([run.returncode, run.stderr_tail, good.passed, getattr(good, 'detail', ''), bad.passed]))\n"
+    )
     command = [SYSTEM_PYTHON, "-I", "-c", driver, probe]
     as_nobody = {"user": 65534, "group": 65534, "extra_groups": []} if proc == "own /proc" else {}
-    proc_run = subprocess.run(command if as_nobody else MASKED_PROC + command, cwd=open_dir, capture_output=True,
-                              text=True, timeout=60, env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(home),
-                                                          "PARENT_SECRET": token}, **as_nobody)
+    proc_run = subprocess.run(
+        command if as_nobody else MASKED_PROC + command,
+        cwd=open_dir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(home), "PARENT_SECRET": token},
+        **as_nobody,
+    )
     assert proc_run.returncode == 0, proc_run.stderr
     returncode, tail, good, detail, bad = json.loads(proc_run.stdout)
     assert returncode == 0, tail
@@ -163,6 +199,7 @@ def test_unprivileged_user_cannot_read_the_parents_environment_or_ssh_key(open_d
 
 
 # --- fail closed, and the explicit opt-out ----------------------------------------------------------------
+
 
 @pytest.fixture
 def namespaces_refused(monkeypatch):
@@ -180,8 +217,12 @@ def test_no_isolation_means_no_verification(namespaces_refused, humaneval, tmp_p
     assert "sandbox cannot be set up" in sample.metadata["verifier_error"]
     (tmp_path / "problem.json").write_text(json.dumps(problem))
     (tmp_path / "solution.py").write_text(problem["prompt"] + problem["canonical_solution"])
-    assert verifier.main(["--problem", str(tmp_path / "problem.json"), "--solution", str(tmp_path / "solution.py"),
-                          "--name", "t"]) == 8
+    assert (
+        verifier.main(
+            ["--problem", str(tmp_path / "problem.json"), "--solution", str(tmp_path / "solution.py"), "--name", "t"]
+        )
+        == 8
+    )
     captured = capsys.readouterr()
     assert "PASSED" not in captured.out and len(captured.err.strip().splitlines()) == 1
     fixture = REPO / "tests" / "fixtures" / "mbpp_sample.jsonl"

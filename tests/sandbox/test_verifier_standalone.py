@@ -20,8 +20,9 @@ def test_the_bundled_file_verifies_without_polarstack(tmp_path):
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         pytest.skip(f"needs {SYSTEM_PYTHON}, an interpreter without polarstack installed")
     env = {"PATH": "/usr/bin:/bin"}
-    probe = subprocess.run([SYSTEM_PYTHON, "-I", "-c", "import polarstack"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [SYSTEM_PYTHON, "-I", "-c", "import polarstack"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     if probe.returncode == 0:
         pytest.skip(f"{SYSTEM_PYTHON} can import polarstack here, so it cannot show the file stands alone")
     assert "No module named 'polarstack'" in probe.stderr
@@ -31,6 +32,12 @@ def test_the_bundled_file_verifies_without_polarstack(tmp_path):
     (tmp_path / "good.py").write_text(problem["prompt"] + problem["canonical_solution"])
     (tmp_path / "bad.py").write_text(problem["prompt"] + "    return -1.0\n")
     for solution, expected, code in (("good.py", "PASSED t\n", 0), ("bad.py", "FAILED t (failed", 1)):
-        proc = subprocess.run([SYSTEM_PYTHON, "-I", "verifier.py", "--problem", "problem.json", "--solution", solution,
-                               "--name", "t"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [SYSTEM_PYTHON, "-I", "verifier.py", "--problem", "problem.json", "--solution", solution, "--name", "t"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == code and proc.stdout.startswith(expected), (solution, proc.stdout, proc.stderr)

@@ -40,8 +40,12 @@ def render_config(profile_name: str, tmp_path: Path, env_edit=None) -> subproces
     if env_edit:
         env_path = Path(args[args.index("--env-file") + 1])
         env_path.write_text(env_edit(env_path.read_text()))
-    return subprocess.run([compose_binary(), *args, "config", "--format", "json"], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    return subprocess.run(
+        [compose_binary(), *args, "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +74,9 @@ def test_profile_services_and_gpus(rendered, name):
             used += gpus(svc)
     assert len(used) == len(set(used)), f"GPU sets overlap: {used}"
     assert all(0 <= g <= 3 for g in used)
-    layout = {svc: gpus(config["services"][svc]) for svc in config["services"] if svc != "router" and svc not in ONE_SHOT}
+    layout = {
+        svc: gpus(config["services"][svc]) for svc in config["services"] if svc != "router" and svc not in ONE_SHOT
+    }
     if name == "engine-direct":
         assert layout == {"engine-0": [0], "trainer": [1, 2, 3]}
     else:
@@ -150,9 +156,11 @@ def test_volumes_are_named_and_kept(rendered):
 
 
 def test_unset_required_variable_fails_readably(tmp_path):
-    proc = render_config("engine-direct", tmp_path,
-                         env_edit=lambda text: "\n".join(l for l in text.splitlines()
-                                                         if not l.startswith("SGLANG_ROUTER_BASE_URL=")))
+    proc = render_config(
+        "engine-direct",
+        tmp_path,
+        env_edit=lambda text: "\n".join(ln for ln in text.splitlines() if not ln.startswith("SGLANG_ROUTER_BASE_URL=")),
+    )
     assert proc.returncode != 0
     assert "SGLANG_ROUTER_BASE_URL" in proc.stderr and "rendered from the profile" in proc.stderr
 
@@ -181,15 +189,22 @@ def test_docker_runtime_refuses_engine_count_compose_cannot_run(monkeypatch):
 
 
 def test_compose_spec_schema():
-    proc = subprocess.run([str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.compose-spec",
-                           str(ROOT / "compose/compose.yaml")], capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(ROOT / "compose/compose.yaml")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("dockerfile", sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("images/*/Dockerfile")))
 def test_hadolint(dockerfile):
-    proc = subprocess.run([str(BIN / "hadolint"), "--no-color", "--failure-threshold", "info", dockerfile],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [str(BIN / "hadolint"), "--no-color", "--failure-threshold", "info", dockerfile],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

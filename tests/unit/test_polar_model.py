@@ -154,8 +154,10 @@ def oracle_trainable(body: bytes) -> tuple[bool, int]:
         raw_ids = choice["token_ids"] if "token_ids" in choice else response.get(ids_rule["fallback_path"])
         stamped, own_ids = content, choice.get(ids_rule["stamped_from"])
         if isinstance(own_ids, list) and isinstance(content, list) and len(content) == len(own_ids):
-            stamped = [dict({"token_id": tid}, **item) if isinstance(item, dict) else item
-                       for item, tid in zip(content, own_ids)]
+            stamped = [
+                dict({"token_id": tid}, **item) if isinstance(item, dict) else item
+                for item, tid in zip(content, own_ids, strict=False)
+            ]
         candidate = None
         if isinstance(stamped, list) and stamped and all(isinstance(i, dict) for i in stamped):
             candidate = all_or_nothing(stamped, lambda i: i.get("token_id"), lambda i: i.get("logprob"), content_rule)
@@ -176,8 +178,38 @@ def oracle_trainable(body: bytes) -> tuple[bool, int]:
 # Hypothesis draws one byte string per answer and the builder below reads it as a recipe (a single draw keeps
 # generation cheap enough for thousands of answers; shrinking still works byte by byte).
 
-ODD_IDS = [True, False, 1.0, 2.5, -3.0, 1e19, 9.3e18, -9.3e18, None, "5", " 7 ", "+3", "1_0", "5.0", "5.5", "x", "",
-           "05", "-0", "1e3", "NaN", 2**63, 2**64 - 1, 2**64, 2**64 + 1, -(2**63) - 1, 2**70, -(2**70), [], {}]
+ODD_IDS = [
+    True,
+    False,
+    1.0,
+    2.5,
+    -3.0,
+    1e19,
+    9.3e18,
+    -9.3e18,
+    None,
+    "5",
+    " 7 ",
+    "+3",
+    "1_0",
+    "5.0",
+    "5.5",
+    "x",
+    "",
+    "05",
+    "-0",
+    "1e3",
+    "NaN",
+    2**63,
+    2**64 - 1,
+    2**64,
+    2**64 + 1,
+    -(2**63) - 1,
+    2**70,
+    -(2**70),
+    [],
+    {},
+]
 LOGPROBS = [-0.5, -3.25, 0.0, -0.0, 1e-300, 0.75, None, True, "-0.5", "NaN", "inf", "x", -1e-9, -20.0]
 ENCODINGS = ["json"] * 24 + ["nan", "infinity", "1e999", "bom", "utf16", "surrogate", "list", "control"]
 
@@ -258,8 +290,13 @@ def build_answer(data: bytes) -> bytes:
         body["usage"] = {"prompt_tokens": r.byte() % 7, "completion_tokens": r.byte() % 10}
     encoding = r.pick(ENCODINGS)
     text = json.dumps(body)
-    literal = {"nan": "NaN", "infinity": "-Infinity", "1e999": "1e999", "surrogate": '"\\ud800"',
-               "control": '"a\x01b"'}.get(encoding)
+    literal = {
+        "nan": "NaN",
+        "infinity": "-Infinity",
+        "1e999": "1e999",
+        "surrogate": '"\\ud800"',
+        "control": '"a\x01b"',
+    }.get(encoding)
     if literal is not None:
         text = text.replace("{", '{"x": ' + literal + ", ", 1)
     elif encoding == "list":
@@ -283,10 +320,24 @@ def test_model_agrees_with_the_rule_table_on_generated_answers(body):
 
 def test_the_oracle_parses_exactly_like_orjson():
     """The table's parse rules are checked against the real parser on every literal class."""
-    cases = [b'{"a": NaN}', b'{"a": Infinity}', b'{"a": 1e999}', b'{"a": -1e999}', b'\xef\xbb\xbf{}',
-             '{"a": 1}'.encode("utf-16"), b'{"a": "\\ud800"}', b'{"a": "\x01"}', b'{"a": 18446744073709551616}',
-             b'{"a": -9223372036854775809}', b'{"a": 18446744073709551615}', b'{"a": 1e-400}', b'{"a":1}{',
-             b'', b'[' * 1025 + b']' * 1025, b'{"a": 1, "a": 2}']
+    cases = [
+        b'{"a": NaN}',
+        b'{"a": Infinity}',
+        b'{"a": 1e999}',
+        b'{"a": -1e999}',
+        b"\xef\xbb\xbf{}",
+        '{"a": 1}'.encode("utf-16"),
+        b'{"a": "\\ud800"}',
+        b'{"a": "\x01"}',
+        b'{"a": 18446744073709551616}',
+        b'{"a": -9223372036854775809}',
+        b'{"a": 18446744073709551615}',
+        b'{"a": 1e-400}',
+        b'{"a":1}{',
+        b"",
+        b"[" * 1025 + b"]" * 1025,
+        b'{"a": 1, "a": 2}',
+    ]
     for body in cases:
         try:
             expected = orjson.loads(body)
@@ -303,9 +354,14 @@ def test_the_oracle_parses_exactly_like_orjson():
 
 
 def sglang(prompt=(1, 2, 3), output=((-0.5, 10, "a"), (-0.25, 11, "b")), **choice_extra):
-    choice = {"index": 0, "message": {"role": "assistant", "content": "ab"}, "prompt_token_ids": list(prompt),
-              "logprobs": {"content": [{"token": t, "logprob": lp} for lp, _, t in output]},
-              "meta_info": {"output_token_logprobs": [list(e) for e in output]}, **choice_extra}
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": "ab"},
+        "prompt_token_ids": list(prompt),
+        "logprobs": {"content": [{"token": t, "logprob": lp} for lp, _, t in output]},
+        "meta_info": {"output_token_logprobs": [list(e) for e in output]},
+        **choice_extra,
+    }
     return {"choices": [choice], "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(output)}}
 
 

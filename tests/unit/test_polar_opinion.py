@@ -17,7 +17,7 @@ from polarstack.errors import ExitCode
 
 pytestmark = pytest.mark.unit
 
-ENGINE = '''
+ENGINE = """
 class _SGLang:
     name = "sglang"
 
@@ -37,8 +37,8 @@ class _SGLang:
 def get_engine(name):
     assert name == "sglang"
     return _SGLang()
-'''
-MODELS = '''
+"""
+MODELS = """
 from typing import Any
 from pydantic import BaseModel, Field
 
@@ -54,8 +54,8 @@ class Trace(BaseModel):
     response_ids: list[int] = Field(default_factory=list)
     loss_mask: list[int] = Field(default_factory=list)
     response_logprobs: list[float] | None = None
-'''
-RECORD_UTILS = '''
+"""
+RECORD_UTILS = """
 from polar.trajectory.models import Trace
 
 
@@ -66,16 +66,21 @@ def build_trace_from_completion(completion, *, tokenizer=None):
     content = (choice.get("logprobs") or {{}}).get("content") or []
     logprobs = [float(c["logprob"]) for c in content] if len(content) == len(ids) and ids else None
     return Trace(prompt_ids=list(prompt), response_ids=ids, loss_mask=[1] * len(ids), response_logprobs=logprobs)
-'''
+"""
 
 
 @pytest.fixture
 def standin(tmp_path, monkeypatch):
     def install(cut: str = ""):
-        files = {"polar/__init__.py": "", "polar/gateway/__init__.py": "", "polar/trajectory/__init__.py": "",
-                 "polar/trajectory/builder/__init__.py": "", "polar/gateway/engine.py": ENGINE,
-                 "polar/trajectory/models.py": MODELS,
-                 "polar/trajectory/builder/record_utils.py": RECORD_UTILS.format(cut=cut)}
+        files = {
+            "polar/__init__.py": "",
+            "polar/gateway/__init__.py": "",
+            "polar/trajectory/__init__.py": "",
+            "polar/trajectory/builder/__init__.py": "",
+            "polar/gateway/engine.py": ENGINE,
+            "polar/trajectory/models.py": MODELS,
+            "polar/trajectory/builder/record_utils.py": RECORD_UTILS.format(cut=cut),
+        }
         for rel, text in files.items():
             path = tmp_path / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -91,9 +96,13 @@ def standin(tmp_path, monkeypatch):
 
 
 def answer(output=((-0.5, 10, "a"), (-0.25, 11, "b"))):
-    choice = {"index": 0, "message": {"role": "assistant", "content": "ab"}, "prompt_token_ids": [1, 2, 3],
-              "logprobs": {"content": [{"token": t, "logprob": lp} for lp, _, t in output]},
-              "meta_info": {"output_token_logprobs": [list(e) for e in output]}}
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": "ab"},
+        "prompt_token_ids": [1, 2, 3],
+        "logprobs": {"content": [{"token": t, "logprob": lp} for lp, _, t in output]},
+        "meta_info": {"output_token_logprobs": [list(e) for e in output]},
+    }
     return json.dumps({"choices": [choice], "usage": {"prompt_tokens": 3, "completion_tokens": len(output)}}).encode()
 
 
@@ -135,4 +144,6 @@ def test_a_disagreement_with_the_installed_polar_fails_the_smoke(standin, monkey
     standin(cut="\n    ids = ids[:1]")  # a Polar that keeps one token less than the model predicts
     report = smoke_on(monkeypatch, answer())
     assert report.code == ExitCode.INTERNAL and report.as_dict()["installed_polar"] == "disagrees"
-    assert "disagrees with the installed Polar" in report.message and "2 trainable tokens vs Polar's 0" in report.message
+    assert (
+        "disagrees with the installed Polar" in report.message and "2 trainable tokens vs Polar's 0" in report.message
+    )

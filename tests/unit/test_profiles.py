@@ -1,6 +1,5 @@
 """Pins profile validation: every shipped profile is valid, and broken ones fail with the file and the fix named."""
 
-
 import pytest
 
 from polarstack import profiles
@@ -35,14 +34,17 @@ def broken(tmp_path, name, replace):
     return path
 
 
-@pytest.mark.parametrize("replace,needle", [
-    ({"TRAINER_GPUS=1,2,3": "TRAINER_GPUS=0,1,2"}, "GPU 0 is in both ENGINE_GPUS and TRAINER_GPUS"),
-    ({"TRAINER_GPUS=1,2,3": "TRAINER_GPUS=1,2,3,4"}, "GPU 4 does not exist on a 4-GPU node"),
-    ({"ENGINE_COUNT=1": "ENGINE_COUNT=2"}, "one GPU per engine"),
-    ({"POLAR_ROUTE=polar": "POLAR_ROUTE=sideways"}, "POLAR_ROUTE=sideways must be one of"),
-    ({"ENGINE_PORT_BASE=30000\n": ""}, "missing ENGINE_PORT_BASE"),
-    ({"EXPECT_SMOKE=pass": "EXPECT_SMOKE=pass\nGPU_COUNT=4"}, "unknown key GPU_COUNT"),
-])
+@pytest.mark.parametrize(
+    "replace,needle",
+    [
+        ({"TRAINER_GPUS=1,2,3": "TRAINER_GPUS=0,1,2"}, "GPU 0 is in both ENGINE_GPUS and TRAINER_GPUS"),
+        ({"TRAINER_GPUS=1,2,3": "TRAINER_GPUS=1,2,3,4"}, "GPU 4 does not exist on a 4-GPU node"),
+        ({"ENGINE_COUNT=1": "ENGINE_COUNT=2"}, "one GPU per engine"),
+        ({"POLAR_ROUTE=polar": "POLAR_ROUTE=sideways"}, "POLAR_ROUTE=sideways must be one of"),
+        ({"ENGINE_PORT_BASE=30000\n": ""}, "missing ENGINE_PORT_BASE"),
+        ({"EXPECT_SMOKE=pass": "EXPECT_SMOKE=pass\nGPU_COUNT=4"}, "unknown key GPU_COUNT"),
+    ],
+)
 def test_broken_profiles_name_file_and_fix(tmp_path, replace, needle):
     path = broken(tmp_path, "engine-direct", replace)
     with pytest.raises(StackError) as exc:
@@ -68,14 +70,20 @@ def test_unknown_profile():
         profiles.load("nope")
 
 
-@pytest.mark.parametrize("value,needle", [
-    ("--policy sticky", "ROUTER_ARGS --policy sticky: sglang-router==0.1.4 offers random, round_robin, cache_aware"),
-    ("--port 9", "ROUTER_ARGS sets --port, which the stack sets itself"),
-    ("--worker-urls=http://x", "ROUTER_ARGS sets --worker-urls"),
-    ("--cache-threshold '0.5 0.6'", "holds a space"),
-    ("--policy", "ends with --policy"),
-    ("--policy 'cache_aware", "is not a list of shell words"),
-])
+@pytest.mark.parametrize(
+    "value,needle",
+    [
+        (
+            "--policy sticky",
+            "ROUTER_ARGS --policy sticky: sglang-router==0.1.4 offers random, round_robin, cache_aware",
+        ),
+        ("--port 9", "ROUTER_ARGS sets --port, which the stack sets itself"),
+        ("--worker-urls=http://x", "ROUTER_ARGS sets --worker-urls"),
+        ("--cache-threshold '0.5 0.6'", "holds a space"),
+        ("--policy", "ends with --policy"),
+        ("--policy 'cache_aware", "is not a list of shell words"),
+    ],
+)
 def test_router_args_are_validated(monkeypatch, value, needle):
     monkeypatch.setenv("ROUTER_ARGS", value)
     with pytest.raises(StackError) as exc:

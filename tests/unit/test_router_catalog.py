@@ -17,11 +17,13 @@ HEAVY = ("subprocess", "fcntl", "httpx", "polarstack.routers", "polarstack.proce
 
 
 def test_reading_a_profile_imports_no_installer_or_http():
-    code = ("import json, sys\n"
-            "from polarstack import profiles\n"
-            "release = profiles.load('stock-router').router\n"
-            "assert release is not None and release.has_worker_api\n"
-            f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n")
+    code = (
+        "import json, sys\n"
+        "from polarstack import profiles\n"
+        "release = profiles.load('stock-router').router\n"
+        "assert release is not None and release.has_worker_api\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
+    )
     # A fresh interpreter: this test process has imported them all already.
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

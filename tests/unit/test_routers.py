@@ -9,11 +9,19 @@ from polarstack.routers import RouterRelease, venv_dir
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("spec,forwards", [
-    ("sglang-router==0.1.0", True), ("sglang-router==0.1.4", True), ("sglang-router==0.1.5", False),
-    ("sglang-router==0.2.4", False), ("sglang-router==0.3.2", False), ("smg==1.4.1", False),
-    ("smg==1.5.0", True), ("smg==1.13.0", True),
-])
+@pytest.mark.parametrize(
+    "spec,forwards",
+    [
+        ("sglang-router==0.1.0", True),
+        ("sglang-router==0.1.4", True),
+        ("sglang-router==0.1.5", False),
+        ("sglang-router==0.2.4", False),
+        ("sglang-router==0.3.2", False),
+        ("smg==1.4.1", False),
+        ("smg==1.5.0", True),
+        ("smg==1.13.0", True),
+    ],
+)
 def test_forwarding_matches_the_measured_table(spec, forwards):
     assert RouterRelease.parse(spec).forwards_unknown_chat_fields is forwards
 

@@ -38,7 +38,7 @@ def test_train_names_a_sandbox_that_cannot_start(tmp_path, monkeypatch):
 # A stand-in `apptainer` that runs `bash -lc CMD` on this machine with the session bind's source in place of
 # /polar/session (and the agent CLI bind's in place of /opt/node), optionally under FAKE_APPTAINER_WRAP; the Compose
 # fake runs the probe script for real. The verifier is the real one, on the real HumanEval/0 files.
-APPTAINER_SHIM = r'''#!/usr/bin/env python3
+APPTAINER_SHIM = r"""#!/usr/bin/env python3
 import os, shlex, sys
 args = sys.argv[1:]
 with open(os.environ["FAKE_LOG"], "a") as log:
@@ -50,12 +50,12 @@ for bind in binds:
         cmd = cmd.replace(bind[1], bind[0])
 argv = [*shlex.split(os.environ.get("FAKE_APPTAINER_WRAP", "")), "bash", "-c", cmd]
 os.execvp(argv[0], argv)
-'''
-COMPOSE_RUNS_SCRIPT = '''#!/usr/bin/env bash
+"""
+COMPOSE_RUNS_SCRIPT = """#!/usr/bin/env bash
 echo "compose $*" >> "$FAKE_LOG"
 script="${@: -1}"
 exec sh -c "$script"
-'''
+"""
 
 
 def real_probe(tmp_path, monkeypatch) -> Path:
@@ -96,7 +96,9 @@ def test_probe_runs_the_verifier_the_way_polar_starts_the_sandbox(tmp_path, monk
         assert not {"--userns", "--fakeroot", "--containall", "--no-privs", "--net", "--nv"} & set(call)
     verifier_calls = [c for c in calls if "verifier.py" in c[-1]]
     assert len(verifier_calls) == 2
-    assert all(c[-1].endswith(f"cd /polar/session/workspace && {sandbox_probe.probe_command()}") for c in verifier_calls)
+    assert all(
+        c[-1].endswith(f"cd /polar/session/workspace && {sandbox_probe.probe_command()}") for c in verifier_calls
+    )
     assert "--name probe" in sandbox_probe.probe_command() and "--solution solution.py" in sandbox_probe.probe_command()
     assert not list((tmp_path / "run" / "train").glob("sandbox-probe-*"))  # the probe cleans up after itself
 
@@ -142,7 +144,20 @@ def test_probe_refuses_a_trainer_in_polar_instance_mode(tmp_path, monkeypatch):
 def test_the_probe_files_tell_right_from_wrong_with_the_real_verifier(tmp_path):
     sandbox_probe.write_probe(tmp_path)
     for case, expected, code in (("good", "PASSED probe", 0), ("bad", "FAILED probe (failed", 1)):
-        proc = subprocess.run([sys.executable, "../eval/verifier.py", "--problem", "../eval/problem.json",
-                               "--solution", "solution.py", "--name", "probe"], cwd=tmp_path / case / "workspace",
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "../eval/verifier.py",
+                "--problem",
+                "../eval/problem.json",
+                "--solution",
+                "solution.py",
+                "--name",
+                "probe",
+            ],
+            cwd=tmp_path / case / "workspace",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == code and proc.stdout.startswith(expected), (case, proc.stdout, proc.stderr)

@@ -13,8 +13,9 @@ pytestmark = pytest.mark.unit
 
 
 def entry(**known) -> smoke.Exchange:
-    return smoke.Exchange(kind="single", turn=1, url="http://e.invalid/v1/chat/completions", status=200,
-                          elapsed_ms=1.5, bytes=10, **known)
+    return smoke.Exchange(
+        kind="single", turn=1, url="http://e.invalid/v1/chat/completions", status=200, elapsed_ms=1.5, bytes=10, **known
+    )
 
 
 def test_a_failed_exchange_is_its_six_transport_keys():
@@ -25,10 +26,30 @@ def test_a_failed_exchange_is_its_six_transport_keys():
 
 def test_known_parts_follow_in_order_and_private_ones_never_appear():
     polar = {"polar_trainable_tokens": 3}
-    row = entry(verdict={"problems": []}, polar=polar, installed_polar={"trainable_tokens": 3, "ended": "kept"},
-                tool_outcome="parsed", tool_calls=1, finish_reason=None, prompt_ids=[1], request={"m": 1}).as_dict()
-    assert list(row) == ["kind", "turn", "url", "status", "elapsed_ms", "bytes", "verdict", "polar",
-                         "installed_polar", "tool_outcome", "tool_calls", "finish_reason"]
+    row = entry(
+        verdict={"problems": []},
+        polar=polar,
+        installed_polar={"trainable_tokens": 3, "ended": "kept"},
+        tool_outcome="parsed",
+        tool_calls=1,
+        finish_reason=None,
+        prompt_ids=[1],
+        request={"m": 1},
+    ).as_dict()
+    assert list(row) == [
+        "kind",
+        "turn",
+        "url",
+        "status",
+        "elapsed_ms",
+        "bytes",
+        "verdict",
+        "polar",
+        "installed_polar",
+        "tool_outcome",
+        "tool_calls",
+        "finish_reason",
+    ]
     assert row["finish_reason"] is None and row["polar"] is polar
     assert list(entry(verdict={}, polar=polar).as_dict())[-2:] == ["verdict", "polar"]
 
@@ -44,8 +65,7 @@ def test_rows_read_by_key_like_the_json_report():
 
 def test_report_rows_and_trainable_tokens():
     report = smoke.SmokeReport(smoke.Resolution("base", "http://e.invalid", ["http://e.invalid"]), "m")
-    report.exchanges = [entry(polar={"polar_trainable_tokens": 2}), entry(polar={"polar_trainable_tokens": 5}),
-                        entry()]
+    report.exchanges = [entry(polar={"polar_trainable_tokens": 2}), entry(polar={"polar_trainable_tokens": 5}), entry()]
     data = report.as_dict()
     assert data["requests"] == [e.as_dict() for e in report.exchanges]
     assert report.trainable_tokens == data["polar_trainable_tokens"] == 7

@@ -19,15 +19,24 @@ REQUEST = contract.prepare_request({"model": "m", "messages": [{"role": "user", 
 
 
 def answer(output=((-0.5, 10, "a"), (-0.25, 11, "b")), prompt=(1, 2, 3), ids=True, meta=True, usage=None) -> dict:
-    choice = {"index": 0, "message": {"role": "assistant", "content": "ab"}, "finish_reason": "stop",
-              "logprobs": {"content": [{"token": t, "logprob": lp, "top_logprobs": []} for lp, _, t in output]}}
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": "ab"},
+        "finish_reason": "stop",
+        "logprobs": {"content": [{"token": t, "logprob": lp, "top_logprobs": []} for lp, _, t in output]},
+    }
     if ids:
         choice["prompt_token_ids"] = list(prompt)
     if meta:
         choice["meta_info"] = {"output_token_logprobs": [list(e) for e in output]}
-    return {"id": "x", "object": "chat.completion", "model": "m", "choices": [choice],
-            "usage": usage or {"prompt_tokens": len(prompt), "completion_tokens": len(output),
-                               "total_tokens": len(prompt) + len(output)}}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [choice],
+        "usage": usage
+        or {"prompt_tokens": len(prompt), "completion_tokens": len(output), "total_tokens": len(prompt) + len(output)},
+    }
 
 
 def exchange(body: dict, url: str = URL, kind: str = "single", **known) -> smoke.Exchange:
@@ -39,8 +48,13 @@ def exchange(body: dict, url: str = URL, kind: str = "single", **known) -> smoke
 
 
 def judged(*exchanges: smoke.Exchange, bypassed: bool = False, **options) -> tuple[smoke.SmokeReport, list]:
-    resolution = smoke.Resolution("polar" if bypassed else "base", URL, sorted({e.url for e in exchanges}),
-                                  bypassed=bypassed, note="the router is bypassed" if bypassed else "")
+    resolution = smoke.Resolution(
+        "polar" if bypassed else "base",
+        URL,
+        sorted({e.url for e in exchanges}),
+        bypassed=bypassed,
+        note="the router is bypassed" if bypassed else "",
+    )
     report = smoke.SmokeReport(resolution, "m", exchanges=list(exchanges), **options)
     drift_calls: list[smoke.SmokeReport] = []
     smoke_judge.judge(report, drift_calls.append)
@@ -59,11 +73,15 @@ def test_a_bypassed_router_is_a_warning():
     assert report.ok and report.warnings == ["the router is bypassed"]
 
 
-@pytest.mark.parametrize("ids,meta,lost", [
-    (False, False, ["return_prompt_token_ids", "return_meta_info"]),
-    (False, True, ["return_prompt_token_ids"]),
-    (True, False, ["return_meta_info"]),
-], ids=["both", "prompt_ids", "meta_info"])
+@pytest.mark.parametrize(
+    "ids,meta,lost",
+    [
+        (False, False, ["return_prompt_token_ids", "return_meta_info"]),
+        (False, True, ["return_prompt_token_ids"]),
+        (True, False, ["return_meta_info"]),
+    ],
+    ids=["both", "prompt_ids", "meta_info"],
+)
 def test_zero_tokens_without_the_fields_is_tokens_missing_naming_them(ids, meta, lost):
     report, _ = judged(exchange(answer()), exchange(answer(ids=ids, meta=meta), url="http://other.invalid"))
     assert report.code == ExitCode.TOKENS_MISSING and report.fields_missing == lost

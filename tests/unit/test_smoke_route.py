@@ -15,8 +15,11 @@ pytestmark = pytest.mark.unit
 BASE = "http://router.invalid"
 
 
-def client(workers_reply: httpx.Response | None = None, models_reply: httpx.Response | None = None,
-           seen: list[str] | None = None) -> httpx.Client:
+def client(
+    workers_reply: httpx.Response | None = None,
+    models_reply: httpx.Response | None = None,
+    seen: list[str] | None = None,
+) -> httpx.Client:
     def handler(request: httpx.Request) -> httpx.Response:
         if seen is not None:
             seen.append(str(request.url))
@@ -50,8 +53,13 @@ def test_base_route_sends_everything_to_the_base_url_without_asking():
     seen: list[str] = []
     res = smoke_route.resolve(BASE + "/", "base", client(seen=seen))
     assert (res.route, res.targets, res.bypassed) == ("base", [BASE], False) and seen == []
-    assert res.as_dict() == {"route": "base", "base_url": BASE, "targets": [BASE], "router_bypassed": False,
-                             "note": "every request to the base URL (older Polar revisions)"}
+    assert res.as_dict() == {
+        "route": "base",
+        "base_url": BASE,
+        "targets": [BASE],
+        "router_bypassed": False,
+        "note": "every request to the base URL (older Polar revisions)",
+    }
 
 
 def test_an_unknown_route_is_a_usage_error():
@@ -62,22 +70,37 @@ def test_an_unknown_route_is_a_usage_error():
 
 def test_polar_route_bypasses_the_router_to_its_regular_workers():
     seen: list[str] = []
-    http = client(workers({"url": "http://w1.invalid/", "worker_type": "regular"}, {"url": "http://w2.invalid"},
-                          {"url": "http://w1.invalid"}, {"url": "w3-no-scheme"}), seen=seen)
+    http = client(
+        workers(
+            {"url": "http://w1.invalid/", "worker_type": "regular"},
+            {"url": "http://w2.invalid"},
+            {"url": "http://w1.invalid"},
+            {"url": "w3-no-scheme"},
+        ),
+        seen=seen,
+    )
     res = smoke_route.resolve(BASE + "/v1", "polar", http)
     assert seen == [BASE + "/workers"]  # asked at the root, not under /v1
     assert res.targets == ["http://w1.invalid", "http://w2.invalid"] and res.bypassed
     assert "2 regular worker(s)" in res.note and "bypassed" in res.note
 
 
-@pytest.mark.parametrize("reply,note", [
-    (httpx.Response(404, json={"error": "no"}), "GET /workers answered HTTP 404 without a worker list"),
-    (httpx.Response(200, content=b"not json"), "GET /workers answered HTTP 200 without a worker list"),
-    (workers({"url": "http://p.invalid", "worker_type": "prefill"},
-             {"url": "http://d.invalid", "worker_type": "decode"}),
-     "prefill/decode workers listed: Polar keeps the router"),
-    (workers(), "the router lists no regular worker"),
-], ids=["404", "not_json", "prefill_decode", "empty"])
+@pytest.mark.parametrize(
+    "reply,note",
+    [
+        (httpx.Response(404, json={"error": "no"}), "GET /workers answered HTTP 404 without a worker list"),
+        (httpx.Response(200, content=b"not json"), "GET /workers answered HTTP 200 without a worker list"),
+        (
+            workers(
+                {"url": "http://p.invalid", "worker_type": "prefill"},
+                {"url": "http://d.invalid", "worker_type": "decode"},
+            ),
+            "prefill/decode workers listed: Polar keeps the router",
+        ),
+        (workers(), "the router lists no regular worker"),
+    ],
+    ids=["404", "not_json", "prefill_decode", "empty"],
+)
 def test_polar_route_keeps_the_base_url_otherwise(reply, note):
     res = smoke_route.resolve(BASE, "polar", client(reply))
     assert res.targets == [BASE] and not res.bypassed and note in res.note

@@ -15,24 +15,47 @@ from polarstack.errors import ExitCode
 
 pytestmark = pytest.mark.unit
 URL = "http://engine.invalid"
+
+
 def answer(prompt=(1, 2, 3), output=((-0.5, 10, "a"), (-0.25, 11, "b")), usage=None, choices=1, **extra) -> dict:
-    choice = {"index": 0, "message": {"role": "assistant", "content": "ab"}, "finish_reason": "stop",
-              "prompt_token_ids": list(prompt),
-              "logprobs": {"content": [{"token": t, "logprob": lp, "top_logprobs": []} for lp, _, t in output]},
-              "meta_info": {"output_token_logprobs": [list(e) for e in output]}, **extra}
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": "ab"},
+        "finish_reason": "stop",
+        "prompt_token_ids": list(prompt),
+        "logprobs": {"content": [{"token": t, "logprob": lp, "top_logprobs": []} for lp, _, t in output]},
+        "meta_info": {"output_token_logprobs": [list(e) for e in output]},
+        **extra,
+    }
     completion = len(output) * choices
-    return {"id": "x", "object": "chat.completion", "model": "m", "choices": [choice] * choices,
-            "usage": usage or {"prompt_tokens": len(prompt), "completion_tokens": completion,
-                               "total_tokens": len(prompt) + completion}}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [choice] * choices,
+        "usage": usage
+        or {"prompt_tokens": len(prompt), "completion_tokens": completion, "total_tokens": len(prompt) + completion},
+    }
 
 
 # What sglang started with --tool-call-parser answers to the smoke's tool request (issue 10 point 4): parsed
 # tool_calls, and Polar's token fields, since that request carries Polar's flags like every other one.
 TOOL_ANSWER = answer()
-TOOL_ANSWER["choices"][0].update(finish_reason="tool_calls", message={
-    "role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_0", "index": 0, "type": "function",
-         "function": {"name": "write_file", "arguments": "{\"path\": \"a.py\", \"content\": \"x\"}"}}]})
+TOOL_ANSWER["choices"][0].update(
+    finish_reason="tool_calls",
+    message={
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_0",
+                "index": 0,
+                "type": "function",
+                "function": {"name": "write_file", "arguments": '{"path": "a.py", "content": "x"}'},
+            }
+        ],
+    },
+)
 
 PROSE_MESSAGE = json.dumps({"message": answer()["choices"][0]["message"]})[1:-1].encode()
 TOOL_MESSAGE = json.dumps({"message": TOOL_ANSWER["choices"][0]["message"]})[1:-1].encode()
@@ -44,8 +67,9 @@ def serve(monkeypatch, body: bytes):
             return httpx.Response(200, json={"object": "list", "data": [{"id": "m"}]})
         if json.loads(request.content).get("tools"):  # the smoke's tool request: an engine with a parser whose
             # answer has the same bytes (and so the same fault) as the others, with the call parsed
-            return httpx.Response(200, content=body.replace(PROSE_MESSAGE, TOOL_MESSAGE),
-                                  headers={"content-type": "application/json"})
+            return httpx.Response(
+                200, content=body.replace(PROSE_MESSAGE, TOOL_MESSAGE), headers={"content-type": "application/json"}
+            )
         return httpx.Response(200, content=body, headers={"content-type": "application/json"})
 
     monkeypatch.setattr(smoke, "client", lambda timeout: httpx.Client(transport=httpx.MockTransport(handler)))
@@ -70,8 +94,10 @@ def codes(report) -> set[str]:
 
 # --- bodies Polar's orjson parser rejects: not trainable, MALFORMED -----------------------------------------
 
-@pytest.mark.parametrize("name,literal", [("nan", "NaN"), ("infinity", "Infinity"), ("minus_infinity", "-Infinity"),
-                                          ("1e999", "1e999")])
+
+@pytest.mark.parametrize(
+    "name,literal", [("nan", "NaN"), ("infinity", "Infinity"), ("minus_infinity", "-Infinity"), ("1e999", "1e999")]
+)
 def test_number_literals_polar_cannot_parse_are_malformed(monkeypatch, name, literal):
     body = json.dumps(answer()).replace("-0.5,", f"{literal},", 1).encode()
     report = smoke_on(monkeypatch, body)
@@ -93,6 +119,7 @@ def test_utf16_body_is_malformed(monkeypatch):
 
 # --- ids beyond 64 bits -------------------------------------------------------------------------------------
 
+
 def test_prompt_id_beyond_64_bits_fails_polars_trace_model(monkeypatch):
     """orjson parses 2**64 as a float; Trace's list[int] refuses a float that large: zero trainable tokens."""
     report = smoke_on(monkeypatch, answer(prompt=(1, 2**64, 3)))
@@ -108,6 +135,7 @@ def test_response_id_beyond_64_bits_is_kept_by_polar_but_blocks_for_the_trainer(
 
 
 # --- findings Polar does not enforce: warnings, exit 4 only with --strict -----------------------------------
+
 
 def test_usage_mismatch_is_a_warning(monkeypatch):
     body = answer(usage={"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16})
@@ -127,8 +155,9 @@ def test_logprob_1e_300_above_zero_is_trained(monkeypatch):
     assert report.ok and per_answer(report) == 2 and "positive_logprob" in codes(report)
 
 
-@pytest.mark.parametrize("prompt", [(1.0, 2.0, 3.0), ("1", " 2", "+3"), (True, 2, 3)],
-                         ids=["integral_floats", "numeric_strings", "booleans"])
+@pytest.mark.parametrize(
+    "prompt", [(1.0, 2.0, 3.0), ("1", " 2", "+3"), (True, 2, 3)], ids=["integral_floats", "numeric_strings", "booleans"]
+)
 def test_coerced_prompt_id_types_are_trained_with_a_warning(monkeypatch, prompt):
     report = smoke_on(monkeypatch, answer(prompt=prompt))
     assert report.ok and per_answer(report) == 2 and "coerced_id" in codes(report)
@@ -146,6 +175,7 @@ def test_fractional_prompt_id_fails_the_trace(monkeypatch):
 # --- issue 12 point 11: token ids of -1, 10**30 and 1000.7, each in prompt and response ids --------------------
 # Polar keeps -1 and a response id of 10**30, but slime's trainer cannot (int64 tensors, an embedding lookup in
 # [0, vocab)): those block by default; a fractional response id is coerced by Polar (a warning, --strict blocks).
+
 
 @pytest.mark.parametrize("where", ["prompt", "response"])
 def test_negative_id_blocks_because_the_trainer_cannot_embed_it(monkeypatch, where):
@@ -197,4 +227,9 @@ def test_null_logprob_in_meta_info_is_zero_trainable(monkeypatch):
 def test_json_report_carries_polars_verdict_count_and_warnings(monkeypatch):
     data = smoke_on(monkeypatch, answer(output=((1e-300, 10, "a"),))).as_dict()
     assert data["verdict"] == "pass" and data["polar_verdict"] == "trainable"
-    assert data["polar_trainable_tokens"] == 2 and len(data["requests"]) == 2 and data["warnings"] and data["findings"][0]["code"]
+    assert (
+        data["polar_trainable_tokens"] == 2
+        and len(data["requests"]) == 2
+        and data["warnings"]
+        and data["findings"][0]["code"]
+    )

@@ -22,24 +22,41 @@ pytestmark = pytest.mark.unit
 def local_up(tmp_path, monkeypatch):
     """A local state of engine-direct whose recorded process is this test process (so `usable` accepts it)."""
     me = os.getpid()
-    (tmp_path / "state.json").write_text(json.dumps({
-        "profile": "engine-direct", "runtime": "local", "route": "polar", "base_url": "http://127.0.0.1:9",
-        "engine_urls": ["http://127.0.0.1:9"],
-        "processes": [{"role": "engine-0", "pid": me, "start_time": local.start_time(me), "port": 9}]}))
+    (tmp_path / "state.json").write_text(
+        json.dumps(
+            {
+                "profile": "engine-direct",
+                "runtime": "local",
+                "route": "polar",
+                "base_url": "http://127.0.0.1:9",
+                "engine_urls": ["http://127.0.0.1:9"],
+                "processes": [{"role": "engine-0", "pid": me, "start_time": local.start_time(me), "port": 9}],
+            }
+        )
+    )
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path))
     return tmp_path
 
 
 def test_an_explicit_base_url_wins_over_any_run_state(local_up):
     target = resolve_target("auto", "patched-router", "http://127.0.0.1:7", route="base")
-    assert (target.runtime, target.base_url, target.route, target.engine_urls, target.register) == \
-        ("url", "http://127.0.0.1:7", "base", None, None)
+    assert (target.runtime, target.base_url, target.route, target.engine_urls, target.register) == (
+        "url",
+        "http://127.0.0.1:7",
+        "base",
+        None,
+        None,
+    )
 
 
 def test_the_local_stack_gives_url_route_and_engines(local_up):
     target = resolve_target("auto", None, None)
     assert target.local and target.profile == "engine-direct"
-    assert (target.base_url, target.route, target.engine_urls) == ("http://127.0.0.1:9", "polar", ["http://127.0.0.1:9"])
+    assert (target.base_url, target.route, target.engine_urls) == (
+        "http://127.0.0.1:9",
+        "polar",
+        ["http://127.0.0.1:9"],
+    )
     assert resolve_target("local", "engine-direct", None, route="base").route == "base"  # --route wins
     state = local.read_state()
     assert (state.profile, state.route, state.engine_urls) == ("engine-direct", "polar", ["http://127.0.0.1:9"])

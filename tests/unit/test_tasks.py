@@ -49,16 +49,21 @@ def test_mbpp_without_datasets_names_the_fix(tmp_path, monkeypatch, capsys):
     assert "--source" in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("content,needle", [
-    ('{"task_id": 1, "text": "x", "code": "def f(): pass"}\n', "lacks test_list"),
-    ('not json\n', "is not JSON"),
-    ('{"task_id": 1, "text": "x", "code": "c", "test_list": ["assert 1"]}\n' * 2, "appears twice"),
-    ('', "holds no problems"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ('{"task_id": 1, "text": "x", "code": "def f(): pass"}\n', "lacks test_list"),
+        ("not json\n", "is not JSON"),
+        ('{"task_id": 1, "text": "x", "code": "c", "test_list": ["assert 1"]}\n' * 2, "appears twice"),
+        ("", "holds no problems"),
+    ],
+)
 def test_bad_task_data_is_refused(tmp_path, capsys, content, needle):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(content)
-    assert main(["tasks", "prepare", "mbpp", "--out", str(tmp_path / "out"), "--source", str(bad)]) == ExitCode.TASK_DATA
+    assert (
+        main(["tasks", "prepare", "mbpp", "--out", str(tmp_path / "out"), "--source", str(bad)]) == ExitCode.TASK_DATA
+    )
     assert needle in capsys.readouterr().err
 
 

@@ -19,20 +19,33 @@ from polarstack.errors import ExitCode
 
 pytestmark = pytest.mark.unit
 URL = "http://engine.invalid"
-CALL = {"id": "call_0", "index": 0, "type": "function",
-        "function": {"name": "write_file", "arguments": "{\"path\": \"solution.py\", \"content\": \"x\"}"}}
-RAW_CALL = "<tool_call>\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"solution.py\"}}\n</tool_call>"
+CALL = {
+    "id": "call_0",
+    "index": 0,
+    "type": "function",
+    "function": {"name": "write_file", "arguments": '{"path": "solution.py", "content": "x"}'},
+}
+RAW_CALL = '<tool_call>\n{"name": "write_file", "arguments": {"path": "solution.py"}}\n</tool_call>'
 
 
 def answer(message: dict | None = None, finish: str = "stop", tokens: bool = True) -> dict:
     """An sglang chat completion; with tokens=False the two fields Polar asks for are absent (a dropping path)."""
     output = [[-0.5, 10, "a"], [-0.25, 11, "b"], [-0.1, 12, "c"]]
-    choice = {"index": 0, "message": message or {"role": "assistant", "content": "abc"}, "finish_reason": finish,
-              "logprobs": {"content": [{"token": t, "logprob": lp, "top_logprobs": []} for lp, _, t in output]}}
+    choice = {
+        "index": 0,
+        "message": message or {"role": "assistant", "content": "abc"},
+        "finish_reason": finish,
+        "logprobs": {"content": [{"token": t, "logprob": lp, "top_logprobs": []} for lp, _, t in output]},
+    }
     if tokens:
         choice.update(prompt_token_ids=[1, 2, 3, 4], meta_info={"output_token_logprobs": output})
-    return {"id": "x", "object": "chat.completion", "model": "m", "choices": [choice],
-            "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [choice],
+        "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7},
+    }
 
 
 PARSED = answer({"role": "assistant", "content": None, "tool_calls": [CALL]}, "tool_calls")
@@ -102,7 +115,7 @@ def test_raw_tool_call_text_fails_with_12_naming_the_parser_flag(monkeypatch):
 
 
 def test_an_answer_cut_at_max_tokens_names_the_setting_not_the_parser(monkeypatch):
-    cut = answer({"role": "assistant", "content": "<tool_call>\n{\"name\": \"write_file\", \"argu"}, "length")
+    cut = answer({"role": "assistant", "content": '<tool_call>\n{"name": "write_file", "argu'}, "length")
     serve(monkeypatch, cut)
     report = run()
     assert report.code == ExitCode.USAGE
@@ -130,8 +143,13 @@ def test_prose_without_a_call_fails_with_12_saying_the_model_did_not_call_the_to
 
 
 def test_token_fields_missing_only_on_the_tool_answer_is_tokens_missing(monkeypatch):
-    serve(monkeypatch, {**PARSED, "choices": [{k: v for k, v in PARSED["choices"][0].items()
-                                               if k not in ("prompt_token_ids", "meta_info")}]})
+    serve(
+        monkeypatch,
+        {
+            **PARSED,
+            "choices": [{k: v for k, v in PARSED["choices"][0].items() if k not in ("prompt_token_ids", "meta_info")}],
+        },
+    )
     report = run()
     assert report.code == ExitCode.TOKENS_MISSING, report.message
     assert report.fields_missing == ["return_prompt_token_ids", "return_meta_info"]
@@ -186,13 +204,16 @@ def test_one_target_without_the_parser_fails_the_smoke(monkeypatch):
     assert sorted(seen) == ["w1.invalid", "w2.invalid"]
 
 
-@pytest.mark.parametrize("content,finish,outcome", [
-    (None, "tool_calls", "parsed"),
-    (RAW_CALL, "stop", "raw_tool_call_text"),
-    (RAW_CALL[:30], "length", "cut_at_max_tokens"),
-    ("I would write the file.", "stop", "prose_without_call"),
-    ("", "stop", "prose_without_call"),
-])
+@pytest.mark.parametrize(
+    "content,finish,outcome",
+    [
+        (None, "tool_calls", "parsed"),
+        (RAW_CALL, "stop", "raw_tool_call_text"),
+        (RAW_CALL[:30], "length", "cut_at_max_tokens"),
+        ("I would write the file.", "stop", "prose_without_call"),
+        ("", "stop", "prose_without_call"),
+    ],
+)
 def test_classify(content, finish, outcome):
     message = {"role": "assistant", "content": content}
     if outcome == "parsed":

@@ -37,9 +37,18 @@ def test_engine_direct_launch(capsys):
     assert "--rollout-external-engine-addrs 127.0.0.1:30000 --hf-checkpoint" in cmd
     assert "--sglang-router-ip" not in cmd
     assert "--rollout-function-path polarstack.gate.generate_rollout_gated" in cmd
-    for flag in ("--advantage-estimator grpo", "--kl-loss-type low_var_kl", "--eps-clip 0.2", "--eps-clip-high 0.28",
-                 "--lr 1e-06", "--use-tis", "--use-kl-loss", "--custom-rm-path slime_bridge.reward.reward_func",
-                 "--tensor-model-parallel-size 1", "--num-query-groups 4"):
+    for flag in (
+        "--advantage-estimator grpo",
+        "--kl-loss-type low_var_kl",
+        "--eps-clip 0.2",
+        "--eps-clip-high 0.28",
+        "--lr 1e-06",
+        "--use-tis",
+        "--use-kl-loss",
+        "--custom-rm-path slime_bridge.reward.reward_func",
+        "--tensor-model-parallel-size 1",
+        "--num-query-groups 4",
+    ):
         assert flag in cmd, flag
     # Polar's CeilEpoch data source needs slime API v0.3.1 lacks (issue 10 point 2): slime's default is used.
     assert "--data-source-path" not in cmd
@@ -62,22 +71,30 @@ def test_patched_router_registers_with_slime(capsys):
 def test_router_passthrough_keeps_slime_off_the_static_router(capsys):
     p = plan(capsys, "--profile", "router-passthrough")
     assert "--sglang-router-ip" not in submitted(p)  # 0.1.4 has no POST /workers
-    assert yaml.safe_load(p["files"]["topology.yaml"])["gateway"]["nodes"][0]["inference"]["base_url"] == \
-        "http://127.0.0.1:30080"
+    assert (
+        yaml.safe_load(p["files"]["topology.yaml"])["gateway"]["nodes"][0]["inference"]["base_url"]
+        == "http://127.0.0.1:30080"
+    )
 
 
-@pytest.mark.parametrize("argv,env,needle", [
-    (["--set", "parallel.default.tensor_model_parallel_size=3", "--profile", "patched-router"], {},
-     "does not divide Qwen2.5-7B-Instruct's 4 query groups"),
-    (["--set", "parallel.engine-direct.tensor_model_parallel_size=2"], {}, "does not divide the 3 trainer GPU"),
-    (["--set", "grpo.global_batch_size=60"], {}, "not a multiple of n_samples_per_prompt=8"),
-    (["--set", "grpo.global_batch_size=48"], {}, "would treat the batch as one group"),
-    (["--set", "grpo.n_samples_per_prompt=1", "--set", "grpo.global_batch_size=8"], {}, "at least 2 samples"),
-    ([], {"MODEL_PATH": ""}, "no model path"),
-    ([], {"MODEL_PATH": "models/q"}, "must be an absolute path"),
-    ([], {"TRAINER_GPUS": "1,2,3,4"}, "GPU 4 does not exist on a 4-GPU node"),
-    (["--set", "grpo.nope=1"], {}, "has no key 'nope'"),
-])
+@pytest.mark.parametrize(
+    "argv,env,needle",
+    [
+        (
+            ["--set", "parallel.default.tensor_model_parallel_size=3", "--profile", "patched-router"],
+            {},
+            "does not divide Qwen2.5-7B-Instruct's 4 query groups",
+        ),
+        (["--set", "parallel.engine-direct.tensor_model_parallel_size=2"], {}, "does not divide the 3 trainer GPU"),
+        (["--set", "grpo.global_batch_size=60"], {}, "not a multiple of n_samples_per_prompt=8"),
+        (["--set", "grpo.global_batch_size=48"], {}, "would treat the batch as one group"),
+        (["--set", "grpo.n_samples_per_prompt=1", "--set", "grpo.global_batch_size=8"], {}, "at least 2 samples"),
+        ([], {"MODEL_PATH": ""}, "no model path"),
+        ([], {"MODEL_PATH": "models/q"}, "must be an absolute path"),
+        ([], {"TRAINER_GPUS": "1,2,3,4"}, "GPU 4 does not exist on a 4-GPU node"),
+        (["--set", "grpo.nope=1"], {}, "has no key 'nope'"),
+    ],
+)
 def test_refusals(capsys, monkeypatch, argv, env, needle):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -92,9 +109,18 @@ def test_unknown_task(capsys):
     assert "choose one of humaneval, mbpp" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("override", ["grpo.rollout_max_response_len=abc", "context.seq_length=1.5",
-                                      "grpo.max_tokens_per_gpu=-4", "checkpoint.save_interval=0", "grpo.lr=nan",
-                                      "polar.gateway_port=70000", "context.harness_margin_tokens=-1"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "grpo.rollout_max_response_len=abc",
+        "context.seq_length=1.5",
+        "grpo.max_tokens_per_gpu=-4",
+        "checkpoint.save_interval=0",
+        "grpo.lr=nan",
+        "polar.gateway_port=70000",
+        "context.harness_margin_tokens=-1",
+    ],
+)
 def test_set_values_of_the_wrong_type_are_usage_errors_naming_the_key(override, capsys):
     """A `--set` value that is not what train_async.py's flag takes ends as USAGE naming the key (issue 12 point 11's
     class of edge inputs), not as an internal error when the budget or the launch reads it."""

@@ -42,8 +42,21 @@ def test_the_bundle_holds_the_package_and_its_sandbox_programs_unchanged(monkeyp
     monkeypatch.setitem(sys.modules, module.__name__, module)  # dataclasses look their module up
     exec(compile(bundle.source(), "verifier.py", "exec"), module.__dict__)
     namespace = module.__dict__
-    for name in ("verify", "verify_many", "reward_func", "main", "run_program", "probe_sandbox", "Limits", "Outcome",
-                 "IsolationUnavailable", "ISOLATION_ENV", "VERIFIER_UID_BASE", "_unshare_flags", "_parse_report"):
+    for name in (
+        "verify",
+        "verify_many",
+        "reward_func",
+        "main",
+        "run_program",
+        "probe_sandbox",
+        "Limits",
+        "Outcome",
+        "IsolationUnavailable",
+        "ISOLATION_ENV",
+        "VERIFIER_UID_BASE",
+        "_unshare_flags",
+        "_parse_report",
+    ):
         assert name in namespace, name
     assert namespace["_SUPERVISOR"] == verifier._SUPERVISOR and namespace["_RUNNER"] == verifier._RUNNER
     assert namespace["ISOLATION_ENV"] == verifier.ISOLATION_ENV == "POLARSTACK_VERIFIER_ISOLATION"
@@ -51,8 +64,9 @@ def test_the_bundle_holds_the_package_and_its_sandbox_programs_unchanged(monkeyp
 
 
 def test_python_m_polarstack_verifier_is_the_command_line():
-    proc = subprocess.run([sys.executable, "-m", "polarstack.verifier", "--help"], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "polarstack.verifier", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and "--problem" in proc.stdout and "--isolation" in proc.stdout
 
 
@@ -73,12 +87,15 @@ def test_the_bundler_merges_imports_and_drops_the_packages_own(package):
     assert text.endswith('if __name__ == "__main__":\n    sys.exit(main())\n')
 
 
-@pytest.mark.parametrize("source,refusal", [
-    ('"""First."""\n\nimport yaml\n\nA = 1\n', "not in the standard library"),
-    ('"""First."""\n\nB = 2\n', "B is defined in verifier/first.py and verifier/__init__.py"),
-    ('"""First."""\n\nA = 1\nimport os\n', "after its body began"),
-    ('"""First."""\n\nimport os as system\n', "renames an import"),
-])
+@pytest.mark.parametrize(
+    "source,refusal",
+    [
+        ('"""First."""\n\nimport yaml\n\nA = 1\n', "not in the standard library"),
+        ('"""First."""\n\nB = 2\n', "B is defined in verifier/first.py and verifier/__init__.py"),
+        ('"""First."""\n\nA = 1\nimport os\n', "after its body began"),
+        ('"""First."""\n\nimport os as system\n', "renames an import"),
+    ],
+)
 def test_the_bundler_refuses_what_one_file_cannot_hold(package, source, refusal):
     (package / "first.py").write_text(source)
     with pytest.raises(bundle.BundleError, match=refusal):

@@ -32,8 +32,9 @@ class FakeRouter:
 
     def add(self, url: str) -> None:
         self.next_id += 1
-        self.workers.append({"id": f"w{self.next_id}", "url": url, "worker_type": "regular",
-                             "is_healthy": self.healthy})
+        self.workers.append(
+            {"id": f"w{self.next_id}", "url": url, "worker_type": "regular", "is_healthy": self.healthy}
+        )
 
     def urls(self) -> list[str]:
         return [w["url"] for w in self.workers]
@@ -65,8 +66,12 @@ class FakeRouter:
             if self.refuse:
                 return httpx.Response(404, text="Not Found")
             self.next_id += 1
-            worker = {"id": f"w{self.next_id}", "url": body["url"], "worker_type": body["worker_type"],
-                      "is_healthy": self.healthy}
+            worker = {
+                "id": f"w{self.next_id}",
+                "url": body["url"],
+                "worker_type": body["worker_type"],
+                "is_healthy": self.healthy,
+            }
             self._later("add", worker)
             return httpx.Response(202, json={"status": "accepted"})
         if req.method == "DELETE" and req.url.path.startswith("/workers/"):
@@ -82,10 +87,12 @@ class FakeRouter:
 @pytest.fixture
 def fake(monkeypatch):
     """A FakeRouter that every client the worker API opens talks to."""
+
     def make(**options) -> FakeRouter:
         router = FakeRouter(**options)
         monkeypatch.setattr(worker_api, "client", router.client)
         return router
+
     return make
 
 
@@ -101,8 +108,10 @@ def test_a_router_without_the_api_is_an_http_error_naming_it(fake):
     with pytest.raises(StackError) as caught:
         worker_api.register(ROUTER, E1)
     assert caught.value.code == ExitCode.HTTP_ERROR
-    assert caught.value.message == (f"the router at {ROUTER} refused POST /workers for {E1} (HTTP 404: Not Found); "
-                                    "it has no slime-compatible worker API.")
+    assert caught.value.message == (
+        f"the router at {ROUTER} refused POST /workers for {E1} (HTTP 404: Not Found); "
+        "it has no slime-compatible worker API."
+    )
 
 
 def test_an_unreachable_router_is_unreachable_naming_the_worker(monkeypatch):
@@ -116,21 +125,29 @@ def test_an_unreachable_router_is_unreachable_naming_the_worker(monkeypatch):
     assert caught.value.message.startswith(f"could not register {E1} with the router at {ROUTER}: nothing accepts")
 
 
-@pytest.mark.parametrize("body,expected", [
-    (b'{"workers": []}', []),
-    (b'{"workers": [{"url": "http://a/"}]}', [{"url": "http://a/"}]),
-    (b'{"workers": {"url": "http://a"}}', None),  # not a list
-    (b'{"urls": []}', None),
-    (b'[]', None),
-    (b'<html>', None),
-])
+@pytest.mark.parametrize(
+    "body,expected",
+    [
+        (b'{"workers": []}', []),
+        (b'{"workers": [{"url": "http://a/"}]}', [{"url": "http://a/"}]),
+        (b'{"workers": {"url": "http://a"}}', None),  # not a list
+        (b'{"urls": []}', None),
+        (b"[]", None),
+        (b"<html>", None),
+    ],
+)
 def test_parse_list(body, expected):
     assert worker_api.parse_list(body) == expected
 
 
 def test_by_url_strips_slashes_and_filters_unhealthy():
-    workers = [{"url": "http://a/", "id": "1"}, {"url": "http://b", "id": "2", "is_healthy": False}, "junk",
-               {"url": None, "id": "3"}, {"url": "http://c"}]
+    workers = [
+        {"url": "http://a/", "id": "1"},
+        {"url": "http://b", "id": "2", "is_healthy": False},
+        "junk",
+        {"url": None, "id": "3"},
+        {"url": "http://c"},
+    ]
     assert worker_api.by_url(workers) == {"http://a": "1", "http://b": "2", "http://c": ""}
     assert worker_api.by_url(workers, healthy_only=True) == {"http://a": "1", "http://c": ""}
 
@@ -193,8 +210,9 @@ def test_register_all_names_the_engines_never_listed_healthy(fake):
     with pytest.raises(StackError) as caught:
         worker_api.register_all(ROUTER, [E1, E2], timeout=0.3)
     assert caught.value.code == ExitCode.ENVIRONMENT
-    assert caught.value.message == (f"the router at {ROUTER} did not list {[E1, E2]} as healthy workers within "
-                                    "0.3 s after POST /workers.")
+    assert caught.value.message == (
+        f"the router at {ROUTER} did not list {[E1, E2]} as healthy workers within 0.3 s after POST /workers."
+    )
 
 
 def test_temporary_registration_removes_exactly_what_it_added(fake):

@@ -49,8 +49,9 @@ def test_affinity_shares_and_ideal_on_a_synthetic_log():
 def test_perfect_affinity_reaches_the_ideal_and_goals():
     turns = [s for i in range(8) for s in _session([i % 2] * 4, i)]
     # the first session on each engine found nothing on turn 0 (a cold engine)
-    turns = [w.Served(s.engine, s.session, s.turn, s.prompt_tokens, 0) if s.session < 2 and s.turn == 0 else s
-             for s in turns]
+    turns = [
+        w.Served(s.engine, s.session, s.turn, s.prompt_tokens, 0) if s.session < 2 and s.turn == 0 else s for s in turns
+    ]
     m = w.metrics(turns, 2)
     assert m["session_affinity"] == 1.0 and m["cache_vs_ideal"] == pytest.approx(1.0)
     assert w.meets_goals(m) == {"balanced": True, "affine": True, "cache": True}
@@ -64,9 +65,11 @@ def test_one_engine_takes_everything_misses_balance_only():
 
 
 def test_served_tags_are_recovered_and_foreign_requests_skipped():
-    entries = [{"tag": "s12.t3 result: file path", "prompt_tokens": 900, "cached_tokens": 850},
-               {"tag": "Say hi in 5 words", "prompt_tokens": 20, "cached_tokens": 0},
-               {"tag": None, "prompt_tokens": 5, "cached_tokens": 0}]
+    entries = [
+        {"tag": "s12.t3 result: file path", "prompt_tokens": 900, "cached_tokens": 850},
+        {"tag": "Say hi in 5 words", "prompt_tokens": 20, "cached_tokens": 0},
+        {"tag": None, "prompt_tokens": 5, "cached_tokens": 0},
+    ]
     assert w.parse_served(1, entries) == [w.Served(1, 12, 3, 900, 850, 0)]
 
 
@@ -77,6 +80,7 @@ def test_workload_sizes_in_the_emulator_tokenizer():
     tools = w.tool_schemas(load)
     assert len(tools) == len(w.TOOL_NAMES) == 16
     import json
+
     tool_tokens = sum(len(tok.encode(json.dumps(t, sort_keys=True))) for t in tools)
     assert abs(tool_tokens - w.TOOL_SCHEMA_TOKENS) / w.TOOL_SCHEMA_TOKENS < 0.05, tool_tokens
     a, b = w.first_messages(load, 0, "sys"), w.first_messages(load, 1, "sys")
@@ -94,7 +98,7 @@ def _brute(history, prompt):
     best = 0
     for old in history:
         n = 0
-        for a, b in zip(old, prompt):
+        for a, b in zip(old, prompt, strict=False):
             if a != b:
                 break
             n += 1
@@ -103,8 +107,13 @@ def _brute(history, prompt):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 80), st.lists(st.integers(0, 3), max_size=40)),
-                min_size=1, max_size=25))
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.integers(0, 80), st.lists(st.integers(0, 3), max_size=40)),
+        min_size=1,
+        max_size=25,
+    )
+)
 def test_prefix_cache_matches_brute_force(requests):
     """Prompts from a few shared stems, cut and extended: never more than the true longest prefix, and short of it
     by less than one block (prefix_cache's documented bound) while nothing is forgotten."""
@@ -150,7 +159,7 @@ def test_agent_turns_extend_the_previous_prompt_in_the_chat_template():
     first = w.first_messages(load, 0, w.system_prompt(load))
     second = first + [{"role": "assistant", "content": "done"}, w.tool_result(load, 0, 1)]
     p1, p2 = encode_chat(tok, first, tools=tools), encode_chat(tok, second, tools=tools)
-    assert p2[:len(p1)] == p1 and len(p2) > len(p1)
+    assert p2[: len(p1)] == p1 and len(p2) > len(p1)
 
 
 def test_routing_report_rewrites_only_its_table(tmp_path, monkeypatch):
@@ -163,7 +172,9 @@ def test_routing_report_rewrites_only_its_table(tmp_path, monkeypatch):
     data = json.loads((repo_root() / "docs" / "routing.json").read_text())
     monkeypatch.setattr(routing_bench, "plot", lambda data, path: path.write_bytes(b"png"))
     doc = tmp_path / "routing.md"
-    doc.write_text(f"# Routing\n\nprose before\n\n{routing_bench.BEGIN}\nold table\n{routing_bench.END}\n\nprose after\n")
+    doc.write_text(
+        f"# Routing\n\nprose before\n\n{routing_bench.BEGIN}\nold table\n{routing_bench.END}\n\nprose after\n"
+    )
     routing_bench.write_outputs(data, tmp_path, "polarstack bench --routing")
     text = doc.read_text()
     assert "prose before" in text and "prose after" in text and "old table" not in text
@@ -171,10 +182,13 @@ def test_routing_report_rewrites_only_its_table(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "routing.json").read_text())["command"] == "polarstack bench --routing"
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--agent-turns", "1"], "--agent-turns must be at least 2"),
-    (["--candidate", "patched-router"], "must look like PROFILE=FLAGS"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--agent-turns", "1"], "--agent-turns must be at least 2"),
+        (["--candidate", "patched-router"], "must look like PROFILE=FLAGS"),
+    ],
+)
 def test_bench_routing_refuses_bad_arguments_before_starting_anything(capsys, argv, needle):
     from polarstack.cli import main
     from polarstack.errors import ExitCode

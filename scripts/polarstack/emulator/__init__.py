@@ -31,13 +31,40 @@ never serves that prefix.
 """
 
 from polarstack.emulator.app import create_app, serve
-from polarstack.emulator.engine import (CONTEXT_LENGTH, DEFAULT_MODEL, PREFIX_CACHE_SIZE, REQUEST_LOG_SIZE,
-                                        SERVED_LOG_SIZE, TAG_CHARS, EngineState, Generation, generate,
-                                        generate_tool_call, meta_info, service_time)
+from polarstack.emulator.engine import (
+    CONTEXT_LENGTH,
+    DEFAULT_MODEL,
+    PREFIX_CACHE_SIZE,
+    REQUEST_LOG_SIZE,
+    SERVED_LOG_SIZE,
+    TAG_CHARS,
+    EngineState,
+    Generation,
+    generate,
+    generate_tool_call,
+    meta_info,
+    service_time,
+)
 from polarstack.emulator.faults import FAULT_MODES
 from polarstack.emulator.request_log import RequestLog
 from polarstack.tokenizer import ENDOFTEXT
 
-__all__ = ["EngineState", "create_app", "serve", "generate", "DEFAULT_MODEL", "ENDOFTEXT", "CONTEXT_LENGTH",
-           "FAULT_MODES", "Generation", "generate_tool_call", "meta_info", "service_time", "RequestLog",
-           "REQUEST_LOG_SIZE", "PREFIX_CACHE_SIZE", "SERVED_LOG_SIZE", "TAG_CHARS"]
+__all__ = [
+    "EngineState",
+    "create_app",
+    "serve",
+    "generate",
+    "DEFAULT_MODEL",
+    "ENDOFTEXT",
+    "CONTEXT_LENGTH",
+    "FAULT_MODES",
+    "Generation",
+    "generate_tool_call",
+    "meta_info",
+    "service_time",
+    "RequestLog",
+    "REQUEST_LOG_SIZE",
+    "PREFIX_CACHE_SIZE",
+    "SERVED_LOG_SIZE",
+    "TAG_CHARS",
+]

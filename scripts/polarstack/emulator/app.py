@@ -25,17 +25,31 @@ def create_app(state: EngineState):
     return app
 
 
-def serve(port: int, host: str = "127.0.0.1", model: str = DEFAULT_MODEL, seed: int = 0,
-          tool_call_parser: str | None = None, prefill_us_per_token: float = 0.0,
-          decode_us_per_token: float = 0.0) -> None:
+def serve(
+    port: int,
+    host: str = "127.0.0.1",
+    model: str = DEFAULT_MODEL,
+    seed: int = 0,
+    tool_call_parser: str | None = None,
+    prefill_us_per_token: float = 0.0,
+    decode_us_per_token: float = 0.0,
+) -> None:
     """Run the emulator in the foreground until interrupted."""
     import uvicorn
 
-    state = EngineState(model=model, seed=seed, port=port, tool_call_parser=tool_call_parser,
-                        prefill_us_per_token=prefill_us_per_token, decode_us_per_token=decode_us_per_token)
+    state = EngineState(
+        model=model,
+        seed=seed,
+        port=port,
+        tool_call_parser=tool_call_parser,
+        prefill_us_per_token=prefill_us_per_token,
+        decode_us_per_token=decode_us_per_token,
+    )
     app = create_app(state)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
-    print(f"polarstack: sglang {sglang_protocol.sglang_version()} emulator serving {model} on http://{host}:{port}",
-          flush=True)
+    print(
+        f"polarstack: sglang {sglang_protocol.sglang_version()} emulator serving {model} on http://{host}:{port}",
+        flush=True,
+    )
     server.run()

@@ -27,9 +27,13 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
     @app.get("/_emulator/stats")
     async def stats():
         """Totals since start or the last /flush_cache: what a prefix-cache-aware measurement needs."""
-        return {"prompt_tokens": state.prompt_tokens_total, "cached_tokens": state.cached_tokens_total,
-                "generated_tokens": state.generated_tokens_total, "served": state.served,
-                "chat_completions": state.chat_completions}
+        return {
+            "prompt_tokens": state.prompt_tokens_total,
+            "cached_tokens": state.cached_tokens_total,
+            "generated_tokens": state.generated_tokens_total,
+            "served": state.served,
+            "chat_completions": state.chat_completions,
+        }
 
     @app.get("/_emulator/served")
     async def served(since: int = 0):
@@ -48,4 +52,3 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
             return error(f"mode must be one of {', '.join(FAULT_MODES)}")
         state.fault = body
         return state.fault
-

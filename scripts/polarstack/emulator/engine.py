@@ -25,8 +25,11 @@ REQUEST_LOG_SIZE = 500
 PREFIX_CACHE_SIZE = 512
 SERVED_LOG_SIZE = 100_000
 TAG_CHARS = 64
-WORDS = ("the agent reads the file and runs the tests then fixes the bug in the function returns a value "
-          "hello world sure here is code def return for in if else print list dict sum result").split()
+WORDS = (
+    "the agent reads the file and runs the tests then fixes the bug in the function returns a value "
+    "hello world sure here is code def return for in if else print list dict sum result"
+).split()
+
 
 @dataclass
 class EngineState:
@@ -93,8 +96,9 @@ def _end(ids: list[int], stops: bool, limit: int) -> tuple[list[int], dict[str, 
     return ids[:limit], {"type": "length", "length": limit}
 
 
-def _served(state: EngineState, prompt: list[int], ids: list[int], logprobs: list[float], finish: dict[str, Any],
-            started: float) -> Generation:
+def _served(
+    state: EngineState, prompt: list[int], ids: list[int], logprobs: list[float], finish: dict[str, Any], started: float
+) -> Generation:
     """The finished generation, its cached prefix looked up (and the prompt remembered) and the totals counted."""
     cached = state.cached_prefix(prompt)
     with state.lock:
@@ -104,8 +108,16 @@ def _served(state: EngineState, prompt: list[int], ids: list[int], logprobs: lis
     return Generation(ids, logprobs, finish, cached, started)
 
 
-def generate(state: EngineState, prompt: list[int], max_new_tokens: int | None, *, salt: int = 0,
-             sampling_seed: int | None = None, ignore_eos: bool = False, min_new_tokens: int = 0) -> Generation:
+def generate(
+    state: EngineState,
+    prompt: list[int],
+    max_new_tokens: int | None,
+    *,
+    salt: int = 0,
+    sampling_seed: int | None = None,
+    ignore_eos: bool = False,
+    min_new_tokens: int = 0,
+) -> Generation:
     started = time.time()
     rng = _rng(state.seed, prompt, salt, sampling_seed)
     natural = rng.randint(max(4, min_new_tokens), max(12, min_new_tokens + 1))
@@ -117,8 +129,15 @@ def generate(state: EngineState, prompt: list[int], max_new_tokens: int | None, 
     return _served(state, prompt, ids, logprobs, finish, started)
 
 
-def generate_tool_call(state: EngineState, prompt: list[int], tools: list[Any], max_new_tokens: int | None, *,
-                       salt: int = 0, sampling_seed: int | None = None) -> Generation:
+def generate_tool_call(
+    state: EngineState,
+    prompt: list[int],
+    tools: list[Any],
+    max_new_tokens: int | None,
+    *,
+    salt: int = 0,
+    sampling_seed: int | None = None,
+) -> Generation:
     """The emulated model's answer when tools are offered: one Qwen-format call of the first tool, then <|im_end|>
     (deterministic; cut at max_new_tokens like any generation)."""
     started = time.time()
@@ -130,8 +149,9 @@ def generate_tool_call(state: EngineState, prompt: list[int], tools: list[Any], 
     return _served(state, prompt, ids, logprobs, finish, started)
 
 
-def meta_info(state: EngineState, rid: str, prompt: list[int], gen: Generation, return_logprob: bool,
-              text_in_logprobs: bool) -> dict[str, Any]:
+def meta_info(
+    state: EngineState, rid: str, prompt: list[int], gen: Generation, return_logprob: bool, text_in_logprobs: bool
+) -> dict[str, Any]:
     """The meta_info dict tokenizer_manager.py builds for a finished request."""
     meta: dict[str, Any] = {
         "id": rid,
@@ -144,11 +164,17 @@ def meta_info(state: EngineState, rid: str, prompt: list[int], gen: Generation, 
         meta["input_token_logprobs"] = []
         meta["output_token_logprobs"] = [
             [lp, tid, state.tokenizer.token_text(tid) if text_in_logprobs else None]
-            for lp, tid in zip(gen.logprobs, gen.output_ids)
+            for lp, tid in zip(gen.logprobs, gen.output_ids, strict=False)
         ]
         meta["output_token_logprobs_length"] = len(gen.output_ids)
-    meta.update({"reasoning_tokens": 0, "completion_tokens": len(gen.output_ids), "cached_tokens": gen.cached_tokens,
-                 "e2e_latency": round(time.time() - gen.started, 6)})
+    meta.update(
+        {
+            "reasoning_tokens": 0,
+            "completion_tokens": len(gen.output_ids),
+            "cached_tokens": gen.cached_tokens,
+            "e2e_latency": round(time.time() - gen.started, 6),
+        }
+    )
     return meta
 
 

@@ -28,5 +28,12 @@ async def validate_json_request(raw_request: Request):
     """http_server.py validate_json_request: OpenAI routes accept only `Content-Type: application/json`."""
     media_type = raw_request.headers.get("content-type", "").lower().split(";", 1)[0]
     if media_type != "application/json":
-        raise RequestValidationError(errors=[{"loc": ["header", "content-type"], "type": "value_error",
-                                              "msg": "Unsupported Media Type: Only 'application/json' is allowed"}])
+        raise RequestValidationError(
+            errors=[
+                {
+                    "loc": ["header", "content-type"],
+                    "type": "value_error",
+                    "msg": "Unsupported Media Type: Only 'application/json' is allowed",
+                }
+            ]
+        )

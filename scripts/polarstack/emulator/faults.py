@@ -14,8 +14,19 @@ from fastapi.responses import Response
 from polarstack.emulator.engine import EngineState
 from polarstack.emulator.errors import error
 
-FAULT_MODES = ("none", "delay", "http500", "html", "truncated", "nan_logprobs", "positive_logprobs",
-               "length_mismatch", "no_extensions", "always_extensions", "nan_literal_logprobs")
+FAULT_MODES = (
+    "none",
+    "delay",
+    "http500",
+    "html",
+    "truncated",
+    "nan_logprobs",
+    "positive_logprobs",
+    "length_mismatch",
+    "no_extensions",
+    "always_extensions",
+    "nan_literal_logprobs",
+)
 
 
 async def apply_fault(state: EngineState) -> Response | None:
@@ -26,8 +37,7 @@ async def apply_fault(state: EngineState) -> Response | None:
     elif mode == "http500":
         return error("Internal server error: injected fault", "InternalServerError", 500)
     elif mode == "html":
-        return Response("<html><body><h1>502 Bad Gateway</h1></body></html>", status_code=502,
-                        media_type="text/html")
+        return Response("<html><body><h1>502 Bad Gateway</h1></body></html>", status_code=502, media_type="text/html")
     return None
 
 

@@ -24,11 +24,21 @@ class RequestLog:
             parsed: Any = json.loads(body) if body else None
         except ValueError:
             parsed = body.decode("utf-8", "replace")
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])
-                   if k.lower().startswith((b"x-", b"content-type"))}
-        self.state.requests.append({"time": time.time(), "method": scope.get("method"), "path": path,
-                                    "query": scope.get("query_string", b"").decode("latin-1"), "body": parsed,
-                                    "headers": headers})
+        headers = {
+            k.decode("latin-1"): v.decode("latin-1")
+            for k, v in scope.get("headers", [])
+            if k.lower().startswith((b"x-", b"content-type"))
+        }
+        self.state.requests.append(
+            {
+                "time": time.time(),
+                "method": scope.get("method"),
+                "path": path,
+                "query": scope.get("query_string", b"").decode("latin-1"),
+                "body": parsed,
+                "headers": headers,
+            }
+        )
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":

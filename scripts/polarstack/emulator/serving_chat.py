@@ -16,8 +16,18 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from polarstack import sglang_protocol, toolcheck
-from polarstack.emulator.engine import (CONTEXT_LENGTH, TAG_CHARS, WORDS, EngineState, Generation, generate,
-                                        generate_tool_call, meta_info, service_time, visible_text)
+from polarstack.emulator.engine import (
+    CONTEXT_LENGTH,
+    TAG_CHARS,
+    WORDS,
+    EngineState,
+    Generation,
+    generate,
+    generate_tool_call,
+    meta_info,
+    service_time,
+    visible_text,
+)
 from polarstack.emulator.errors import error, validate_json_request
 from polarstack.emulator.faults import apply_fault, corrupt
 from polarstack.tokenizer import SPECIAL_IDS, encode_chat
@@ -38,8 +48,10 @@ def validate_chat(request: Any) -> str | None:
             return f"Tool '{name}' not found in tools list."
     max_out = request.max_completion_tokens or request.max_tokens
     if max_out and max_out > CONTEXT_LENGTH:
-        return (f"max_completion_tokens is too large: {max_out}."
-                f"This model supports at most {CONTEXT_LENGTH} completion tokens.")
+        return (
+            f"max_completion_tokens is too large: {max_out}."
+            f"This model supports at most {CONTEXT_LENGTH} completion tokens."
+        )
     return None
 
 
@@ -48,8 +60,12 @@ def chat_prompt(state: EngineState, request: Any) -> list[int]:
     if request.input_ids:
         return list(request.input_ids)
     dumped = request.model_dump(mode="json", exclude_none=True)
-    return encode_chat(state.tokenizer, dumped["messages"], tools=dumped.get("tools"),
-                       continue_final_message=request.continue_final_message)
+    return encode_chat(
+        state.tokenizer,
+        dumped["messages"],
+        tools=dumped.get("tools"),
+        continue_final_message=request.continue_final_message,
+    )
 
 
 def token_logprob(state: EngineState, token_id: int, logprob: float, top: int, rng: random.Random) -> Any:
@@ -64,8 +80,9 @@ def token_logprob(state: EngineState, token_id: int, logprob: float, top: int, r
     return proto.ChatCompletionTokenLogprob(token=text, bytes=list(text.encode()), logprob=logprob, top_logprobs=tops)
 
 
-def parse_tool_calls(state: EngineState, request: Any, text: str,
-                     finish_type: str) -> tuple[str, list[Any] | None, str]:
+def parse_tool_calls(
+    state: EngineState, request: Any, text: str, finish_type: str
+) -> tuple[str, list[Any] | None, str]:
     """serving_chat.py's conditions (~l.1348-1361): parse only with a parser, tools, and tool_choice != "none";
     then `_process_tool_calls` (~l.1504-1548): finish_reason "stop" becomes "tool_calls"."""
     if not (state.tool_call_parser and request.tools and request.tool_choice != "none"):
@@ -82,28 +99,51 @@ async def chat_stream(state: EngineState, request: Any, prompt: list[int], gens:
     proto = sglang_protocol.protocol()
     created = int(time.time())
     for index, gen in enumerate(gens):
-        first = proto.ChatCompletionStreamResponse(id=rid, created=created, model=request.model, choices=[
-            proto.ChatCompletionResponseStreamChoice(index=index, delta=proto.DeltaMessage(role="assistant",
-                                                                                           content=""))])
+        first = proto.ChatCompletionStreamResponse(
+            id=rid,
+            created=created,
+            model=request.model,
+            choices=[
+                proto.ChatCompletionResponseStreamChoice(
+                    index=index, delta=proto.DeltaMessage(role="assistant", content="")
+                )
+            ],
+        )
         yield f"data: {first.model_dump_json()}\n\n"
         for token_id in gen.output_ids:
             if token_id in SPECIAL_IDS and request.skip_special_tokens:
                 continue
-            chunk = proto.ChatCompletionStreamResponse(id=rid, created=created, model=request.model, choices=[
-                proto.ChatCompletionResponseStreamChoice(index=index, delta=proto.DeltaMessage(
-                    content=state.tokenizer.token_text(token_id)))])
+            chunk = proto.ChatCompletionStreamResponse(
+                id=rid,
+                created=created,
+                model=request.model,
+                choices=[
+                    proto.ChatCompletionResponseStreamChoice(
+                        index=index, delta=proto.DeltaMessage(content=state.tokenizer.token_text(token_id))
+                    )
+                ],
+            )
             yield f"data: {chunk.model_dump_json()}\n\n"
-        last = proto.ChatCompletionStreamResponse(id=rid, created=created, model=request.model, choices=[
-            proto.ChatCompletionResponseStreamChoice(index=index, delta=proto.DeltaMessage(),
-                                                     finish_reason=gen.finish_reason["type"],
-                                                     matched_stop=gen.finish_reason.get("matched"))])
+        last = proto.ChatCompletionStreamResponse(
+            id=rid,
+            created=created,
+            model=request.model,
+            choices=[
+                proto.ChatCompletionResponseStreamChoice(
+                    index=index,
+                    delta=proto.DeltaMessage(),
+                    finish_reason=gen.finish_reason["type"],
+                    matched_stop=gen.finish_reason.get("matched"),
+                )
+            ],
+        )
         yield f"data: {last.model_dump_json()}\n\n"
     if request.stream_options and request.stream_options.include_usage:
         completion = sum(len(g.output_ids) for g in gens)
-        usage = proto.UsageInfo(prompt_tokens=len(prompt), completion_tokens=completion,
-                                total_tokens=len(prompt) + completion)
-        tail = proto.ChatCompletionStreamResponse(id=rid, created=created, model=request.model, choices=[],
-                                                  usage=usage)
+        usage = proto.UsageInfo(
+            prompt_tokens=len(prompt), completion_tokens=completion, total_tokens=len(prompt) + completion
+        )
+        tail = proto.ChatCompletionStreamResponse(id=rid, created=created, model=request.model, choices=[], usage=usage)
         yield f"data: {tail.model_dump_json()}\n\n"
     yield "data: [DONE]\n\n"
 
@@ -117,11 +157,15 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
         if problem:
             return error(problem, "BadRequestError")
         if request.stream and request.return_prompt_token_ids:
-            return error("return_prompt_token_ids is not supported with streaming. "
-                         "Please set stream=false when using return_prompt_token_ids=true.")
+            return error(
+                "return_prompt_token_ids is not supported with streaming. "
+                "Please set stream=false when using return_prompt_token_ids=true."
+            )
         if request.stream and request.return_meta_info:
-            return error("return_meta_info is not supported with streaming. "
-                         "Please set stream=false when using return_meta_info=true.")
+            return error(
+                "return_meta_info is not supported with streaming. "
+                "Please set stream=false when using return_meta_info=true."
+            )
         injected = await apply_fault(state)
         if injected is not None:
             return injected
@@ -131,19 +175,39 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
         max_new = request.max_completion_tokens or request.max_tokens
         rid = uuid.uuid4().hex
         if request.tools:
-            gens = [generate_tool_call(state, prompt, [t.model_dump() for t in request.tools], max_new, salt=i,
-                                       sampling_seed=request.seed) for i in range(request.n)]
+            gens = [
+                generate_tool_call(
+                    state, prompt, [t.model_dump() for t in request.tools], max_new, salt=i, sampling_seed=request.seed
+                )
+                for i in range(request.n)
+            ]
         else:
-            gens = [generate(state, prompt, max_new, salt=i, sampling_seed=request.seed,
-                             ignore_eos=request.ignore_eos, min_new_tokens=request.min_tokens) for i in range(request.n)]
+            gens = [
+                generate(
+                    state,
+                    prompt,
+                    max_new,
+                    salt=i,
+                    sampling_seed=request.seed,
+                    ignore_eos=request.ignore_eos,
+                    min_new_tokens=request.min_tokens,
+                )
+                for i in range(request.n)
+            ]
         last = request.messages[-1].content if request.messages else None
-        delay = service_time(state, sum(len(prompt) - g.cached_tokens for g in gens),
-                             sum(len(g.output_ids) for g in gens))
-        state.served_log.append({"time": time.time(), "prompt_tokens": len(prompt) * len(gens),
-                                 "cached_tokens": sum(g.cached_tokens for g in gens),
-                                 "completion_tokens": sum(len(g.output_ids) for g in gens),
-                                 "service_seconds": round(delay, 6),
-                                 "tag": last[:TAG_CHARS] if isinstance(last, str) else None})
+        delay = service_time(
+            state, sum(len(prompt) - g.cached_tokens for g in gens), sum(len(g.output_ids) for g in gens)
+        )
+        state.served_log.append(
+            {
+                "time": time.time(),
+                "prompt_tokens": len(prompt) * len(gens),
+                "cached_tokens": sum(g.cached_tokens for g in gens),
+                "completion_tokens": sum(len(g.output_ids) for g in gens),
+                "service_seconds": round(delay, 6),
+                "tag": last[:TAG_CHARS] if isinstance(last, str) else None,
+            }
+        )
         await asyncio.sleep(delay)
         extensions = state.fault.get("mode") != "no_extensions"
         # "always_extensions" is a measurement mode (not sglang's behaviour): it tells whether a router would
@@ -158,25 +222,34 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
             logprobs = None
             if request.logprobs:
                 top = request.top_logprobs or 0
-                logprobs = proto.ChoiceLogprobs(content=[token_logprob(state, t, lp, top, rng)
-                                                         for t, lp in zip(gen.output_ids, gen.logprobs)])
+                logprobs = proto.ChoiceLogprobs(
+                    content=[
+                        token_logprob(state, t, lp, top, rng)
+                        for t, lp in zip(gen.output_ids, gen.logprobs, strict=False)
+                    ]
+                )
             text = visible_text(state, gen.output_ids, request.skip_special_tokens)
             text, tool_calls, finish_type = parse_tool_calls(state, request, text, gen.finish_reason["type"])
-            choices.append(proto.ChatCompletionResponseChoice(
-                index=index,
-                message=proto.ChatMessage(role="assistant", content=text, tool_calls=tool_calls),
-                logprobs=logprobs,
-                finish_reason=finish_type,
-                matched_stop=gen.finish_reason.get("matched"),
-                prompt_token_ids=list(prompt) if (request.return_prompt_token_ids or forced) and extensions else None,
-                meta_info=meta if (request.return_meta_info or forced) and extensions else None,
-            ))
+            choices.append(
+                proto.ChatCompletionResponseChoice(
+                    index=index,
+                    message=proto.ChatMessage(role="assistant", content=text, tool_calls=tool_calls),
+                    logprobs=logprobs,
+                    finish_reason=finish_type,
+                    matched_stop=gen.finish_reason.get("matched"),
+                    prompt_token_ids=list(prompt)
+                    if (request.return_prompt_token_ids or forced) and extensions
+                    else None,
+                    meta_info=meta if (request.return_meta_info or forced) and extensions else None,
+                )
+            )
         completion = sum(len(g.output_ids) for g in gens)
-        usage = proto.UsageInfo(prompt_tokens=len(prompt), completion_tokens=completion,
-                                total_tokens=len(prompt) + completion)
-        response = proto.ChatCompletionResponse(id=rid, model=request.model, choices=choices, usage=usage,
-                                                metadata={"weight_version": "default"})
+        usage = proto.UsageInfo(
+            prompt_tokens=len(prompt), completion_tokens=completion, total_tokens=len(prompt) + completion
+        )
+        response = proto.ChatCompletionResponse(
+            id=rid, model=request.model, choices=choices, usage=usage, metadata={"weight_version": "default"}
+        )
         body = response.model_dump()
         corrupted = corrupt(state, body)
         return corrupted if corrupted is not None else JSONResponse(body)
-

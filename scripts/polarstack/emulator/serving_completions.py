@@ -30,11 +30,18 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
         if not prompt_ids_list or not all(prompt_ids_list):
             return error("Prompt cannot be empty")
         choices, prompt_total, completion_total = [], 0, 0
-        for p_index, prompt in enumerate(prompt_ids_list):
+        for prompt in prompt_ids_list:
             prompt_total += len(prompt)
             for n in range(request.n):
-                gen = generate(state, prompt, request.max_tokens, salt=n, sampling_seed=request.seed,
-                               ignore_eos=request.ignore_eos, min_new_tokens=request.min_tokens)
+                gen = generate(
+                    state,
+                    prompt,
+                    request.max_tokens,
+                    salt=n,
+                    sampling_seed=request.seed,
+                    ignore_eos=request.ignore_eos,
+                    min_new_tokens=request.min_tokens,
+                )
                 completion_total += len(gen.output_ids)
                 logprobs = None
                 if request.logprobs is not None:
@@ -43,15 +50,26 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
                     for tok in tokens:
                         offsets.append(pos)
                         pos += len(tok)
-                    logprobs = proto.LogProbs(text_offset=offsets, token_logprobs=gen.logprobs, tokens=tokens,
-                                              top_logprobs=[{tok: lp} for tok, lp in zip(tokens, gen.logprobs)]
-                                              if request.logprobs else [])
-                choices.append(proto.CompletionResponseChoice(
-                    index=len(choices), text=visible_text(state, gen.output_ids, request.skip_special_tokens),
-                    logprobs=logprobs, finish_reason=gen.finish_reason["type"],
-                    matched_stop=gen.finish_reason.get("matched")))
-        usage = proto.UsageInfo(prompt_tokens=prompt_total, completion_tokens=completion_total,
-                                total_tokens=prompt_total + completion_total)
-        return proto.CompletionResponse(id=uuid.uuid4().hex, model=request.model, choices=choices,
-                                        usage=usage).model_dump()
-
+                    logprobs = proto.LogProbs(
+                        text_offset=offsets,
+                        token_logprobs=gen.logprobs,
+                        tokens=tokens,
+                        top_logprobs=[{tok: lp} for tok, lp in zip(tokens, gen.logprobs, strict=False)]
+                        if request.logprobs
+                        else [],
+                    )
+                choices.append(
+                    proto.CompletionResponseChoice(
+                        index=len(choices),
+                        text=visible_text(state, gen.output_ids, request.skip_special_tokens),
+                        logprobs=logprobs,
+                        finish_reason=gen.finish_reason["type"],
+                        matched_stop=gen.finish_reason.get("matched"),
+                    )
+                )
+        usage = proto.UsageInfo(
+            prompt_tokens=prompt_total, completion_tokens=completion_total, total_tokens=prompt_total + completion_total
+        )
+        return proto.CompletionResponse(
+            id=uuid.uuid4().hex, model=request.model, choices=choices, usage=usage
+        ).model_dump()

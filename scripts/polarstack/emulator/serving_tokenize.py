@@ -22,8 +22,12 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
     async def tokenize(request: proto.TokenizeRequest):  # type: ignore[name-defined]
         if request.messages is not None:
             dumped = request.model_dump(mode="json", exclude_none=True)
-            tokens: Any = encode_chat(state.tokenizer, dumped["messages"], tools=dumped.get("tools"),
-                                      continue_final_message=request.continue_final_message)
+            tokens: Any = encode_chat(
+                state.tokenizer,
+                dumped["messages"],
+                tools=dumped.get("tools"),
+                continue_final_message=request.continue_final_message,
+            )
             count: Any = len(tokens)
         elif isinstance(request.prompt, str):
             tokens = state.tokenizer.encode(request.prompt)
@@ -42,4 +46,3 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
         else:
             text = state.tokenizer.decode(tokens, request.skip_special_tokens)
         return proto.DetokenizeResponse(text=text).model_dump()
-

@@ -50,12 +50,35 @@ from typing import Any, Callable, Iterable
 
 # Also the names polarstack.verifier had as one module (callers and tests use them from here).
 from polarstack.verifier.candidate import _RUNNER
-from polarstack.verifier.host import (_CAP_CHOWN, _CAP_SETGID, _CAP_SETUID, _NEWUSER, _binds, _kill_uid,
-                                      _maps_sandbox_uids, _pids_of_uid, _root_with, _sandbox_uid, _system_python,
-                                      _unshare_flags)
-from polarstack.verifier.limits import (_GRACE, DEFAULT_MEMORY_MB, DEFAULT_NPROC, DEFAULT_TIMEOUT, ISOLATION_ENV,
-                                        ISOLATION_MODES, SLOTS, VERIFIER_UID_BASE, IsolationUnavailable, Limits,
-                                        Outcome, Run, isolation_mode)
+from polarstack.verifier.host import (
+    _CAP_CHOWN,
+    _CAP_SETGID,
+    _CAP_SETUID,
+    _NEWUSER,
+    _binds,
+    _kill_uid,
+    _maps_sandbox_uids,
+    _pids_of_uid,  # noqa: F401 (re-exported for tests and the bundle)
+    _root_with,
+    _sandbox_uid,
+    _system_python,
+    _unshare_flags,
+)
+from polarstack.verifier.limits import (
+    _GRACE,
+    DEFAULT_MEMORY_MB,  # noqa: F401 (re-exported)
+    DEFAULT_NPROC,  # noqa: F401 (re-exported)
+    DEFAULT_TIMEOUT,
+    ISOLATION_ENV,
+    ISOLATION_MODES,
+    SLOTS,
+    VERIFIER_UID_BASE,
+    IsolationUnavailable,
+    Limits,
+    Outcome,
+    Run,
+    isolation_mode,
+)
 from polarstack.verifier.supervisor import _SUPERVISOR
 
 # --- running: one supervisor per run, every wait bounded by the deadline ---------------------
@@ -80,8 +103,9 @@ def _read_until_eof(fd: int, deadline: float) -> tuple[bytes, bool]:
     return b"".join(chunks), False
 
 
-def _supervise(files: dict[str, str], argv_tail: list[str], limits: Limits,
-               task: dict[str, Any] | None) -> tuple[dict[str, Any], str, float]:
+def _supervise(
+    files: dict[str, str], argv_tail: list[str], limits: Limits, task: dict[str, Any] | None
+) -> tuple[dict[str, Any], str, float]:
     """Run one supervisor (sandbox + judge when `task` is given); every wait is bounded. Returns its report (empty
     when it gave none carrying this run's secret), the tail of the program's and supervisor's stderr, seconds."""
     isolate = isolation_mode(limits.isolation) == "namespaces"
@@ -95,7 +119,8 @@ def _supervise(files: dict[str, str], argv_tail: list[str], limits: Limits,
         raise IsolationUnavailable(
             f"the verifier's sandbox cannot be set up here (root without CAP_SYS_ADMIN needs CAP_SETUID and CAP_SETGID "
             f"to run the program as a sandbox uid); grant them or opt out of isolation with {ISOLATION_ENV}=none "
-            f"(see docs/tasks.md)")
+            f"(see docs/tasks.md)"
+        )
     # Root switches the program to a sandbox uid when it can: isolated, always (directly or through the helper's
     # map); with isolation off, when it holds the capabilities to chown, setgid and setuid.
     if isolate:
@@ -104,7 +129,8 @@ def _supervise(files: dict[str, str], argv_tail: list[str], limits: Limits,
             raise IsolationUnavailable(
                 f"the verifier's sandbox cannot be set up here (root in a user namespace that does not map the sandbox "
                 f"uids {VERIFIER_UID_BASE}-{VERIFIER_UID_BASE + SLOTS - 1}); map them into it or opt out of isolation "
-                f"with {ISOLATION_ENV}=none (see docs/tasks.md)")
+                f"with {ISOLATION_ENV}=none (see docs/tasks.md)"
+            )
     else:
         wanted = _root_with(_CAP_SETUID, _CAP_SETGID, _CAP_CHOWN) and _maps_sandbox_uids()
     with _sandbox_uid(wanted) as uid:
@@ -117,22 +143,46 @@ def _supervise(files: dict[str, str], argv_tail: list[str], limits: Limits,
                 for path in (workdir, *(Path(workdir, name) for name in files)):
                     os.chown(path, uid, uid)
         report_r, report_w = os.pipe()
-        sandbox = {"isolate": isolate, "unshare_flags": flags, "map_by_helper": by_helper, "binds": _binds(python),
-                   "files": files, "uid": uid, "workdir": workdir, "tmpfs_mb": 256, "cpu": limits.cpu_seconds,
-                   "memory_mb": limits.memory_mb, "file_size_mb": limits.file_size_mb, "nproc": limits.nproc,
-                   "open_files": limits.open_files, "argv": [python, "-I", *argv_tail], "judge": task is not None,
-                   "timeout": limits.timeout, "report": report_w,
-                   "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir or "/sandbox",
-                           "PYTHONDONTWRITEBYTECODE": "1"}}
+        sandbox = {
+            "isolate": isolate,
+            "unshare_flags": flags,
+            "map_by_helper": by_helper,
+            "binds": _binds(python),
+            "files": files,
+            "uid": uid,
+            "workdir": workdir,
+            "tmpfs_mb": 256,
+            "cpu": limits.cpu_seconds,
+            "memory_mb": limits.memory_mb,
+            "file_size_mb": limits.file_size_mb,
+            "nproc": limits.nproc,
+            "open_files": limits.open_files,
+            "argv": [python, "-I", *argv_tail],
+            "judge": task is not None,
+            "timeout": limits.timeout,
+            "report": report_w,
+            "env": {
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "LANG": "C.UTF-8",
+                "HOME": workdir or "/sandbox",
+                "PYTHONDONTWRITEBYTECODE": "1",
+            },
+        }
         head = json.dumps(sandbox).encode()
         stderr = tempfile.TemporaryFile()
         try:
             with tempfile.TemporaryFile() as stdin:
                 stdin.write(b"%012d" % len(head) + head + json.dumps(dict(task or {}, secret=secret)).encode())
                 stdin.seek(0)
-                process = subprocess.Popen([sys.executable, "-I", "-S", "-c", _SUPERVISOR], stdin=stdin,
-                                           stdout=stderr, stderr=stderr, env={}, pass_fds=(report_w,),
-                                           start_new_session=True)
+                process = subprocess.Popen(
+                    [sys.executable, "-I", "-S", "-c", _SUPERVISOR],
+                    stdin=stdin,
+                    stdout=stderr,
+                    stderr=stderr,
+                    env={},
+                    pass_fds=(report_w,),
+                    start_new_session=True,
+                )
         finally:
             os.close(report_w)
         try:
@@ -156,7 +206,8 @@ def _supervise(files: dict[str, str], argv_tail: list[str], limits: Limits,
         if isolate:
             raise IsolationUnavailable(
                 f"the verifier's sandbox cannot be set up here ({status[6:]}); run as root with CAP_SYS_ADMIN or where "
-                f"user namespaces are allowed, or opt out of isolation with {ISOLATION_ENV}=none (see docs/tasks.md)")
+                f"user namespaces are allowed, or opt out of isolation with {ISOLATION_ENV}=none (see docs/tasks.md)"
+            )
         raise RuntimeError(f"the sandbox could not start: {status[6:]}")
     return report, tail, time.monotonic() - started
 
@@ -175,8 +226,9 @@ def probe_sandbox(limits: Limits | None = None) -> None:
     limits = limits or Limits()
     run = run_program("pass\n", Limits(timeout=max(limits.timeout, 5.0), isolation=limits.isolation))
     if run.returncode != 0:
-        raise RuntimeError(f"a program that does nothing failed in the sandbox (exit {run.returncode}): "
-                           f"{run.stderr_tail[-200:]}")
+        raise RuntimeError(
+            f"a program that does nothing failed in the sandbox (exit {run.returncode}): {run.stderr_tail[-200:]}"
+        )
 
 
 # --- task data: what the candidate gets (never the tests) and what the judge gets --------------------------
@@ -208,15 +260,20 @@ def solution_source(problem: dict[str, Any], completion: str) -> str:
 def _judge_task(problem: dict[str, Any]) -> dict[str, Any]:
     if _is_mbpp(problem):
         return {"kind": "mbpp", "setup": problem.get("test_setup_code") or "", "tests": list(problem["test_list"])}
-    return {"kind": "humaneval", "prompt": problem["prompt"], "test": problem["test"],
-            "entry_point": problem["entry_point"]}
+    return {
+        "kind": "humaneval",
+        "prompt": problem["prompt"],
+        "test": problem["test"],
+        "entry_point": problem["entry_point"],
+    }
 
 
 def verify(problem: dict[str, Any], completion: str, limits: Limits | None = None) -> Outcome:
     """Run the problem's tests against the completion; raises IsolationUnavailable (fail closed)."""
     limits = limits or Limits()
-    report, tail, seconds = _supervise({"solution.py": solution_source(problem, completion)}, ["-c", _RUNNER],
-                                       limits, _judge_task(problem))
+    report, tail, seconds = _supervise(
+        {"solution.py": solution_source(problem, completion)}, ["-c", _RUNNER], limits, _judge_task(problem)
+    )
     verdict, detail = report.get("verdict"), str(report.get("detail", ""))
     calls, checks = int(report.get("calls") or 0), int(report.get("checks") or 0)
     if verdict == "timeout" or (not report and seconds >= limits.timeout):
@@ -243,8 +300,12 @@ def _parse_report(data: bytes, secret: str) -> dict[str, Any]:
     return report
 
 
-def verify_many(items: Iterable[tuple[dict[str, Any], str]], limits: Limits | None = None,
-                workers: int | None = None, on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+def verify_many(
+    items: Iterable[tuple[dict[str, Any], str]],
+    limits: Limits | None = None,
+    workers: int | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
     """Each (problem, solution) verified in parallel sandboxes, outcomes in the items' order; `on_outcome` is called
     with each outcome as it is collected (in order), e.g. to advance a progress bar."""
     items = list(items)
@@ -298,8 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--solution", required=True, help="the agent's solution file")
     parser.add_argument("--name", default="verifier", help="test name printed with PASSED/FAILED")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="wall-clock seconds")
-    parser.add_argument("--isolation", choices=ISOLATION_MODES, default=None,
-                        help=f"namespaces (default) or none: opt out of the sandbox's namespaces (also {ISOLATION_ENV})")
+    parser.add_argument(
+        "--isolation",
+        choices=ISOLATION_MODES,
+        default=None,
+        help=f"namespaces (default) or none: opt out of the sandbox's namespaces (also {ISOLATION_ENV})",
+    )
     args = parser.parse_args(argv)
     try:
         problem = json.loads(Path(args.problem).read_text(encoding="utf-8"))

@@ -29,8 +29,13 @@ def _defined(node: ast.stmt) -> set[str]:
     """Top-level names a statement binds."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {node.name}
-    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-        node, (ast.AnnAssign, ast.AugAssign)) else []
+    targets = (
+        node.targets
+        if isinstance(node, ast.Assign)
+        else [node.target]
+        if isinstance(node, (ast.AnnAssign, ast.AugAssign))
+        else []
+    )
     return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
@@ -39,20 +44,23 @@ def _split(name: str, text: str) -> tuple[str | None, list[ast.stmt], str]:
     tree = ast.parse(text, f"{name}.py")
     nodes = list(tree.body)
     first = nodes[0] if nodes else None
-    is_doc = (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-              and isinstance(first.value.value, str))
+    is_doc = (
+        isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+    )
     docstring = ast.get_source_segment(text, first) if is_doc else None  # as written, quotes included
     header_end = nodes[0].end_lineno if docstring is not None else 0
     imports = []
-    for node in nodes[1 if docstring is not None else 0:]:
+    for node in nodes[1 if docstring is not None else 0 :]:
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             break
         imports.append(node)
         header_end = node.end_lineno
-    later = [n for n in nodes[len(imports) + (docstring is not None):] if isinstance(n, (ast.Import, ast.ImportFrom))]
+    later = [n for n in nodes[len(imports) + (docstring is not None) :] if isinstance(n, (ast.Import, ast.ImportFrom))]
     if later:
-        raise BundleError(f"verifier/{name}.py imports at line {later[0].lineno}, after its body began; move the "
-                          "import to the top so the bundle can hoist it")
+        raise BundleError(
+            f"verifier/{name}.py imports at line {later[0].lineno}, after its body began; move the "
+            "import to the top so the bundle can hoist it"
+        )
     body = "".join(text.splitlines(keepends=True)[header_end:]).strip("\n")
     return docstring, imports, body
 
@@ -74,8 +82,10 @@ def source() -> str:
             modules = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
             for module in modules:
                 if module != "__future__" and module.split(".")[0] not in sys.stdlib_module_names:
-                    raise BundleError(f"verifier/{name}.py imports {module}, which is not in the standard library; "
-                                      "the bundled verifier runs where only the standard library is installed")
+                    raise BundleError(
+                        f"verifier/{name}.py imports {module}, which is not in the standard library; "
+                        "the bundled verifier runs where only the standard library is installed"
+                    )
             if isinstance(node, ast.ImportFrom):
                 if any(a.asname for a in node.names):
                     raise BundleError(f"verifier/{name}.py renames an import (as); import it by its own name")
@@ -88,8 +98,10 @@ def source() -> str:
         for node in ast.parse(body).body:
             for bound in _defined(node):
                 if defined.setdefault(bound, name) != name:
-                    raise BundleError(f"{bound} is defined in verifier/{defined[bound]}.py and verifier/{name}.py; "
-                                      "the bundle holds one namespace, so give one of them another name")
+                    raise BundleError(
+                        f"{bound} is defined in verifier/{defined[bound]}.py and verifier/{name}.py; "
+                        "the bundle holds one namespace, so give one of them another name"
+                    )
         bodies.append(body)
     if package_doc is None:
         raise BundleError("verifier/__init__.py has no docstring to head the bundle with")

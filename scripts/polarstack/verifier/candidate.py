@@ -5,7 +5,7 @@ from __future__ import annotations
 
 # --- plain-data codec, shared by the candidate's runner and the judge (exact builtin types only) -----------
 
-_CODEC = r'''
+_CODEC = r"""
 def enc(x, depth=0):
     if depth > 200:
         raise ValueError("value nested too deeply to cross the sandbox boundary")
@@ -56,13 +56,16 @@ def dec(j, depth=0):
             if tag == "D" and all(type(p) is list and len(p) == 2 for p in body):
                 return {dec(k, depth + 1): dec(v, depth + 1) for k, v in body}
     raise ValueError("malformed value from the sandbox")
-'''
+"""
 
 # --- the candidate's side: load the solution, then answer calls; it never sees the tests -------------------
 
-_RUNNER = r'''
+_RUNNER = (
+    r"""
 import json, os
-''' + _CODEC + r'''
+"""
+    + _CODEC
+    + r"""
 
 def _send(obj):
     data = (json.dumps(obj) + "\n").encode()
@@ -98,4 +101,5 @@ def _main():
 
 
 _main()
-'''
+"""
+)

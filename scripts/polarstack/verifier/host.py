@@ -45,9 +45,10 @@ def _maps_sandbox_uids() -> bool:
             numbers = [int(n) for n in Path("/proc/self", name).read_text().split()]
         except (OSError, ValueError):
             return True
-        extents = [numbers[i:i + 3] for i in range(0, len(numbers) - 2, 3)]
-        if not any(first <= VERIFIER_UID_BASE and VERIFIER_UID_BASE + SLOTS <= first + count
-                   for first, _, count in extents):
+        extents = [numbers[i : i + 3] for i in range(0, len(numbers) - 2, 3)]
+        if not any(
+            first <= VERIFIER_UID_BASE and VERIFIER_UID_BASE + SLOTS <= first + count for first, _, count in extents
+        ):
             return False
     return True
 
@@ -74,7 +75,7 @@ def _pids_of_uid(uid: int) -> list[int]:
             text = (entry / "stat").read_text()
         except OSError:
             continue
-        if text[text.rindex(")") + 2:].split()[0] != "Z":
+        if text[text.rindex(")") + 2 :].split()[0] != "Z":
             pids.append(int(entry.name))
     return pids
 
@@ -123,9 +124,18 @@ def _kill_uid(uid: int) -> None:
     for _ in range(100):
         if not _pids_of_uid(uid):
             return
-        subprocess.run([_system_python(), "-I", "-S", "-c", "import os\ntry:\n    os.kill(-1, 9)\nexcept OSError:\n    pass"],
-                       user=uid, group=uid, extra_groups=[], env={}, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=10)
+        subprocess.run(
+            [_system_python(), "-I", "-S", "-c", "import os\ntry:\n    os.kill(-1, 9)\nexcept OSError:\n    pass"],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            env={},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+            timeout=10,
+        )
         time.sleep(0.01)
 
 
@@ -145,8 +155,10 @@ def _system_python() -> str:
     for candidate in (Path("/usr/bin/python3"), Path("/usr/local/bin/python3"), Path(sys.executable)):
         if _world_executable(candidate):
             return str(candidate)
-    raise RuntimeError("no Python interpreter the sandbox uid can execute; set POLARSTACK_VERIFIER_PYTHON to one, "
-                       "for example /usr/bin/python3")
+    raise RuntimeError(
+        "no Python interpreter the sandbox uid can execute; set POLARSTACK_VERIFIER_PYTHON to one, "
+        "for example /usr/bin/python3"
+    )
 
 
 def _binds(python: str) -> list[str]:

@@ -33,6 +33,7 @@ class Limits:
 @dataclass
 class Outcome:
     """A verification: passed only on the judge's authenticated report."""
+
     passed: bool
     reason: str  # "passed", "failed", "timeout", "error"
     seconds: float
@@ -49,6 +50,7 @@ class Outcome:
 @dataclass
 class Run:
     """A raw program's run in the sandbox (for probing the sandbox itself; never a reward)."""
+
     returncode: int | None
     timed_out: bool
     seconds: float

@@ -7,9 +7,14 @@ from polarstack.verifier.candidate import _CODEC
 from polarstack.verifier.judge_side import _JUDGE_SIDE
 from polarstack.verifier.sandbox_side import _SANDBOX_SIDE
 
-_SUPERVISOR = r'''
+_SUPERVISOR = (
+    r"""
 import ast, builtins, ctypes, errno, fcntl, json, os, resource, select, signal, sys, time
-''' + _CODEC + _SANDBOX_SIDE + _JUDGE_SIDE + r'''
+"""
+    + _CODEC
+    + _SANDBOX_SIDE
+    + _JUDGE_SIDE
+    + r'''
 
 def read_exactly(count):
     data = b""
@@ -99,3 +104,4 @@ def main():
 
 main()
 '''
+)
