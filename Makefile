@@ -41,7 +41,7 @@ _RUNTIME_ARG = $(if $(RUNTIME),--runtime "$(RUNTIME)")
 # Run a command and print its wall-clock time (GPU-node steps take minutes to hours; see README "On the GPU node").
 _timed = started=$$(date +%s); rc=0; $(1) || rc=$$?; echo "make $@: $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
-.PHONY: verify-offline bench train verify help test smoke demo up down ps logs status build pin clean router-matrix model sif _venv _runtime
+.PHONY: verify-offline bench train verify help test lint smoke demo up down ps logs status build pin clean router-matrix model sif _venv _runtime
 
 help: ## list the public targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -55,6 +55,11 @@ $(VENV)/.installed: pyproject.toml
 
 test: _venv ## run the whole test suite (unit, emulator, real routers, sandbox, static); no GPU or Docker needed
 	@$(VENV_PY) -m pytest $(PYTEST_ARGS)
+
+lint: _venv ## ruff (check and format) and the package's import layers (import-linter); no network needed
+	@$(VENV)/bin/ruff check scripts tests
+	@$(VENV)/bin/ruff format --check scripts tests
+	@$(VENV)/bin/lint-imports
 
 demo: _venv ## every profile up locally in turn, smoke, a table; exit 0 only if all behave as expected
 	@$(CLI) demo

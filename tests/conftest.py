@@ -10,12 +10,13 @@ import httpx
 import pytest
 
 from polarstack.errors import ExitCode
-from polarstack.processes import start_emulator, stop_pid
-from polarstack.routers import RouterRelease, RunningRouter
-from polarstack.routers import start as start_router
+from polarstack.processes import stop_pid
+from polarstack.routers.harness import RouterRelease, RunningRouter
+from polarstack.routers.harness import start as start_router
+from polarstack.stack.engines import start_emulator
 
 # The emulator's response faults that block training and the smoke's exit code for each (README, "Failure modes
-# and exit codes"): the verdict is Polar's own (polarstack.polar_model).
+# and exit codes"): the verdict is Polar's own (polarstack.polar.model).
 FAULT_EXIT_CODES = [
     ("no_extensions", ExitCode.TOKENS_MISSING),
     ("http500", ExitCode.HTTP_ERROR),

@@ -1,5 +1,5 @@
 import sys
 
-from polarstack.cli import main
+from polarstack.cli.main import main
 
 sys.exit(main())

@@ -1,13 +1,21 @@
-"""Where things are on disk: the repository root, the run dir, the download cache and the files the stack reads.
+"""Where things are on disk: the repository root, the run dir, the download cache and the files the stack reads,
+and `make train`'s settings read from configs/train/defaults.yaml with their --set overrides.
 
-Every other module asks here (pins.repo_root, local.run_dir and cache.cache_dir are aliases kept for old imports).
-Imports nothing of polarstack, so any module may use it.
+Every other module asks here (pins.repo_root and local.run_dir are aliases kept for old imports).
+Imports only polarstack.errors, so any module may use it.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+import yaml
+
+from polarstack.errors import ExitCode, StackError
+
+TRAINER_RUN_DIR = "/run-polarstack/train"  # the host's .run/train, mounted into the trainer (compose.yaml)
 
 
 def repo_root() -> Path:
@@ -66,5 +74,29 @@ def train_defaults() -> Path:
 
 
 def train_run_dir() -> Path:
-    """The host's .run/train (mounted into the trainer at train.TRAINER_RUN_DIR): one folder per run."""
+    """The host's .run/train (mounted into the trainer at TRAINER_RUN_DIR): one folder per run."""
     return run_dir() / "train"
+
+
+def load_defaults(overrides: list[str] | None = None, path: Path | None = None) -> dict[str, Any]:
+    path = path or train_defaults()
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise StackError(f"cannot read {path} ({exc}); restore it from git.", ExitCode.USAGE) from None
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise StackError(f"--set {item!r} must look like section.key=value.", ExitCode.USAGE)
+        node = config
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                raise StackError(f"--set {key}: configs/train/defaults.yaml has no section {part!r}.", ExitCode.USAGE)
+            node = node[part]
+        if parts[-1] not in node:
+            raise StackError(
+                f"--set {key}: configs/train/defaults.yaml has no key {parts[-1]!r} there.", ExitCode.USAGE
+            )
+        node[parts[-1]] = yaml.safe_load(raw)
+    return config

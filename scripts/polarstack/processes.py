@@ -9,8 +9,8 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+from polarstack import http as stack_http
 from polarstack.errors import ExitCode, StackError
 
 
@@ -86,11 +86,10 @@ def _alive(pid: int) -> bool:
 
 def wait_http(url: str, timeout: float, process: subprocess.Popen | None = None, path: str = "/health") -> float:
     """Poll GET url+path until it answers 2xx; returns the seconds waited. Raises StackError on timeout/exit."""
-    from polarstack.http import client, request  # each poll has a total deadline of 1 s, even against a drip
 
     started = time.monotonic()
     deadline = started + timeout
-    with client(1.0) as http:
+    with stack_http.client(1.0) as http:
         while time.monotonic() < deadline:
             if process is not None and process.poll() is not None:
                 raise StackError(
@@ -99,7 +98,7 @@ def wait_http(url: str, timeout: float, process: subprocess.Popen | None = None,
                     ExitCode.ENVIRONMENT,
                 )
             try:
-                if 200 <= request(http, "GET", url + path).status < 300:
+                if 200 <= stack_http.request(http, "GET", url + path).status < 300:
                     return time.monotonic() - started
             except StackError:
                 pass
@@ -113,40 +112,3 @@ SECRET_PREFIXES = ("HF_", "HUGGING", "AWS_", "OPENAI_")
 def child_env() -> dict[str, str]:
     """This process's environment without credentials: what every process the stack starts inherits."""
     return {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIXES)}
-
-
-def start_emulator(
-    port: int | None = None,
-    *,
-    model: str | None = None,
-    seed: int = 0,
-    log_path: Path | None = None,
-    timeout: float = 30.0,
-    tool_call_parser: str | None = "stack",
-    engine_args: list[str] | None = None,
-) -> tuple[subprocess.Popen, int]:
-    """Start `polarstack emulate-engine` on 127.0.0.1 and wait until /health answers; (process, port).
-    tool_call_parser "stack": the stack's ENGINE_TOOL_CALL_PARSER (as the engines run); None: no parser."""
-    port = port or free_port()
-    cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(seed)]
-    if tool_call_parser == "stack":
-        from polarstack.profiles import knob
-
-        tool_call_parser = knob(None, "ENGINE_TOOL_CALL_PARSER") or None
-    if tool_call_parser:
-        cmd += ["--tool-call-parser", tool_call_parser]
-    if model:
-        cmd += ["--model", model]
-    cmd += list(engine_args or [])  # e.g. the service-time flags of `emulate-engine`
-    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
-    try:
-        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env())
-    finally:
-        if log_path:
-            log.close()
-    try:
-        wait_http(f"http://127.0.0.1:{port}", timeout, process)
-    except StackError:
-        stop_pid(process.pid, process)
-        raise
-    return process, port

@@ -2,7 +2,7 @@
 """Record which slime API Polar's slime bridge needs, and which of it the pinned slime defines (read with `ast`).
 
 Two steps, each writing one file under configs/upstream/ (checked by `make verify-offline`,
-scripts/polarstack/bridge_check.py):
+scripts/polarstack/checks/bridge.py):
 
   polar: from a Polar source checkout at POLAR_COMMIT, for each bridge entry point the launch can name
          (a `module.Name` that slime loads with load_function), the slime symbols it needs:

@@ -4,8 +4,8 @@
   .venv/bin/python scripts/tools/record_ray_listeners.py > configs/upstream/ray-listeners.json
 
 Installs ray[default]==RAY_VERSION into the cached venv polarstack uses (~/.cache/polarstack/ray/), starts the
-trainer's `ray start --head --block ...` line (polarstack.ray_head.head_command) twice on free ports, once
-without and once with polarstack.ray_head.LOOPBACK_ENV, lists every listening TCP socket of the head's session
+trainer's `ray start --head --block ...` line (polarstack.stack.ray_head.head_command) twice on free ports, once
+without and once with polarstack.stack.ray_head.LOOPBACK_ENV, lists every listening TCP socket of the head's session
 from /proc, and stops the session by pid. Ports are random, so the record keeps each server's address and
 whether it is loopback. The source facts it explains are listed under "facts" (read in the pinned wheel:
 `pip download --no-deps ray==RAY_VERSION`; file and function named, described in our own words).
@@ -20,9 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from polarstack import ray_head
 from polarstack.pins import pin
 from polarstack.processes import free_port
+from polarstack.stack import ray_head
 
 FACTS = [
     {
@@ -90,7 +90,7 @@ def main() -> int:
     bin_dir, seconds = ray_head.install()
     record = {
         "what": "Listening TCP sockets of the trainer's Ray head (gcs_server, raylet, dashboard, agents, client "
-        "server), measured by starting it on a CPU machine; see scripts/polarstack/ray_head.py.",
+        "server), measured by starting it on a CPU machine; see scripts/polarstack/stack/ray_head.py.",
         "ray_version": pin("RAY_VERSION"),
         "recorded_on": datetime.date.today().isoformat(),
         "recorded_with": "scripts/tools/record_ray_listeners.py",

@@ -3,7 +3,7 @@
 
   .venv/bin/python scripts/tools/record_router_prometheus_host.py [--wheels DIR] > configs/upstream/router-prometheus-host.json
 
-For every release in polarstack.router_catalog.MEASURED, downloads the wheel (`pip download --no-deps`, kept in DIR,
+For every release in polarstack.routers.catalog.MEASURED, downloads the wheel (`pip download --no-deps`, kept in DIR,
 default ~/.cache/polarstack/router-wheels), parses the release's own argument definitions (launch_router.py /
 router_args.py) with `ast`, and records whether `--prometheus-port` and `--prometheus-host` are defined and the
 default of `--prometheus-host`. The catalog (RouterRelease.accepts_prometheus_host) must agree with this record
@@ -22,8 +22,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from polarstack.cache import cache_dir
-from polarstack.router_catalog import MEASURED, version_tuple
+from polarstack.paths import cache_dir
+from polarstack.routers.catalog import MEASURED, version_tuple
 
 SOURCES = ("launch_router.py", "router_args.py")
 

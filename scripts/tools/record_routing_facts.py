@@ -2,7 +2,7 @@
 """Record the upstream facts docs/routing.md relies on, from the pinned releases themselves:
 
 - each pinned router's `--policy` choices and the defaults of its cache-aware thresholds (its own argparse
-  parser, `python -m MODULE --help` in the release's cached venv, polarstack.routers.install);
+  parser, `python -m MODULE --help` in the release's cached venv, polarstack.routers.harness.install);
 - the sglang metrics that tell, on the GPU node, how much of the prompt the engines served from their prefix
   cache (metric names and the line they are declared on in the pinned wheel's
   sglang/srt/observability/metrics_collector.py, and the server flag that turns them on).
@@ -17,9 +17,9 @@ import subprocess
 import sys
 import zipfile
 
-from polarstack.cache import cache_dir
+from polarstack.paths import cache_dir
 from polarstack.pins import pins
-from polarstack.routers import RouterRelease, install
+from polarstack.routers.harness import RouterRelease, install
 
 METRICS = ("sglang:prompt_tokens_total", "sglang:cached_tokens_total", "sglang:cache_hit_rate")
 COLLECTOR = "sglang/srt/observability/metrics_collector.py"

@@ -1,6 +1,6 @@
 """Pins the CLI contract: exit codes, --json output, one sentence on stderr and no traceback on failures.
 
-Calls `polarstack.cli.main([...])` in-process against an emulator on loopback (marker emulator)."""
+Calls `polarstack.cli.main.main([...])` in-process against an emulator on loopback (marker emulator)."""
 
 import json
 import time
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import FAULT_EXIT_CODES, FAULT_WARNINGS
-from polarstack.cli import main
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 
 

@@ -6,7 +6,7 @@ import json
 import httpx
 import pytest
 
-from polarstack import sglang_protocol
+from polarstack.engine import protocol as sglang_protocol
 
 pytestmark = pytest.mark.emulator
 
@@ -132,7 +132,7 @@ def test_info_routes(engine):
 
 
 def test_every_emulated_route_exists_in_the_pinned_sglang(engine):
-    from polarstack.emulator import EngineState, create_app
+    from polarstack.engine.emulator import EngineState, create_app
 
     real = set(sglang_protocol.http_routes())
     app = create_app(EngineState(model="m", seed=0))

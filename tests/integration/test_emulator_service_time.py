@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from polarstack import contract
+from polarstack.polar import contract
 
 pytestmark = pytest.mark.emulator
 
@@ -58,7 +58,7 @@ def test_prefill_time_follows_uncached_tokens_and_queues(engine_factory):
 
 
 def test_prefill_queues_one_request_at_a_time():
-    from polarstack.emulator import EngineState, service_time
+    from polarstack.engine.emulator import EngineState, service_time
 
     state = EngineState(model="m", seed=0, prefill_us_per_token=1000, decode_us_per_token=10)
     first = service_time(state, 500, 4)  # 0.5 s prefill + 40 us decode
@@ -75,7 +75,7 @@ def test_decode_time_follows_generated_tokens(engine_factory):
 
 
 def test_service_time_flags_are_validated(capsys):
-    from polarstack.cli import main
+    from polarstack.cli.main import main
     from polarstack.errors import ExitCode
 
     assert main(["emulate-engine", "--port", "1", "--prefill-us-per-token", "-1"]) == ExitCode.USAGE

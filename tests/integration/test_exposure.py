@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from polarstack import compose, exposure, profiles, ray_head
 from polarstack.errors import ExitCode, StackError
-from polarstack.listeners import listening
 from polarstack.pins import pins
 from polarstack.processes import free_port
-from polarstack.routers import RouterRelease
-from polarstack.train import build_plan, load_defaults
+from polarstack.routers.harness import RouterRelease
+from polarstack.stack import compose, exposure, profiles, ray_head
+from polarstack.stack.listeners import listening
+from polarstack.train.plan import build_plan, load_defaults
 
 
 def _pinned_routers() -> list[str]:
@@ -126,7 +126,7 @@ def test_trainer_ray_head_listens_on_loopback_only(tmp_path, monkeypatch):
 
 @pytest.mark.unit
 def test_loopback_classification():
-    from polarstack.listeners import Listener
+    from polarstack.stack.listeners import Listener
 
     def loop(address: str) -> bool:
         return Listener(1, "x", address, 1).loopback

@@ -12,11 +12,11 @@ import time
 import pytest
 
 from conftest import FAULT_EXIT_CODES
-from polarstack import local
-from polarstack.cli import main
+from polarstack.checks.smoke import run_smoke
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.pins import pin
-from polarstack.smoke import run_smoke
+from polarstack.stack import local
 
 pytestmark = pytest.mark.router
 PATCHED = f"{pin('ROUTER_PATCHED_PACKAGE')}=={pin('ROUTER_PATCHED_VERSION')}"

@@ -1,4 +1,4 @@
-"""Pins the in-job gate (slime's --rollout-function-path polarstack.gate.generate_rollout_gated) with stand-ins
+"""Pins the in-job gate (slime's --rollout-function-path polarstack.train.gate.generate_rollout_gated) with stand-ins
 shaped like slime's Sample and Polar's rollout function (slime.md: a synchronous fn(args, rollout_id,
 data_source, evaluation=False) returning samples grouped per prompt, optionally with metrics): it checks the
 path at the first rollout, aborts there through a router that drops Polar's fields, and aborts after K
@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from polarstack import gate
 from polarstack.pins import pin
+from polarstack.train import gate
 
 pytestmark = pytest.mark.router
 STOCK = f"{pin('ROUTER_STOCK_PACKAGE')}=={pin('ROUTER_STOCK_VERSION')}"
@@ -111,8 +111,8 @@ def test_evaluation_rollouts_are_not_gated(delegate):
 def test_the_rendered_polar_config_carries_the_watchdog_settings():
     import yaml
 
-    from polarstack import profiles
-    from polarstack.train import build_plan
+    from polarstack.stack import profiles
+    from polarstack.train.plan import build_plan
 
     plan = build_plan("humaneval", profiles.load("stock-router"), run_id="r1")
     config = yaml.safe_load(plan.files["polar_config.yaml"])
@@ -127,15 +127,19 @@ def test_train_reports_the_watchdogs_sentence_with_the_gate_code(tmp_path, monke
     shares with the trainer and ends with that sentence and exit 11, not a generic job failure."""
     import subprocess
 
-    from polarstack import compose, smoke, tasks
-    from polarstack.cli import main
+    from polarstack.checks import smoke
+    from polarstack.cli.main import main
+    from polarstack.reward import tasks
+    from polarstack.stack import compose
 
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
     monkeypatch.setattr(
-        "polarstack.docker_state.usable", lambda requested: {"profile": "engine-direct"}
+        "polarstack.stack.docker_state.usable", lambda requested: {"profile": "engine-direct"}
     )  # `make up` ran
-    monkeypatch.setattr("polarstack.assets.check_in_trainer", lambda profile: None)  # the sandbox probe passed
+    monkeypatch.setattr(
+        "polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None
+    )  # the sandbox probe passed
     passed = SimpleNamespace(ok=True, message="42 trainable tokens")
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: passed)
     monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))

@@ -8,9 +8,9 @@ import time
 import httpx
 import pytest
 
-from polarstack import contract
 from polarstack.pins import pin
-from polarstack.routers import register_worker
+from polarstack.polar import contract
+from polarstack.routers.harness import register_worker
 
 pytestmark = pytest.mark.router
 PATCHED = f"{pin('ROUTER_PATCHED_PACKAGE')}=={pin('ROUTER_PATCHED_VERSION')}"

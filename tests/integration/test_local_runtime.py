@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from polarstack import local
-from polarstack.cli import main
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode
+from polarstack.stack import local
 
 pytestmark = pytest.mark.router
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from polarstack.cli import main
+from polarstack.cli.main import main
 
 pytestmark = pytest.mark.router
 

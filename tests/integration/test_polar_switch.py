@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from polarstack import polar_switch
+from polarstack.polar import switch as polar_switch
 
 pytestmark = pytest.mark.unit
 
@@ -75,7 +75,7 @@ def run_python(code: str, standin, discovery: str) -> subprocess.CompletedProces
 
 
 PROBE = textwrap.dedent("""
-    import asyncio, polarstack.polar_switch as s
+    import asyncio, polarstack.polar.switch as s
     s.install_hook()
     from polar.gateway.proxy import InferenceClient
     class FakeClient:
@@ -118,7 +118,7 @@ def test_smoke_resolves_with_polars_own_client(standin, engine, capsys, monkeypa
     monkeypatch.syspath_prepend(str(standin))
     for name in [m for m in sys.modules if m == "polar" or m.startswith("polar.")]:
         monkeypatch.delitem(sys.modules, name)
-    from polarstack.cli import main
+    from polarstack.cli.main import main
 
     try:
         assert main(["smoke", "--base-url", engine.url, "--route", "polar", "--json"]) == 0

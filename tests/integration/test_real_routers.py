@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from polarstack.cli import main
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.pins import pin
 

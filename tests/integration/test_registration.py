@@ -5,8 +5,8 @@ removes exactly those (DELETE /workers/{id}), so slime's own registration at lau
 import httpx
 import pytest
 
+from polarstack.checks.smoke import run_smoke
 from polarstack.pins import pin
-from polarstack.smoke import run_smoke
 
 pytestmark = pytest.mark.router
 PATCHED = f"{pin('ROUTER_PATCHED_PACKAGE')}=={pin('ROUTER_PATCHED_VERSION')}"

@@ -9,9 +9,9 @@ import json
 import pytest
 import yaml
 
-from polarstack.cli import main
+from polarstack.checks.retokenize import EMULATOR_TOKENIZER, configured_name
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode
-from polarstack.retokenize import EMULATOR_TOKENIZER, configured_name
 
 pytestmark = pytest.mark.emulator
 
@@ -40,16 +40,16 @@ def test_ids_dropped_without_a_tokenizer_stay_tokens_missing(engine_factory, tmp
 def test_retokenized_only_is_refused_with_the_risk_and_measured_drift(engine_factory, tmp_path, monkeypatch, capsys):
     dropping, keeping = engine_factory(), engine_factory()
     dropping.fault("no_extensions")
-    from polarstack import smoke
+    from polarstack.checks import smoke
 
     real = smoke.run_smoke
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: real(*a, **{**kw, "engine_urls": [keeping.url]}))
     # The smoke's tool request as sglang dumps it ("strict": false), so Polar can rebuild its prompt too; without it
     # the tool exchange is not re-tokenizable (tests/integration/test_tool_calls.py pins that case).
-    from polarstack import toolcheck
+    from polarstack.checks import tool_exchange
 
-    tool = {**toolcheck.SMOKE_TOOL, "function": {**toolcheck.SMOKE_TOOL["function"], "strict": False}}
-    monkeypatch.setattr(toolcheck, "SMOKE_TOOL", tool)
+    tool = {**tool_exchange.SMOKE_TOOL, "function": {**tool_exchange.SMOKE_TOOL["function"], "strict": False}}
+    monkeypatch.setattr(tool_exchange, "SMOKE_TOOL", tool)
     config = polar_config(tmp_path, EMULATOR_TOKENIZER)
     code = main(["smoke", "--base-url", dropping.url, "--json", "--polar-config", config])
     out, err = capsys.readouterr()

@@ -9,11 +9,12 @@ import asyncio
 import httpx
 import pytest
 
-from polarstack import profiles
-from polarstack import workload as w
-from polarstack.processes import start_emulator, stop_pid
-from polarstack.routers import start as start_router
-from polarstack.routing_bench import bypass_picker
+from polarstack.bench import workload as w
+from polarstack.bench.routing import bypass_picker
+from polarstack.processes import stop_pid
+from polarstack.routers.harness import start as start_router
+from polarstack.stack import profiles
+from polarstack.stack.engines import start_emulator
 
 SMALL = w.AgentWorkload(sessions=8, turns=3, think_seconds=(0.0, 0.02))
 MODEL = "Qwen2.5-7B-Instruct"
@@ -83,8 +84,8 @@ def test_patched_router_shipped_cache_aware_keeps_sessions_on_their_engine(engin
 def test_local_runtime_launches_the_profile_router_args_and_engine_service_time(tmp_path, monkeypatch, capsys):
     import json
 
-    from polarstack import local
-    from polarstack.cli import main
+    from polarstack.cli.main import main
+    from polarstack.stack import local
 
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     try:
@@ -107,9 +108,9 @@ def test_recorded_routing_facts_are_current_and_match_the_catalog():
     import subprocess
     import sys
 
+    from polarstack.bench.routing import DEFAULT_POLICY
     from polarstack.pins import repo_root
-    from polarstack.routers import RouterRelease
-    from polarstack.routing_bench import DEFAULT_POLICY
+    from polarstack.routers.harness import RouterRelease
 
     root = repo_root()
     fresh = subprocess.run(
@@ -133,7 +134,7 @@ def test_recorded_routing_facts_are_current_and_match_the_catalog():
 
 @pytest.mark.unit
 def test_verify_offline_flags_router_args_nobody_measured(monkeypatch):
-    from polarstack.verify_offline import check_routing_measurement
+    from polarstack.offline.verify import check_routing_measurement
 
     assert check_routing_measurement(profiles.load("patched-router")).ok
     monkeypatch.setenv("ROUTER_ARGS", "--policy random")

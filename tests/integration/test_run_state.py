@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from polarstack import local, profiles
-from polarstack.cli import main
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode
-from polarstack.local import start_time
 from polarstack.processes import stop_pid
+from polarstack.stack import local, profiles
+from polarstack.stack.local import start_time
 
 
 def _env(run_dir: Path, **extra: str) -> dict[str, str]:

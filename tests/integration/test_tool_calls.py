@@ -15,11 +15,14 @@ import json
 import httpx
 import pytest
 
-from polarstack import meaning, profiles, toolcheck
-from polarstack.cli import main
+from polarstack.checks import tool_exchange
+from polarstack.checks.smoke import run_smoke
+from polarstack.cli.main import main
+from polarstack.engine import tool_parser
 from polarstack.errors import ExitCode
+from polarstack.offline import meaning
 from polarstack.pins import pin
-from polarstack.smoke import run_smoke
+from polarstack.stack import profiles
 
 pytestmark = pytest.mark.emulator
 
@@ -38,7 +41,8 @@ def chat(url: str, **extra) -> dict:
 
 @pytest.fixture(scope="module")
 def engines():
-    from polarstack.processes import start_emulator, stop_pid
+    from polarstack.processes import stop_pid
+    from polarstack.stack.engines import start_emulator
 
     with_parser, without = (
         start_emulator(seed=1, tool_call_parser="qwen"),
@@ -50,7 +54,7 @@ def engines():
 
 
 def test_parser_and_tools_give_parsed_tool_calls(engines):
-    choice = chat(engines[0], tools=[toolcheck.SMOKE_TOOL])
+    choice = chat(engines[0], tools=[tool_exchange.SMOKE_TOOL])
     calls = choice["message"]["tool_calls"]
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == ""
     assert len(calls) == 1 and calls[0]["type"] == "function" and calls[0]["id"].startswith("call_")
@@ -59,13 +63,13 @@ def test_parser_and_tools_give_parsed_tool_calls(engines):
 
 
 def test_without_parser_the_call_stays_raw_text(engines):
-    choice = chat(engines[1], tools=[toolcheck.SMOKE_TOOL])
+    choice = chat(engines[1], tools=[tool_exchange.SMOKE_TOOL])
     assert not choice["message"].get("tool_calls") and choice["finish_reason"] == "stop"
     assert choice["message"]["content"].startswith("<tool_call>\n{") and "</tool_call>" in choice["message"]["content"]
 
 
 def test_tool_choice_none_and_no_tools_are_not_parsed(engines):
-    choice = chat(engines[0], tools=[toolcheck.SMOKE_TOOL], tool_choice="none")
+    choice = chat(engines[0], tools=[tool_exchange.SMOKE_TOOL], tool_choice="none")
     assert not choice["message"].get("tool_calls") and "<tool_call>" in choice["message"]["content"]
     plain = chat(engines[0])
     assert not plain["message"].get("tool_calls") and "<tool_call>" not in plain["message"]["content"]
@@ -87,9 +91,9 @@ def test_emulator_refuses_unknown_or_unemulated_parsers(capsys):
 
 
 def test_parser_choices_come_from_the_pinned_wheel():
-    choices = toolcheck.parser_choices()
+    choices = tool_parser.parser_choices()
     assert choices[0] == "auto" and {"qwen", "qwen25", "llama3", "hermes"} <= set(choices)
-    assert set(toolcheck.qwen25_names()) == {"qwen", "qwen25"}
+    assert set(tool_parser.qwen25_names()) == {"qwen", "qwen25"}
 
 
 def test_verify_offline_meaning_refuses_engines_without_a_parser():
@@ -103,18 +107,18 @@ def test_verify_offline_meaning_refuses_engines_without_a_parser():
 
 
 def test_local_runtime_and_compose_start_engines_with_the_stack_parser():
-    from polarstack import compose
+    from polarstack.stack import compose
 
     profile = profiles.load("engine-direct")
-    assert profiles.knob(profile, toolcheck.PARSER_KNOB) == "qwen"
-    assert compose.render_values(profile)[toolcheck.PARSER_KNOB] == "qwen"
+    assert profiles.knob(profile, tool_parser.PARSER_KNOB) == "qwen"
+    assert compose.render_values(profile)[tool_parser.PARSER_KNOB] == "qwen"
     text = (compose.compose_file()).read_text()
     assert text.count("- --tool-call-parser\n      - ${ENGINE_TOOL_CALL_PARSER:?") == 2
 
 
 @pytest.mark.router
 def test_verify_offline_fails_for_a_bad_parser(monkeypatch, capsys):
-    monkeypatch.setenv(toolcheck.PARSER_KNOB, "qwen9")
+    monkeypatch.setenv(tool_parser.PARSER_KNOB, "qwen9")
     assert main(["verify-offline", "--skip-downloads", "--json"]) == ExitCode.USAGE
     problems = [p for c in json.loads(capsys.readouterr().out)["checks"] for p in c["problems"]]
     assert any("--tool-call-parser qwen9 is not a parser of the pinned sglang" in p for p in problems), problems
@@ -122,15 +126,15 @@ def test_verify_offline_fails_for_a_bad_parser(monkeypatch, capsys):
 
 @pytest.mark.router
 def test_verify_offline_fails_when_the_parser_is_unset(monkeypatch, capsys):
-    monkeypatch.setenv(toolcheck.PARSER_KNOB, "")
+    monkeypatch.setenv(tool_parser.PARSER_KNOB, "")
     assert main(["verify-offline", "--skip-downloads", "--json"]) == ExitCode.USAGE
     problems = [p for c in json.loads(capsys.readouterr().out)["checks"] for p in c["problems"]]
-    assert any(toolcheck.PARSER_KNOB in p for p in problems), problems
+    assert any(tool_parser.PARSER_KNOB in p for p in problems), problems
 
 
 def test_local_runtime_without_parser_fails_the_smoke_with_12(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setenv(toolcheck.PARSER_KNOB, "")
+    monkeypatch.setenv(tool_parser.PARSER_KNOB, "")
     assert main(["up", "--profile", "engine-direct"]) == 0
     try:
         capsys.readouterr()
@@ -161,11 +165,11 @@ def test_tool_exchange_carries_polars_flags_and_its_tokens_count(engines):
 
 
 def test_a_tool_answer_cut_at_max_tokens_names_the_setting(engines, monkeypatch, capsys):
-    monkeypatch.setenv(toolcheck.MAX_TOKENS_ENV, "8")
+    monkeypatch.setenv(tool_exchange.MAX_TOKENS_ENV, "8")
     assert main(["smoke", "--base-url", engines[0], "--json"]) == ExitCode.USAGE
     out, err = capsys.readouterr()
     assert json.loads(out)["requests"][-1]["tool_outcome"] == "cut_at_max_tokens"
-    assert "cut at max_tokens 8" in err and toolcheck.MAX_TOKENS_ENV in err and "--tool-call-parser" not in err
+    assert "cut at max_tokens 8" in err and tool_exchange.MAX_TOKENS_ENV in err and "--tool-call-parser" not in err
 
 
 STOCK = f"{pin('ROUTER_STOCK_PACKAGE')}=={pin('ROUTER_STOCK_VERSION')}"
@@ -202,7 +206,7 @@ def test_behind_a_dropping_path_polar_cannot_retokenize_the_tool_request(engine_
     from usage and the trace is dropped: the plain requests are re-tokenizable, the agent's tool requests are not."""
     import yaml
 
-    from polarstack.retokenize import EMULATOR_TOKENIZER
+    from polarstack.checks.retokenize import EMULATOR_TOKENIZER
 
     engine = engine_factory()
     engine.fault("no_extensions")

@@ -9,11 +9,14 @@ import shutil
 
 import pytest
 
-from polarstack import flags, pins, profiles, sglang_protocol
-from polarstack.cli import main
+from polarstack import pins
+from polarstack.cli.main import main
+from polarstack.engine import protocol as sglang_protocol
 from polarstack.errors import ExitCode
-from polarstack.routers import RouterRelease
-from polarstack.train import build_plan
+from polarstack.offline import flags
+from polarstack.routers.harness import RouterRelease
+from polarstack.stack import profiles
+from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.router
 

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from polarstack import tasks, verifier
-from polarstack.verifier import bundle
+from polarstack.reward import tasks, verifier
+from polarstack.reward.verifier import bundle
 
 pytestmark = pytest.mark.sandbox
 

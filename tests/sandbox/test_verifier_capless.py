@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from polarstack import tasks, verifier
-from polarstack.verifier import bundle
+from polarstack.reward import tasks, verifier
+from polarstack.reward.verifier import bundle
 
 pytestmark = pytest.mark.sandbox
 VERIFIER = bundle.write(Path(tempfile.mkdtemp(prefix="polarstack-verifier-")) / "verifier.py")  # as tasks writes it

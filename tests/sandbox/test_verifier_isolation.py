@@ -19,10 +19,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from polarstack import tasks, verifier
-from polarstack.cli import main as cli_main
+from polarstack.cli.main import main as cli_main
 from polarstack.errors import ExitCode
-from polarstack.verifier import bundle
+from polarstack.reward import tasks, verifier
+from polarstack.reward.verifier import bundle
 
 pytestmark = pytest.mark.sandbox
 VERIFIER = bundle.write(Path(tempfile.mkdtemp(prefix="polarstack-verifier-")) / "verifier.py")  # as tasks writes it

@@ -1,4 +1,4 @@
-"""Pins that the bundled verifier (eval/verifier.py, written by polarstack.verifier.bundle) runs on its own, as
+"""Pins that the bundled verifier (eval/verifier.py, written by polarstack.reward.verifier.bundle) runs on its own, as
 Polar's evaluator runs it in the agent sandbox: the system interpreter, isolated mode (`python3 -I`), a fresh
 working directory and no polarstack importable; it prints `PASSED <name>` (exit 0) for a canonical HumanEval
 solution and `FAILED <name>` (exit 1) for a wrong one."""
@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from polarstack import tasks
-from polarstack.verifier import bundle
+from polarstack.reward import tasks
+from polarstack.reward.verifier import bundle
 
 pytestmark = pytest.mark.sandbox
 SYSTEM_PYTHON = "/usr/bin/python3"

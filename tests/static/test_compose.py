@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from polarstack import compose, profiles
 from polarstack.errors import StackError
 from polarstack.pins import repo_root
-from polarstack.train import build_plan
+from polarstack.stack import compose, profiles
+from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.static
 ROOT = repo_root()
@@ -232,7 +232,7 @@ def test_make_up_without_docker_names_what_is_missing():
 
 def test_router_args_reach_the_compose_router(monkeypatch):
     """ROUTER_ARGS (docs/routing.md) are rendered into the router service's ROUTER_EXTRA_ARGS."""
-    from polarstack.compose import render_values
+    from polarstack.stack.compose import render_values
 
     monkeypatch.setenv("ROUTER_ARGS", "--policy round_robin")
     values = render_values(profiles.load("stock-router"))

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 import fake_node
-from polarstack import assets, compose, profiles
-from polarstack.cli import main
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.pins import repo_root
-from polarstack.tasks import polar_config
+from polarstack.reward.tasks import polar_config
+from polarstack.stack import assets, compose, profiles
 
 pytestmark = pytest.mark.unit
 ROOT = repo_root()
@@ -273,18 +273,18 @@ def test_download_verifies_against_the_hub_and_rechecks_offline(tmp_path):
 
 
 def test_verify_offline_checks_the_assets_in_the_plan(tmp_path, monkeypatch):
-    from polarstack import verify_offline
+    from polarstack.offline import verify as verify_offline
 
     monkeypatch.delenv("MODEL_DIR", raising=False)
     check = verify_offline.check_assets(profiles.load("patched-router"), tmp_path)
     assert check.ok, check.problems
-    monkeypatch.setattr("polarstack.tasks.AGENT_CLI_MOUNT", "/elsewhere")
+    monkeypatch.setattr("polarstack.reward.tasks.AGENT_CLI_MOUNT", "/elsewhere")
     check = verify_offline.check_assets(profiles.load("patched-router"), tmp_path / "b")
     assert not check.ok and "does not mount the agent CLI dir" in check.problems[0]
 
 
 def test_verify_offline_resolves_the_agent_cli_pin_on_npm(monkeypatch, tmp_path):
-    from polarstack import verify_offline
+    from polarstack.offline import verify as verify_offline
 
     npm = tmp_path / "npm"
     npm.write_text(
@@ -302,8 +302,8 @@ def test_verify_offline_resolves_the_agent_cli_pin_on_npm(monkeypatch, tmp_path)
 
 def test_polar_runs_in_direct_exec_mode_everywhere(tmp_path, monkeypatch):
     """compose.yaml's trainer, launch.sh and the Ray job select Polar's direct-exec mode; verify-offline checks it."""
-    from polarstack import verify_offline
-    from polarstack.train import build_plan, load_defaults
+    from polarstack.offline import verify as verify_offline
+    from polarstack.train.plan import build_plan, load_defaults
 
     record = json.loads((ROOT / "configs" / "upstream" / "polar-apptainer.json").read_text())
     assert record["polar_commit"] == __import__("polarstack.pins", fromlist=["pins"]).pins()["POLAR_COMMIT"]
@@ -316,7 +316,7 @@ def test_polar_runs_in_direct_exec_mode_everywhere(tmp_path, monkeypatch):
     assert "export POLAR_APPTAINER_NO_INSTANCE=1" in plan.files["launch.sh"].splitlines()
     assert '"POLAR_APPTAINER_NO_INSTANCE": "1"' in next(a for a in plan.commands[-1] if a.startswith("--runtime-env"))
     assert verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "a").ok
-    monkeypatch.setattr("polarstack.train.sandbox_mode_env", lambda: {})
+    monkeypatch.setattr("polarstack.train.plan.sandbox_mode_env", lambda: {})
     check = verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "b")
     assert not check.ok and any("launch.sh does not set POLAR_APPTAINER_NO_INSTANCE=1" in p for p in check.problems)
     assert any("Ray job" in p for p in check.problems)

@@ -5,12 +5,13 @@ task prompt + response > seq_length, seq_length > max_tokens_per_gpu x CP, or se
 
 import pytest
 
-from polarstack import budget, profiles
-from polarstack.cli import main
+from polarstack.checks import budget
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode
+from polarstack.offline.verify import check_sequence_budget
 from polarstack.pins import pins
-from polarstack.train import build_plan, load_defaults
-from polarstack.verify_offline import check_sequence_budget
+from polarstack.stack import profiles
+from polarstack.train.plan import build_plan, load_defaults
 
 pytestmark = pytest.mark.unit
 

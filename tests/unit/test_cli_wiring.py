@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from polarstack import cli_bench, render
-from polarstack.cli import build_parser
+from polarstack.cli import bench as cli_bench
+from polarstack.cli import render
+from polarstack.cli.main import build_parser
 
 pytestmark = pytest.mark.unit
 

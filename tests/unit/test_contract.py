@@ -1,7 +1,7 @@
 """Pins Polar's token contract: which response shapes yield trainable tokens, and why the others do not.
 
 Behaviour under test mirrors Polar's SGLangEngine.normalize_response and record_utils.build_trace_from_completion
-(see scripts/polarstack/contract.py); the property test pins that any JSON value gives a verdict, never an exception.
+(see scripts/polarstack/polar/contract.py); the property test pins that any JSON value gives a verdict, never an exception.
 """
 
 import copy
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polarstack import contract
+from polarstack.polar import contract
 
 pytestmark = pytest.mark.unit
 

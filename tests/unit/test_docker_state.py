@@ -15,10 +15,10 @@ import subprocess
 import pytest
 
 import fake_node
-from polarstack import docker_state
-from polarstack.cli import main
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.pins import repo_root
+from polarstack.stack import docker_state
 
 pytestmark = pytest.mark.unit
 ROOT = repo_root()
@@ -94,7 +94,7 @@ def test_smoke_without_profile_runs_inside_the_trainer_of_the_profile_that_is_up
     def host_smoke(*args, **kwargs):
         raise AssertionError("the docker runtime's smoke ran on the host, where Polar is not installed")
 
-    monkeypatch.setattr("polarstack.smoke.run_smoke", host_smoke)
+    monkeypatch.setattr("polarstack.checks.smoke.run_smoke", host_smoke)
     monkeypatch.setenv("FAKE_RUNNING", PATCHED)
     monkeypatch.setenv("FAKE_TRAINER_SMOKE", trainer_report())
     assert main(["compose", "up", "--profile", "router-passthrough"]) == 0
@@ -111,8 +111,8 @@ def test_smoke_without_profile_runs_inside_the_trainer_of_the_profile_that_is_up
 
 
 def test_the_in_trainer_command_line_is_one_the_cli_accepts_with_every_option():
-    from polarstack.cli import build_parser
-    from polarstack.docker_smoke import trainer_command
+    from polarstack.checks.docker_smoke import trainer_command
+    from polarstack.cli.main import build_parser
 
     host = build_parser().parse_args(
         [
@@ -162,8 +162,10 @@ def test_smoke_in_the_trainer_hands_its_verdict_and_code_to_the_host(node, monke
 
 
 def test_smoke_inside_the_trainer_refuses_without_polar(node, monkeypatch, capsys):
-    monkeypatch.setattr("polarstack.polar_opinion.available", lambda: False)
-    monkeypatch.setattr("polarstack.smoke.run_smoke", lambda *a, **k: pytest.fail("smoked without the second opinion"))
+    monkeypatch.setattr("polarstack.polar.opinion.available", lambda: False)
+    monkeypatch.setattr(
+        "polarstack.checks.smoke.run_smoke", lambda *a, **k: pytest.fail("smoked without the second opinion")
+    )
     assert main(["smoke", "--in-trainer", "--profile", "patched-router"]) == ExitCode.ENVIRONMENT
     assert "not importable" in capsys.readouterr().err
 
@@ -175,8 +177,8 @@ def test_smoke_inside_the_trainer_checks_the_rendered_profile(node, monkeypatch,
         seen.update(base_url=base_url, **kwargs)
         raise SystemExit(0)
 
-    monkeypatch.setattr("polarstack.polar_opinion.available", lambda: True)
-    monkeypatch.setattr("polarstack.smoke.run_smoke", fake_smoke)
+    monkeypatch.setattr("polarstack.polar.opinion.available", lambda: True)
+    monkeypatch.setattr("polarstack.checks.smoke.run_smoke", fake_smoke)
     monkeypatch.setenv("PROFILE_NAME", "patched-router")
     monkeypatch.setenv("SGLANG_ROUTER_BASE_URL", "http://127.0.0.1:30999")  # the image's profile file is stale
     assert main(["smoke", "--in-trainer", "--profile", "patched-router"]) == ExitCode.STATE

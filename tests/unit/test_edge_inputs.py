@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from polarstack import profiles, tasks
-from polarstack.cli import BROKEN_PIPE, main
+from polarstack.cli.main import BROKEN_PIPE, main
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import repo_root
+from polarstack.reward import tasks
+from polarstack.stack import profiles
 
 pytestmark = pytest.mark.unit
 
@@ -140,7 +141,7 @@ def test_node_gpus_not_a_number_is_usage(monkeypatch, capsys):
     code = exit_code(["train", "--task", "humaneval", "--profile", "engine-direct", "--runtime", "docker", "--dry-run"])
     err = capsys.readouterr().err
     assert code == ExitCode.USAGE and "NODE_GPUS" in err, err
-    from polarstack import compose
+    from polarstack.stack import compose
 
     with pytest.raises(StackError) as exc:
         compose.render_values(profiles.load("engine-direct", node_gpus=4))

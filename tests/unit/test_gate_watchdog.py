@@ -1,4 +1,4 @@
-"""Pins the in-job gate's stops that need no engine (scripts/polarstack/gate.py):
+"""Pins the in-job gate's stops that need no engine (scripts/polarstack/train/gate.py):
 
 - the watchdog measures progress, not the length of Polar's blocking rollout call: against a fake bridge shaped
   like the pinned Polar (src/slime_bridge/rollout.py at POLAR_COMMIT: a background worker thread that submits
@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from polarstack import gate
+from polarstack.train import gate
 
 pytestmark = pytest.mark.unit
 
@@ -328,8 +328,8 @@ def _run_the_job_in_process(tmp_path, monkeypatch, stop_path):
     would build from the rendered polar_config.yaml, and slime_bridge.rollout replaced by a fake bridge."""
     import yaml
 
-    from polarstack import smoke
-    from polarstack.train import TRAINER_RUN_DIR
+    from polarstack.checks import smoke
+    from polarstack.train.plan import TRAINER_RUN_DIR
 
     bridge = make_bridge("slime_bridge.rollout")
     package = types.ModuleType("slime_bridge")
@@ -384,15 +384,19 @@ def _run_the_job_in_process(tmp_path, monkeypatch, stop_path):
     ],
 )
 def test_every_gate_stop_reaches_train_as_the_gate_code(tmp_path, monkeypatch, capsys, stop_path, sentence):
-    from polarstack import compose, smoke, tasks
-    from polarstack.cli import main
+    from polarstack.checks import smoke
+    from polarstack.cli.main import main
+    from polarstack.reward import tasks
+    from polarstack.stack import compose
 
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
     monkeypatch.setattr(
-        "polarstack.docker_state.usable", lambda requested: {"profile": "engine-direct"}
+        "polarstack.stack.docker_state.usable", lambda requested: {"profile": "engine-direct"}
     )  # `make up` ran
-    monkeypatch.setattr("polarstack.assets.check_in_trainer", lambda profile: None)  # the sandbox probe passed
+    monkeypatch.setattr(
+        "polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None
+    )  # the sandbox probe passed
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
     monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
     monkeypatch.setattr(compose, "run_compose", _run_the_job_in_process(tmp_path, monkeypatch, stop_path))
@@ -407,8 +411,10 @@ def test_every_gate_stop_reaches_train_as_the_gate_code(tmp_path, monkeypatch, c
 
 
 def test_a_stale_abort_file_does_not_turn_a_job_failure_into_a_gate_stop(tmp_path, monkeypatch, capsys):
-    from polarstack import compose, smoke, tasks
-    from polarstack.cli import main
+    from polarstack.checks import smoke
+    from polarstack.cli.main import main
+    from polarstack.reward import tasks
+    from polarstack.stack import compose
 
     def prepare(task, out, **kw):
         out.mkdir(parents=True, exist_ok=True)
@@ -417,9 +423,11 @@ def test_a_stale_abort_file_does_not_turn_a_job_failure_into_a_gate_stop(tmp_pat
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
     monkeypatch.setattr(
-        "polarstack.docker_state.usable", lambda requested: {"profile": "engine-direct"}
+        "polarstack.stack.docker_state.usable", lambda requested: {"profile": "engine-direct"}
     )  # `make up` ran
-    monkeypatch.setattr("polarstack.assets.check_in_trainer", lambda profile: None)  # the sandbox probe passed
+    monkeypatch.setattr(
+        "polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None
+    )  # the sandbox probe passed
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
     monkeypatch.setattr(tasks, "prepare", prepare)
     monkeypatch.setattr(

@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from polarstack import bridge_check, meaning, profiles
-from polarstack.cli import main
+from polarstack.checks import bridge as bridge_check
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode, StackError
+from polarstack.offline import meaning
 from polarstack.pins import pins, repo_root
-from polarstack.train import RESUME_REFUSED, build_plan, checkpoint_guard, load_defaults
+from polarstack.stack import profiles
+from polarstack.train.plan import RESUME_REFUSED, build_plan, checkpoint_guard, load_defaults
 
 pytestmark = pytest.mark.unit
 CEIL = "slime_bridge.data_source.CeilEpochRolloutDataSourceWithBuffer"

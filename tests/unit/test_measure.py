@@ -1,4 +1,4 @@
-"""Pins the measurement helpers probe, the routers matrix and bench share (polarstack.measure): issue #52's body,
+"""Pins the measurement helpers probe, the routers matrix and bench share (polarstack.checks.measure): issue #52's body,
 the engine-log flag check, the /generate check, interleaved latency and its summary, percentiles."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import httpx
 import pytest
 
-from polarstack import measure
+from polarstack.checks import measure
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from polarstack.cli import main
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.pins import parse_env_file, pins, repo_root
 
@@ -78,7 +78,7 @@ def test_compose_passes_every_dockerfile_arg():
 
 def test_pin_without_registry_changes_nothing(monkeypatch, capsys):
     before = (ROOT / "configs/pins.env").read_bytes()
-    monkeypatch.setattr("polarstack.pin.AUTH", "http://127.0.0.1:9/token")
+    monkeypatch.setattr("polarstack.stack.pin.AUTH", "http://127.0.0.1:9/token")
     code = main(["pin"])
     assert code == ExitCode.ENVIRONMENT
     assert "unchanged" in capsys.readouterr().err

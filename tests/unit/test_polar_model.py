@@ -1,5 +1,5 @@
-"""Pins the verdict model (polarstack.polar_model) against a second, independent description of Polar's rules
-written as data (polarstack.polar_rules), interpreted here by code that shares nothing with the model: the
+"""Pins the verdict model (polarstack.polar.model) against a second, independent description of Polar's rules
+written as data (polarstack.polar.rules), interpreted here by code that shares nothing with the model: the
 oracle parses with the standard library under the table's orjson rules and coerces with the table's named
 coercions. A hypothesis property test compares both on thousands of generated answers (raw bytes, including
 NaN/Infinity/1e999 literals, BOM, UTF-16, lone surrogates, ids beyond 64 bits, odd id types, null logprobs, n >= 2).
@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from polarstack import polar_model, polar_rules
+from polarstack.polar import model as polar_model
+from polarstack.polar import rules as polar_rules
 
 pytestmark = pytest.mark.unit
 EXAMPLES = 3000  # generated answers per run (measured run time in docs/polar-verdict.md)
@@ -383,14 +384,15 @@ def test_prompt_alone_over_max_tokens_drops_the_trace_and_long_responses_are_cli
 
 def test_recorded_polar_facts_are_acted_on():
     """`make verify-offline` checks configs/upstream/polar-facts.json against the model and the gate."""
-    from polarstack import verify_offline
+    from polarstack.offline import verify as verify_offline
 
     check = verify_offline.check_polar_facts()
     assert check.ok, check.problems
 
 
 def test_polar_facts_check_fails_on_the_bare_counter_key(monkeypatch):
-    from polarstack import gate, verify_offline
+    from polarstack.offline import verify as verify_offline
+    from polarstack.train import gate
 
     monkeypatch.setattr(gate, "DELTA_METRIC", "polar/dropped_zero_trainable_groups")
     check = verify_offline.check_polar_facts()

@@ -12,8 +12,9 @@ import textwrap
 import httpx
 import pytest
 
-from polarstack import polar_opinion, smoke
+from polarstack.checks import smoke
 from polarstack.errors import ExitCode
+from polarstack.polar import opinion as polar_opinion
 
 pytestmark = pytest.mark.unit
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from polarstack import profiles
 from polarstack.errors import ExitCode, StackError
+from polarstack.stack import profiles
 
 pytestmark = pytest.mark.unit
 

@@ -8,18 +8,19 @@ import sys
 
 import pytest
 
-from polarstack import router_catalog, routers
+from polarstack.routers import catalog as router_catalog
+from polarstack.routers import harness as routers
 
 pytestmark = pytest.mark.unit
 
-# What polarstack.routers (the installer and harness) needs and a profile reader must not pull in.
-HEAVY = ("subprocess", "fcntl", "httpx", "polarstack.routers", "polarstack.processes", "polarstack.cache")
+# What polarstack.routers.harness (the installer and harness) needs and a profile reader must not pull in.
+HEAVY = ("subprocess", "fcntl", "httpx", "polarstack.routers.harness", "polarstack.processes")
 
 
 def test_reading_a_profile_imports_no_installer_or_http():
     code = (
         "import json, sys\n"
-        "from polarstack import profiles\n"
+        "from polarstack.stack import profiles\n"
         "release = profiles.load('stock-router').router\n"
         "assert release is not None and release.has_worker_api\n"
         f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"

@@ -1,5 +1,5 @@
-"""Pins the pre-launch probe inside the trainer (scripts/polarstack/sandbox_probe.py, reached through
-polarstack.assets.check_in_trainer): it names what `make sif` must provide, refuses a sandbox that cannot start, a
+"""Pins the pre-launch probe inside the trainer (scripts/polarstack/checks/sandbox_probe.py, reached through
+polarstack.checks.sandbox_probe.check_in_trainer): it names what `make sif` must provide, refuses a sandbox that cannot start, a
 trainer in Polar's instance mode and a verifier that cannot tell right from wrong, and runs the real verifier the
 way Polar starts the sandbox (direct `apptainer exec`, Polar's binds)."""
 
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 import fake_node
-from polarstack import assets, profiles, sandbox_probe
+from polarstack.checks import sandbox_probe
 from polarstack.errors import ExitCode, StackError
+from polarstack.stack import assets, profiles
 
 pytestmark = pytest.mark.unit
 
@@ -21,7 +22,7 @@ def test_train_checks_inside_the_trainer(tmp_path, monkeypatch):
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_ABSENT", "agent-cli")
     with pytest.raises(Exception) as exc:
-        assets.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
     assert exc.value.code == ExitCode.ASSETS_MISSING and "make sif" in exc.value.message
 
 
@@ -29,7 +30,7 @@ def test_train_names_a_sandbox_that_cannot_start(tmp_path, monkeypatch):
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_SANDBOX_ERROR", "FATAL: could not create user namespace")
     with pytest.raises(Exception) as exc:
-        assets.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
     assert exc.value.code == ExitCode.ENVIRONMENT
     assert "could not create user namespace" in exc.value.message and "/dev/fuse" in exc.value.message
 
@@ -73,7 +74,7 @@ def real_probe(tmp_path, monkeypatch) -> Path:
     monkeypatch.setattr(assets, "SANDBOX_DIR", str(sandbox))
     monkeypatch.setattr(assets, "SIF_PATH", str(sandbox / assets.SIF_NAME))
     monkeypatch.setattr(assets, "AGENT_CLI_DIR", str(sandbox / "agent-cli"))
-    monkeypatch.setattr("polarstack.train.TRAINER_RUN_DIR", str(tmp_path / "run" / "train"))  # the trainer's mount
+    monkeypatch.setattr("polarstack.paths.TRAINER_RUN_DIR", str(tmp_path / "run" / "train"))  # the trainer's mount
     monkeypatch.setenv("POLAR_APPTAINER_NO_INSTANCE", "1")  # what compose.yaml gives the trainer container
     monkeypatch.setenv("POLAR_APPTAINER_BIN", str(bin_dir / "apptainer"))  # Polar's override, honoured by the probe
     monkeypatch.delenv("POLARSTACK_VERIFIER_ISOLATION", raising=False)
@@ -83,7 +84,7 @@ def real_probe(tmp_path, monkeypatch) -> Path:
 
 def test_probe_runs_the_verifier_the_way_polar_starts_the_sandbox(tmp_path, monkeypatch, capsys):
     log = real_probe(tmp_path, monkeypatch)
-    assets.check_in_trainer(profiles.load("engine-direct"))
+    sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
     err = capsys.readouterr().err
     assert "PASSED probe for the canonical HumanEval/0, FAILED probe for a wrong one" in err
     assert "agent sandbox starts in the trainer (2.1.332 (Claude Code))" in err
@@ -108,7 +109,7 @@ def test_probe_refuses_when_the_verifier_cannot_isolate(tmp_path, monkeypatch):
     real_probe(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_APPTAINER_WRAP", "unshare --user --map-root-user")
     with pytest.raises(StackError) as exc:
-        assets.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
     message = exc.value.message
     assert exc.value.code == ExitCode.ENVIRONMENT
     assert "reward would be 0 for every sample" in message and "does not map the sandbox uids" in message
@@ -119,7 +120,7 @@ def test_probe_refuses_a_verifier_that_passes_a_wrong_solution(tmp_path, monkeyp
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VERIFIER_BAD", "PASSED probe")
     with pytest.raises(StackError) as exc:
-        assets.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
     assert exc.value.code == ExitCode.ENVIRONMENT and "did not print `FAILED probe`" in exc.value.message
 
 
@@ -127,7 +128,7 @@ def test_probe_refuses_when_the_canonical_solution_fails(tmp_path, monkeypatch):
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VERIFIER_GOOD", "FATAL:   could not open image\\nFAILED probe (timeout: 10 s)")
     with pytest.raises(StackError) as exc:
-        assets.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
     assert exc.value.code == ExitCode.ENVIRONMENT and "reward would be 0 for every sample" in exc.value.message
     assert "FAILED probe (timeout: 10 s)" in exc.value.message
 
@@ -136,7 +137,7 @@ def test_probe_refuses_a_trainer_in_polar_instance_mode(tmp_path, monkeypatch):
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_APPTAINER_MODE", "")
     with pytest.raises(StackError) as exc:
-        assets.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
     assert exc.value.code == ExitCode.ENVIRONMENT
     assert "POLAR_APPTAINER_NO_INSTANCE=1" in exc.value.message and "make up" in exc.value.message
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from polarstack import smoke
+from polarstack.checks import smoke
 
 pytestmark = pytest.mark.unit
 

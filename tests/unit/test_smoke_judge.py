@@ -1,4 +1,4 @@
-"""Pins the smoke's go/no-go (polarstack.smoke_judge.judge) on recorded exchanges, without any HTTP: Polar's count
+"""Pins the smoke's go/no-go (polarstack.checks.judge.judge) on recorded exchanges, without any HTTP: Polar's count
 decides; a disagreement with the installed Polar is INTERNAL; zero-token answers are TOKENS_MISSING naming the
 dropped request fields (or INVARIANT when the fields are there); answers Polar trains on only by re-tokenizing are
 RETOKENIZED after the drift measurement unless allowed; trainer-fatal findings block, other findings warn (block
@@ -10,8 +10,11 @@ import json
 
 import pytest
 
-from polarstack import contract, polar_model, smoke, smoke_judge
+from polarstack.checks import judge as smoke_judge
+from polarstack.checks import smoke
 from polarstack.errors import ExitCode
+from polarstack.polar import contract
+from polarstack.polar import model as polar_model
 
 pytestmark = pytest.mark.unit
 URL = "http://engine.invalid"

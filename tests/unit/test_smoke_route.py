@@ -1,4 +1,4 @@
-"""Pins the smoke's route resolution (polarstack.smoke_route): `base` sends every request to the given URL;
+"""Pins the smoke's route resolution (polarstack.checks.route): `base` sends every request to the given URL;
 `polar` asks the router's GET /workers as current Polar's InferenceClient does and, when it lists regular workers
 only, sends round-robin straight to them (router bypassed); any other answer keeps the base URL. Also the URL
 helpers (`/v1` never doubled) and the served model's discovery. Answers come from in-process transports."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from polarstack import smoke_route
+from polarstack.checks import route as smoke_route
 from polarstack.errors import ExitCode, StackError
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from polarstack import smoke
+from polarstack.checks import smoke
 from polarstack.errors import ExitCode
 
 pytestmark = pytest.mark.unit

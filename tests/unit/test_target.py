@@ -1,4 +1,4 @@
-"""Pins polarstack.target.resolve_target, the one rule for what smoke and train talk to (issue 14 point 1): an
+"""Pins polarstack.stack.target.resolve_target, the one rule for what smoke and train talk to (issue 14 point 1): an
 explicit --base-url wins; else the stack `polarstack up` recorded (its URL, route and engines), refused (STATE) when
 --profile names another profile than the one up locally - for smoke as for train; else the docker runtime's profile
 (its ports, and the engines a slime-registered router needs registered). Also pins the typed run state
@@ -10,10 +10,10 @@ import os
 
 import pytest
 
-from polarstack import docker_state, local, profiles
-from polarstack.cli import main
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode, StackError
-from polarstack.target import docker_engine_urls, registered_engines, resolve_target
+from polarstack.stack import docker_state, local, profiles
+from polarstack.stack.target import docker_engine_urls, registered_engines, resolve_target
 
 pytestmark = pytest.mark.unit
 

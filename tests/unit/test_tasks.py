@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from polarstack import tasks
-from polarstack.cli import main
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode
+from polarstack.reward import tasks
 
 pytestmark = pytest.mark.unit
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "mbpp_sample.jsonl"

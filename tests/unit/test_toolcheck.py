@@ -14,7 +14,7 @@ import json
 import httpx
 import pytest
 
-from polarstack import smoke, toolcheck
+from polarstack.checks import smoke, tool_exchange
 from polarstack.errors import ExitCode
 
 pytestmark = pytest.mark.unit
@@ -87,7 +87,7 @@ def test_parsed_tool_calls_pass_and_the_tool_exchange_counts(monkeypatch):
     report = run()
     assert report.ok, report.message
     (entry,) = tool_entries(report)
-    assert entry["tool_outcome"] == toolcheck.PARSED and entry["tool_calls"] == 1
+    assert entry["tool_outcome"] == tool_exchange.PARSED and entry["tool_calls"] == 1
     assert entry["polar"]["polar_trainable_tokens"] == 3 and entry["polar"]["polar_verdict"] == "trainable"
     assert report.trainable_tokens == 3 + 3  # the single request's 3 + the tool answer's 3
     data = report.as_dict()
@@ -102,8 +102,8 @@ def test_the_tool_request_has_polars_shape_and_asks_for_the_tool(monkeypatch):
     assert body["stream"] is False and body["logprobs"] is True
     assert body["return_prompt_token_ids"] is True and body["return_meta_info"] is True
     assert body["temperature"] == 0 and body["tool_choice"] == "auto"
-    assert body["max_tokens"] == toolcheck.DEFAULT_MAX_TOKENS >= 256
-    assert body["tools"] == [toolcheck.SMOKE_TOOL] and "write_file tool" in body["messages"][-1]["content"]
+    assert body["max_tokens"] == tool_exchange.DEFAULT_MAX_TOKENS >= 256
+    assert body["tools"] == [tool_exchange.SMOKE_TOOL] and "write_file tool" in body["messages"][-1]["content"]
 
 
 def test_raw_tool_call_text_fails_with_12_naming_the_parser_flag(monkeypatch):
@@ -111,7 +111,7 @@ def test_raw_tool_call_text_fails_with_12_naming_the_parser_flag(monkeypatch):
     report = run()
     assert report.code == ExitCode.TOOL_CALLS
     assert "raw <tool_call> text" in report.message and "--tool-call-parser" in report.message
-    assert tool_entries(report)[0]["tool_outcome"] == toolcheck.RAW_TEXT
+    assert tool_entries(report)[0]["tool_outcome"] == tool_exchange.RAW_TEXT
 
 
 def test_an_answer_cut_at_max_tokens_names_the_setting_not_the_parser(monkeypatch):
@@ -119,17 +119,17 @@ def test_an_answer_cut_at_max_tokens_names_the_setting_not_the_parser(monkeypatc
     serve(monkeypatch, cut)
     report = run()
     assert report.code == ExitCode.USAGE
-    assert "cut at max_tokens 512" in report.message and toolcheck.MAX_TOKENS_ENV in report.message
+    assert "cut at max_tokens 512" in report.message and tool_exchange.MAX_TOKENS_ENV in report.message
     assert "--tool-call-parser" not in report.message
-    assert tool_entries(report)[0]["tool_outcome"] == toolcheck.CUT
+    assert tool_entries(report)[0]["tool_outcome"] == tool_exchange.CUT
 
 
 def test_the_max_tokens_setting_reaches_the_request(monkeypatch):
     seen = serve(monkeypatch, PARSED)
-    monkeypatch.setenv(toolcheck.MAX_TOKENS_ENV, "2048")
+    monkeypatch.setenv(tool_exchange.MAX_TOKENS_ENV, "2048")
     assert run().ok
     assert [b["max_tokens"] for _, b in seen if b.get("tools")] == [2048]
-    monkeypatch.setenv(toolcheck.MAX_TOKENS_ENV, "lots")
+    monkeypatch.setenv(tool_exchange.MAX_TOKENS_ENV, "lots")
     assert run().code == ExitCode.USAGE
 
 
@@ -139,7 +139,7 @@ def test_prose_without_a_call_fails_with_12_saying_the_model_did_not_call_the_to
     assert report.code == ExitCode.TOOL_CALLS
     assert "answered the tool request in prose without calling the tool" in report.message
     assert "may be the model" in report.message and "raw <tool_call>" not in report.message
-    assert tool_entries(report)[0]["tool_outcome"] == toolcheck.PROSE
+    assert tool_entries(report)[0]["tool_outcome"] == tool_exchange.PROSE
 
 
 def test_token_fields_missing_only_on_the_tool_answer_is_tokens_missing(monkeypatch):
@@ -218,15 +218,15 @@ def test_classify(content, finish, outcome):
     message = {"role": "assistant", "content": content}
     if outcome == "parsed":
         message["tool_calls"] = [CALL]
-    assert toolcheck.classify(answer(message, finish))[0] == outcome
+    assert tool_exchange.classify(answer(message, finish))[0] == outcome
 
 
 def test_verify_offline_checks_the_recorded_harness_tool_choice(monkeypatch):
     """configs/upstream/polar-tool-request.json: Polar's transform sends tool_choice "auto" for Claude Code."""
-    assert toolcheck.recorded_fact_problems() == []
-    monkeypatch.setattr(toolcheck, "TOOL_CHOICE", "required")
-    problems = toolcheck.recorded_fact_problems()
+    assert tool_exchange.recorded_fact_problems() == []
+    monkeypatch.setattr(tool_exchange, "TOOL_CHOICE", "required")
+    problems = tool_exchange.recorded_fact_problems()
     assert len(problems) == 1 and "tool_choice 'required'" in problems[0] and "'auto'" in problems[0]
-    monkeypatch.setattr(toolcheck, "TOOL_CHOICE", "auto")
+    monkeypatch.setattr(tool_exchange, "TOOL_CHOICE", "auto")
     monkeypatch.setattr(smoke.contract, "prepare_request", lambda body: dict(body))  # built without Polar's flags
-    assert "lacks Polar's request shape" in toolcheck.recorded_fact_problems()[0]
+    assert "lacks Polar's request shape" in tool_exchange.recorded_fact_problems()[0]

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from polarstack.cli import main
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 
 pytestmark = pytest.mark.unit
@@ -36,7 +36,7 @@ def test_engine_direct_launch(capsys):
     assert p["profile"] == "engine-direct" and p["trainer_gpus"] == [1, 2, 3]
     assert "--rollout-external-engine-addrs 127.0.0.1:30000 --hf-checkpoint" in cmd
     assert "--sglang-router-ip" not in cmd
-    assert "--rollout-function-path polarstack.gate.generate_rollout_gated" in cmd
+    assert "--rollout-function-path polarstack.train.gate.generate_rollout_gated" in cmd
     for flag in (
         "--advantage-estimator grpo",
         "--kl-loss-type low_var_kl",
@@ -124,7 +124,7 @@ def test_unknown_task(capsys):
 def test_set_values_of_the_wrong_type_are_usage_errors_naming_the_key(override, capsys):
     """A `--set` value that is not what train_async.py's flag takes ends as USAGE naming the key (issue 12 point 11's
     class of edge inputs), not as an internal error when the budget or the launch reads it."""
-    from polarstack.cli import main
+    from polarstack.cli.main import main
 
     code = main(["train", "--task", "humaneval", "--runtime", "docker", "--dry-run", "--set", override])
     err = capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Pins how the verifier package becomes the one file Polar's evaluator runs (scripts/polarstack/verifier/bundle.py):
+"""Pins how the verifier package becomes the one file Polar's evaluator runs (scripts/polarstack/reward/verifier/bundle.py):
 the same text every time, the file `tasks prepare` writes, standard-library imports only, every module of the
 package in it (none forgotten) and every name it defines the package's own, the embedded sandbox programs
 unchanged; the bundler refuses a module that imports beyond the standard library or defines a name another
@@ -11,8 +11,8 @@ import types
 
 import pytest
 
-from polarstack import tasks, verifier
-from polarstack.verifier import bundle
+from polarstack.reward import tasks, verifier
+from polarstack.reward.verifier import bundle
 
 pytestmark = pytest.mark.unit
 
@@ -65,7 +65,7 @@ def test_the_bundle_holds_the_package_and_its_sandbox_programs_unchanged(monkeyp
 
 def test_python_m_polarstack_verifier_is_the_command_line():
     proc = subprocess.run(
-        [sys.executable, "-m", "polarstack.verifier", "--help"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "polarstack.reward.verifier", "--help"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0 and "--problem" in proc.stdout and "--isolation" in proc.stdout
 

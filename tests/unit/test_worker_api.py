@@ -1,4 +1,4 @@
-"""Pins the router worker API client (polarstack.worker_api) against an in-process fake router (httpx.MockTransport,
+"""Pins the router worker API client (polarstack.routers.worker_api) against an in-process fake router (httpx.MockTransport,
 no network): slime's registration body, the sentences and exit codes of a refused or unreachable registration,
 how GET /workers is read, waiting for asynchronous registration and removal, and that a temporary registration
 removes exactly the workers it added."""
@@ -10,8 +10,8 @@ import json
 import httpx
 import pytest
 
-from polarstack import worker_api
 from polarstack.errors import ExitCode, StackError
+from polarstack.routers import worker_api
 
 pytestmark = pytest.mark.unit
 

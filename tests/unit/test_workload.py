@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polarstack import workload as w
-from polarstack.prefix_cache import BLOCK, PrefixCache
-from polarstack.tokenizer import Tokenizer, encode_chat
+from polarstack.bench import workload as w
+from polarstack.engine.prefix_cache import BLOCK, PrefixCache
+from polarstack.polar.tokenizer import Tokenizer, encode_chat
 
 pytestmark = pytest.mark.unit
 
@@ -166,7 +166,7 @@ def test_routing_report_rewrites_only_its_table(tmp_path, monkeypatch):
     """`bench --routing` regenerates the table between the markers of routing.md and keeps the prose."""
     import json
 
-    from polarstack import routing_bench
+    from polarstack.bench import routing as routing_bench
     from polarstack.pins import repo_root
 
     data = json.loads((repo_root() / "docs" / "routing.json").read_text())
@@ -190,7 +190,7 @@ def test_routing_report_rewrites_only_its_table(tmp_path, monkeypatch):
     ],
 )
 def test_bench_routing_refuses_bad_arguments_before_starting_anything(capsys, argv, needle):
-    from polarstack.cli import main
+    from polarstack.cli.main import main
     from polarstack.errors import ExitCode
 
     assert main(["bench", "--routing", *argv]) == ExitCode.USAGE

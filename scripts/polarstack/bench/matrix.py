@@ -1,0 +1,278 @@
+"""`polarstack routers matrix`: upstream issue #52's bisection as one command, rerunnable when a router ships.
+
+Every release runs in front of the engine emulator on loopback and is measured on the same questions as
+../shared/reference/router-behavior.md. A release that cannot install or start is a row saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+
+from polarstack.checks.measure import (
+    ENGINE_LOG,
+    ISSUE_52_BODY,
+    carries_polar_flags,
+    generate_body,
+    generate_keeps_tokens,
+    interleaved_latency,
+    latency_summary,
+    machine,
+)
+from polarstack.errors import ExitCode, StackError
+from polarstack.polar.contract import POLAR_REQUEST_FLAGS
+from polarstack.processes import stop_pid
+from polarstack.routers import worker_api
+from polarstack.routers.harness import PACKAGES, RouterRelease, install, is_installed, version_tuple
+from polarstack.routers.harness import start as start_router
+from polarstack.stack.engines import start_emulator
+
+SGLANG_ROUTER_RANGE = ((0, 1, 0), (0, 3, 2))  # the range issue #52 swept
+COLUMNS = [
+    ("release", "release"),
+    ("installs", "installs"),
+    ("starts", "starts"),
+    ("chat_flags_reach_engine", "chat return_* flags reach engine"),
+    ("chat_fields_reach_client", "prompt_token_ids/meta_info reach client"),
+    ("fields_survive_when_emitted", "fields survive if engine always emits them"),
+    ("generate_keeps_tokens", "/generate output_ids + meta_info"),
+    ("completions_flags_reach_engine", "/v1/completions extra flags reach engine"),
+    ("post_workers", "POST /workers registration"),
+    ("startup_s", "startup s"),
+    ("added_median_ms", "added median ms"),
+    ("added_p99_ms", "added p99 ms"),
+]
+
+
+def available_releases(package: str) -> list[str]:
+    """Every version of `package` the package index lists (`pip index versions`)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+    )
+    for line in proc.stdout.splitlines():
+        if line.strip().startswith("Available versions:"):
+            return [v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()]
+    raise StackError(
+        f"could not list {package} releases from the package index; check that PyPI is reachable.", ExitCode.ENVIRONMENT
+    )
+
+
+def default_releases() -> list[RouterRelease]:
+    """sglang-router 0.1.0-0.3.2 and every smg release, oldest first."""
+    releases = []
+    lo, hi = SGLANG_ROUTER_RANGE
+    for version in available_releases("sglang-router"):
+        if lo <= version_tuple(version) <= hi:
+            releases.append(RouterRelease("sglang-router", version))
+    releases += [RouterRelease("smg", v) for v in available_releases("smg")]
+    return sorted(releases, key=lambda r: (PACKAGES.index(r.package), version_tuple(r.version)))
+
+
+@dataclass
+class Engines:
+    main: Any
+    main_port: int
+    spare: Any
+    spare_port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.main_port}"
+
+    @property
+    def spare_url(self) -> str:
+        return f"http://127.0.0.1:{self.spare_port}"
+
+
+def _yes(value: bool | None) -> str:
+    return {True: "yes", False: "no", None: "n/a"}[value]
+
+
+def _engine_log(http: httpx.Client, engines: Engines, path: str) -> list[dict[str, Any]]:
+    return http.get(f"{engines.url}{ENGINE_LOG}", params={"path": path}).json()["requests"]
+
+
+def measure(release: RouterRelease, engines: Engines, latency_requests: int = 200) -> dict[str, Any]:
+    row: dict[str, Any] = {"release": release.spec, "package": release.package, "version": release.version}
+    started = time.perf_counter()
+    try:
+        cached = is_installed(release)
+        install(release)
+        row["installs"] = True
+        row["install_s"] = None if cached else round(time.perf_counter() - started, 2)
+    except StackError as exc:
+        row.update(installs=False, starts=None, note=exc.message)
+        return row
+    try:
+        router = start_router(release, [engines.url], timeout=30)
+    except StackError as exc:
+        row.update(starts=False, note=exc.message)
+        return row
+    row.update(starts=True, startup_s=round(router.startup_seconds, 3))
+    http = httpx.Client(timeout=10, trust_env=False)
+    step = "setup"
+    try:
+        step = "chat with Polar's flags"
+        model = "Qwen2.5-7B-Instruct"
+        body = dict(ISSUE_52_BODY, model=model)
+        http.delete(f"{engines.url}{ENGINE_LOG}")
+        reply = _retrying_post(http, f"{router.url}/v1/chat/completions", body)
+        received = _engine_log(http, engines, "/v1/chat/completions")
+        if reply is None or not reply.is_success:
+            row["note"] = f"chat through the router failed: HTTP {getattr(reply, 'status_code', 'none')}"
+            row["chat_flags_reach_engine"] = row["chat_fields_reach_client"] = None
+        else:
+            last = received[-1]["body"] if received else {}
+            row["chat_flags_reach_engine"] = carries_polar_flags(last)
+            keys = set(reply.json()["choices"][0])
+            row["chat_fields_reach_client"] = {"prompt_token_ids", "meta_info"} <= keys
+            row["choice_keys"] = sorted(keys)
+            row["request_keys_at_engine"] = sorted(last)
+        # Would the fields survive the response path if the engine emitted them unasked?
+        step = "chat with fields emitted unasked"
+        http.post(f"{engines.url}/_emulator/fault", json={"mode": "always_extensions"})
+        try:
+            plain = {k: v for k, v in body.items() if k not in POLAR_REQUEST_FLAGS}
+            reply = http.post(f"{router.url}/v1/chat/completions", json=plain)
+            row["fields_survive_when_emitted"] = reply.is_success and {"prompt_token_ids", "meta_info"} <= set(
+                reply.json()["choices"][0]
+            )
+        finally:
+            http.post(f"{engines.url}/_emulator/fault", json={"mode": "none"})
+        step = "/generate"
+        gen = http.post(f"{router.url}/generate", json=generate_body("hi"))
+        row["generate_keeps_tokens"] = bool(generate_keeps_tokens(gen.json() if gen.is_success else {}))
+        step = "/v1/completions"
+        http.delete(f"{engines.url}{ENGINE_LOG}")
+        comp = http.post(
+            f"{router.url}/v1/completions",
+            json={
+                "model": model,
+                "prompt": "hi",
+                "max_tokens": 4,
+                "return_prompt_token_ids": True,
+                "return_meta_info": True,
+            },
+        )
+        seen = _engine_log(http, engines, "/v1/completions")
+        row["completions_flags_reach_engine"] = comp.is_success and bool(seen) and carries_polar_flags(seen[-1]["body"])
+        step = "POST /workers"
+        row["post_workers"] = _registration(http, router.url, engines.spare_url)
+        step = "latency"
+        row.update(_latency(http, engines.url, router.url, model, latency_requests))
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+        row["note"] = f"{step} failed: {type(exc).__name__}: {exc}"
+    finally:
+        http.close()
+        router.stop()
+    return row
+
+
+def _retrying_post(http: httpx.Client, url: str, body: dict[str, Any], tries: int = 40) -> httpx.Response | None:
+    """The first request right after startup may race the router's worker discovery: 5xx, or a 404 while the
+    router does not know the worker's model yet (seen with smg 1.4.0). Retry those for up to ~10 s."""
+    reply = None
+    for _ in range(tries):
+        reply = http.post(url, json=body)
+        if reply.status_code < 500 and reply.status_code != 404:
+            return reply
+        time.sleep(0.25)
+    return reply
+
+
+def _registration(http: httpx.Client, router_url: str, worker_url: str) -> bool:
+    # On its own connection: measured here, sglang-router 0.1.4 answers 404 to POST /workers and the next
+    # request on that same keep-alive connection sometimes never gets an answer (a 10 s read timeout).
+    reply = httpx.post(
+        f"{router_url}{worker_api.PATH}",
+        json=worker_api.registration(worker_url),
+        headers={"Connection": "close"},
+        timeout=10,
+        trust_env=False,
+    )
+    if not reply.is_success:
+        return False
+
+    def listed() -> bool:
+        listing = http.get(f"{router_url}{worker_api.PATH}")
+        return worker_url in worker_api.by_url(worker_api.parse_list(listing.content) or [])
+
+    return worker_api.poll_until(listed, 10)
+
+
+def _latency(http: httpx.Client, direct: str, via: str, model: str, count: int) -> dict[str, Any]:
+    """`count` requests each way, interleaved so drift hits both sides equally; milliseconds."""
+    body = {"model": model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+    d, v = interleaved_latency(http, direct, via, count, lambda i: body)
+    if len(d) < count or len(v) < count:
+        return {"latency_note": f"only {len(v)}/{count} requests through the router succeeded"}
+    return {"latency_requests": count, **{k: round(x, 3) for k, x in latency_summary(d, v).items()}}
+
+
+def run_matrix(
+    releases: list[RouterRelease], latency_requests: int = 200, on_row: Callable[[dict[str, Any]], None] | None = None
+) -> list[dict[str, Any]]:
+    main, main_port = start_emulator(seed=0)
+    spare, spare_port = start_emulator(seed=1)
+    engines = Engines(main, main_port, spare, spare_port)
+    rows = []
+    try:
+        for release in releases:
+            row = measure(release, engines, latency_requests)
+            rows.append(row)
+            if on_row:
+                on_row(row)
+    finally:
+        stop_pid(main.pid, main)
+        stop_pid(spare.pid, spare)
+    return rows
+
+
+def cell(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if isinstance(value, bool) or value is None:
+        if key in ("installs", "starts") or value is not None:
+            return _yes(value)
+        return "-"
+    return str(value)
+
+
+def to_markdown(rows: list[dict[str, Any]], command: str, date: str) -> str:
+    lines = [
+        "# Router matrix",
+        "",
+        f"Generated by `{command}` on {date}, on {machine()}.",
+        "Each release ran on 127.0.0.1 in front of `polarstack emulate-engine` (sglang "
+        'protocol models at the pinned version). "reach engine" is read from the engine\'s own request log.',
+        "Latency: interleaved sequential chat requests (max_tokens 1) direct and through the router, "
+        'in the same run; "added" is through minus direct, so a negative value means the router\'s cost '
+        "is below what this run can resolve.",
+        "",
+        "| " + " | ".join(title for _, title in COLUMNS) + " | note |",
+        "|" + "---|" * (len(COLUMNS) + 1),
+    ]
+    for row in rows:
+        lines.append("| " + " | ".join(cell(row, key) for key, _ in COLUMNS) + f" | {row.get('note', '')} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write_outputs(rows: list[dict[str, Any]], json_path: str | None, markdown_path: str | None, command: str) -> None:
+    date = time.strftime("%Y-%m-%d")
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(
+            json.dumps({"generated": date, "machine": machine(), "command": command, "rows": rows}, indent=2) + "\n"
+        )
+    if markdown_path:
+        Path(markdown_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(markdown_path).write_text(to_markdown(rows, command, date))

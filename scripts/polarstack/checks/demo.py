@@ -1,0 +1,66 @@
+"""`polarstack demo` / `make demo`: every profile up locally in turn, smoke, a table, everything torn down.
+
+Exits 0 only if the working profiles pass and the diagnostic stock-router profile fails for the expected
+reason (TOKENS_MISSING naming both of Polar's request fields).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from polarstack.checks.smoke import run_smoke
+from polarstack.polar.contract import POLAR_REQUEST_FLAGS
+from polarstack.stack import local, profiles
+
+
+def run_profile(name: str, directory: Path, progress: Callable[[str], None]) -> dict[str, Any]:
+    profile = profiles.load(name)
+    release = profile.router
+    row: dict[str, Any] = {
+        "profile": name,
+        "role": profile.role,
+        "router": release.spec if release else "none",
+        "expected": profile.expect,
+    }
+    started = time.perf_counter()
+    try:
+        state = local.up(profile, directory=directory, progress=progress)
+        row["up_seconds"] = round(time.perf_counter() - started, 3)
+        report = run_smoke(state.base_url, route=profile.route)
+        row.update(
+            verdict="pass" if report.ok else report.code.name,
+            trainable_tokens=report.trainable_tokens,
+            smoke_seconds=round(report.elapsed, 3),
+            message=report.message,
+            fields_missing=report.fields_missing,
+            router_bypassed=report.resolution.bypassed,
+            base_url=state.base_url,
+        )
+    except Exception as exc:  # a profile that cannot come up is a row, not a crash
+        row.update(verdict="ERROR", trainable_tokens=0, smoke_seconds=None, message=str(getattr(exc, "message", exc)))
+    finally:
+        local.down(directory=directory)  # shielded: a second Ctrl-C cannot interrupt it
+    row["as_expected"] = _as_expected(row)
+    return row
+
+
+def _as_expected(row: dict[str, Any]) -> bool:
+    if row["expected"] == "pass":
+        return row["verdict"] == "pass" and row["trainable_tokens"] > 0
+    if row["verdict"] != row["expected"]:
+        return False
+    if row["expected"] == "TOKENS_MISSING":
+        return sorted(row.get("fields_missing", [])) == sorted(POLAR_REQUEST_FLAGS)
+    return True
+
+
+def run_demo(names: list[str] | None = None, progress: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Each profile's run state lives in <run dir>/demo/<profile>, not in a temporary folder: if the demo is
+    killed before its teardown ends, `polarstack down` (`make down RUNTIME=local`) still finds what it left."""
+    rows = []
+    for name in names or list(profiles.PROFILE_ORDER):
+        progress(f"demo: {name}")
+        rows.append(run_profile(name, local.demo_dir() / name, progress))
+    return rows

@@ -1,0 +1,127 @@
+"""`make smoke` on the docker runtime: the smoke runs inside the trainer container, where the pinned Polar is installed.
+
+The host's .venv has no `polar`, so a host smoke never got the second opinion of scripts/polarstack/polar/opinion.py
+(Polar's own functions on the smoke's raw answers, issue 11 point 6). The trainer shares the host network
+(compose.yaml: network_mode host) and is the process whose Polar will call the inference path, so the host runs
+`compose exec -T trainer polarstack smoke --in-trainer --json ...` with the user's arguments, and reports the
+trainer's JSON and exit code as its own. docs/polar-verdict.md ("The smoke on the docker runtime") says why this
+was chosen over re-checking the host's answers inside the trainer.
+
+Inside the trainer (`--in-trainer`) the smoke refuses unless Polar is importable (so the second opinion cannot be
+skipped silently) and unless the trainer's environment, rendered by `make up`, names the profile and base URL the
+image's profile file gives (a stale image would check other ports).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any
+
+from polarstack import paths
+from polarstack.errors import ExitCode, StackError
+from polarstack.polar import opinion as polar_opinion
+from polarstack.stack import compose
+
+TRAINER_SMOKE_DIR = "smoke"  # under .run/train (mounted at train.TRAINER_RUN_DIR): the --polar-config handed over
+
+
+def trainer_command(args, profile_name: str) -> list[str]:
+    """The `polarstack smoke` command line run inside the trainer: the same arguments, the profile made explicit."""
+    cmd = [
+        "polarstack",
+        "smoke",
+        "--in-trainer",
+        "--json",
+        "--runtime",
+        "docker",
+        "--profile",
+        profile_name,
+        "--requests",
+        str(args.requests),
+        "--turns",
+        str(args.turns),
+        "--timeout",
+        repr(float(args.timeout)),
+        "--max-tokens",
+        str(args.max_tokens),
+    ]
+    if args.model:
+        cmd += ["--model", args.model]
+    if args.route:
+        cmd += ["--route", args.route]
+    if args.strict:
+        cmd.append("--strict")
+    if args.allow_retokenized:
+        cmd.append("--allow-retokenized")
+    if args.polar_config:
+        cmd += ["--polar-config", _hand_over(args.polar_config)]
+    return cmd
+
+
+def _hand_over(path: str) -> str:
+    """Copy the host's Polar config into .run/train/smoke/ and return its path inside the trainer."""
+    target = paths.train_run_dir() / TRAINER_SMOKE_DIR / "polar_config.yaml"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        shutil.copyfile(path, target)
+    except OSError as exc:
+        raise StackError(
+            f"--polar-config {path} cannot be read ({exc.strerror}); pass a readable Polar config "
+            "(e.g. a rendered polar_config.yaml).",
+            ExitCode.USAGE,
+        ) from None
+    return f"{paths.TRAINER_RUN_DIR}/{TRAINER_SMOKE_DIR}/polar_config.yaml"
+
+
+def run_in_trainer(args, profile) -> dict[str, Any]:
+    """Run the smoke inside `profile`'s trainer; its report (a dict), or a StackError with the trainer's code."""
+
+    proc = compose.run_compose(profile, ["exec", "-T", "trainer", *trainer_command(args, profile.name)], capture=True)
+    report = None
+    try:
+        report = json.loads(proc.stdout) if proc.stdout.strip() else None
+    except ValueError:
+        pass
+    codes = {int(c) for c in ExitCode}
+    if (
+        isinstance(report, dict)
+        and report.get("verdict") in ("pass", "fail")
+        and report.get("exit_code") in codes
+        and isinstance(report.get("message"), str)
+    ):
+        return report
+    lines = [line for line in (proc.stderr or "").splitlines() if line.strip()]
+    said = lines[-1].removeprefix("polarstack: ").strip() if lines else ""
+    if proc.returncode in codes - {0, 1} and said:
+        raise StackError(f"inside the trainer: {said}", ExitCode(proc.returncode))
+    raise StackError(
+        f"the smoke inside the trainer of profile {profile.name} ended with exit {proc.returncode} and no "
+        f"report ({said or 'no message'}); see `make logs SERVICE=trainer`.",
+        ExitCode.ENVIRONMENT,
+    )
+
+
+def check_inside_trainer(profile) -> None:
+    """--in-trainer: Polar importable, and the trainer's rendered environment agrees with the image's profile file."""
+
+    if not polar_opinion.available():
+        raise StackError(
+            "the smoke runs inside the trainer for the installed Polar's second opinion, and `polar` is "
+            "not importable here; rebuild the trainer image with `make build`.",
+            ExitCode.ENVIRONMENT,
+        )
+    rendered = {"PROFILE_NAME": profile.name, "SGLANG_ROUTER_BASE_URL": profile.base_url()}
+    differs = [
+        f"{key}={os.environ[key]} (the image's profile says {value})"
+        for key, value in rendered.items()
+        if os.environ.get(key) not in (None, value)
+    ]
+    if differs:
+        raise StackError(
+            f"the trainer was started with {', '.join(differs)}; the image's configs/profiles/"
+            f"{profile.name}.env is stale: run `make build PROFILE={profile.name}` and `make up "
+            f"PROFILE={profile.name}`.",
+            ExitCode.STATE,
+        )

@@ -1,0 +1,245 @@
+"""The in-trainer sandbox probe before `make train`: the agent sandbox started the way Polar starts it, and the
+task's verifier run in it as Polar's evaluator runs it (polarstack.checks.sandbox_probe.check_in_trainer calls it)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from polarstack import paths
+from polarstack.errors import ExitCode, StackError
+from polarstack.reward import tasks
+from polarstack.reward.tasks import task_template
+from polarstack.reward.verifier import bundle
+from polarstack.stack import assets, compose
+
+# Polar's direct-exec apptainer mode, the sandbox's paths (SIF_PATH, AGENT_CLI_DIR, ...) and the sentence naming
+# what is missing belong to polarstack.stack.assets; they are read from it at call time.
+
+SESSION_MOUNT = "/polar/session"  # Polar binds each session's directory here (runtime_session_dir)
+CONTROL_MOUNT = "/polar/runtime-control"  # Polar's broker binds its own runtime sources here, read-only
+PROBE_NAME = "probe"  # the --name the probe passes to the verifier: it must print `PASSED probe` / `FAILED probe`
+PROBE_TASK_ID = "HumanEval/0"
+PROBE_CASES = ("good", "bad")  # the canonical solution must pass, the wrong one must fail
+
+
+def polar_exec_args(session_dir: str, control_dir: str, command: str, task: str = "humaneval") -> list[str]:
+    """The `apptainer exec` command line Polar's runtime builds in direct mode for this stack's task template
+    (ApptainerRuntime._runtime_options and .exec, configs/upstream/polar-apptainer.json), running `command`."""
+    import shlex
+
+    runtime = task_template(task)["runtime"]
+    fill = {"{args.polar_agent_cli_dir}": assets.AGENT_CLI_DIR, "{args.polar_apptainer_image_dir}": assets.SANDBOX_DIR}
+
+    def resolve(text: str) -> str:
+        for key, value in fill.items():
+            text = text.replace(key, value)
+        return text
+
+    options = ["--overlay", f"{session_dir}/overlay", "--no-mount", "cwd,home,bind-paths"]
+    if runtime.get("network") not in (None, "host"):
+        options += ["--net", "--network", str(runtime["network"])]
+    options += ["--bind", f"{session_dir}:{SESSION_MOUNT}", "--bind", f"{control_dir}:{CONTROL_MOUNT}:ro"]
+    for volume in (runtime.get("kwargs") or {}).get("volumes", []):
+        options += ["--bind", resolve(volume)]
+    env = runtime.get("env") or {}
+    exports = "".join(f"export {key}={shlex.quote(str(env[key]))}; " for key in ("HOME", "PATH") if key in env)
+    workdir = runtime.get("workdir") or SESSION_MOUNT
+    return [
+        "apptainer",
+        "exec",
+        *options,
+        resolve(runtime["image"]),
+        "env",
+        *[f"{k}={v}" for k, v in env.items()],
+        "bash",
+        "-lc",
+        f"{exports}cd {shlex.quote(workdir)} && {command}",
+    ]
+
+
+def probe_command(task: str = "humaneval") -> str:
+    """The task's evaluator test_command (polarstack.reward.tasks.task_template), with the probe's test name."""
+
+    command = task_template(task)["evaluator"]["config"]["test_command"]
+    return command.replace(f"--name {task}_verifier", f"--name {PROBE_NAME}")
+
+
+def write_probe(directory: Path) -> None:
+    """Two evaluation sessions for HumanEval/0, laid out as Polar's eval_prepare leaves them under the session
+    directory (eval/verifier.py, eval/problem.json, workspace/solution.py): `good` holds the canonical solution,
+    `bad` one that returns False for every input."""
+    import json
+
+    problem = next(p for p in tasks.load_humaneval() if p["task_id"] == PROBE_TASK_ID)
+    solutions = {
+        "good": problem["prompt"] + problem["canonical_solution"],
+        "bad": problem["prompt"] + "    return False\n",
+    }
+    for case, text in solutions.items():
+        session = directory / case
+        for sub in ("eval", "workspace", "home"):
+            (session / sub).mkdir(parents=True, exist_ok=True)
+        bundle.write(session / "eval" / "verifier.py")  # the file tasks prepare writes to eval/verifier.py
+        (session / "eval" / "problem.json").write_text(json.dumps(tasks._verifier_problem("humaneval", problem)))
+        (session / "workspace" / "solution.py").write_text(text)
+    (directory / "control").mkdir(parents=True, exist_ok=True)
+
+
+def _probe_script(probe_dir: str) -> str:
+    """Presence, the mode, the agent CLI, then the verifier on both solutions, each in its own sandbox started the
+    way Polar starts it. Output: missing names, `mode: V`, `exec-failed: ...`, `verifier-<case>: <line>`."""
+    import shlex
+
+    cli = f"{assets.AGENT_CLI_DIR}/bin/{assets.AGENT_CLI_BIN}"
+    mode_env = assets.apptainer_record()["mode_env"]
+    control = f"{probe_dir}/control"
+
+    def run(args: list[str]) -> str:  # the binary Polar resolves (_resolve_binary), then its arguments
+        return '"$binary" ' + shlex.join(args[1:])
+
+    version = run(
+        polar_exec_args(f"{probe_dir}/cli", control, f"{assets.AGENT_CLI_MOUNT}/bin/{assets.AGENT_CLI_BIN} --version")
+    )
+    lines = [
+        "command -v apptainer >/dev/null || echo apptainer",
+        f"[ -e {assets.SIF_PATH} ] || echo sif",
+        f"[ -x {cli} ] || echo agent-cli",
+        f'echo "mode: ${{{mode_env}:-}}"',
+        # ApptainerRuntime._resolve_binary: POLAR_APPTAINER_BIN, /usr/bin/apptainer, /bin/apptainer, PATH.
+        'binary="${POLAR_APPTAINER_BIN:-}"',
+        'for c in /usr/bin/apptainer /bin/apptainer; do [ -n "$binary" ] || { [ -f "$c" ] && binary="$c"; }; done',
+        '[ -n "$binary" ] || binary=apptainer',
+        f"if command -v apptainer >/dev/null && [ -e {assets.SIF_PATH} ] && [ -x {cli} ]; then",
+        # Polar's start() creates the overlay directory as the user that runs Polar (root in the trainer); the
+        # template's `prepare` makes the workdir and HOME (write_probe lays them out for the verifier sessions).
+        f"  mkdir -p {probe_dir}/cli/overlay {probe_dir}/cli/home {probe_dir}/cli/workspace "
+        + " ".join(f"{probe_dir}/{case}/overlay" for case in PROBE_CASES),
+        f'  out=$({version} 2>&1) && echo "sandbox-ok: $out" >&2 '
+        '|| echo "exec-failed: $(printf \'%s\' "$out" | tail -n 1)"',
+    ]
+    for case in PROBE_CASES:
+        lines.append(
+            f"  {run(polar_exec_args(f'{probe_dir}/{case}', control, probe_command()))} 2>&1 "
+            f"| sed 's/^/verifier-{case}: /'"
+        )
+    lines.append("fi")
+    return "\n".join(lines)
+
+
+def _not_verified(outputs: dict[str, list[str]]) -> str | None:
+    for case in PROBE_CASES:
+        if any(line.startswith(f"FAILED {PROBE_NAME} (not verified)") for line in outputs[case]):
+            why = [
+                line.removeprefix("polarstack-verifier:").strip()
+                for line in outputs[case]
+                if line.startswith("polarstack-verifier:")
+            ]
+            return why[0] if why else "no reason given"
+    return None
+
+
+def verdict(outputs: dict[str, list[str]]) -> str | None:
+    """Why the reward would be wrong, from the verifier's output on the canonical and the wrong solution; None
+    when the canonical one printed `PASSED probe` and the wrong one `FAILED probe` (and nothing else did)."""
+    why = _not_verified(outputs)
+    if why is not None:
+        return (
+            f"the task's verifier refused to verify inside the agent sandbox ({why[:300]}), so it would print "
+            "`FAILED <name> (not verified)` and the reward would be 0 for every sample (GRPO would learn nothing); "
+            'the verifier needs its isolation (docs/tasks.md, "Where it holds": root with CAP_SYS_ADMIN, or root '
+            "with CAP_SETUID and CAP_SETGID where user namespaces are allowed); the explicit opt-out "
+            "POLARSTACK_VERIFIER_ISOLATION=none keeps the evidence protocol but runs each candidate on the "
+            "sandbox's file system with its network, /tmp and /proc (trusted completions only)"
+        )
+    passed = {case: f"PASSED {PROBE_NAME}" in [line.strip() for line in outputs[case]] for case in PROBE_CASES}
+    failed = {case: any(line.startswith(f"FAILED {PROBE_NAME}") for line in outputs[case]) for case in PROBE_CASES}
+    if not passed["good"] or failed["good"]:
+        last = (outputs["good"] or ["no output"])[-1]
+        return (
+            f"the canonical solution of {PROBE_TASK_ID} did not print `PASSED {PROBE_NAME}` when the task's "
+            f"verifier ran in the agent sandbox ({last[:200]}): the reward would be 0 for every sample, so GRPO "
+            "would learn nothing"
+        )
+    if passed["bad"] or not failed["bad"]:
+        last = (outputs["bad"] or ["no output"])[-1]
+        return (
+            f"a wrong solution of {PROBE_TASK_ID} (`return False`) did not print `FAILED {PROBE_NAME}` when the "
+            f"task's verifier ran in the agent sandbox ({last[:200]}): the reward would not tell right from wrong"
+        )
+    return None
+
+
+def check_in_trainer(profile) -> None:
+    """Before `make train` launches, inside the running trainer: apptainer, the SIF and the agent CLI are there,
+    Polar's direct-exec mode is selected, the sandbox starts the way Polar starts it, and the task's verifier run in
+    it as the evaluator runs it passes the canonical HumanEval/0 and fails a wrong one."""
+    import shutil
+    import uuid
+
+    probe = f"sandbox-probe-{uuid.uuid4().hex[:8]}"
+    host_dir = paths.run_dir() / "train" / probe  # the host's .run/train is mounted at TRAINER_RUN_DIR in the trainer
+    write_probe(host_dir)
+    try:
+        proc = compose.run_compose(
+            profile,
+            ["exec", "-T", "trainer", "sh", "-c", _probe_script(f"{paths.TRAINER_RUN_DIR}/{probe}")],
+            capture=True,
+        )
+    finally:
+        shutil.rmtree(host_dir, ignore_errors=True)
+    if proc.returncode != 0:
+        raise StackError(
+            f"cannot look inside the trainer of profile {profile.name} (exit {proc.returncode}); "
+            "is the stack up? run `make up` first.",
+            ExitCode.STATE,
+        )
+    lines = [line.rstrip() for line in proc.stdout.splitlines() if line.strip()]
+    outputs: dict[str, list[str]] = {case: [] for case in PROBE_CASES}
+    failed, missing, mode = [], [], None
+    for line in lines:
+        case = next((c for c in PROBE_CASES if line.startswith(f"verifier-{c}: ")), None)
+        if case is not None:
+            outputs[case].append(line.removeprefix(f"verifier-{case}: ").strip())
+        elif line.startswith("exec-failed:"):
+            failed.append(line.removeprefix("exec-failed:").strip())
+        elif line.startswith("mode:"):
+            mode = line.removeprefix("mode:").strip()
+        else:
+            missing.append(line.strip())
+    if missing:
+        raise StackError(
+            assets.missing_sentence("train", missing, assets.knobs()), ExitCode.ASSETS_MISSING, details=missing
+        )
+    # ENVIRONMENT, not ASSETS_MISSING, from here on: everything `make sif` / `make build` provide is in place; what
+    # fails is what the node and the trainer container allow (or a container created before this setting existed).
+    problems = assets.mode_problems({assets.apptainer_record()["mode_env"]: mode}, "the running trainer container")
+    if problems:
+        raise StackError(problems[0] + "; recreate it with `make up` (compose.yaml sets it).", ExitCode.ENVIRONMENT)
+    if failed:
+        raise StackError(
+            f"apptainer in the trainer cannot start the agent sandbox ({failed[0][:160]}); the trainer "
+            "needs /dev/fuse, seccomp and AppArmor unconfined (compose.yaml) and a host kernel that allows "
+            'unprivileged user namespaces: see docs/gpu-node.md, "The agent sandbox".',
+            ExitCode.ENVIRONMENT,
+        )
+    why = verdict(outputs)
+    if why is not None:
+        raise StackError(
+            f'refusing to train: {why}; see docs/gpu-node.md, "The agent sandbox".',
+            ExitCode.ENVIRONMENT,
+            details=outputs,
+        )
+    for line in (proc.stderr or "").splitlines():
+        if line.startswith("sandbox-ok:"):
+            print(
+                f"polarstack: agent sandbox starts in the trainer ({line.removeprefix('sandbox-ok:').strip()})",
+                file=sys.stderr,
+            )
+    print(
+        f"polarstack: the task's verifier ran in the agent sandbox the way Polar starts it (direct exec, "
+        f"{assets.apptainer_record()['mode_env']}={mode}): PASSED {PROBE_NAME} for the canonical {PROBE_TASK_ID}, "
+        f"FAILED "
+        f"{PROBE_NAME} for a wrong one",
+        file=sys.stderr,
+    )

@@ -1,0 +1,1 @@
+"""The command line: argument wiring and rendering only."""

@@ -1,0 +1,134 @@
+"""The local runtime's commands: `up`, `down`, `status` (polarstack.stack.local) and `demo` (every profile in turn)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from polarstack.checks.demo import run_demo
+from polarstack.cli.render import print_json, render_demo, render_status
+from polarstack.errors import ExitCode, StackError
+from polarstack.inputs import seconds
+from polarstack.stack import local, profiles
+
+
+def _add_up(sub) -> None:
+    p = sub.add_parser("up", help="start a profile's topology (local: emulated engines + the real router)")
+    p.add_argument("--profile", required=True, help="profile name (configs/profiles/<name>.env)")
+    p.add_argument(
+        "--runtime",
+        choices=("local",),
+        default="local",
+        help="local: processes on 127.0.0.1 (the docker runtime is driven by `make up`)",
+    )
+    p.add_argument("--timeout", type=seconds, default=60.0, help="seconds to wait for each process (default 60)")
+    p.add_argument(
+        "--prefill-us-per-token",
+        type=float,
+        default=0.0,
+        help="emulated engines' prefill time per uncached prompt token (default 0: off; docs/routing.md)",
+    )
+    p.add_argument(
+        "--decode-us-per-token",
+        type=float,
+        default=0.0,
+        help="emulated engines' decode time per generated token (default 0: off)",
+    )
+    p.add_argument("--json", action="store_true", help="print the run state as JSON")
+    p.set_defaults(handler=_cmd_up)
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    import signal
+
+    profile = profiles.load(args.profile)
+
+    def terminated(signum, _frame):  # SIGTERM (`kill`, `timeout`): stop what was started, like Ctrl-C does
+        raise KeyboardInterrupt
+
+    engine_args: list[str] = []
+    for name in ("prefill_us_per_token", "decode_us_per_token"):
+        value = getattr(args, name)
+        if not 0 <= value < 1e6:
+            raise StackError(f"--{name.replace('_', '-')} must be between 0 and 1e6 microseconds.", ExitCode.USAGE)
+        if value:
+            engine_args += [f"--{name.replace('_', '-')}", str(value)]
+    signal.signal(signal.SIGTERM, terminated)
+    state = local.up(
+        profile, timeout=args.timeout, progress=lambda m: print(m, file=sys.stderr), engine_args=engine_args
+    )
+    if args.json:
+        print_json(state.data)
+    else:
+        print(
+            f"{profile.name} is up locally; Polar's base URL: {state.base_url} (route {profile.route}); "
+            f"state in {state.path}"
+        )
+    return 0
+
+
+def _add_down(sub) -> None:
+    p = sub.add_parser("down", help="stop exactly what `up` started")
+    p.add_argument("--runtime", choices=("local",), default="local")
+    p.set_defaults(handler=_cmd_down)
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    stacks = local.down_all()  # `up`'s stack and whatever a killed `demo` left in .run/demo/
+    if not stacks:
+        print("nothing is up locally; nothing to stop.", file=sys.stderr)
+    for profile, pids in stacks:
+        print(f"{profile} is down (stopped pids {', '.join(map(str, pids)) or 'none: all had exited'}).")
+    return 0
+
+
+def _add_status(sub) -> None:
+    p = sub.add_parser("status", help="what the local runtime has up")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_status)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    state = local.read_state()
+    data = (
+        {"up": False}
+        if state is None
+        else {"up": bool(state.live()), **state.data, "live_pids": [p["pid"] for p in state.live()]}
+    )
+    if args.json:
+        print_json(data)
+    elif state is None:
+        print("nothing is up locally.")
+    else:
+        render_status(state)
+    return 0
+
+
+# --- demo -------------------------------------------------------------------------------------------------
+
+
+def _add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="every profile up locally in turn, smoke, a table; exit 0 if all as expected")
+    p.add_argument("--profiles", nargs="+", default=None, help="subset of profiles (default: all four)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_demo)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    import time
+
+    started = time.perf_counter()
+    rows = run_demo(args.profiles, progress=lambda m: print(m, file=sys.stderr))
+    elapsed = time.perf_counter() - started
+    if args.json:
+        print_json({"rows": rows, "elapsed_seconds": round(elapsed, 2)})
+    else:
+        render_demo(rows, elapsed)
+    wrong = [row for row in rows if not row["as_expected"]]
+    if wrong:
+        row = wrong[0]
+        raise StackError(
+            f"profile {row['profile']} gave {row['verdict']} where {row['expected']} was expected: {row['message']}",
+            ExitCode.GATE if row["expected"] == "pass" else ExitCode.INVARIANT,
+        )
+    return 0

@@ -1,0 +1,240 @@
+"""How every report looks to a person: one `render_<report>` per report (rich tables), plus the JSON printer.
+
+The commands in cli*.py compute a report and hand it here (or to `print_json` under --json).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from polarstack.bench import matrix
+from polarstack.bench.compare import spread
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
+
+
+def render_smoke(report) -> None:
+    from rich.table import Table
+
+    out = console()
+    res = report.resolution
+    out.print(f"smoke: route={res.route} base={res.base_url} model={report.model}")
+    if res.note:
+        out.print(f"  path: {res.note}")
+    table = Table("#", "kind", "turn", "url", "HTTP", "ms", "prompt ids", "response ids", "trainable", "problems")
+    for index, entry in enumerate(report.exchanges, 1):
+        verdict = entry.get("verdict", {})
+        found = verdict.get("problems", [])
+        problems = f"{len(found)}: {found[0]['message'][:90]}" if found else ""
+        table.add_row(
+            str(index),
+            entry["kind"],
+            str(entry["turn"]),
+            entry["url"],
+            str(entry["status"]),
+            f"{entry['elapsed_ms']:.1f}",
+            str(verdict.get("prompt_tokens", "-")),
+            str(verdict.get("response_tokens", "-")),
+            str(entry.get("polar", {}).get("polar_trainable_tokens", "-")),
+            problems or "-",
+        )
+    if report.exchanges:
+        out.print(table)
+    for warning in report.warnings:
+        out.print(f"  warning: {warning}")
+    verdict = "PASS" if report.ok else f"FAIL ({report.code.name}, exit {int(report.code)})"
+    out.print(
+        f"verdict: {verdict}; Polar's verdict {report.polar_verdict or '-'}; trainable tokens "
+        f"{report.trainable_tokens}; {report.elapsed:.3f} s"
+    )
+
+
+def render_docker_smoke(report: dict[str, Any], profile_name: str) -> None:
+    """A short human report of the trainer's smoke JSON (`--json` prints it whole)."""
+    verdict = "PASS" if report["verdict"] == "pass" else f"FAIL ({report.get('code')}, exit {report.get('exit_code')})"
+    print(
+        f"smoke inside the trainer of {profile_name}: route={report.get('route')} base={report.get('base_url')} "
+        f"model={report.get('model')}"
+    )
+    for entry in report.get("requests") or []:
+        polar = entry.get("polar", {}).get("polar_trainable_tokens", "-")
+        installed = entry.get("installed_polar", {}).get("trainable_tokens", "-")
+        print(
+            f"  {entry.get('kind')} turn {entry.get('turn')} {entry.get('url')} HTTP {entry.get('status')}: "
+            f"trainable {polar}, installed Polar {installed}"
+        )
+    for warning in report.get("warnings") or []:
+        print(f"  warning: {warning}")
+    print(
+        f"verdict: {verdict}; Polar's verdict {report.get('polar_verdict') or '-'}; installed Polar "
+        f"{report.get('installed_polar')}; trainable tokens {report.get('trainable_tokens')}"
+    )
+    sys.stdout.flush()
+
+
+def render_probe(report) -> None:
+    from rich.table import Table
+
+    table = Table("path", "url", "HTTP", "bytes", "choices[0] keys", "trainable")
+    for label, side in (("direct", report.direct), ("via", report.via)):
+        if side:
+            table.add_row(
+                label,
+                side["url"],
+                str(side["status"]),
+                str(side["bytes"]),
+                ", ".join(side["choice_keys"]),
+                str(side["trainable_tokens"]),
+            )
+    out = console()
+    out.print(table)
+    out.print(f"diagnosis: {report.diagnosis}" + (f" ({report.evidence})" if report.evidence else ""))
+
+
+def render_status(state) -> None:
+    """`polarstack status` of a recorded local stack (local.LocalState)."""
+    live = state.live()
+    for proc in state.processes:
+        alive = "running" if proc in live else "gone"
+        print(f"{proc['role']:10} pid {proc['pid']:>7} {proc['url']} {alive}")
+    print(f"profile {state.profile}: base URL {state.data.get('base_url')}")
+
+
+def render_demo(rows: list[dict[str, Any]], elapsed: float) -> None:
+    from rich.table import Table
+
+    table = Table("profile", "router release", "expected", "verdict", "trainable tokens", "smoke s", "as expected")
+    for row in rows:
+        table.add_row(
+            row["profile"],
+            row["router"],
+            row["expected"],
+            row["verdict"],
+            str(row["trainable_tokens"]),
+            "-" if row.get("smoke_seconds") is None else f"{row['smoke_seconds']:.3f}",
+            "yes" if row["as_expected"] else "NO",
+        )
+    out = console()
+    out.print(table)
+    out.print(f"demo finished in {elapsed:.1f} s")
+
+
+def render_train_plan(plan, task: str, profile_name: str, runtime: str, run_dir_in_trainer: str) -> None:
+    """`make train DRY_RUN=1`: every command and file of the launch, and what to watch."""
+    print(f"# dry run: {task} on profile {profile_name} ({runtime} runtime); nothing is launched")
+    print(f"# tasks: polarstack tasks prepare {task} --out .run/train/{plan.run_id}/tasks")
+    described = plan.as_dict()
+    for command in described["commands"]:
+        print(command)
+    for file_name, text in plan.files.items():
+        print(f"# --- {run_dir_in_trainer}/{plan.run_id}/{file_name} ---")
+        print(text.rstrip())
+    for line in described["watch"]:
+        print(f"# on the GPU node, watch: {line}")
+
+
+def render_verify(result: dict[str, Any], elapsed: float) -> None:
+    print(
+        f"{result['passed']}/{result['problems']} canonical {result['task']} solutions pass in the sandbox "
+        f"({elapsed:.1f} s)"
+    )
+
+
+def render_bench(data: dict[str, Any], paths: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    c = data["concurrencies"]
+    table = Table(
+        "profile",
+        "router",
+        "smoke",
+        "smoke s",
+        "added median ms",
+        "added p99 ms",
+        *[f"req/s c={x}" for x in c],
+        "yield",
+    )
+    for name, row in data["profiles"].items():
+        table.add_row(
+            name,
+            row["router"],
+            row["smoke_verdict"],
+            spread(row["smoke_seconds"]),
+            spread(row["added_median_ms"]),
+            spread(row["added_p99_ms"]),
+            *[spread(row["throughput"][str(x)], 0) for x in c],
+            spread(row["token_yield"], 2),
+        )
+    out = console()
+    out.print(table)
+    affinity = Table("profile", "routing", "cache share", "prompt tokens per engine")
+    for name, row in data["profiles"].items():
+        for routing, aff in row.get("affinity", {}).items():
+            affinity.add_row(name, routing, f"{aff['cache_share']:.3f}", str(aff["per_engine_prompt_tokens"]))
+    out.print(affinity)
+    out.print(f"wrote {paths['markdown']}, {paths['json']}, {paths['plot']}")
+
+
+def render_routing_bench(data: dict[str, Any], paths: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table("profile", "routing mode", "prompt tok % per engine", "affinity %", "cache/ideal", "turns/s", "goals")
+    rows = [("any", "Polar worker bypass", data["bypass"])] + [
+        (name, m["label"] + (" (shipped)" if m["shipped"] else ""), m["metrics"])
+        for name, row in data["profiles"].items()
+        for m in row["modes"]
+    ]
+    for name, label, m in rows:
+        table.add_row(
+            name,
+            label,
+            "/".join(f"{v * 100:.0f}" for v in m["prompt_token_share"]),
+            f"{m['session_affinity'] * 100:.1f}",
+            f"{m['cache_vs_ideal']:.3f}",
+            f"{m['turns_per_s']:.1f}",
+            "met" if all(m["goals"].values()) else "missed",
+        )
+    out = console()
+    out.print(table)
+    out.print(f"wrote {paths['markdown']}, {paths['json']}, {paths['plot']}")
+
+
+def render_verify_offline(checks, elapsed: float) -> None:
+    from rich.table import Table
+
+    failed = [c for c in checks if not c.ok]
+    table = Table("check", "result")
+    for check in checks:
+        table.add_row(check.name, "ok" if check.ok else "FAIL: " + "; ".join(check.problems)[:200])
+    out = console()
+    out.print(table)
+    out.print(f"{len(checks) - len(failed)}/{len(checks)} checks passed in {elapsed:.1f} s")
+
+
+def render_routers_catalog(rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(*rows[0].keys())
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    console().print(table)
+
+
+def render_matrix(rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(*(title for _, title in matrix.COLUMNS), "note")
+    for row in rows:
+        table.add_row(*(matrix.cell(row, key) for key, _ in matrix.COLUMNS), row.get("note", "")[:60])
+    console().print(table)

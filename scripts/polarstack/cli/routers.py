@@ -1,0 +1,91 @@
+"""`polarstack routers`: the router releases' catalog, their installs, and the matrix that measures them."""
+
+from __future__ import annotations
+
+import argparse
+
+from polarstack.bench import matrix
+from polarstack.cli.render import print_json, render_matrix, render_routers_catalog
+from polarstack.errors import ExitCode, StackError
+from polarstack.routers.harness import MEASURED, RouterRelease, install, is_installed
+
+
+def _add_routers(sub) -> None:
+    p = sub.add_parser("routers", help="router releases: catalog, install")
+    rsub = p.add_subparsers(dest="routers_cmd", required=True, metavar="{catalog,install,matrix}")
+    mat = rsub.add_parser("matrix", help="measure router releases in front of the emulator (issue #52's bisection)")
+    mat.add_argument(
+        "--releases",
+        nargs="+",
+        metavar="PACKAGE==VERSION",
+        default=None,
+        help="releases to sweep (default: sglang-router 0.1.0-0.3.2 and every smg release)",
+    )
+    mat.add_argument("--json", dest="json_file", metavar="FILE", default=None, help="write the rows as JSON")
+    mat.add_argument("--markdown", metavar="FILE", default=None, help="write a Markdown report")
+    mat.add_argument("--latency-requests", type=int, default=200, help="requests each way for latency (default 200)")
+    mat.set_defaults(handler=_cmd_routers_matrix)
+    cat = rsub.add_parser("catalog", help="what each pinned/known release accepts and forwards")
+    cat.add_argument("--json", action="store_true")
+    cat.set_defaults(handler=_cmd_routers_catalog)
+    ins = rsub.add_parser("install", help="install releases into their cached virtual environments")
+    ins.add_argument("releases", nargs="+", metavar="PACKAGE==VERSION")
+    ins.set_defaults(handler=_cmd_routers_install)
+
+
+def _cmd_routers_catalog(args: argparse.Namespace) -> int:
+    rows = []
+    for package, version in sorted(MEASURED, key=lambda pv: (pv[0], tuple(int(x) for x in pv[1].split(".")))):
+        rel = RouterRelease(package, version)
+        rows.append(
+            {
+                "release": rel.spec,
+                "module": rel.module,
+                "forwards_chat_return_flags": rel.forwards_unknown_chat_fields,
+                "worker_api": rel.has_worker_api,
+                "startup_check_interval_flag": rel.accepts_startup_check_interval,
+                "prometheus_port_flag": rel.accepts_prometheus_port,
+                "prometheus_host_flag": rel.accepts_prometheus_host,
+                "installed": is_installed(rel),
+            }
+        )
+    if args.json:
+        print_json(rows)
+        return 0
+    render_routers_catalog(rows)
+    return 0
+
+
+def _cmd_routers_matrix(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if args.latency_requests < 1:
+        raise StackError("--latency-requests must be at least 1.", ExitCode.USAGE)
+    releases = [RouterRelease.parse(s) for s in args.releases] if args.releases else matrix.default_releases()
+    words = args.command_words  # the command line as typed (cli._main sets it)
+    command = "polarstack routers matrix " + " ".join(words[2:]) if len(words) > 2 else "polarstack routers matrix"
+    from rich.console import Console
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    ) as progress:
+        task = progress.add_task("router releases", total=len(releases))
+
+        def advance(row):
+            progress.update(task, advance=1, description=f"router releases (last: {row['release']})")
+
+        rows = matrix.run_matrix(releases, args.latency_requests, on_row=advance)
+    matrix.write_outputs(rows, args.json_file, args.markdown, command)
+    render_matrix(rows)
+    return 0
+
+
+def _cmd_routers_install(args: argparse.Namespace) -> int:
+    for spec in args.releases:
+        print(install(RouterRelease.parse(spec), quiet=False))
+    return 0

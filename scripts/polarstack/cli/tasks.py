@@ -1,0 +1,111 @@
+"""Task data commands: `tasks prepare` (slime's and Polar's inputs) and `verify` (canonical solutions in the sandbox)."""
+
+from __future__ import annotations
+
+import argparse
+
+from polarstack.cli.render import print_json, render_verify
+from polarstack.errors import ExitCode, StackError
+from polarstack.inputs import count, seconds
+from polarstack.reward import tasks, verifier
+
+
+def _add_tasks(sub) -> None:
+    p = sub.add_parser("tasks", help="prepare code tasks for slime and Polar")
+    tsub = p.add_subparsers(dest="tasks_cmd", required=True, metavar="{prepare}")
+    prep = tsub.add_parser("prepare", help="write train.jsonl, workspaces, hidden tests and polar_config.yaml")
+    prep.add_argument("task", help="humaneval or mbpp")
+    prep.add_argument("--out", required=True, help="output directory")
+    prep.add_argument("--source", default=None, help="mbpp: a JSONL file in MBPP's schema instead of the Hub")
+    prep.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    prep.add_argument("--json", action="store_true")
+    prep.set_defaults(handler=_cmd_tasks_prepare)
+
+
+def _cmd_tasks_prepare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    result = tasks.prepare(
+        args.task, Path(args.out), source=Path(args.source) if args.source else None, limit=args.limit
+    )
+    if args.json:
+        print_json(result)
+    else:
+        print(f"{result['problems']} {result['task']} problems -> {result['train_jsonl']} and {result['polar_config']}")
+    return 0
+
+
+def _add_verify(sub) -> None:
+    p = sub.add_parser("verify", help="run tasks' tests in the sandbox (canonical solutions by default)")
+    p.add_argument("--task", default="humaneval", help="humaneval or mbpp")
+    p.add_argument("--source", default=None, help="mbpp: a JSONL file in MBPP's schema")
+    p.add_argument("--timeout", type=seconds, default=10.0, help="wall-clock seconds per program (default 10)")
+    p.add_argument(
+        "--workers", type=count(1, 1024), default=None, help="parallel sandboxes (default: CPU count, at least 2)"
+    )
+    p.add_argument(
+        "--isolation",
+        choices=("namespaces", "none"),
+        default=None,
+        help="namespaces (default) or none: opt out of the sandbox's namespaces (docs/tasks.md; also "
+        "POLARSTACK_VERIFIER_ISOLATION)",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_verify)
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if args.task == "humaneval":
+        problems = tasks.load_humaneval()
+        items = [(dict(p, kind="humaneval"), p["canonical_solution"]) for p in problems]
+    elif args.task == "mbpp":
+        problems = tasks.load_mbpp(Path(args.source) if args.source else None)
+        items = [(dict(p, kind="mbpp"), p["code"]) for p in problems]
+    else:
+        raise StackError(f"unknown task {args.task!r}; choose one of {', '.join(tasks.TASKS)}.", ExitCode.USAGE)
+    limits = verifier.Limits(timeout=args.timeout, isolation=args.isolation)
+    started = time.perf_counter()
+    try:
+        verifier.probe_sandbox(limits)  # refuse before the first solution when the sandbox cannot be set up
+    except ValueError as exc:  # a bad POLARSTACK_VERIFIER_ISOLATION
+        raise StackError(f"{exc}.", ExitCode.USAGE) from None
+    except RuntimeError as exc:  # IsolationUnavailable, or no interpreter / lock directory for the sandbox
+        raise StackError(f"{exc}.", ExitCode.ENVIRONMENT) from None
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    ) as progress:
+        bar = progress.add_task(f"{args.task} canonical solutions", total=len(items))
+        try:
+            outcomes = verifier.verify_many(items, limits, args.workers, on_outcome=lambda _: progress.advance(bar))
+        except RuntimeError as exc:
+            raise StackError(f"{exc}.", ExitCode.ENVIRONMENT) from None
+    elapsed = time.perf_counter() - started
+    failed = [(items[i][0]["task_id"], o.reason) for i, o in enumerate(outcomes) if not o.passed]
+    result = {
+        "task": args.task,
+        "problems": len(items),
+        "passed": len(items) - len(failed),
+        "failed": failed,
+        "seconds": round(elapsed, 2),
+    }
+    if args.json:
+        print_json(result)
+    else:
+        render_verify(result, elapsed)
+    if failed:
+        raise StackError(
+            f"{len(failed)} canonical solution(s) failed, first {failed[0][0]} ({failed[0][1]}); the "
+            "sandbox limits are too tight for this machine or the task data is wrong.",
+            ExitCode.TASK_DATA,
+        )
+    return 0

@@ -1,0 +1,510 @@
+"""`make verify-offline`: prove the GPU-side command lines and pins without a GPU.
+
+1. Every command line the stack renders, per profile (and per task for the training launch), is checked
+   against the parser of the exact pinned release (polarstack.offline.flags): the engines' `sglang.launch_server`
+   (from the Compose model the real Compose v2 binary renders, plus ENGINE_EXTRA_ARGS), the router launch
+   (Compose and local runtime) with the release's own parser, the trainer's `ray start`, and the training
+   launch (`ray start`, `ray job submit`, `train_async.py`).
+2. Every Python package the images pin resolves on the package index at that version for the image's
+   Python and platform (`pip download --no-deps --only-binary=:all:`, cached).
+3. One source: images/README.md names every pin, the recorded upstream option tables match the pins.
+4. Meaning for the GPU node (docs/gpu-node.md): the trace budget (measured harness prompt + task prompt +
+   response <= seq_length <= max_tokens_per_gpu x CP <= model context), and the weights source, the agent
+   sandbox, the agent-CLI mount and apptainer's grant present in the rendered plan.
+5. Meaning (polarstack.offline.meaning): the Polar bridge's slime API exists at the pinned slime, the engines parse tool
+   calls, checkpoints/dropout/resume, and the weight-sync transport reaches the engines across containers.
+6. The routing flags each profile ships (ROUTER_ARGS) are the ones docs/routing.json measured.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from polarstack.checks import budget, retokenize
+from polarstack.checks.tool_exchange import RECORD, recorded_fact_problems
+from polarstack.engine.protocol import source_dir
+from polarstack.errors import ExitCode, StackError
+from polarstack.offline import flags, meaning
+from polarstack.offline.check import Check
+from polarstack.paths import cache_dir
+from polarstack.pins import pins, repo_root
+from polarstack.polar import model as polar_model
+from polarstack.reward.tasks import TASKS
+from polarstack.stack import assets, compose, exposure, profiles
+from polarstack.train import gate
+from polarstack.train.plan import build_plan, load_defaults
+
+
+def _compose_model(profile: profiles.Profile, tmp: Path) -> dict[str, Any]:
+    import json
+
+    binary = compose.bundled_compose()
+    command = [str(binary)] if binary else compose.compose_command()
+    proc = subprocess.run(
+        [*command, *compose.compose_args(profile, tmp), "config", "--format", "json"], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise StackError(
+            f"Compose rejected profile {profile.name}: {proc.stderr.strip().splitlines()[-1:]}", ExitCode.USAGE
+        )
+    return json.loads(proc.stdout)
+
+
+def _after(tokens: list[str], marker: list[str]) -> list[str] | None:
+    for i in range(len(tokens) - len(marker) + 1):
+        if tokens[i : i + len(marker)] == marker:
+            return tokens[i + len(marker) :]
+    return None
+
+
+def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
+    checks: list[Check] = []
+    model = _compose_model(profile, tmp)
+    sglang = flags.sglang_table()
+    for name, svc in sorted(model["services"].items()):
+        command = svc.get("command") or []
+        label = f"profile {profile.name}, service {name}"
+        if name.startswith("engine-"):
+            extra = (svc.get("environment") or {}).get("ENGINE_EXTRA_ARGS") or ""
+            tokens = (_after(command, ["-m", "sglang.launch_server"]) or []) + shlex.split(extra)
+            problems = flags.check_tokens(tokens, sglang, command=label, program=flags.sglang_program())
+            checks.append(
+                Check(
+                    f"{label}: sglang.launch_server",
+                    not problems,
+                    f"{len(tokens)} tokens",
+                    [p.sentence() for p in problems],
+                )
+            )
+        elif name == "trainer":
+            table, program = flags.ray_table("ray start")
+            problems = flags.check_tokens(
+                _after(command, ["ray", "start"]) or [], table, command=label, program=program
+            )
+            checks.append(Check(f"{label}: ray start", not problems, "", [p.sentence() for p in problems]))
+            problems = exposure.trainer_problems(svc.get("environment") or {}, label)
+            checks.append(Check(f"{label}: Ray and slime listen on loopback only", not problems, "", problems))
+        elif name == "router":
+            env = svc.get("environment") or {}
+            release = profile.router
+            args = ["--host", "127.0.0.1", "--port", str(env.get("ROUTER_PORT"))]
+            if env.get("ROUTER_WORKER_URLS"):
+                args += ["--worker-urls", *env["ROUTER_WORKER_URLS"].split()]
+            args += shlex.split(env.get("ROUTER_EXTRA_ARGS") or "")
+            problems = flags.router_check(release, args, command=label)
+            checks.append(
+                Check(f"{label}: {release.module} ({release.spec})", not problems, "", [p.sentence() for p in problems])
+            )
+    if profile.router is not None:  # the local runtime's launch of the same release
+        release = profile.router
+        urls = ["http://127.0.0.1:30000", "http://127.0.0.1:30010"] if profile.registration == "static" else []
+        args = release.launch_args(30080, urls, 30081, profile.router_args)[2:]  # drop "-m MODULE"; + ROUTER_ARGS
+        problems = flags.router_check(release, args, command=f"profile {profile.name}, local runtime router")
+        checks.append(
+            Check(
+                f"profile {profile.name}, local runtime: {release.spec}",
+                not problems,
+                "",
+                [p.sentence() for p in problems],
+            )
+        )
+    slime, slime_program = flags.slime_table()
+    for task in TASKS:
+        plan = build_plan(task, profile, run_id="verify", config=load_defaults())
+        label = f"profile {profile.name}, make train TASK={task}"
+        problems = flags.check_tokens(plan.train_args, slime, command=label, program=slime_program)
+        ray_start, _, _, submit = plan.commands
+        table, program = flags.ray_table("ray start")
+        problems += flags.check_tokens(ray_start[2:], table, command=label, program=program)
+        table, program = flags.ray_table("ray job submit")
+        options = submit[3 : submit.index("--")]
+        problems += flags.check_tokens(options, table, command=label, program=program)
+        checks.append(
+            Check(
+                f"{label}: train_async.py, ray start, ray job submit",
+                not problems,
+                f"{len(plan.train_args)} train_async tokens",
+                [p.sentence() for p in problems],
+            )
+        )
+        job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+        exposed = exposure.trainer_problems(job_env.get("env_vars") or {}, f"{label} (Ray job)", plan.train_args)
+        checks.append(Check(f"{label}: Ray and slime listen on loopback only", not exposed, "", exposed))
+
+    checks += meaning.check_profile(profile, model)
+    return checks
+
+
+def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
+    """Weights source, sandbox image, agent CLI and their mounts are all in the rendered plan (docs/gpu-node.md)."""
+    import json
+
+    import yaml
+
+    label = f"profile {profile.name}: weights source, agent sandbox, agent CLI and Polar's apptainer mode in the plan"
+    binary = compose.bundled_compose()
+    command = [str(binary)] if binary else compose.compose_command()
+    proc = subprocess.run(
+        [
+            *command,
+            *compose.compose_args(profile, tmp),
+            "--profile",
+            assets.SANDBOX_PROFILE,
+            "config",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        return Check(
+            label,
+            False,
+            "",
+            [
+                f"Compose rejected profile {profile.name} with the sandbox profile: "
+                f"{proc.stderr.strip().splitlines()[-1:]}"
+            ],
+        )
+    services = json.loads(proc.stdout)["services"]
+    problems = []
+    download = services.get("model-download")
+    if download is None:
+        problems.append("no model-download service: nothing puts the weights into the models volume")
+    for name in (s for s in services if s.startswith("engine-")):
+        if (services[name].get("depends_on") or {}).get("model-download", {}).get(
+            "condition"
+        ) != "service_completed_successfully":
+            problems.append(f"{name} does not wait for model-download to complete")
+    if "sandbox-build" not in services:
+        problems.append("no sandbox-build service: nothing builds polarstack-code.sif and the agent CLI dir")
+    trainer = services.get("trainer", {})
+    if [d.get("source") for d in trainer.get("devices") or []] != ["/dev/fuse"] or not {
+        "seccomp=unconfined",
+        "apparmor=unconfined",
+    } <= set(trainer.get("security_opt") or []):
+        problems.append("the trainer lacks /dev/fuse or the seccomp/AppArmor options apptainer needs inside Docker")
+    if trainer.get("privileged") or trainer.get("cap_add"):
+        problems.append("the trainer is privileged or has added capabilities: apptainer needs neither")
+    plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
+    config = yaml.safe_load(plan.files["polar_config.yaml"])
+    runtime = config["polar_task_template"]["runtime"]
+    if runtime.get("backend") != "apptainer" or not runtime.get("image", "").endswith(assets.SIF_NAME):
+        problems.append(f"the task template does not run {assets.SIF_NAME} with the apptainer backend")
+    mount = f"{{args.polar_agent_cli_dir}}:{assets.AGENT_CLI_MOUNT}:ro"
+    if mount not in (runtime.get("kwargs") or {}).get("volumes", []):
+        problems.append(f"the task template does not mount the agent CLI dir ({mount}) into the sandbox")
+    if (
+        config.get("polar_agent_cli_dir") != assets.AGENT_CLI_DIR
+        or config.get("polar_apptainer_image_dir") != assets.SANDBOX_DIR
+    ):
+        problems.append("polar_agent_cli_dir / polar_apptainer_image_dir are not where `make sif` installs them")
+    # Polar's apptainer mode wherever Polar runs: the trainer container, launch.sh (serve_rollout/serve_gateway), the
+    # Ray job (configs/upstream/polar-apptainer.json).
+    problems += assets.mode_problems(trainer.get("environment") or {}, "the trainer's environment (compose.yaml)")
+    launch_env = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in plan.files["launch.sh"].splitlines()
+        if line.startswith("export ") and "=" in line
+    )
+    problems += assets.mode_problems({k: v.strip("'\"") for k, v in launch_env.items()}, "launch.sh")
+    submit = plan.commands[-1]
+    job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    problems += assets.mode_problems(job_env.get("env_vars") or {}, "the Ray job's runtime env")
+    return Check(
+        label,
+        not problems,
+        "model-download -> engines; sandbox-build; /dev/fuse; agent CLI mount; Polar's direct-exec apptainer mode",
+        problems,
+    )
+
+
+def check_sequence_budget(profile: profiles.Profile) -> Check:
+    """harness prompt (measured) + task prompt + response <= seq_length <= max_tokens_per_gpu x CP <= model context."""
+
+    config = load_defaults()
+    label = f"profile {profile.name}: sequence budget of one agent trace"
+    try:
+        plan = build_plan("humaneval", profile, run_id="verify", config=config)
+    except StackError as exc:  # build_plan refuses a broken budget itself
+        return Check(label, False, "", [exc.message])
+    problems = budget.check(plan.train_args, config)
+    return Check(label, not problems, budget.summary(plan.train_args, config), problems)
+
+
+def check_routing_measurement(profile: profiles.Profile, data: dict[str, Any] | None = None) -> Check:
+    """The routing flags a profile ships are the ones docs/routing.json measured (`polarstack bench --routing`):
+    a changed ROUTER_ARGS without a new measurement would ship settings nobody measured."""
+    name = f"profile {profile.name}: ROUTER_ARGS are the measured settings (docs/routing.json)"
+    if data is None:
+        import json
+
+        path = repo_root() / "docs" / "routing.json"
+        data = json.loads(path.read_text()) if path.exists() else {"profiles": {}}
+    row = data.get("profiles", {}).get(profile.name)
+    if row is None:
+        return Check(
+            name,
+            False,
+            "",
+            [f"docs/routing.json has no measurement for profile {profile.name}; run `polarstack bench --routing`"],
+        )
+    if row.get("shipped_args") != profile.router_args:
+        return Check(
+            name,
+            False,
+            "",
+            [
+                f"profile {profile.name} ships ROUTER_ARGS={shlex.join(profile.router_args)!r} "
+                f"but docs/routing.json measured {shlex.join(row.get('shipped_args') or [])!r}; "
+                "rerun `polarstack bench --routing`"
+            ],
+        )
+    shipped = [m for m in row.get("modes", []) if m.get("shipped")]
+    goals = shipped[0]["metrics"]["goals"] if shipped else {}
+    missed = [k for k, v in goals.items() if not v]
+    return Check(
+        name,
+        True,
+        "goals met"
+        if goals and not missed
+        else f"measured; misses {', '.join(missed) or '?'} (docs/routing.md says why)",
+    )
+
+
+def _python_of(tag: str) -> str:
+    match = re.match(r"(\d+\.\d+)", tag)
+    if not match:
+        raise StackError(f"cannot tell the Python version of the image tag {tag!r} (PYTHON_IMAGE_TAG).", ExitCode.USAGE)
+    return match.group(1)
+
+
+def pin_requirements() -> list[tuple[str, str, str]]:
+    """(requirement, python version, why) for every Python package an image pins."""
+    table = pins()
+    router_python = _python_of(table["PYTHON_IMAGE_TAG"])
+    out = []
+    for prefix in ("ROUTER_PASSTHROUGH", "ROUTER_PATCHED", "ROUTER_STOCK"):
+        out.append(
+            (f"{table[prefix + '_PACKAGE']}=={table[prefix + '_VERSION']}", router_python, f"router image ({prefix})")
+        )
+    out.append((f"ray=={table['RAY_VERSION']}", router_python, "trainer image (RAY_VERSION)"))
+    out.append((table["HF_HUB_REQUIREMENT"], router_python, "model-download image (HF_HUB_REQUIREMENT)"))
+    pyproject = (repo_root() / "pyproject.toml").read_text()
+    rich = re.search(r'"(rich==[^"]+)"', pyproject)
+    if rich:
+        out.append((rich.group(1), router_python, "trainer image (rich, pyproject.toml)"))
+    return out
+
+
+def check_pin(requirement: str, python: str) -> tuple[bool, str]:
+    target = cache_dir() / "pin-check"
+    target.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--quiet",
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        "--platform",
+        "manylinux_2_34_x86_64",
+        "--platform",
+        "manylinux2014_x86_64",
+        "--platform",
+        "any",
+        "-d",
+        str(target),
+        requirement,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode == 0:
+        return True, ""
+    lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if "WARNING" not in ln]
+    return False, (lines[-1] if lines else f"pip exit {proc.returncode}")
+
+
+def check_npm_pin(package: str, version: str) -> Check:
+    """The sandbox image's agent CLI (`make sif`) exists on the npm registry at the pinned version."""
+    import shutil
+
+    name = f"{package}@{version} on the npm registry (sandbox image, AGENT_CLI_VERSION)"
+    if shutil.which("npm") is None:
+        return Check(
+            name,
+            False,
+            "",
+            [f"npm is not installed, so {package}@{version} cannot be resolved; install npm or pass --skip-downloads"],
+        )
+    try:
+        proc = subprocess.run(
+            ["npm", "view", f"{package}@{version}", "version"], capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        return Check(name, False, "", [f"npm view {package}@{version} did not answer within 120 s"])
+    found = proc.stdout.strip()
+    if proc.returncode == 0 and found == version:
+        return Check(name, True, "resolved")
+    lines = (proc.stderr or "").strip().splitlines()
+    reason = next(
+        (ln for ln in lines if "404" in ln or "notarget" in ln.lower()), lines[0] if lines else "no such version"
+    )
+    return Check(
+        name,
+        False,
+        "",
+        [f"{package}@{version} (AGENT_CLI_VERSION) does not resolve on the npm registry: {reason[:160]}"],
+    )
+
+
+def check_pins(skip_downloads: bool = False) -> list[Check]:
+    checks = []
+    table = pins()
+    try:
+        source_dir()
+        checks.append(Check(f"sglang=={table['SGLANG_VERSION']} (engine image, emulator)", True, "wheel resolved"))
+    except StackError as exc:
+        checks.append(
+            Check(
+                f"sglang=={table['SGLANG_VERSION']} (engine image, emulator)",
+                False,
+                "",
+                [f"sglang=={table['SGLANG_VERSION']} does not resolve on the package index: {exc.message}"],
+            )
+        )
+    for requirement, python, why in pin_requirements():
+        if skip_downloads:
+            continue
+        ok, detail = check_pin(requirement, python)
+        checks.append(
+            Check(
+                f"{requirement} for CPython {python} x86_64 ({why})",
+                ok,
+                detail,
+                []
+                if ok
+                else [
+                    f"{requirement} ({why}) does not resolve on the package index for CPython {python} x86_64: {detail}"
+                ],
+            )
+        )
+    if not skip_downloads:
+        checks.append(check_npm_pin(table["AGENT_CLI_PACKAGE"], table["AGENT_CLI_VERSION"]))
+    readme = (repo_root() / "images" / "README.md").read_text()
+    missing = [f"{k}={v}" for k, v in table.items() if v and v not in readme]
+    checks.append(
+        Check(
+            "images/README.md names every pin",
+            not missing,
+            "",
+            [f"images/README.md does not name {m}" for m in missing],
+        )
+    )
+    recorded = flags.recorded_versions()
+    mismatch = []
+    if recorded["slime_commit"] != table["SLIME_COMMIT"]:
+        mismatch.append(
+            f"configs/upstream/slime-flags.json was recorded at slime {recorded['slime_commit']}, "
+            f"not SLIME_COMMIT={table['SLIME_COMMIT']}; rerecord it"
+        )
+    if recorded["ray_version"] != table["RAY_VERSION"]:
+        mismatch.append(
+            f"configs/upstream/ray-flags.json was recorded for ray {recorded['ray_version']}, not "
+            f"RAY_VERSION={table['RAY_VERSION']}; rerecord it"
+        )
+    checks.append(Check("recorded upstream options match the pins", not mismatch, "", mismatch))
+    return checks
+
+
+def check_polar_facts() -> Check:
+    """configs/upstream/polar-facts.json: recorded at POLAR_COMMIT, and the verdict model and gate act on each fact."""
+    import json
+    import threading
+    from types import ModuleType, SimpleNamespace
+
+    record = json.loads((repo_root() / "configs" / "upstream" / "polar-facts.json").read_text())
+    facts, problems = record["facts"], []
+    if record["polar_commit"] != pins()["POLAR_COMMIT"]:
+        problems.append(
+            f"configs/upstream/polar-facts.json was read at Polar {record['polar_commit']}, not "
+            f"POLAR_COMMIT={pins()['POLAR_COMMIT']}; reread the facts"
+        )
+    if polar_model.parse(b'{"a": NaN}')[1] is None or polar_model.parse(b'{"a": 1}')[1] is not None:
+        problems.append(f"polar_model.parse does not decode like {facts['gateway_parser']['parser']}")
+    if polar_model.decide(b"[]").stage != "normalize":
+        problems.append("polar_model does not end a non-object answer at normalize_response")
+    path = facts["builder_tokenizer"]["config_path"]
+    config: dict[str, Any] = {}
+    node = config
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = "probe-tokenizer"
+    if retokenize.configured_name(config) != "probe-tokenizer":
+        problems.append(f"retokenize.configured_name does not read {'.'.join(path)}")
+    exported = facts["exported_counters"]["exported"]
+    if {gate.DELTA_METRIC, gate.LIFETIME_METRIC} != set(exported):
+        problems.append(f"the gate reads {gate.DELTA_METRIC}/{gate.LIFETIME_METRIC}, Polar exports {exported}")
+    drops = facts["worker_drops_inside"]
+    worker = SimpleNamespace(
+        **{drops["counter_dict"]: {drops["internal_counter"]: 4.0}, drops["lock"]: threading.Lock()}
+    )
+    module = ModuleType("polarstack_verify_worker_probe")
+    setattr(module, drops["worker_global"], worker)
+    sys.modules[module.__name__] = module
+    try:
+        if gate._live_dropped(module.__name__) != 4.0:
+            problems.append("the gate's watchdog does not read the worker counter where Polar keeps it")
+    finally:
+        del sys.modules[module.__name__]
+    if not load_defaults()["gate"].get("watchdog_seconds"):
+        problems.append("gate.watchdog_seconds is unset, but Polar's rollout call blocks while it drops every group")
+    return Check(
+        "Polar facts (configs/upstream/polar-facts.json) acted on by the verdict model and the gate",
+        not problems,
+        f"{len(facts)} facts",
+        problems,
+    )
+
+
+def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m: None) -> tuple[list[Check], float]:
+    import tempfile
+
+    started = time.perf_counter()
+    checks: list[Check] = []
+    progress("pins")
+    checks += check_pins(skip_downloads)
+    checks.append(check_polar_facts())
+
+    tool_problems = recorded_fact_problems()
+    checks.append(
+        Check(f"Polar's harness tool request ({RECORD}) mirrored by the smoke", not tool_problems, "", tool_problems)
+    )
+    with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:
+        for name in profiles.available():
+            progress(f"profile {name}")
+            try:
+                checks += check_profile(profiles.load(name), Path(tmp) / name)
+                checks.append(check_sequence_budget(profiles.load(name)))
+                checks.append(check_assets(profiles.load(name), Path(tmp) / f"{name}-assets"))
+                if profiles.load(name).router is not None:
+                    checks.append(check_routing_measurement(profiles.load(name)))
+            except StackError as exc:  # a profile that cannot even be rendered is a failed check, not a crash
+                checks.append(Check(f"profile {name}", False, "", [exc.message]))
+    return checks, time.perf_counter() - started
+
+
+__all__ = ["run", "Check", "check_profile", "check_pins"]

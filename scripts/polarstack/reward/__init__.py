@@ -1,0 +1,1 @@
+"""The reward: task data and the sandboxed code verifier."""

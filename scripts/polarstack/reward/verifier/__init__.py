@@ -1,0 +1,385 @@
+"""Sandboxed code verifier: run a task's hidden tests against a completion and return the reward (1.0 or 0.0).
+
+Standard library only: `polarstack tasks prepare` writes this package as one self-contained file, eval/verifier.py
+(polarstack.reward.verifier.bundle), and Polar's `test_on_output` evaluator runs it on its own. docs/tasks.md ("The
+verifier's sandbox") states what holds where; in short:
+
+Two processes per verification, and the reward never depends on anything the solution controls:
+- the *candidate* process runs the solution's code only (never the tests), inside the sandbox below, and
+  answers calls `name(*args)` over a pipe with the returned value, encoded as plain data of exact builtin
+  types (`enc`); anything else (an object with a lying `__eq__`, a subclass, a generator) cannot be encoded;
+- the *supervisor* (trusted, outside the sandbox) forks the sandbox side first, from a memory holding only the
+  candidate's own source, then reads the tests and a per-run secret from an unlinked file, runs the tests with
+  every call to the solution forwarded to the candidate and every answer decoded into fresh builtin values,
+  every `assert` rewritten to a counted check and every `==` in an assert to a strict comparison
+  (`strict_eq`), tears the sandbox down and reports, with the secret, on a pipe only it holds;
+- this process passes a solution only on that report: verdict "passed", the secret, at least one call and one
+  check, and the sandbox's own status ("isolated" unless isolation is opted out) written before the candidate
+  started. Exit codes, stdout and stderr of the candidate count for nothing.
+
+The sandbox (default `namespaces`): new PID, network, mount, IPC and UTS namespaces (plus a user namespace
+when not root, or root without CAP_SYS_ADMIN: then a helper outside maps the sandbox uid into it); a chroot into
+a fresh tmpfs holding read-only binds of /usr, /etc and the interpreter's prefix, a private /tmp, /var/tmp and
+/dev/shm, a minimal /dev and its own /proc (or none); as root a uid per concurrent run, locked across
+processes with flock; rlimits (CPU, memory, file size, open files, processes);
+no_new_privs. The process tree dies with the namespace's init, which the supervisor has killed at the deadline.
+When the namespaces cannot be set up the verification is refused (IsolationUnavailable) unless the user opts
+out with POLARSTACK_VERIFIER_ISOLATION=none (or `--isolation none`).
+
+Usable as slime's `--custom-rm-path polarstack.reward.verifier.reward_func` (async `(args, sample, **kwargs)`,
+see slime/rollout/rm_hub/__init__.py) and from Polar's `test_on_output` evaluator (`main()`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import secrets
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+# Also the names polarstack.reward.verifier had as one module (callers and tests use them from here).
+from polarstack.reward.verifier.candidate import _RUNNER
+from polarstack.reward.verifier.host import (
+    _CAP_CHOWN,
+    _CAP_SETGID,
+    _CAP_SETUID,
+    _NEWUSER,
+    _binds,
+    _kill_uid,
+    _maps_sandbox_uids,
+    _pids_of_uid,  # noqa: F401 (re-exported for tests and the bundle)
+    _root_with,
+    _sandbox_uid,
+    _system_python,
+    _unshare_flags,
+)
+from polarstack.reward.verifier.limits import (
+    _GRACE,
+    DEFAULT_MEMORY_MB,  # noqa: F401 (re-exported)
+    DEFAULT_NPROC,  # noqa: F401 (re-exported)
+    DEFAULT_TIMEOUT,
+    ISOLATION_ENV,
+    ISOLATION_MODES,
+    SLOTS,
+    VERIFIER_UID_BASE,
+    IsolationUnavailable,
+    Limits,
+    Outcome,
+    Run,
+    isolation_mode,
+)
+from polarstack.reward.verifier.supervisor import _SUPERVISOR
+
+# --- running: one supervisor per run, every wait bounded by the deadline ---------------------
+
+
+def _tail(handle: Any) -> str:
+    handle.seek(0, os.SEEK_END)
+    size = handle.tell()
+    handle.seek(max(0, size - 600))
+    return handle.read().decode("utf-8", "replace")[-600:]
+
+
+def _read_until_eof(fd: int, deadline: float) -> tuple[bytes, bool]:
+    """What a pipe carries until its writers close it or `deadline` passes; (data, reached end-of-file)."""
+    chunks = []
+    while (left := deadline - time.monotonic()) > 0:
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks), True
+            chunks.append(chunk)
+    return b"".join(chunks), False
+
+
+def _supervise(
+    files: dict[str, str], argv_tail: list[str], limits: Limits, task: dict[str, Any] | None
+) -> tuple[dict[str, Any], str, float]:
+    """Run one supervisor (sandbox + judge when `task` is given); every wait is bounded. Returns its report (empty
+    when it gave none carrying this run's secret), the tail of the program's and supervisor's stderr, seconds."""
+    isolate = isolation_mode(limits.isolation) == "namespaces"
+    started = time.monotonic()
+    secret = secrets.token_hex(16)
+    flags = _unshare_flags()
+    # Root without CAP_SYS_ADMIN: a user namespace into which a helper maps the sandbox uid (needs CAP_SETUID and
+    # CAP_SETGID; without them the program would run as the host's root, which RLIMIT_NPROC does not bind).
+    by_helper = bool(isolate and flags & _NEWUSER and os.geteuid() == 0)
+    if by_helper and not _root_with(_CAP_SETUID, _CAP_SETGID):
+        raise IsolationUnavailable(
+            f"the verifier's sandbox cannot be set up here (root without CAP_SYS_ADMIN needs CAP_SETUID and CAP_SETGID "
+            f"to run the program as a sandbox uid); grant them or opt out of isolation with {ISOLATION_ENV}=none "
+            f"(see docs/tasks.md)"
+        )
+    # Root switches the program to a sandbox uid when it can: isolated, always (directly or through the helper's
+    # map); with isolation off, when it holds the capabilities to chown, setgid and setuid.
+    if isolate:
+        wanted = by_helper or not flags & _NEWUSER
+        if wanted and not _maps_sandbox_uids():
+            raise IsolationUnavailable(
+                f"the verifier's sandbox cannot be set up here (root in a user namespace that does not map the sandbox "
+                f"uids {VERIFIER_UID_BASE}-{VERIFIER_UID_BASE + SLOTS - 1}); map them into it or opt out of isolation "
+                f"with {ISOLATION_ENV}=none (see docs/tasks.md)"
+            )
+    else:
+        wanted = _root_with(_CAP_SETUID, _CAP_SETGID, _CAP_CHOWN) and _maps_sandbox_uids()
+    with _sandbox_uid(wanted) as uid:
+        python = _system_python()
+        workdir = None if isolate else tempfile.mkdtemp(prefix="polarstack-verify-")
+        if workdir:
+            for name, text in files.items():
+                Path(workdir, name).write_text(text, encoding="utf-8")
+            if uid >= 0:
+                for path in (workdir, *(Path(workdir, name) for name in files)):
+                    os.chown(path, uid, uid)
+        report_r, report_w = os.pipe()
+        sandbox = {
+            "isolate": isolate,
+            "unshare_flags": flags,
+            "map_by_helper": by_helper,
+            "binds": _binds(python),
+            "files": files,
+            "uid": uid,
+            "workdir": workdir,
+            "tmpfs_mb": 256,
+            "cpu": limits.cpu_seconds,
+            "memory_mb": limits.memory_mb,
+            "file_size_mb": limits.file_size_mb,
+            "nproc": limits.nproc,
+            "open_files": limits.open_files,
+            "argv": [python, "-I", *argv_tail],
+            "judge": task is not None,
+            "timeout": limits.timeout,
+            "report": report_w,
+            "env": {
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "LANG": "C.UTF-8",
+                "HOME": workdir or "/sandbox",
+                "PYTHONDONTWRITEBYTECODE": "1",
+            },
+        }
+        head = json.dumps(sandbox).encode()
+        stderr = tempfile.TemporaryFile()
+        try:
+            with tempfile.TemporaryFile() as stdin:
+                stdin.write(b"%012d" % len(head) + head + json.dumps(dict(task or {}, secret=secret)).encode())
+                stdin.seek(0)
+                process = subprocess.Popen(
+                    [sys.executable, "-I", "-S", "-c", _SUPERVISOR],
+                    stdin=stdin,
+                    stdout=stderr,
+                    stderr=stderr,
+                    env={},
+                    pass_fds=(report_w,),
+                    start_new_session=True,
+                )
+        finally:
+            os.close(report_w)
+        try:
+            # The report pipe reaches end-of-file when the supervisor exits; wait for that, never past the backstop.
+            data, ended = _read_until_eof(report_r, time.monotonic() + limits.timeout + 3 * _GRACE)
+            if not ended:  # backstop: its own deadline did not hold; its sandbox dies with it (pdeathsig)
+                process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=_GRACE)
+            report = _parse_report(data, secret)
+        finally:
+            os.close(report_r)
+            if workdir:
+                if uid >= 0:
+                    _kill_uid(uid)
+                shutil.rmtree(workdir, ignore_errors=True)
+        tail = _tail(stderr)
+        stderr.close()
+    status = str(report.get("status", ""))
+    if status.startswith("error "):
+        if isolate:
+            raise IsolationUnavailable(
+                f"the verifier's sandbox cannot be set up here ({status[6:]}); run as root with CAP_SYS_ADMIN or where "
+                f"user namespaces are allowed, or opt out of isolation with {ISOLATION_ENV}=none (see docs/tasks.md)"
+            )
+        raise RuntimeError(f"the sandbox could not start: {status[6:]}")
+    return report, tail, time.monotonic() - started
+
+
+def run_program(program: str, limits: Limits | None = None) -> Run:
+    """Run `program` (Python source, as program.py in the sandbox's working directory); its exit code is reported
+    for probing the sandbox, never used as a reward."""
+    limits = limits or Limits()
+    report, tail, seconds = _supervise({"program.py": program}, ["program.py"], limits, None)
+    timed_out = report.get("verdict") == "timeout"
+    return Run(None if timed_out else report.get("returncode"), timed_out, seconds, tail)
+
+
+def probe_sandbox(limits: Limits | None = None) -> None:
+    """Raise IsolationUnavailable (or ValueError for an unknown mode) unless a program can run in the sandbox."""
+    limits = limits or Limits()
+    run = run_program("pass\n", Limits(timeout=max(limits.timeout, 5.0), isolation=limits.isolation))
+    if run.returncode != 0:
+        raise RuntimeError(
+            f"a program that does nothing failed in the sandbox (exit {run.returncode}): {run.stderr_tail[-200:]}"
+        )
+
+
+# --- task data: what the candidate gets (never the tests) and what the judge gets --------------------------
+
+_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+
+
+def extract_code(completion: str) -> str:
+    """The code of a chat completion: the last fenced block that looks like code, else the text itself."""
+    blocks = _FENCE.findall(completion or "")
+    return blocks[-1] if blocks else (completion or "")
+
+
+def _is_mbpp(problem: dict[str, Any]) -> bool:
+    return problem.get("kind") == "mbpp" or "test_list" in problem
+
+
+def solution_source(problem: dict[str, Any], completion: str) -> str:
+    """The candidate's module: HumanEval prompt + completion (or the completion alone when it defines the entry
+    point); MBPP setup code + completion. The tests are not part of it."""
+    code = extract_code(completion)
+    if _is_mbpp(problem):
+        return f"{problem.get('test_setup_code') or ''}\n{code}\n"
+    if re.search(rf"^\s*def\s+{re.escape(problem['entry_point'])}\s*\(", code, re.M):
+        return code
+    return problem["prompt"] + code
+
+
+def _judge_task(problem: dict[str, Any]) -> dict[str, Any]:
+    if _is_mbpp(problem):
+        return {"kind": "mbpp", "setup": problem.get("test_setup_code") or "", "tests": list(problem["test_list"])}
+    return {
+        "kind": "humaneval",
+        "prompt": problem["prompt"],
+        "test": problem["test"],
+        "entry_point": problem["entry_point"],
+    }
+
+
+def verify(problem: dict[str, Any], completion: str, limits: Limits | None = None) -> Outcome:
+    """Run the problem's tests against the completion; raises IsolationUnavailable (fail closed)."""
+    limits = limits or Limits()
+    report, tail, seconds = _supervise(
+        {"solution.py": solution_source(problem, completion)}, ["-c", _RUNNER], limits, _judge_task(problem)
+    )
+    verdict, detail = report.get("verdict"), str(report.get("detail", ""))
+    calls, checks = int(report.get("calls") or 0), int(report.get("checks") or 0)
+    if verdict == "timeout" or (not report and seconds >= limits.timeout):
+        return Outcome(False, "timeout", seconds, detail or "deadline passed", tail, calls, checks)
+    if not report:
+        return Outcome(False, "error", seconds, "the supervisor gave no valid report", tail)
+    wanted = "isolated" if isolation_mode(limits.isolation) == "namespaces" else "unisolated"
+    if verdict == "passed" and report.get("status") == wanted and calls > 0 and checks > 0:
+        return Outcome(True, "passed", seconds, "", tail, calls, checks)
+    return Outcome(False, "failed", seconds, detail or f"sandbox status {report.get('status')!r}", tail, calls, checks)
+
+
+def _parse_report(data: bytes, secret: str) -> dict[str, Any]:
+    """The judge's single report line, if it carries this run's secret; else nothing."""
+    lines = data.splitlines()
+    if len(lines) != 1:
+        return {}
+    try:
+        report = json.loads(lines[0])
+    except ValueError:
+        return {}
+    if not isinstance(report, dict) or not secrets.compare_digest(str(report.get("secret", "")), secret):
+        return {}
+    return report
+
+
+def verify_many(
+    items: Iterable[tuple[dict[str, Any], str]],
+    limits: Limits | None = None,
+    workers: int | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
+    """Each (problem, solution) verified in parallel sandboxes, outcomes in the items' order; `on_outcome` is called
+    with each outcome as it is collected (in order), e.g. to advance a progress bar."""
+    items = list(items)
+    outcomes: list[Outcome] = []
+    with ThreadPoolExecutor(max_workers=workers or max(2, os.cpu_count() or 2)) as pool:
+        for outcome in pool.map(lambda pair: verify(pair[0], pair[1], limits), items):
+            outcomes.append(outcome)
+            if on_outcome is not None:
+                on_outcome(outcome)
+    return outcomes
+
+
+# --- slime's custom reward hook --------------------------------------------------------------------------
+
+
+async def reward_func(args: Any, sample: Any, **kwargs: Any) -> float:
+    """slime `--custom-rm-path polarstack.reward.verifier.reward_func`: 1.0 when the sample's code passes its tests.
+
+    The problem travels in `sample.metadata["problem"]` (written by `polarstack tasks prepare`); the
+    completion is `sample.response`. Missing task data or a sandbox that cannot be set up gives 0.0 with the
+    reason in sample.metadata["verifier_error"].
+    """
+    metadata = getattr(sample, "metadata", None)
+    if not isinstance(metadata, dict):
+        metadata = {}
+        sample.metadata = metadata
+    problem = metadata.get("problem")
+    if not isinstance(problem, dict):
+        metadata["verifier_error"] = "sample.metadata has no 'problem' (prepare the data with polarstack tasks prepare)"
+        return 0.0
+    limits = Limits(timeout=float(getattr(args, "verifier_timeout", DEFAULT_TIMEOUT) or DEFAULT_TIMEOUT))
+    try:
+        outcome = await asyncio.to_thread(verify, problem, getattr(sample, "response", "") or "", limits)
+    except (IsolationUnavailable, RuntimeError, ValueError) as exc:
+        metadata["verifier_error"] = str(exc)
+        return 0.0
+    metadata["verifier_reason"] = outcome.reason
+    return outcome.reward
+
+
+# --- command line: Polar's test_on_output evaluator runs this file on its own -----------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python3 verifier.py --problem problem.json --solution solution.py --name NAME`: prints `PASSED NAME`
+    only on the judge's authenticated report; exit 0 passed, 1 failed, 8 sandbox unavailable (one sentence)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Run a task's hidden tests against a solution file, sandboxed.")
+    parser.add_argument("--problem", required=True, help="problem.json written by polarstack tasks prepare")
+    parser.add_argument("--solution", required=True, help="the agent's solution file")
+    parser.add_argument("--name", default="verifier", help="test name printed with PASSED/FAILED")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="wall-clock seconds")
+    parser.add_argument(
+        "--isolation",
+        choices=ISOLATION_MODES,
+        default=None,
+        help=f"namespaces (default) or none: opt out of the sandbox's namespaces (also {ISOLATION_ENV})",
+    )
+    args = parser.parse_args(argv)
+    try:
+        problem = json.loads(Path(args.problem).read_text(encoding="utf-8"))
+        completion = Path(args.solution).read_text(encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        print(f"FAILED {args.name} (cannot read the task files: {exc})")
+        return 1
+    try:
+        outcome = verify(problem, completion, Limits(timeout=args.timeout, isolation=args.isolation))
+    except (IsolationUnavailable, RuntimeError, ValueError) as exc:
+        print(f"FAILED {args.name} (not verified)")
+        print(f"polarstack-verifier: {exc}", file=sys.stderr)
+        return 8
+    if outcome.passed:
+        print(f"PASSED {args.name}")
+        return 0
+    print(f"FAILED {args.name} ({outcome.reason}: {outcome.detail[:200]})")
+    return 1

@@ -1,0 +1,160 @@
+"""Router releases (sglang-router, smg): an installer and a harness that runs a real one on loopback.
+
+What each release accepts (flags, policies, the worker API) is the catalog, polarstack.routers.catalog; its names
+are re-exported here for existing imports. Registering engines with a running router is polarstack.routers.worker_api.
+
+The harness installs a release into its own cached virtual environment (reused across runs), starts it
+on 127.0.0.1 with its own `--prometheus-port` (two routers on the default 29000 collide: the second one
+panics), waits until it answers `GET /health`, and stops exactly the process it started, by pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from polarstack.errors import ExitCode, StackError
+from polarstack.paths import cache_dir
+from polarstack.processes import child_env, free_port, stop_pid, wait_http
+
+# The catalog, re-exported: callers and tests import these names from polarstack.routers.harness too.
+from polarstack.routers.catalog import LAUNCH_MODULES, MEASURED, PACKAGES, RouterRelease, version_tuple  # noqa: F401
+from polarstack.routers.worker_api import register
+
+# --- installation --------------------------------------------------------------------------------------
+
+
+def venv_dir(release: RouterRelease) -> Path:
+    return cache_dir() / "routers" / f"{release.package}-{release.version}"
+
+
+def venv_python(release: RouterRelease) -> Path:
+    return venv_dir(release) / "bin" / "python"
+
+
+def is_installed(release: RouterRelease) -> bool:
+    return (venv_dir(release) / ".installed").exists()
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def install(release: RouterRelease, *, quiet: bool = True) -> Path:
+    """Install `release` into its own cached venv (once) and return that venv's python."""
+    target = venv_dir(release)
+    with _lock(target.parent / (target.name + ".lock")):
+        if is_installed(release):
+            return venv_python(release)
+        if target.exists():
+            shutil.rmtree(target)  # a half-finished earlier install
+        if not quiet:
+            print(f"polarstack: installing {release.spec} into {target} ...", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True)
+        proc = subprocess.run(
+            [str(venv_python(release)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", release.spec],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            shutil.rmtree(target, ignore_errors=True)
+            raise StackError(
+                f"could not install {release.spec} from the package index ({tail[0]}); "
+                "check that PyPI is reachable and the release has a wheel for this platform.",
+                ExitCode.ENVIRONMENT,
+            )
+        (target / ".installed").write_text(release.spec + "\n")
+    return venv_python(release)
+
+
+# --- running ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunningRouter:
+    release: RouterRelease
+    port: int
+    prometheus_port: int | None
+    process: subprocess.Popen
+    log_path: Path
+    startup_seconds: float = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(text[-lines:])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        stop_pid(self.process.pid, self.process, timeout)
+
+
+def start(
+    release: RouterRelease,
+    worker_urls: list[str],
+    *,
+    port: int | None = None,
+    prometheus_port: int | None = None,
+    log_dir: Path | None = None,
+    timeout: float = 30.0,
+    extra_args: list[str] | None = None,
+) -> RunningRouter:
+    """Start `release` on 127.0.0.1 in front of `worker_urls`; returns once it answers /health."""
+    python = install(release)
+    port = port or free_port()
+    if release.accepts_prometheus_port and prometheus_port is None:
+        prometheus_port = free_port()
+    log_dir = log_dir or (cache_dir() / "logs")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"router-{release.package}-{release.version}-{port}.log"
+    env = child_env()
+    env["RUST_LOG"] = env.get("RUST_LOG", "warn")
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [str(python), *release.launch_args(port, worker_urls, prometheus_port, extra_args)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    router = RunningRouter(release, port, prometheus_port, process, log_path)
+    try:
+        router.startup_seconds = wait_http(router.url, timeout, process, path="/health")
+    except StackError as exc:
+        tail = router.log_tail()
+        router.stop()
+        raise StackError(
+            f"{release.spec} did not start on {router.url}: {exc.message}"
+            + (f" Last log lines: {tail}" if tail else ""),
+            ExitCode.ENVIRONMENT,
+        ) from None
+    return router
+
+
+def register_worker(router_url: str, worker_url: str, timeout: float = 10.0) -> None:
+    """polarstack.routers.worker_api.register, under its older name (tests and callers import it from here)."""
+
+    register(router_url, worker_url, timeout)

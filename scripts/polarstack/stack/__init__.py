@@ -1,0 +1,1 @@
+"""The stack: profiles, the local and docker runtimes, compose, assets, the Ray head, listeners and exposure."""

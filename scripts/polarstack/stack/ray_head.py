@@ -1,0 +1,263 @@
+"""The trainer's Ray head: one command line for both runtimes, bound to loopback, and a harness that runs it.
+
+Why an environment variable and not only `--node-ip-address=127.0.0.1` (facts recorded, with the script that
+regenerates them, in configs/upstream/ray-listeners.json):
+- the pinned ray (RAY_VERSION) `ray start` (ray/scripts/scripts.py, `start`) passes --node-ip-address through
+  `services.resolve_ip_for_localhost`, which replaces a loopback address with `services.get_node_ip_address()`:
+  the machine's routable address. Every Ray server then derives its bind address from that node IP and binds
+  loopback only when the node IP is loopback (gcs_server and raylet gRPC, the dashboard agent's HTTP server in
+  dashboard/http_server_agent.py, the metrics exporter in dashboard/modules/reporter/reporter_agent.py, the
+  runtime-env agent in _private/runtime_env/agent/main.py); so they listened on `::`, `0.0.0.0` or the
+  machine's address.
+- `get_node_ip_address()` returns the loopback address when `ray_constants.ENABLE_RAY_CLUSTER` is false, which
+  the environment variable RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 sets (its default is true on Linux). It also
+  makes `ray start --address=...` (joining a worker node) refuse: a single-node cluster, which is this stack.
+Measured with the pinned ray on this CPU machine (tests/integration/test_exposure.py): with the variable every
+listener of the head, its agents and its workers is on 127.0.0.1; without it, GCS, raylet, agents and the client
+server listen on every interface.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from polarstack.errors import ExitCode, StackError
+from polarstack.paths import cache_dir
+from polarstack.pins import pin, repo_root
+from polarstack.processes import child_env
+from polarstack.routers.harness import _lock
+from polarstack.stack.listeners import Listener, listening, session_pids
+
+# Keeps the Ray node IP at 127.0.0.1 (see the module docstring); set wherever a Ray process of the stack starts.
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+def head_command(
+    *, gcs_port: int | str, dashboard_port: int | str, num_gpus: int | str, block: bool = False
+) -> list[str]:
+    """`ray start --head ...` as the trainer runs it (compose.yaml's trainer command adds --block)."""
+    return [
+        "ray",
+        "start",
+        "--head",
+        *(["--block"] if block else []),
+        "--node-ip-address=127.0.0.1",
+        f"--port={gcs_port}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard_port}",
+        f"--num-gpus={num_gpus}",
+        "--disable-usage-stats",
+    ]
+
+
+# --- a cached installation of the pinned ray (tests and the recording script; the trainer image has its own) ---
+
+
+def venv_dir(version: str | None = None) -> Path:
+    return cache_dir() / "ray" / f"ray-{version or pin('RAY_VERSION')}"
+
+
+def install(version: str | None = None) -> tuple[Path, float]:
+    """Install ray[default]==version (default RAY_VERSION) into a cached venv once; (its bin dir, seconds spent)."""
+
+    version = version or pin("RAY_VERSION")
+    target = venv_dir(version)
+    started = time.monotonic()
+    with _lock(target.parent / (target.name + ".lock")):
+        if (target / ".installed").exists():
+            return target / "bin", 0.0
+        if target.exists():
+            import shutil
+
+            shutil.rmtree(target)  # a half-finished earlier install
+        subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True)
+        proc = subprocess.run(
+            [
+                str(target / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                f"ray[default]=={version}",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise StackError(
+                f"could not install ray[default]=={version} ({tail[0]}); check that PyPI is reachable.",
+                ExitCode.ENVIRONMENT,
+            )
+        (target / ".installed").write_text(f"ray[default]=={version}\n")
+    return target / "bin", time.monotonic() - started
+
+
+# --- running a head and listing its sockets ------------------------------------------------------------------
+
+# The servers a head runs, as they show in their command lines; `start` waits until each one listens (agents
+# come up well after the dashboard answers).
+SERVERS = (
+    "gcs_server",
+    "raylet",
+    "dashboard.py",
+    "DashboardAgent",
+    "RuntimeEnvAgent",
+    "ray.util.client.server",
+    "monitor.py",
+)
+
+
+@dataclass
+class RunningHead:
+    process: subprocess.Popen
+    log_path: Path
+    dashboard_port: int
+    listeners: list[Listener] = field(default_factory=list)
+
+    @property
+    def pids(self) -> list[int]:
+        return session_pids(self.process.pid)
+
+    def stop(self, timeout: float = 5.0) -> list[int]:
+        """Stop every process of the head's session by pid: SIGTERM to `ray start --block` (it stops its
+        children), then, after `timeout`, SIGKILL to any pid of the session still there (a throwaway head need
+        not drain). Returns the pids that needed SIGKILL."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and session_pids(self.process.pid):
+            self.process.poll()
+            time.sleep(0.2)
+        killed = []
+        for pid in session_pids(self.process.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        return killed
+
+
+def start(
+    command: list[str],
+    env: dict[str, str],
+    *,
+    bin_dir: Path,
+    temp_dir: Path,
+    dashboard_port: int,
+    timeout: float = 120.0,
+    settle: float = 3.0,
+) -> RunningHead:
+    """Start `command` (a `ray start --head --block ...` line) in its own session; return once the dashboard
+    answers and the set of listening sockets has not changed for `settle` seconds (agents start late)."""
+    if command[:2] != ["ray", "start"] or "--block" not in command:
+        raise StackError(f"{command[:3]} is not a blocking `ray start` command.", ExitCode.USAGE)
+    full_env = {**child_env(), **env, "RAY_TMPDIR": str(temp_dir), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    log_path = temp_dir / "ray-start.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [str(bin_dir / "ray"), *command[1:]],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            start_new_session=True,
+        )
+    head = RunningHead(process, log_path, dashboard_port)
+    deadline = time.monotonic() + timeout
+    url = f"http://127.0.0.1:{dashboard_port}/api/version"
+    try:
+        while True:
+            if process.poll() is not None:
+                raise StackError(
+                    f"`ray start` exited with code {process.returncode}: "
+                    f"{log_path.read_text(errors='replace').strip().splitlines()[-1:]}",
+                    ExitCode.ENVIRONMENT,
+                )
+            if time.monotonic() > deadline:
+                raise StackError(f"the Ray head did not answer {url} within {timeout:g} s.", ExitCode.UNREACHABLE)
+            try:
+                if httpx.get(url, timeout=2, trust_env=False).is_success:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        seen: list[Listener] = []
+        stable_since = time.monotonic()
+        while True:
+            now = listening(head.pids)
+            missing = [c for c in SERVERS if not any(c in item.process for item in now)]
+            if [(x.address, x.port) for x in now] != [(x.address, x.port) for x in seen]:
+                seen, stable_since = now, time.monotonic()
+            elif not missing and time.monotonic() - stable_since >= settle:
+                break
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"the Ray head started no listening {', '.join(missing)} within {timeout:g} s (see {log_path}).",
+                    ExitCode.UNREACHABLE,
+                )
+            if process.poll() is not None:
+                raise StackError(
+                    f"`ray start` exited with code {process.returncode} (see {log_path}).", ExitCode.ENVIRONMENT
+                )
+            time.sleep(0.5)
+        head.listeners = seen
+    except BaseException:
+        head.stop()
+        raise
+    return head
+
+
+# --- what `make verify-offline` checks: the rendered trainer keeps Ray on loopback, per the recorded facts ---
+
+
+def recorded_listeners() -> dict:
+    import json
+
+    return json.loads((repo_root() / "configs" / "upstream" / "ray-listeners.json").read_text())
+
+
+def exposure_problems(environment: dict[str, object], label: str) -> list[str]:
+    """Why the Ray head of a rendered trainer (its environment) would listen beyond loopback, per
+    configs/upstream/ray-listeners.json; [] when the record shows every listener on loopback with this setting."""
+    record = recorded_listeners()
+    problems = []
+    if record.get("ray_version") != pin("RAY_VERSION"):
+        problems.append(
+            f"configs/upstream/ray-listeners.json was recorded for ray {record.get('ray_version')}, not "
+            f"RAY_VERSION={pin('RAY_VERSION')}; rerun scripts/tools/record_ray_listeners.py"
+        )
+    for key, value in record["loopback_env"].items():
+        if str(environment.get(key)) != value:
+            problems.append(
+                f"{label}: {key}={value} is not in the trainer's environment, and without it ray "
+                f"{record.get('ray_version')} listens on "
+                f"{sorted({r['address'] for r in record['without_loopback_env'] if not r['loopback']})}"
+            )
+    exposed = [r for r in record["with_loopback_env"] if not r["loopback"]]
+    if exposed:
+        problems.append(
+            f"the recorded ray {record.get('ray_version')} head listens beyond loopback even with "
+            f"{record['loopback_env']}: {exposed}"
+        )
+    servers = {r["server"] for r in record["with_loopback_env"]}
+    if not set(SERVERS) <= servers:
+        problems.append(
+            f"configs/upstream/ray-listeners.json lists no socket of {sorted(set(SERVERS) - servers)}; rerecord it"
+        )
+    return problems

@@ -1,0 +1,1 @@
+"""Training: the GRPO launch plan, the launch itself, the in-job gate."""

@@ -1,0 +1,131 @@
+"""`polarstack train`'s steps: resolve the target, plan, gate with the smoke, hand the launch to the trainer.
+
+train.py renders the plan (commands and files); this module runs it: the dry run prints it, a real run
+checks the node, runs the smoke gate, prepares the task data under .run/train/<run>, and runs launch.sh
+inside the trainer container, turning its exits into one sentence each.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from polarstack.checks import sandbox_probe, smoke
+from polarstack.checks.retokenize import configured_name
+from polarstack.errors import ExitCode, StackError
+from polarstack.paths import train_run_dir
+from polarstack.reward import tasks
+from polarstack.stack import compose, profiles
+from polarstack.stack.target import resolve_target
+from polarstack.train.plan import RESUME_REFUSED, TRAINER_RUN_DIR, LaunchPlan, build_plan, load_defaults, watch_lines
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """What `polarstack train` was asked (its command-line options)."""
+
+    task: str
+    profile: str | None = None
+    runtime: str = "auto"
+    dry_run: bool = False
+    sets: tuple[str, ...] = ()
+    source: str | None = None
+    resume: bool = False
+    json: bool = False
+
+
+def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> int:
+    """`polarstack train`: the dry run hands the plan and the runtime to `show_plan` (the CLI renders it)."""
+
+    if request.task not in tasks.TASKS:
+        raise StackError(f"unknown task {request.task!r}; choose one of {', '.join(tasks.TASKS)}.", ExitCode.USAGE)
+    target = resolve_target(request.runtime, request.profile, None, verb="train", plan_only=request.dry_run)
+    name = target.profile
+    profile = target.loaded or profiles.load(name)
+    knobs = compose.stack_knobs()
+    run_id = f"{request.task}-{name}-{time.strftime('%Y%m%dT%H%M%S')}"
+    plan = build_plan(
+        request.task,
+        profile,
+        run_id=run_id,
+        config=load_defaults(list(request.sets)),
+        model_path=os.environ.get("MODEL_PATH") or knobs.get("MODEL_PATH"),
+        served_model_name=knobs.get("SERVED_MODEL_NAME"),
+        resume=request.resume,
+    )
+    if request.task == "humaneval":
+        tasks.load_humaneval()  # validates the task data now, not on the GPU node
+    if request.dry_run:
+        show_plan(plan, target.runtime)
+        return 0
+    if target.runtime == "docker":
+        compose.check_node("train", profile, need_gpus=True)
+    _gate(request, target, plan, profile)
+    if target.local:
+        raise StackError(
+            f"the gate passed, but training needs the GPU stack, which the local runtime does not have: "
+            f"on the GPU node run `make up PROFILE={name}` and then `make train TASK={request.task}`.",
+            ExitCode.ENVIRONMENT,
+        )
+    return _launch(request, plan, profile)
+
+
+def _gate(request: TrainRequest, target, plan, profile) -> None:
+    """The smoke against the target with the Polar config the run will use; GATE (one sentence) when it fails."""
+    import yaml
+
+    polar_values = yaml.safe_load(plan.files["polar_config.yaml"])
+    report = smoke.run_smoke(
+        target.base_url,
+        route=target.route or profile.route,
+        model=target.served_model(),
+        register=target.register,
+        tokenizer_name=configured_name(polar_values),
+        allow_retokenized=bool(polar_values.get("polar_gate_allow_retokenized")),
+    )
+    if not report.ok:
+        raise StackError(f"refusing to launch {request.task} on {target.profile}: {report.message}", ExitCode.GATE)
+    print(f"gate passed: {report.message}", file=sys.stderr)
+
+
+def _launch(request: TrainRequest, plan, profile) -> int:
+    """Prepare .run/train/<run> and run launch.sh inside the trainer; its exits as one sentence each."""
+
+    run_id = plan.run_id
+    sandbox_probe.check_in_trainer(profile)  # apptainer, the SIF and the agent CLI dir, looked up inside the trainer
+    out = train_run_dir() / run_id
+    tasks.prepare(
+        request.task,
+        out / "tasks",
+        source=Path(request.source) if request.source else None,
+        tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{run_id}/tasks",
+    )
+    for file_name, text in plan.files.items():
+        (out / file_name).write_text(text)
+    print("what to watch on the GPU node:\n  " + "\n  ".join(watch_lines(plan)), file=sys.stderr)
+    (out / "gate-abort.txt").unlink(missing_ok=True)  # a sentence left by an earlier attempt of this run is stale
+    proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/launch.sh"])
+    if proc.returncode != 0 and (out / "gate-abort.txt").is_file():  # every in-job gate stop writes its sentence
+        raise StackError((out / "gate-abort.txt").read_text().strip(), ExitCode.GATE)
+    if proc.returncode == RESUME_REFUSED:  # launch.sh's checkpoint guard (train.checkpoint_guard) said why
+        raise StackError(
+            f"the trainer refused run {run_id}: "
+            + (
+                f"RESUME=1 found no checkpoint in {plan.checkpoint_dir}; run make train without RESUME to start it."
+                if request.resume
+                else f"{plan.checkpoint_dir} already holds a checkpoint; make train RESUME=1 continues "
+                "it, or SET=checkpoint.run_name=NEW starts another run."
+            ),
+            ExitCode.STATE,
+        )
+    if proc.returncode != 0:
+        raise StackError(
+            f"the training job of run {run_id} failed (exit {proc.returncode}); see `make logs "
+            f"SERVICE=trainer` and {out}.",
+            ExitCode.ENVIRONMENT,
+        )
+    return 0

@@ -1,0 +1,522 @@
+"""`make train TASK=humaneval|mbpp`: render, validate and (behind the smoke gate) launch GRPO with Polar on slime.
+
+The launch follows ../shared/reference/slime.md ("A 4-GPU, one-node GRPO launch") and Polar's swegym example:
+a Ray head on 127.0.0.1, Polar's rollout server and gateway (topology.yaml points the gateway at the profile's
+base URL), and `ray job submit ... train_async.py` with external engines, the profile's router arguments,
+Polar's rollout function behind this project's gate, Polar's reward hooks, and GRPO settings.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from polarstack.checks import budget
+from polarstack.errors import ExitCode, StackError
+from polarstack.paths import TRAINER_RUN_DIR, load_defaults  # noqa: F401 (train.plan is where callers read them)
+from polarstack.reward.tasks import TASKS, polar_config
+from polarstack.stack.assets import sandbox_mode_env
+from polarstack.stack.exposure import SLIME_ROUTER_ARGS, TRAINER_LOOPBACK_ENV
+from polarstack.stack.profiles import WEIGHT_SYNC_TRANSPORTS, Profile, knob
+from polarstack.stack.ray_head import head_command
+
+SLIME_DIR = "/root/slime"
+
+
+@dataclass
+class LaunchPlan:
+    task: str
+    profile: str
+    run_id: str
+    tensor_parallel: int
+    trainer_gpus: list[int]
+    base_url: str
+    commands: list[list[str]] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+    train_args: list[str] = field(default_factory=list)
+    checkpoint_dir: str = ""  # --save (and --load when resuming): stable across runs of one run name
+    resume: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "profile": self.profile,
+            "run_id": self.run_id,
+            "tensor_model_parallel_size": self.tensor_parallel,
+            "trainer_gpus": self.trainer_gpus,
+            "base_url": self.base_url,
+            "commands": [shlex.join(c) for c in self.commands],
+            "files": self.files,
+            "checkpoint_dir": self.checkpoint_dir,
+            "resume": self.resume,
+            "watch": watch_lines(self),
+        }
+
+
+# Values rendered into train_async.py's command line, checked before anything else reads them: a `--set` such as
+# grpo.rollout_max_response_len=abc must end as USAGE with the key named, not as an internal error later.
+POSITIVE_INTS = {
+    "grpo": (
+        "n_samples_per_prompt",
+        "rollout_batch_size",
+        "global_batch_size",
+        "num_rollout",
+        "rollout_max_response_len",
+        "rollout_max_prompt_len",
+        "max_tokens_per_gpu",
+    ),
+    "context": ("seq_length", "model_context_length"),
+    "checkpoint": ("save_interval",),
+    "polar": ("rollout_port", "gateway_port", "max_init_workers", "max_run_workers", "max_postrun_workers"),
+}
+NON_NEGATIVE_INTS = {"context": ("harness_margin_tokens",)}
+FINITE_NUMBERS = {"grpo": ("lr", "kl_loss_coef", "eps_clip", "eps_clip_high")}
+
+
+def _check_types(config: dict[str, Any]) -> None:
+    def bad(section: str, key: str, value: Any, what: str) -> StackError:
+        return StackError(
+            f"{section}.{key}={value!r} must be {what} (configs/train/defaults.yaml or --set).", ExitCode.USAGE
+        )
+
+    for table, what, ok in (
+        (POSITIVE_INTS, "a positive integer", lambda v: v > 0),
+        (NON_NEGATIVE_INTS, "a non-negative integer", lambda v: v >= 0),
+    ):
+        for section, keys in table.items():
+            for key in keys:
+                if key not in (config.get(section) or {}):
+                    continue
+                value = config[section][key]
+                if not isinstance(value, int) or isinstance(value, bool) or not ok(value):
+                    raise bad(section, key, value, what)
+    for section, keys in FINITE_NUMBERS.items():
+        for key in keys:
+            value = (config.get(section) or {}).get(key)
+            if key in (config.get(section) or {}) and (
+                not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+            ):
+                raise bad(section, key, value, "a finite number")
+    for port_key in ("rollout_port", "gateway_port"):
+        port = config["polar"][port_key]
+        if port > 65535:
+            raise bad("polar", port_key, port, "a TCP port (1-65535)")
+
+
+def _int(config: dict[str, Any], section: str, key: str) -> int:
+    value = config[section][key]
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise StackError(
+            f"{section}.{key}={value!r} must be a positive integer (configs/train/defaults.yaml).", ExitCode.USAGE
+        )
+    return value
+
+
+def validate(task: str, profile: Profile, config: dict[str, Any], model_path: str | None) -> int:
+    """Refuse, with one sentence each, what would fail or silently mistrain on the GPU node. Returns TP."""
+    if task not in TASKS:
+        raise StackError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}.", ExitCode.USAGE)
+    model = model_path if model_path is not None else config["model"].get("hf_checkpoint")
+    if not model:
+        raise StackError(
+            "no model path: set MODEL_PATH (configs/stack.env) or model.hf_checkpoint in configs/train/defaults.yaml.",
+            ExitCode.USAGE,
+        )
+    if not str(model).startswith("/"):
+        raise StackError(
+            f"model path {model!r} must be an absolute path inside the trainer (the models volume is "
+            "mounted at /models).",
+            ExitCode.USAGE,
+        )
+    _check_types(config)
+    gpus = profile.trainer_gpus
+    section = config["parallel"].get(profile.name) or config["parallel"]["default"]
+    tp = section["tensor_model_parallel_size"]
+    groups = _int(config, "model", "num_query_groups")
+    if not isinstance(tp, int) or tp <= 0:
+        raise StackError(f"tensor_model_parallel_size={tp!r} must be a positive integer.", ExitCode.USAGE)
+    if groups % tp:
+        raise StackError(
+            f"tensor-parallel size {tp} does not divide {config['model']['name']}'s {groups} query "
+            f"groups; use one of {', '.join(str(d) for d in range(1, groups + 1) if groups % d == 0)}.",
+            ExitCode.USAGE,
+        )
+    if len(gpus) % tp:
+        raise StackError(
+            f"tensor-parallel size {tp} does not divide the {len(gpus)} trainer GPU(s) of profile "
+            f"{profile.name} (TRAINER_GPUS={','.join(map(str, gpus))}).",
+            ExitCode.USAGE,
+        )
+    n = _int(config, "grpo", "n_samples_per_prompt")
+    rollout = _int(config, "grpo", "rollout_batch_size")
+    batch = _int(config, "grpo", "global_batch_size")
+    if n < 2:
+        raise StackError(
+            f"n_samples_per_prompt={n}: GRPO needs at least 2 samples per prompt to compare them.", ExitCode.USAGE
+        )
+    if batch % n:
+        raise StackError(
+            f"global_batch_size={batch} is not a multiple of n_samples_per_prompt={n}: a training "
+            "batch would split a GRPO group.",
+            ExitCode.USAGE,
+        )
+    if (rollout * n) % batch:
+        raise StackError(
+            f"rollout_batch_size x n_samples_per_prompt = {rollout * n} is not a multiple of "
+            f"global_batch_size={batch}; slime's GRPO normalization reshapes by group only when the "
+            "sample count equals n x rollout_batch_size, and would treat the batch as one group.",
+            ExitCode.USAGE,
+        )
+    return tp
+
+
+def topology(profile: Profile, config: dict[str, Any], model_name: str) -> dict[str, Any]:
+    polar = config["polar"]
+    return {
+        "rollout": {
+            "host": "127.0.0.1",
+            "port": polar["rollout_port"],
+            "public_url": f"http://127.0.0.1:{polar['rollout_port']}",
+            "save_dir": "/logs/polar-rollouts",
+        },
+        "gateway": {
+            "heartbeat_interval_seconds": 30,
+            "nodes": [
+                {
+                    "id": polar["node_id"],
+                    "host": "127.0.0.1",
+                    "port": polar["gateway_port"],
+                    "public_url": f"http://127.0.0.1:{polar['gateway_port']}",
+                    "max_init_workers": polar["max_init_workers"],
+                    "max_run_workers": polar["max_run_workers"],
+                    "max_postrun_workers": polar["max_postrun_workers"],
+                    "model_served": model_name,
+                    # Polar's inference base URL: the router, or engine-0 for engine-direct (SGLANG_ROUTER_BASE_URL).
+                    "inference": {"engine": "sglang", "base_url": profile.base_url()},
+                }
+            ],
+        },
+    }
+
+
+def checkpoint_dir(task: str, profile: Profile, config: dict[str, Any]) -> str:
+    """Where this run saves (and a resume loads): model.save/<checkpoint.run_name or task-profile>."""
+    name = str((config.get("checkpoint") or {}).get("run_name") or f"{task}-{profile.name}")
+    if "/" in name or name in (".", ".."):
+        raise StackError(f"checkpoint.run_name={name!r} must be a plain directory name.", ExitCode.USAGE)
+    return f"{config['model']['save']}/{name}"
+
+
+def hygiene_args(config: dict[str, Any], ckpt: str, resume: bool) -> list[str]:
+    """--save-interval, dropout 0.0 and (RESUME=1) --load of the run's own checkpoint directory."""
+    if "save_interval" not in (config.get("checkpoint") or {}):
+        raise StackError(
+            "checkpoint.save_interval is missing from configs/train/defaults.yaml; without it slime "
+            "v0.3.1 never saves a checkpoint.",
+            ExitCode.USAGE,
+        )
+    interval = _int(config, "checkpoint", "save_interval")
+    training = config.get("training") or {}
+    args = [
+        "--save-interval",
+        str(interval),
+        "--attention-dropout",
+        str(float(training.get("attention_dropout", 0.0))),
+        "--hidden-dropout",
+        str(float(training.get("hidden_dropout", 0.0))),
+    ]
+    if resume:
+        # slime v0.3.1 (slime/utils/arguments.py ~l.1759-1779): a --load without latest_checkpointed_iteration.txt
+        # silently falls back to --ref-load at rollout 0, so launch.sh refuses that case before submitting.
+        args += ["--load", ckpt]
+    return args
+
+
+def weight_sync_args(profile: Profile) -> list[str]:
+    """How slime sends weights to the external engines (WEIGHT_SYNC_TRANSPORT; docs/gpu-facts.md).
+
+    disk: slime v0.3.1 UpdateWeightFromDisk writes an HF checkpoint to <dir>/weight_vNNNNNN and RayTrainGroup
+    `_reload_rollout_weights_from_disk` asks each engine to `update_weights_from_disk` that same path, so the
+    directory must be a volume mounted at the same path in trainer and engines (compose.yaml `weight-updates`).
+    nccl: slime's default; trainer and engines join one NCCL group (UpdateWeightFromDistributed)."""
+
+    transport = knob(profile, "WEIGHT_SYNC_TRANSPORT") or "disk"
+    if transport not in WEIGHT_SYNC_TRANSPORTS:
+        raise StackError(
+            f"WEIGHT_SYNC_TRANSPORT={transport} must be one of {', '.join(WEIGHT_SYNC_TRANSPORTS)} "
+            "(configs/stack.env or the profile).",
+            ExitCode.USAGE,
+        )
+    if transport == "disk":
+        return [
+            "--update-weight-mode",
+            "full",
+            "--update-weight-transport",
+            "disk",
+            "--update-weight-disk-dir",
+            knob(profile, "WEIGHT_UPDATE_DIR") or "/shared/weight-updates",
+        ]
+    return ["--update-weight-mode", "full", "--update-weight-transport", "nccl"]
+
+
+def watch_lines(plan: LaunchPlan) -> list[str]:
+    """What only the GPU node can confirm, and where to look (printed by `make train`)."""
+    args = plan.train_args
+    transport = args[args.index("--update-weight-transport") + 1] if "--update-weight-transport" in args else "nccl"
+    return [
+        "tool calls: the smoke's tool request passed; in Polar's rollouts look for tool_use blocks and nonzero "
+        "polar/reward_mean (all-zero rewards mean the agent never acted).",
+        f"weight sync ({transport}): "
+        + (
+            "after each update the engines log 'Start update_weights. Load format=...' (sglang tokenizer_manager "
+            "update_weights_from_disk) for weight_vNNNNNN under --update-weight-disk-dir, and GET /model_info shows "
+            "weight_version N (slime passes the version)."
+            if transport == "disk"
+            else "the trainer and engines form an NCCL group (init_weights_update_group); not confirmed across "
+            "containers here: look for NCCL errors in the engine and trainer logs at the first update."
+        ),
+        f"checkpoints: {plan.checkpoint_dir}/latest_checkpointed_iteration.txt appears after the first save "
+        f"(every --save-interval rollouts); `make train RESUME=1` continues from it.",
+        "bridge data source: slime's RolloutDataSourceWithBuffer; Polar's polar/reservations/* metrics stay absent "
+        "(no at-least-once replay of in-flight groups on resume).",
+    ]
+
+
+def build_plan(
+    task: str,
+    profile: Profile,
+    *,
+    run_id: str,
+    config: dict[str, Any] | None = None,
+    model_path: str | None = None,
+    served_model_name: str | None = None,
+    resume: bool = False,
+) -> LaunchPlan:
+    config = copy.deepcopy(config or load_defaults())
+    tp = validate(task, profile, config, model_path)
+    ckpt = checkpoint_dir(task, profile, config)
+    model = config["model"]
+    grpo = config["grpo"]
+    hf = model_path or model["hf_checkpoint"]
+    served = served_model_name or model["name"]
+    run_dir = f"{TRAINER_RUN_DIR}/{run_id}"
+    engines = [f"127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
+    plan = LaunchPlan(
+        task, profile.name, run_id, tp, profile.trainer_gpus, profile.base_url(), checkpoint_dir=ckpt, resume=resume
+    )
+
+    gate = config["gate"]
+    polar_values = {
+        "polar_rollout_url": f"http://127.0.0.1:{config['polar']['rollout_port']}",
+        "polar_gateway_url": f"http://127.0.0.1:{config['polar']['gateway_port']}",
+        "polar_served_model_name": served,
+        # Read by polarstack.train.gate (the rollout-function wrapper) inside the job.
+        "polar_gate_base_url": profile.base_url(),
+        "polar_gate_route": profile.route,
+        "polar_gate_max_zero_token_groups": gate["max_zero_token_groups"],
+        "polar_gate_delegate": gate["delegate"],
+        "polar_gate_watchdog_seconds": gate["watchdog_seconds"],
+        "polar_gate_zero_reward_rollouts": gate["zero_reward_rollouts"],
+        "polar_gate_allow_retokenized": gate["allow_retokenized"],
+        "polar_gate_abort_file": f"{run_dir}/gate-abort.txt",  # `polarstack train` reports the watchdog's sentence
+    }
+    plan.files["polar_config.yaml"] = yaml.safe_dump(
+        polar_config(task, f"{run_dir}/tasks", polar_values), sort_keys=False
+    )
+    plan.files["topology.yaml"] = yaml.safe_dump(topology(profile, config, served), sort_keys=False)
+
+    args = [
+        "--actor-num-nodes",
+        "1",
+        "--actor-num-gpus-per-node",
+        str(len(profile.trainer_gpus)),
+        "--num-gpus-per-node",
+        "4",
+        "--rollout-external-engine-addrs",
+        *engines,
+    ]
+    if profile.registration == "register":  # slime registers the engines with this router (POST /workers)
+        args += ["--sglang-router-ip", "127.0.0.1", "--sglang-router-port", str(profile.router_port)]
+    args += [
+        "--hf-checkpoint",
+        hf,
+        "--ref-load",
+        model.get("ref_load") or hf,
+        "--save",
+        ckpt,
+        *hygiene_args(config, ckpt, resume),
+        *weight_sync_args(profile),
+        *[str(a) for a in model["args"]],
+        "--prompt-data",
+        f"{run_dir}/tasks/train.jsonl",
+        "--input-key",
+        "prompt",
+        "--label-key",
+        "label",
+        "--metadata-key",
+        "metadata",
+        "--reward-key",
+        "score",
+        "--rollout-function-path",
+        "polarstack.train.gate.generate_rollout_gated",
+        "--custom-rm-path",
+        "slime_bridge.reward.reward_func",
+        "--custom-reward-post-process-path",
+        "slime_bridge.reward_post_process.post_process_rewards",
+        # No --data-source-path: Polar's CeilEpochRolloutDataSourceWithBuffer needs slime API that slime v0.3.1 lacks
+        # (_state_lock, ...; configs/upstream/polar-bridge.json, slime-api.json). slime's default
+        # RolloutDataSourceWithBuffer has no get_samples_with_reservation, so Polar's worker
+        # (rollout.py AsyncPolarRolloutWorker._next_group_for_submission) falls back to get_samples(1).
+        "--custom-config-path",
+        f"{run_dir}/polar_config.yaml",
+        "--advantage-estimator",
+        grpo["advantage_estimator"],
+        "--n-samples-per-prompt",
+        str(grpo["n_samples_per_prompt"]),
+        "--rollout-batch-size",
+        str(grpo["rollout_batch_size"]),
+        "--global-batch-size",
+        str(grpo["global_batch_size"]),
+        "--num-rollout",
+        str(grpo["num_rollout"]),
+        "--rollout-max-response-len",
+        str(grpo["rollout_max_response_len"]),
+        "--rollout-max-prompt-len",
+        str(grpo["rollout_max_prompt_len"]),
+        "--use-kl-loss",
+        "--kl-loss-coef",
+        str(grpo["kl_loss_coef"]),
+        "--kl-loss-type",
+        grpo["kl_loss_type"],
+        "--eps-clip",
+        str(grpo["eps_clip"]),
+        "--eps-clip-high",
+        str(grpo["eps_clip_high"]),
+        "--optimizer",
+        "adam",
+        "--lr",
+        str(grpo["lr"]),
+        "--lr-decay-style",
+        "constant",
+        "--tensor-model-parallel-size",
+        str(tp),
+        "--pipeline-model-parallel-size",
+        "1",
+        "--context-parallel-size",
+        "1",
+        "--use-dynamic-batch-size",
+        "--max-tokens-per-gpu",
+        str(grpo["max_tokens_per_gpu"]),
+    ]
+    context = config["context"]
+    args += ["--seq-length", str(context["seq_length"]), *[str(a) for a in context.get("recompute") or []]]
+    if grpo.get("use_tis"):
+        args.append("--use-tis")
+    if tp > 1:
+        args.append("--sequence-parallel")
+    if profile.registration != "register":  # slime starts its own router (polarstack/exposure.py): metrics on loopback
+        args += SLIME_ROUTER_ARGS
+    plan.train_args = args
+
+    problems = budget.check(args, config)
+    if problems:
+        raise StackError(problems[0] + ".", ExitCode.USAGE)
+
+    runtime_env = {
+        "env_vars": {
+            **TRAINER_LOOPBACK_ENV,
+            "PYTHONPATH": "/root/Megatron-LM",
+            "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+            "SGLANG_ROUTER_BASE_URL": profile.base_url(),
+            "POLAR_WORKER_DISCOVERY": profile.values["POLAR_WORKER_DISCOVERY"],
+            **sandbox_mode_env(),
+        }
+    }  # Polar's direct-exec apptainer mode (polarstack.stack.assets)
+    dashboard = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
+    plan.commands = [
+        head_command(
+            gcs_port=config["ray"].get("gcs_port", 6379),
+            dashboard_port=config["ray"]["dashboard_port"],
+            num_gpus=len(profile.trainer_gpus),
+        ),
+        ["polar", "serve_rollout", "-c", f"{run_dir}/topology.yaml"],
+        ["polar", "serve_gateway", "-c", f"{run_dir}/topology.yaml", "--node-id", config["polar"]["node_id"]],
+        [
+            "ray",
+            "job",
+            "submit",
+            f"--address={dashboard}",
+            f"--runtime-env-json={json.dumps(runtime_env)}",
+            f"--working-dir={SLIME_DIR}",
+            "--",
+            "python3",
+            "train_async.py",
+            *args,
+        ],
+    ]
+    plan.files["launch.sh"] = launch_script(plan, run_dir, config)
+    return plan
+
+
+RESUME_REFUSED = int(
+    ExitCode.STATE
+)  # launch.sh's exit code when RESUME=1 finds no checkpoint or a fresh run would overwrite one
+
+
+def checkpoint_guard(plan: LaunchPlan) -> list[str]:
+    """Lines of launch.sh that check, inside the trainer (the checkpoints volume lives there), that RESUME=1 has a
+    checkpoint to continue and that a fresh run does not write over another run's checkpoints."""
+    tracker = shlex.quote(f"{plan.checkpoint_dir}/latest_checkpointed_iteration.txt")
+    if plan.resume:
+        return [
+            f"if [ ! -s {tracker} ]; then",
+            f"  echo {shlex.quote(f'RESUME=1 found no checkpoint to continue in {plan.checkpoint_dir} (no latest_checkpointed_iteration.txt); run make train without RESUME to start this run.')} >&2",
+            f"  exit {RESUME_REFUSED}",
+            "fi",
+        ]
+    return [
+        f"if [ -s {tracker} ]; then",
+        f"  echo {shlex.quote(f'{plan.checkpoint_dir} already holds a checkpoint of this run; make train RESUME=1 continues it, or make train SET=checkpoint.run_name=NEW starts another run.')} >&2",
+        f"  exit {RESUME_REFUSED}",
+        "fi",
+    ]
+
+
+def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str:
+    """The script `make train` runs inside the trainer container (the Ray head is already up there)."""
+    rollout = f"http://127.0.0.1:{config['polar']['rollout_port']}/health"
+    gateway = f"http://127.0.0.1:{config['polar']['gateway_port']}/health"
+    ray_start, serve_rollout, serve_gateway, submit = plan.commands
+    return "\n".join(
+        [
+            "#!/usr/bin/env bash",
+            f"# Rendered by `polarstack train --task {plan.task} --profile {plan.profile}` (run {plan.run_id}).",
+            "set -euo pipefail",
+            f"cd {shlex.quote(run_dir)}",
+            f"export SGLANG_ROUTER_BASE_URL={shlex.quote(plan.base_url)}",
+            "# Keeps Ray's and slime's listeners on 127.0.0.1 (polarstack/exposure.py, docs/exposure.md).",
+            *(f"export {key}={shlex.quote(value)}" for key, value in TRAINER_LOOPBACK_ENV.items()),
+            "# Polar's apptainer runtime in direct-exec mode: instance mode cannot nest here (polarstack/assets.py).",
+            *(f"export {key}={shlex.quote(value)}" for key, value in sandbox_mode_env().items()),
+            "pids=()",
+            'cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }',
+            "trap cleanup EXIT",
+            "# The Ray head runs as the container's main process (compose.yaml); start one only if it is missing.",
+            f"ray status >/dev/null 2>&1 || {shlex.join(ray_start)}",
+            *checkpoint_guard(plan),
+            f"{shlex.join(serve_rollout)} > polar-rollout.log 2>&1 & pids+=($!)",
+            f"{shlex.join(serve_gateway)} > polar-gateway.log 2>&1 & pids+=($!)",
+            f"for url in {rollout} {gateway}; do",
+            '  for _ in $(seq 1 60); do python3 /usr/local/bin/polarstack-healthcheck "$url" >/dev/null && break; sleep 2; done',
+            '  python3 /usr/local/bin/polarstack-healthcheck "$url"',
+            "done",
+            shlex.join(submit),
+            "",
+        ]
+    )
