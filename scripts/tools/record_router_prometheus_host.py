@@ -7,7 +7,7 @@ For every release in polarstack.routers.catalog.MEASURED, downloads the wheel (`
 default ~/.cache/polarstack/router-wheels), parses the release's own argument definitions (launch_router.py /
 router_args.py) with `ast`, and records whether `--prometheus-port` and `--prometheus-host` are defined and the
 default of `--prometheus-host`. The catalog (RouterRelease.accepts_prometheus_host) must agree with this record
-(tests/unit/test_routers.py); the pinned releases are also started and their sockets listed
+(tests/unit/routers/test_harness.py); the pinned releases are also started and their sockets listed
 (tests/integration/test_exposure.py).
 """
 

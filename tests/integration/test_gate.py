@@ -4,7 +4,7 @@ data_source, evaluation=False) returning samples grouped per prompt, optionally 
 path at the first rollout, aborts there through a router that drops Polar's fields, and aborts after K
 consecutive zero-token groups, counting the groups Polar's bridge already dropped (the `_delta` /
 `_since_worker_start` keys the pinned Polar exports). The watchdog (against a fake bridge shaped like the pinned
-Polar), the reward check and every stop's way to `polarstack train` are pinned in tests/unit/test_gate_watchdog.py."""
+Polar), the reward check and every stop's way to `polarstack train` are pinned in tests/unit/train/test_gate_watchdog.py."""
 
 import sys
 import types

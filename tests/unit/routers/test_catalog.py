@@ -1,6 +1,6 @@
 """Pins the split of the router catalog from the router installer/harness (issue 14 point 3): reading a profile,
 including the router release it names, imports no process, lock or HTTP machinery. A test of the structure,
-not of behaviour; the catalog's answers themselves are pinned by tests/unit/test_routers.py."""
+not of behaviour; the catalog's answers themselves are pinned by tests/unit/routers/test_harness.py."""
 
 import json
 import subprocess

@@ -15,6 +15,7 @@ import pytest
 from polarstack.checks import smoke
 from polarstack.errors import ExitCode
 from polarstack.polar import opinion as polar_opinion
+from smoke_answers import TOOL_ANSWER
 
 pytestmark = pytest.mark.unit
 
@@ -112,8 +113,6 @@ def smoke_on(monkeypatch, body: bytes):
         if request.url.path == "/v1/models":
             return httpx.Response(200, json={"data": [{"id": "m"}]})
         if json.loads(request.content).get("tools"):  # the smoke's tool-call check: an engine with a parser
-            from test_smoke_verdict import TOOL_ANSWER
-
             return httpx.Response(200, json=TOOL_ANSWER)
         return httpx.Response(200, content=body, headers={"content-type": "application/json"})
 

@@ -13,7 +13,7 @@ from polarstack.errors import ExitCode
 from polarstack.reward import tasks
 
 pytestmark = pytest.mark.unit
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "mbpp_sample.jsonl"
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "mbpp_sample.jsonl"
 
 
 def test_humaneval_prepare(tmp_path, capsys):
