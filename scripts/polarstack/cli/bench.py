@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -52,12 +53,24 @@ def _add_bench(sub) -> None:
     p.set_defaults(handler=_cmd_bench)
 
 
+def _require_plotting() -> None:
+    """Both benches end by drawing their plot with matplotlib (the `bench` extra): refuse before minutes of
+    measuring, not with an internal error at the end (issue 17)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise StackError(
+            "polarstack bench draws its plot with matplotlib, which is not installed: run `make bench` (it installs "
+            "the bench extra) or `pip install -e '.[bench]'`, then run the bench again.",
+            ExitCode.ENVIRONMENT,
+        )
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.routing:
         return _cmd_bench_routing(args)
     for name in ("reps", "latency_requests", "throughput_requests", "sessions", "turns"):
         if getattr(args, name) < 1:
             raise StackError(f"--{name.replace('_', '-')} must be at least 1.", ExitCode.USAGE)
+    _require_plotting()
     data = bench.run_bench(
         args.profiles,
         reps=args.reps,
@@ -100,6 +113,7 @@ def _cmd_bench_routing(args: argparse.Namespace) -> int:
                 ExitCode.USAGE,
             )
         extra.setdefault(name, []).append(shlex.split(flags))
+    _require_plotting()
     load = workload.AgentWorkload(sessions=args.agent_sessions, turns=args.agent_turns)
     data = routing_bench.run(
         args.profiles,

@@ -2,6 +2,7 @@
 share (all turns of a session on one engine, sessions spread evenly) computed from engines' served logs; the
 workload's sizes in the emulator's tokenizer; and the emulator's prefix cache against a brute-force reference."""
 
+import importlib.util
 import random
 
 import pytest
@@ -195,3 +196,21 @@ def test_bench_routing_refuses_bad_arguments_before_starting_anything(capsys, ar
 
     assert main(["bench", "--routing", *argv]) == ExitCode.USAGE
     assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--routing"], []])
+def test_bench_without_matplotlib_refuses_before_measuring(capsys, monkeypatch, argv):
+    """issue 17: `bench --routing` without the bench extra measured for minutes and ended as an internal error."""
+    from polarstack.bench import compare, routing
+    from polarstack.cli.main import main
+    from polarstack.errors import ExitCode
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    started = []
+    monkeypatch.setattr(routing, "run", lambda *a, **k: started.append("routing"))
+    monkeypatch.setattr(compare, "run_bench", lambda *a, **k: started.append("bench"))
+    assert main(["bench", *argv]) == ExitCode.ENVIRONMENT
+    err = capsys.readouterr().err
+    assert "matplotlib" in err and "make bench" in err and "Traceback" not in err
+    assert started == []
