@@ -15,6 +15,7 @@ and rebuilt as a pydantic model (annotations that name sglang-internal types bec
 from __future__ import annotations
 
 import ast
+import fcntl
 import functools
 import importlib.util
 import json
@@ -50,6 +51,16 @@ def source_dir(version: str | None = None) -> Path:
     marker = target / ".complete"
     if marker.exists():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Parallel test workers (and two CLIs) fetch it once: the second waits for the first, then finds the marker.
+    with open(target.parent / f"{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return target
+        return _fetch(version, target, marker)
+
+
+def _fetch(version: str, target: Path, marker: Path) -> Path:
     wheel_dir = cache_dir() / "wheels"
     wheel_dir.mkdir(parents=True, exist_ok=True)
     wheel = _find_wheel(wheel_dir, version)
