@@ -12,6 +12,8 @@ PYTHON ?= python3
 VENV ?= .venv
 # Extra arguments for pytest (for example PYTEST_ARGS="-m 'not router'").
 PYTEST_ARGS ?=
+# Parallel pytest workers (pytest-xdist): the suite mostly waits on processes it starts, so 4 on 2 cores.
+PYTEST_WORKERS ?= 4
 # Base URL `make smoke` checks when no profile is up (empty: read it from the run state).
 BASE_URL ?=
 # Route smoke takes: base (every request to BASE_URL) or polar (resolve like current Polar's client).
@@ -54,7 +56,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 test: _venv ## run the whole test suite (unit, emulator, real routers, sandbox, static); no GPU or Docker needed
-	@$(VENV_PY) -m pytest $(PYTEST_ARGS)
+	@$(VENV_PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: _venv ## ruff (check and format) and the package's import layers (import-linter); no network needed
 	@$(VENV)/bin/ruff check scripts tests
