@@ -5,14 +5,17 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
 
+from polarstack import paths
 from polarstack.errors import ExitCode
 from polarstack.processes import stop_pid
 from polarstack.routers.harness import RouterRelease, RunningRouter
 from polarstack.routers.harness import start as start_router
+from polarstack.stack import ray_head
 from polarstack.stack.engines import start_emulator
 
 # The emulator's response faults that block training and the smoke's exit code for each (README, "Failure modes
@@ -90,3 +93,25 @@ def router_factory() -> Iterator:
     yield make
     for router in started:
         router.stop(timeout=2.0)  # smg drains for ~5 s on SIGTERM; tests need not wait
+
+
+# The Ray head's command lines carry the interpreter and script paths of its venv under the cache; a researcher's
+# cache may sit far deeper than /root/.cache (issue 17: a 160-character cut once hid `dashboard.py`).
+LONG_CACHE_CHARS = 120
+
+
+@pytest.fixture(scope="session")
+def ray_bin() -> Path:
+    """The pinned Ray (ray[default]==RAY_VERSION), installed once per session into a venv under a cache path of
+    LONG_CACHE_CHARS characters (the install takes its lock, so parallel workers share one install)."""
+    base = str(paths.cache_dir() / "long-cache-path-")
+    long_cache = Path(base + "x" * (LONG_CACHE_CHARS - len(base)))
+    assert len(str(long_cache)) == LONG_CACHE_CHARS, "the cache path is already longer than the test's path"
+    patch = pytest.MonkeyPatch()
+    patch.setenv("POLARSTACK_CACHE", str(long_cache))
+    try:
+        bin_dir, _seconds = ray_head.install()
+    finally:
+        patch.undo()
+    assert str(bin_dir).startswith(str(long_cache))
+    return bin_dir

@@ -94,9 +94,9 @@ def test_train_launch_starts_ray_like_the_trainer_service(tmp_path, monkeypatch)
 
 
 @pytest.mark.ray
-def test_trainer_ray_head_listens_on_loopback_only(tmp_path, monkeypatch):
+def test_trainer_ray_head_listens_on_loopback_only(tmp_path, monkeypatch, ray_bin):
     command, env, dashboard = _trainer_service(tmp_path, monkeypatch)
-    bin_dir, _ = ray_head.install()
+    bin_dir = ray_bin  # under a cache path of 120 characters: every server must still be found by its command line
     # Ray's session sockets are AF_UNIX paths under its temp dir (at most 107 bytes): a short folder, not tmp_path.
     temp_dir = Path(tempfile.mkdtemp(prefix="ps-ray-", dir="/tmp"))
     try:

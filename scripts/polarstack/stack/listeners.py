@@ -70,7 +70,7 @@ def process_name(pid: int) -> str:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return "?"
-    return cmdline[:160] or "?"
+    return cmdline or "?"  # whole: a long interpreter path must not hide the script name (issue 17)
 
 
 def socket_inodes(pid: int) -> set[str]:
