@@ -290,6 +290,11 @@ def _add_train(sub) -> None:
         help="continue from the run's last checkpoint (--load of its save dir); refused when there is none",
     )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument(
+        "--without-rehearsal",
+        action="store_true",
+        help="docker runtime: launch without a passing `make preflight` record (make train ALLOW_NO_PREFLIGHT=1)",
+    )
     p.set_defaults(handler=_cmd_train)
 
 
@@ -306,6 +311,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             source=args.source,
             resume=args.resume,
             json=args.json,
+            without_rehearsal=args.without_rehearsal,
         )
     )
 
@@ -380,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"polarstack {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from polarstack import cli_bench, cli_docker, cli_local, cli_routers, cli_tasks
+    from polarstack import cli_bench, cli_docker, cli_local, cli_preflight, cli_routers, cli_tasks
 
     for add in (
         _add_emulate_engine,
@@ -396,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
         cli_tasks._add_tasks,
         cli_tasks._add_verify,
         _add_train,
+        cli_preflight._add_preflight,
         cli_bench._add_bench,
         _add_verify_offline,
         cli_routers._add_routers,

@@ -351,6 +351,10 @@ def build_plan(
         "polar_gate_zero_reward_rollouts": gate["zero_reward_rollouts"],
         "polar_gate_allow_retokenized": gate["allow_retokenized"],
         "polar_gate_abort_file": f"{run_dir}/gate-abort.txt",  # `polarstack train` reports the watchdog's sentence
+        # The learning signal per rollout (polarstack.learning_signal): rollouts.jsonl, the zero-advantage watch.
+        "polar_gate_summary_file": f"{run_dir}/rollouts.jsonl",
+        "polar_gate_zero_advantage_rollouts": gate.get("zero_advantage_rollouts", 10),
+        "polar_gate_zero_advantage_warn_share": gate.get("zero_advantage_warn_share", 0.75),
     }
     plan.files["polar_config.yaml"] = yaml.safe_dump(
         polar_config(task, f"{run_dir}/tasks", polar_values), sort_keys=False

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from polarstack import rehearsal_record
 from polarstack.errors import ExitCode, StackError
 
 
@@ -28,6 +29,7 @@ class TrainRequest:
     source: str | None = None
     resume: bool = False
     json: bool = False
+    without_rehearsal: bool = False  # ALLOW_NO_PREFLIGHT=1: launch on the docker runtime without a passing rehearsal
 
 
 def run(request: TrainRequest) -> int:
@@ -62,6 +64,8 @@ def run(request: TrainRequest) -> int:
         return 0
     if target.runtime == "docker":
         compose.check_node("train", profile, need_gpus=True)
+        # A passing `make preflight` of these pins, this profile and this plan (polarstack.rehearsal_record).
+        print(rehearsal_record.require(profile, override=request.without_rehearsal), file=sys.stderr)
     _gate(request, target, plan, profile)
     if target.local:
         raise StackError(

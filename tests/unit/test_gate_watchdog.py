@@ -397,7 +397,7 @@ def test_every_gate_stop_reaches_train_as_the_gate_code(tmp_path, monkeypatch, c
     monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
     monkeypatch.setattr(compose, "run_compose", _run_the_job_in_process(tmp_path, monkeypatch, stop_path))
     try:
-        code = main(["train", "--task", "humaneval", "--runtime", "docker"])
+        code = main(["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"])
     finally:
         gate.reset()
     err = capsys.readouterr().err
@@ -429,5 +429,5 @@ def test_a_stale_abort_file_does_not_turn_a_job_failure_into_a_gate_stop(tmp_pat
             args, 1 if args[-1].endswith("/launch.sh") else 0, "", ""
         ),
     )  # the job fails; the pre-launch look passes
-    assert main(["train", "--task", "humaneval", "--runtime", "docker"]) == 8
+    assert main(["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"]) == 8
     assert "earlier attempt" not in capsys.readouterr().err
