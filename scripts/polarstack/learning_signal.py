@@ -5,7 +5,7 @@ Used by the in-job gate (polarstack.gate) after every rollout, for three things:
   rehearsal's report reads (polarstack.rehearsal_report);
 - metrics added to the rollout's output, which slime logs to its tracker with its own rollout metrics
   (slime/ray/rollout.py at SLIME_COMMIT: `generate` l.560-562 passes `data.metrics` (l.651) to
-  `_log_rollout_data`, whose l.1302 starts its log_dict from them; `logging_utils.log` sends it to W&B and/or
+  `_log_rollout_data`, whose l.1303 starts its log_dict from them; `logging_utils.log` sends it to W&B and/or
   TensorBoard, slime/utils/logging_utils.py l.45-51);
 - the zero-advantage watch (`ZeroAdvantageWatch`): GRPO's advantage is a sample's reward against its group's,
   so a group whose samples all got the same reward teaches nothing (slime's own `_compute_zero_std_metrics`,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from polarstack import compose, exposure, flags, profiles
+from polarstack import budget, compose, exposure, flags, preflight, profiles, rehearsal_keys
 from polarstack.cache import cache_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins, repo_root
@@ -441,8 +441,6 @@ def check_preflight(profile: profiles.Profile) -> Check:
     """The rehearsal's plan (`make preflight`), checked like the main plan: both jobs' train_async.py, ray start and
     ray job submit against the recorded option tables, loopback-only, the trace budget, the batch rules, slime's
     model script for the small model (and for the 7B of configs/train/defaults.yaml), save and resume."""
-    from polarstack import budget, preflight  # the rehearsal's plan is built from train.build_plan
-
     label = f"profile {profile.name}, make preflight: both jobs' launches, model args, batch rules, save and resume"
     try:
         plan = preflight.build(profile, run_id="verify")
@@ -537,6 +535,15 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     tool_problems = recorded_fact_problems()
     checks.append(
         Check(f"Polar's harness tool request ({RECORD}) mirrored by the smoke", not tool_problems, "", tool_problems)
+    )
+    key_problems, key_detail = rehearsal_keys.check()
+    checks.append(
+        Check(
+            f"the rehearsal's report reads what slime, Polar and sglang write ({rehearsal_keys.RECORD})",
+            not key_problems,
+            key_detail,
+            key_problems,
+        )
     )
     with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:
         for name in profiles.available():
