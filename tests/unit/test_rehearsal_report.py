@@ -7,8 +7,8 @@ import copy
 import json
 
 import pytest
-import rehearsal_fakes as fakes
 
+import rehearsal_fakes as fakes
 from polarstack import rehearsal_keys, rehearsal_report
 from polarstack.cli import main
 from polarstack.errors import ExitCode, StackError
