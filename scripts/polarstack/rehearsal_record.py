@@ -10,8 +10,10 @@ recomputes the hash and refuses (NO_REHEARSAL) without a passing record of the s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.paths import run_dir
 from polarstack.pins import pins
 from polarstack.profiles import Profile
+from polarstack.tracker import WANDB_KEY_ENV
 
 HASH_RUN_ID = "rehearsal"  # the run id the hashed plan is rendered with
 
@@ -29,8 +32,20 @@ def record_path(profile_name: str) -> Path:
     return run_dir() / "preflight" / f"{profile_name}.json"
 
 
+@contextlib.contextmanager
+def _without_tracker_key():
+    """The tracker (W&B with WANDB_API_KEY, else TensorBoard) is not what the rehearsal proves: hash one variant."""
+    saved = os.environ.pop(WANDB_KEY_ENV, None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[WANDB_KEY_ENV] = saved
+
+
 def plan_hash(profile: Profile, *, pin_values: dict[str, str] | None = None, sets: list[str] | None = None) -> str:
-    plan = preflight.build(profile, run_id=HASH_RUN_ID, sets=sets)
+    with _without_tracker_key():
+        plan = preflight.build(profile, run_id=HASH_RUN_ID, sets=sets)
     material = {
         "pins": dict(sorted((pin_values if pin_values is not None else pins()).items())),
         "profile": {"name": profile.name, "values": dict(sorted(profile.values.items()))},

@@ -25,6 +25,7 @@ from polarstack.paths import train_defaults
 from polarstack.profiles import Profile
 from polarstack.ray_head import head_command
 from polarstack.tasks import TASKS, polar_config
+from polarstack.tracker import tracker_for
 
 TRAINER_RUN_DIR = "/run-polarstack/train"  # the host's .run/train, mounted into the trainer (compose.yaml)
 SLIME_DIR = "/root/slime"
@@ -452,6 +453,8 @@ def build_plan(
         args.append("--sequence-parallel")
     if profile.registration != "register":  # slime starts its own router (polarstack/exposure.py): metrics on loopback
         args += SLIME_ROUTER_ARGS
+    _, tracker_args, tracker_env = tracker_for(ckpt.rsplit("/", 1)[-1], model["save"])  # W&B or TensorBoard
+    args += tracker_args
     plan.train_args = args
     from polarstack import budget  # harness + task + response must fit the trace budget
 
@@ -467,6 +470,7 @@ def build_plan(
             "SGLANG_ROUTER_BASE_URL": profile.base_url(),
             "POLAR_WORKER_DISCOVERY": profile.values["POLAR_WORKER_DISCOVERY"],
             **sandbox_mode_env(),
+            **tracker_env,
         }
     }  # Polar's direct-exec apptainer mode (polarstack.assets)
     dashboard = f"http://127.0.0.1:{config['ray']['dashboard_port']}"

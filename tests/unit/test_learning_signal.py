@@ -7,9 +7,9 @@ advantage, whatever the reward; one mixed group resets it."""
 from types import SimpleNamespace
 
 import pytest
-import rehearsal_fakes as fakes
 import yaml
 
+import rehearsal_fakes as fakes
 from polarstack import gate, learning_signal
 from polarstack.paths import train_defaults
 
