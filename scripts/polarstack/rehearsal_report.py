@@ -317,6 +317,40 @@ def report(evidence: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+NODE_ONLY = "measured by `make preflight` on the node only"
+PARSED_OUTCOME, RAW_TEXT_OUTCOME = "parsed", "raw_tool_call_text"  # polarstack.toolcheck's outcomes
+
+
+def local_part(trainable_per_exchange: list[int], tool_check: dict[str, Any] | None) -> list[Verdict]:
+    """What the local runtime measures of the report (`make demo`): the smoke's exchanges stand for groups
+    (Polar's trainable tokens of each), its tool request to every target for the sessions; the rest is the node's."""
+    out = []
+    empty = sum(1 for t in trainable_per_exchange if not t)
+    figure = (
+        f"{len(trainable_per_exchange) - empty}/{len(trainable_per_exchange)} smoke exchanges with trainable tokens"
+    )
+    out.append(
+        Verdict(
+            "trainable_tokens",
+            "fail" if empty or not trainable_per_exchange else "pass",
+            figure,
+            "the path loses Polar's token fields: the smoke's sentence says which" if empty else "",
+        )
+    )
+    targets = (tool_check or {}).get("targets") or []
+    parsed = sum(1 for t in targets if t.get("outcome") == PARSED_OUTCOME)
+    raw = sum(1 for t in targets if t.get("outcome") == RAW_TEXT_OUTCOME)
+    figure = f"{parsed}/{len(targets)} targets answered the tool request with parsed tool calls"
+    if not targets:
+        out.append(Verdict("tool_calls", "fail", "no tool request reached a target", "see the smoke's sentence"))
+    elif raw:
+        out.append(Verdict("tool_calls", "fail", figure, "start the engines with --tool-call-parser"))
+    else:
+        out.append(Verdict("tool_calls", "pass" if parsed == len(targets) else "warn", figure))
+    out += [Verdict(name, "node", NODE_ONLY) for name in CLASSES if name not in ("trainable_tokens", "tool_calls")]
+    return out
+
+
 def raise_on_failure(result: dict[str, Any]) -> None:
     if result["passed"]:
         return
@@ -327,4 +361,13 @@ def raise_on_failure(result: dict[str, Any]) -> None:
     )
 
 
-__all__ = ["judge", "report", "raise_on_failure", "parse_slime_log", "read_rollouts", "Verdict", "CLASSES"]
+__all__ = [
+    "local_part",
+    "judge",
+    "report",
+    "raise_on_failure",
+    "parse_slime_log",
+    "read_rollouts",
+    "Verdict",
+    "CLASSES",
+]

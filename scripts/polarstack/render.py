@@ -129,7 +129,18 @@ def render_demo(rows: list[dict[str, Any]], elapsed: float) -> None:
         )
     out = console()
     out.print(table)
+    rehearsed = [row for row in rows if row.get("rehearsal")]
+    if rehearsed:  # make preflight's report, the classes this machine can measure (the rest: the node's)
+        classes = [v["class"] for v in rehearsed[0]["rehearsal"]]
+        part = Table("rehearsal class (make preflight)", *[row["profile"] for row in rehearsed])
+        for index, name in enumerate(classes):
+            part.add_row(name, *[_rehearsal_cell(r["rehearsal"][index]) for r in rehearsed])
+        out.print(part)
     out.print(f"demo finished in {elapsed:.1f} s")
+
+
+def _rehearsal_cell(verdict: dict[str, str]) -> str:
+    return "node only" if verdict["verdict"] == "node" else f"{verdict['verdict']}: {verdict['figure']}"
 
 
 def render_train_plan(plan, task: str, profile_name: str, runtime: str, run_dir_in_trainer: str) -> None:

@@ -151,3 +151,22 @@ def test_a_drifted_record_fails_the_key_check(monkeypatch):
     assert any("train/total_loss" in p for p in problems)
     assert any("training-step line" in p for p in problems)
     assert any("clipped" in p for p in problems)
+
+
+def test_local_part_judges_what_the_local_runtime_measures():
+    good = rehearsal_report.local_part([12, 30], {"targets": [{"outcome": "parsed", "tool_calls": 1}]})
+    assert [(v.name, v.verdict) for v in good[:2]] == [("trainable_tokens", "pass"), ("tool_calls", "pass")]
+    assert {v.verdict for v in good[2:]} == {"node"} and len(good) == len(rehearsal_report.CLASSES)
+    bad = rehearsal_report.local_part([12, 0], {"targets": [{"outcome": "raw_tool_call_text", "tool_calls": 0}]})
+    assert [v.verdict for v in bad[:2]] == ["fail", "fail"] and "--tool-call-parser" in bad[1].change
+    prose = rehearsal_report.local_part([5], {"targets": [{"outcome": "prose_without_call", "tool_calls": 0}]})
+    assert prose[1].verdict == "warn"
+
+
+def test_local_outcome_names_are_toolchecks():
+    from polarstack import toolcheck
+
+    assert (rehearsal_report.PARSED_OUTCOME, rehearsal_report.RAW_TEXT_OUTCOME) == (
+        toolcheck.PARSED,
+        toolcheck.RAW_TEXT,
+    )
