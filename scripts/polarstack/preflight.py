@@ -319,6 +319,13 @@ def checks(plan: PreflightPlan) -> list[str]:
         problems.append("the rehearsal's second job does not --load the first job's checkpoint directory")
     if "--save-interval" not in first.train_args:  # slime saves the last rollout only with an interval set
         problems.append("job 1 passes no --save-interval: slime would not save the checkpoint job 2 resumes")
+    # slime restarts its weight-version counter in every job (slime/backends/megatron_utils/actor.py l.176,
+    # update_weight_start_version defaults to 0) and updates once at start and after each rollout: job 1 ends at
+    # 1 + first, job 2 at 1 + after_resume, and the report's weight_sync verdict tells them apart only if they differ.
+    if _rollouts(first) == _rollouts(second) - _rollouts(first):
+        problems.append(
+            "phases.first equals phases.after_resume: the engines' weight_version would end both jobs alike"
+        )
     if not _rollouts(second) > _rollouts(first):
         problems.append("the resumed job runs no rollout after the resume")
     return problems

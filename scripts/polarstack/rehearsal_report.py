@@ -213,6 +213,9 @@ def loss_and_grad(evidence: dict[str, Any]) -> Verdict:
 
 
 def weight_sync(evidence: dict[str, Any]) -> Verdict:
+    """Every engine's weight_version changed during each job. slime's counter restarts at 0 in each job
+    (slime/backends/megatron_utils/actor.py l.176), so job 2's last version differs from job 1's only because the
+    jobs run different numbers of rollouts (preflight.checks keeps them different)."""
     versions = evidence.get("weight_versions") or {}
     stages = [s for s in ("before", "after_train", "after_resume") if s in versions]
     engines = sorted(versions.get("before") or {})
