@@ -1,7 +1,8 @@
 """The rehearsal's pass record, and the check `make train` makes against it on the docker runtime.
 
 A passing `make preflight` writes .run/preflight/<profile>.json with a hash of what it proved: every pin
-(configs/pins.env), the profile's values (configs/profiles/<name>.env with the stack's knobs) and the rehearsal's
+(configs/pins.env), the profile's values (configs/profiles/<name>.env), the stack's knobs (configs/stack.env and
+the environment, without the model's name and path) and the rehearsal's
 plan (both jobs' train_async.py arguments and files, rendered with a fixed run id, so the plan is what
 configs/train/defaults.yaml + preflight.yaml say, not when it ran). `make train` on the docker runtime
 recomputes the hash and refuses (NO_REHEARSAL) without a passing record of the same hash; ALLOW_NO_PREFLIGHT=1
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from polarstack import preflight
+from polarstack import compose, preflight
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import run_dir
 from polarstack.pins import pins
@@ -26,6 +27,8 @@ from polarstack.profiles import Profile
 from polarstack.tracker import WANDB_KEY_ENV
 
 HASH_RUN_ID = "rehearsal"  # the run id the hashed plan is rendered with
+# configs/stack.env knobs that name the model: the rehearsal serves its own small model, so they are not hashed.
+MODEL_KNOBS = ("MODEL_NAME", "MODEL_DIR", "MODEL_PATH", "SERVED_MODEL_NAME")
 
 
 def record_path(profile_name: str) -> Path:
@@ -49,6 +52,8 @@ def plan_hash(profile: Profile, *, pin_values: dict[str, str] | None = None, set
     material = {
         "pins": dict(sorted((pin_values if pin_values is not None else pins()).items())),
         "profile": {"name": profile.name, "values": dict(sorted(profile.values.items()))},
+        # the stack's knobs (engine memory, tool-call parser, weight sync, GPUs), as Compose gets them
+        "stack": {k: v for k, v in sorted(compose.stack_knobs().items()) if k not in MODEL_KNOBS},
         "plan": {
             "phases": [
                 {"name": name, "train_args": p.train_args, "commands": p.as_dict()["commands"]}

@@ -64,3 +64,12 @@ def test_make_train_on_docker_refuses_with_exit_17(monkeypatch, capsys):
     assert "make preflight PROFILE=engine-direct" in err and len(err.strip().splitlines()) == 1
     # dry runs and the local runtime never ask for a rehearsal
     assert main(["train", "--task", "humaneval", "--runtime", "docker", "--dry-run", "--json"]) == 0
+
+
+def test_a_changed_stack_knob_refuses_but_the_model_path_does_not(monkeypatch):
+    profile = profiles.load("patched-router")
+    rehearsal_record.write(profile, PASSED, "r", now=0.0)
+    monkeypatch.setenv("MODEL_PATH", "/models/Qwen2.5-7B-Instruct-other")  # the rehearsal serves its own model
+    rehearsal_record.require(profile, override=False, now=1.0)
+    monkeypatch.setenv("ENGINE_TOOL_CALL_PARSER", "hermes")
+    assert "other pins" in refused(profile, now=1.0)
