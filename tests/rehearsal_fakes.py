@@ -10,6 +10,7 @@ from typing import Any
 
 from polarstack import gate, learning_signal
 from polarstack.rehearsal_keys import record
+from polarstack.rehearsal_report import parse_slime_log
 
 FACTS = record()
 POLAR = {name: fact["key"] for name, fact in FACTS["polar"]["facts"].items()}
@@ -76,8 +77,6 @@ def mixed_groups() -> list[list[Sample]]:
 def passing_evidence() -> dict[str, Any]:
     rollouts = [{**summary(r, mixed_groups()), "phase": "train" if r < 2 else "resume"} for r in range(3)]
     log = "\n".join([step_line(0), perf_line(0), step_line(1), perf_line(1), step_line(2), perf_line(2)])
-    from polarstack.rehearsal_report import parse_slime_log
-
     return {
         "rollouts": rollouts,
         "slime": parse_slime_log(log),

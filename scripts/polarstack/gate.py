@@ -402,7 +402,7 @@ def generate_rollout_gated(args: Any, rollout_id: int, data_source: Any, evaluat
 
 def watch_learning_signal(
     args: Any, rollout_id: int, output: Any, groups: list[list[Any]], dropped: int, seconds: float
-):
+) -> None:
     """The rollout's learning signal (polarstack.learning_signal): its summary line, its tracker metrics (added to
     the metrics slime logs), and the zero-advantage watch, whose stop is a GATE stop like every other."""
     key = str(getattr(args, "polar_reward_key", None) or getattr(args, "reward_key", None) or "score")

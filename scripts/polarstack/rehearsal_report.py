@@ -7,7 +7,7 @@ are recorded in configs/upstream/rehearsal-keys.json; `make verify-offline` find
 - slime's log lines in the jobs' output: `step N: {...}` per training step (slime/backends/megatron_utils/model.py
   l.909 at SLIME_COMMIT, keys train/loss, train/grad_norm l.876-880) and `perf N: {...}` per rollout
   (slime/ray/rollout.py l.1306, key perf/rollout_time);
-- each engine's `GET /model_info` "weight_version" before job 1 and after each job (sglang 0.5.15.post1
+- each engine's `GET /model_info` "weight_version" before job 1 and after each job (sglang at SGLANG_VERSION
   srt/entrypoints/http_server.py l.665-679);
 - the checkpoint tracker latest_checkpointed_iteration.txt after each job: slime saves rollout r as iteration r
   (train_async.py l.60 `save_model(rollout_id)`, slime/backends/megatron_utils/model.py l.954 `save_checkpoint(

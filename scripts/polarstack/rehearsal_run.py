@@ -94,6 +94,8 @@ def run(
             ExitCode.STATE,
         )
     os.environ.update(plan.stack_env)  # the small model for `make up` (environment overrides configs/stack.env)
+    # Until this rehearsal passes, no earlier pass of this profile counts: a run stopped half-way leaves a failure.
+    rehearsal_record.write(profile, {"passed": False}, plan.report_path, sets=plan.sets)
     assets.check_before_up(profile)
     out = train_run_dir() / plan.run_id
     phases: dict[str, float] = {}

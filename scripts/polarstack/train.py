@@ -101,8 +101,8 @@ POSITIVE_INTS = {
     "checkpoint": ("save_interval",),
     "polar": ("rollout_port", "gateway_port", "max_init_workers", "max_run_workers", "max_postrun_workers"),
 }
-NON_NEGATIVE_INTS = {"context": ("harness_margin_tokens",)}
-FINITE_NUMBERS = {"grpo": ("lr", "kl_loss_coef", "eps_clip", "eps_clip_high")}
+NON_NEGATIVE_INTS = {"context": ("harness_margin_tokens",), "gate": ("zero_advantage_rollouts",)}
+FINITE_NUMBERS = {"grpo": ("lr", "kl_loss_coef", "eps_clip", "eps_clip_high"), "gate": ("zero_advantage_warn_share",)}
 
 
 def _check_types(config: dict[str, Any]) -> None:
@@ -354,8 +354,8 @@ def build_plan(
         "polar_gate_abort_file": f"{run_dir}/gate-abort.txt",  # `polarstack train` reports the watchdog's sentence
         # The learning signal per rollout (polarstack.learning_signal): rollouts.jsonl, the zero-advantage watch.
         "polar_gate_summary_file": f"{run_dir}/rollouts.jsonl",
-        "polar_gate_zero_advantage_rollouts": gate.get("zero_advantage_rollouts", 10),
-        "polar_gate_zero_advantage_warn_share": gate.get("zero_advantage_warn_share", 0.75),
+        "polar_gate_zero_advantage_rollouts": gate["zero_advantage_rollouts"],
+        "polar_gate_zero_advantage_warn_share": gate["zero_advantage_warn_share"],
     }
     plan.files["polar_config.yaml"] = yaml.safe_dump(
         polar_config(task, f"{run_dir}/tasks", polar_values), sort_keys=False

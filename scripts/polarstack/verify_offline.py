@@ -14,6 +14,8 @@
 5. Meaning (polarstack.meaning): the Polar bridge's slime API exists at the pinned slime, the engines parse tool
    calls, checkpoints/dropout/resume, and the weight-sync transport reaches the engines across containers.
 6. The routing flags each profile ships (ROUTER_ARGS) are the ones docs/routing.json measured.
+7. The rehearsal (`make preflight`, issue 19) per working profile, like the main plan (check_preflight), and its
+   report's readers against what slime, Polar and sglang write (polarstack.rehearsal_keys).
 """
 
 from __future__ import annotations

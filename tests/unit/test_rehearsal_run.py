@@ -94,3 +94,20 @@ def test_refused_while_a_profile_is_up(setup):
     with pytest.raises(StackError) as info:
         rehearsal_run.run(profile, plan, node=FakeNode(host), progress=lambda m: None)
     assert info.value.code == ExitCode.STATE and "make down" in info.value.message
+
+
+def test_a_rehearsal_stopped_half_way_voids_an_earlier_pass(setup):
+    profile, plan, host = setup
+    rehearsal_record.write(profile, {"passed": True}, "earlier")
+    node = FakeNode(host)
+
+    def gate_refuses(plan):
+        raise StackError("the smoke failed", ExitCode.GATE)
+
+    node.gate = gate_refuses
+    with pytest.raises(StackError) as info:
+        rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    assert info.value.code == ExitCode.GATE and node.compose_calls == ["up", "down"]
+    with pytest.raises(StackError) as refused:
+        rehearsal_record.require(profile, override=False)
+    assert refused.value.code == ExitCode.NO_REHEARSAL and "failed" in refused.value.message
