@@ -134,3 +134,18 @@ def test_verify_offline_checks_the_rehearsal(monkeypatch):
     monkeypatch.setattr(preflight, "models_record", lambda: drifted)
     check = verify_offline.check_preflight(profile)
     assert not check.ok and any("qwen2.5-7B.sh" in p for p in check.problems)
+
+
+def test_make_targets_pass_the_knobs():
+    import subprocess
+
+    def rendered(*words):
+        proc = subprocess.run(["make", "-n", *words], capture_output=True, text=True, cwd=repo_root())
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert 'preflight --profile "patched-router" --dry-run' in rendered(
+        "preflight", "DRY_RUN=1", "PROFILE=patched-router"
+    )
+    assert "--without-rehearsal" in rendered("train", "TASK=humaneval", "ALLOW_NO_PREFLIGHT=1")
+    assert "--without-rehearsal" not in rendered("train", "TASK=humaneval")
