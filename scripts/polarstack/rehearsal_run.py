@@ -96,7 +96,19 @@ def run(
     os.environ.update(plan.stack_env)  # the small model for `make up` (environment overrides configs/stack.env)
     # Until this rehearsal passes, no earlier pass of this profile counts: a run stopped half-way leaves a failure.
     rehearsal_record.write(profile, {"passed": False}, plan.report_path, sets=plan.sets)
-    assets.check_before_up(profile)
+    try:
+        assets.check_before_up(profile)
+    except StackError as exc:  # plain `make model` would fetch the real model: name the rehearsal's
+        if exc.code != ExitCode.ASSETS_MISSING or assets.MODEL_MARKER not in exc.message:
+            raise
+        raise StackError(
+            f"make preflight needs the weights of {plan.stack_env['MODEL_NAME']} in the models volume (no "
+            f"{assets.MODEL_MARKER} at {plan.stack_env['MODEL_PATH']}): run `make model "
+            f"MODEL_NAME={plan.stack_env['MODEL_NAME']} MODEL_PATH={plan.stack_env['MODEL_PATH']}` first"
+            + ("" if "sandbox" not in exc.message else ", and `make sif`")
+            + ".",
+            ExitCode.ASSETS_MISSING,
+        ) from None
     out = train_run_dir() / plan.run_id
     phases: dict[str, float] = {}
     evidence: dict[str, Any] = {}

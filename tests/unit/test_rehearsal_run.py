@@ -111,3 +111,21 @@ def test_a_rehearsal_stopped_half_way_voids_an_earlier_pass(setup):
     with pytest.raises(StackError) as refused:
         rehearsal_record.require(profile, override=False)
     assert refused.value.code == ExitCode.NO_REHEARSAL and "failed" in refused.value.message
+
+
+def test_missing_small_model_names_the_rehearsals_make_model(setup, monkeypatch):
+    profile, plan, host = setup
+
+    def missing(profile):
+        raise StackError(
+            f"make up needs the weights of {os.environ['MODEL_NAME']} (no {assets.MODEL_MARKER} in the models "
+            "volume), which are missing: run `make model`.",
+            ExitCode.ASSETS_MISSING,
+        )
+
+    monkeypatch.setattr(assets, "check_before_up", missing)
+    node = FakeNode(host)
+    with pytest.raises(StackError) as info:
+        rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    assert info.value.code == ExitCode.ASSETS_MISSING and node.compose_calls == []
+    assert "make model MODEL_NAME=Qwen/Qwen2.5-3B-Instruct MODEL_PATH=/models/Qwen2.5-3B-Instruct" in info.value.message
