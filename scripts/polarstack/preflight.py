@@ -91,6 +91,33 @@ def model_facts(args: list[str]) -> dict[str, Any]:
     }
 
 
+# config.json keys (Hugging Face's Qwen2 config) for each Megatron fact; checked on the node before the jobs run.
+HF_CONFIG_KEYS = {
+    "vocab_size": "vocab_size",
+    "tied_embeddings": "tie_word_embeddings",
+    "num_query_groups": "num_key_value_heads",
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_attention_heads": "num_attention_heads",
+    "ffn_hidden_size": "intermediate_size",
+    "rotary_base": "rope_theta",
+}
+
+
+def config_mismatches(facts: dict[str, Any], hf_config: dict[str, Any]) -> list[str]:
+    """Where slime's model script disagrees with the weights' config.json (a silent mistraining: Megatron would
+    build another model than the checkpoint, or rotate positions differently)."""
+    out = []
+    for fact, key in HF_CONFIG_KEYS.items():
+        if key not in hf_config:
+            continue
+        want, have = facts[fact], hf_config[key]
+        same = float(want) == float(have) if fact == "rotary_base" else want == have
+        if not same:
+            out.append(f"{key}={have} in config.json, but slime's script gives {fact}={want}")
+    return out
+
+
 def preflight_config(path: Path | None = None) -> dict[str, Any]:
     path = path or configs_dir() / "train" / "preflight.yaml"
     try:
@@ -222,6 +249,7 @@ def steps(plan: PreflightPlan) -> list[str]:
         "refuse unless no profile is up (`make down` first): the engines load the model when they start",
         f"make up PROFILE={plan.profile} with {env}",
         "the smoke gate against that path (as make train)",
+        "the sandbox probe in the trainer; the weights' config.json against slime's model script (stop on a difference)",
         f"job 1 (launch-train.sh): rollouts 0-{_rollouts(plan.phases[0][1]) - 1}, saves a checkpoint",
         f"job 2 (launch-resume.sh): --load of the same checkpoint directory, rollouts "
         f"{_rollouts(plan.phases[0][1])}-{_rollouts(plan.phases[1][1]) - 1}",

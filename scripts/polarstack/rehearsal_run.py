@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from polarstack import assets, compose, docker_state, rehearsal_record, rehearsal_report, tasks, train_launch
+from polarstack import assets, compose, docker_state, preflight, rehearsal_record, rehearsal_report, tasks, train_launch
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import train_run_dir
 from polarstack.preflight import SUMMARY_NAME, PreflightPlan
@@ -69,6 +69,15 @@ def weight_versions(node: Node, profile: Profile) -> dict[str, Any]:
     try:
         return json.loads(out.strip().splitlines()[-1]) if code == 0 else {}
     except (json.JSONDecodeError, IndexError):
+        return {}
+
+
+def hf_config(node: Node, model_path: str) -> dict[str, Any]:
+    """The weights' config.json, read inside the trainer ({} when unreadable: nothing to compare)."""
+    code, out = node.trainer(f"cat {shlex.quote(model_path + '/config.json')}")
+    try:
+        return json.loads(out) if code == 0 else {}
+    except json.JSONDecodeError:
         return {}
 
 
@@ -128,6 +137,13 @@ def run(
         for file_name, text in plan.files.items():
             (out / file_name).write_text(text)
         assets.check_in_trainer(profile)
+        mismatched = preflight.config_mismatches(plan.model, hf_config(node, plan.stack_env["MODEL_PATH"]))
+        if mismatched:
+            raise StackError(
+                f"slime's scripts/models/qwen2.5-{plan.size}.sh does not describe {plan.stack_env['MODEL_PATH']}: "
+                f"{'; '.join(mismatched)}; choose another model.size in configs/train/preflight.yaml.",
+                ExitCode.REHEARSAL_FAILED,
+            )
         versions = {"before": weight_versions(node, profile)}
         checkpoint: dict[str, Any] = {}
         rollouts: list[dict[str, Any]] = []

@@ -9,7 +9,8 @@ share, trainable tokens per group, tokens per rollout, the gate's counters) to t
 - W&B: `--use-wandb --wandb-project polarstack --wandb-group <run>`; never `--wandb-key` (slime l.40-41 would log
   in with a key on the command line, in the dry run, launch.sh and Ray's job). wandb reads WANDB_API_KEY from the
   environment the trainer container got at `make up` (compose.yaml passes it through, no value in any file or
-  image), which Ray's workers inherit from the Ray head; the key is named, never copied, here.
+  image), which Ray's workers inherit from the Ray head started in that container (Ray's behaviour, not checked
+  here; on the node, the job's W&B run appearing confirms it); the key is named, never copied, here.
 - TensorBoard: TENSORBOARD_DIR=<model.save>/tensorboard/<run>, under the checkpoints volume, set in the Ray job's
   runtime env; `make tensorboard` is not provided: the README says how to open the files.
 """

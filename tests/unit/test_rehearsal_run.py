@@ -18,8 +18,21 @@ pytestmark = pytest.mark.unit
 class FakeNode:
     """The trainer as the jobs would leave it: slime's log lines, the gate's rollouts.jsonl, versions, tracker."""
 
-    def __init__(self, host_dir, fail_job=None):
-        self.host_dir, self.fail_job = host_dir, fail_job
+    # Qwen2.5-3B-Instruct's config.json keys as slime's qwen2.5-3B.sh describes them (a fake, not the Hub's file)
+    CONFIG = {
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "num_key_value_heads": 2,
+        "hidden_size": 2048,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 16,
+        "intermediate_size": 11008,
+        "rope_theta": 1000000.0,
+    }
+
+    def __init__(self, host_dir, fail_job=None, config=None):
+        self.host_dir, self.fail_job, self.config = host_dir, fail_job, config or dict(self.CONFIG)
+        self.jobs = 0
         self.compose_calls, self.version, self.tracker, self.env_at_up = [], 0, None, None
 
     def compose(self, args):
@@ -34,8 +47,11 @@ class FakeNode:
     def trainer(self, command):
         if "/model_info" in command:
             return 0, json.dumps({"http://127.0.0.1:30000": str(self.version) if self.version else "default"})
+        if command.startswith("cat ") and command.endswith("config.json"):
+            return 0, json.dumps(self.config)
         if command.startswith("cat "):
             return (0, f"{self.tracker}\n") if self.tracker is not None else (1, "")
+        self.jobs += 1
         name = "train" if "launch-train.sh" in command else "resume"
         rollouts = range(0, 2) if name == "train" else range(2, 3)
         lines = []
@@ -129,3 +145,12 @@ def test_missing_small_model_names_the_rehearsals_make_model(setup, monkeypatch)
         rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
     assert info.value.code == ExitCode.ASSETS_MISSING and node.compose_calls == []
     assert "make model MODEL_NAME=Qwen/Qwen2.5-3B-Instruct MODEL_PATH=/models/Qwen2.5-3B-Instruct" in info.value.message
+
+
+def test_weights_that_slimes_script_does_not_describe_stop_before_any_job(setup):
+    profile, plan, host = setup
+    node = FakeNode(host, config={**FakeNode.CONFIG, "rope_theta": 10000.0})
+    with pytest.raises(StackError) as info:
+        rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    assert info.value.code == ExitCode.REHEARSAL_FAILED and "rope_theta=10000.0" in info.value.message
+    assert node.jobs == 0 and node.compose_calls == ["up", "down"]
