@@ -213,7 +213,9 @@ def loss_and_grad(evidence: dict[str, Any]) -> Verdict:
 
 
 def weight_sync(evidence: dict[str, Any]) -> Verdict:
-    """Every engine's weight_version changed during each job. slime's counter restarts at 0 in each job
+    """Every engine's weight_version changed during each job. slime sends the version with every update
+    (slime/ray/actor_group.py l.247-249 for the disk transport, update_weight_from_distributed.py l.343 for NCCL)
+    and sglang reports it in GET /model_info. slime's counter restarts at 0 in each job
     (slime/backends/megatron_utils/actor.py l.176), so job 2's last version differs from job 1's only because the
     jobs run different numbers of rollouts (preflight.checks keeps them different)."""
     versions = evidence.get("weight_versions") or {}
