@@ -32,6 +32,8 @@ DRY_RUN ?=
 RESUME ?=
 # Overrides of configs/train/defaults.yaml for `make train`, space-separated key=value (e.g. SET="checkpoint.save_interval=10").
 SET ?=
+# 1: `make train` on the docker runtime launches without a passing `make preflight` record of these pins, profile, plan.
+ALLOW_NO_PREFLIGHT ?=
 # Router releases for `make router-matrix` (empty: sglang-router 0.1.0-0.3.2 and every smg release).
 RELEASES ?=
 
@@ -43,7 +45,7 @@ _RUNTIME_ARG = $(if $(RUNTIME),--runtime "$(RUNTIME)")
 # Run a command and print its wall-clock time (GPU-node steps take minutes to hours; see README "On the GPU node").
 _timed = started=$$(date +%s); rc=0; $(1) || rc=$$?; echo "make $@: $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
-.PHONY: verify-offline bench train verify help test lint smoke demo up down ps logs status build pin clean router-matrix model sif _venv _runtime
+.PHONY: verify-offline bench train preflight verify help test lint smoke demo up down ps logs status build pin clean router-matrix model sif _venv _runtime
 
 help: ## list the public targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -101,7 +103,10 @@ smoke: _venv ## prove the path yields trainable tokens (the profile that is up, 
 
 train: _venv ## GRPO on TASK=humaneval|mbpp behind the smoke gate (DRY_RUN=1 validates only, RESUME=1 continues, SET="k=v")
 	@test -n "$(TASK)" || { echo "make train needs TASK=humaneval or TASK=mbpp" >&2; exit 2; }
-	@$(call _timed,$(CLI) train --task "$(TASK)" $(_PROFILE_ARG) $(_RUNTIME_ARG) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(RESUME)),--resume) $(foreach s,$(SET),--set "$(s)"))
+	@$(call _timed,$(CLI) train --task "$(TASK)" $(_PROFILE_ARG) $(_RUNTIME_ARG) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(RESUME)),--resume) $(if $(filter 1 yes true,$(ALLOW_NO_PREFLIGHT)),--without-rehearsal) $(foreach s,$(SET),--set "$(s)"))
+
+preflight: _venv ## rehearse the real stack at toy scale on the node: small model, 2 rollouts, save, resume, 1 more (DRY_RUN=1 validates only)
+	@$(call _timed,$(CLI) preflight $(_PROFILE_ARG) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(foreach s,$(SET),--set "$(s)"))
 
 verify-offline: _venv ## check every rendered command line and image pin against the pinned upstreams (no GPU)
 	@$(CLI) verify-offline

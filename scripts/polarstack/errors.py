@@ -26,6 +26,8 @@ class ExitCode(enum.IntEnum):
     TOOL_CALLS = 12  # a request carrying tools got no parsed message.tool_calls (engine lacks --tool-call-parser)
     ASSETS_MISSING = 13  # GPU-node assets absent: model weights, the sandbox image, the agent CLI, apptainer
     RETOKENIZED = 15  # Polar would train only on ids re-tokenized from text (ids dropped): refused by default
+    REHEARSAL_FAILED = 16  # `make preflight`'s report names a failing class (polarstack.checks.rehearsal_report)
+    NO_REHEARSAL = 17  # `make train` on the docker runtime without a passing rehearsal matching pins, profile, plan
 
 
 class StackError(Exception):

@@ -66,6 +66,10 @@ def test_demo_profiles_behave_as_documented(capsys):
     assert code == 0, rows
     for name in ("router-passthrough", "engine-direct", "patched-router"):
         assert rows[name]["verdict"] == "pass" and rows[name]["trainable_tokens"] > 0
+        # issue 19: the part of make preflight's report the local runtime measures, the rest left to the node
+        part = {v["class"]: v["verdict"] for v in rows[name]["rehearsal"]}
+        assert part.pop("trainable_tokens") == "pass" and part.pop("tool_calls") == "pass"
+        assert set(part.values()) == {"node"}
     stock = rows["stock-router"]
     assert stock["verdict"] == "TOKENS_MISSING"
     assert stock["fields_missing"] == ["return_prompt_token_ids", "return_meta_info"]

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from polarstack.checks import rehearsal_report
 from polarstack.checks.smoke import run_smoke
 from polarstack.polar.contract import POLAR_REQUEST_FLAGS
 from polarstack.stack import local, profiles
@@ -38,6 +39,9 @@ def run_profile(name: str, directory: Path, progress: Callable[[str], None]) -> 
             router_bypassed=report.resolution.bypassed,
             base_url=state.base_url,
         )
+        if profile.expect == "pass":  # the part of the rehearsal's report the local runtime measures (issue 19)
+            trainable = [e.polar["polar_trainable_tokens"] if e.polar else 0 for e in report.exchanges]
+            row["rehearsal"] = [v.as_dict() for v in rehearsal_report.local_part(trainable, report.tool_check)]
     except Exception as exc:  # a profile that cannot come up is a row, not a crash
         row.update(verdict="ERROR", trainable_tokens=0, smoke_seconds=None, message=str(getattr(exc, "message", exc)))
     finally:

@@ -22,6 +22,7 @@ from polarstack.checks import docker_smoke, probe, retokenize, smoke
 from polarstack.cli import bench as cli_bench
 from polarstack.cli import docker as cli_docker
 from polarstack.cli import local as cli_local
+from polarstack.cli import preflight as cli_preflight
 from polarstack.cli import routers as cli_routers
 from polarstack.cli import tasks as cli_tasks
 from polarstack.cli.render import (
@@ -296,6 +297,11 @@ def _add_train(sub) -> None:
         help="continue from the run's last checkpoint (--load of its save dir); refused when there is none",
     )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument(
+        "--without-rehearsal",
+        action="store_true",
+        help="docker runtime: launch without a passing `make preflight` record (make train ALLOW_NO_PREFLIGHT=1)",
+    )
     p.set_defaults(handler=_cmd_train)
 
 
@@ -316,6 +322,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             source=args.source,
             resume=args.resume,
             json=args.json,
+            without_rehearsal=args.without_rehearsal,
         ),
         show_plan,
     )
@@ -399,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
         cli_tasks._add_tasks,
         cli_tasks._add_verify,
         _add_train,
+        cli_preflight._add_preflight,
         cli_bench._add_bench,
         _add_verify_offline,
         cli_routers._add_routers,

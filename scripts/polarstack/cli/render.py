@@ -127,7 +127,18 @@ def render_demo(rows: list[dict[str, Any]], elapsed: float) -> None:
         )
     out = console()
     out.print(table)
+    rehearsed = [row for row in rows if row.get("rehearsal")]
+    if rehearsed:  # make preflight's report, the classes this machine can measure (the rest: the node's)
+        classes = [v["class"] for v in rehearsed[0]["rehearsal"]]
+        part = Table("rehearsal class (make preflight)", *[row["profile"] for row in rehearsed])
+        for index, name in enumerate(classes):
+            part.add_row(name, *[_rehearsal_cell(r["rehearsal"][index]) for r in rehearsed])
+        out.print(part)
     out.print(f"demo finished in {elapsed:.1f} s")
+
+
+def _rehearsal_cell(verdict: dict[str, str]) -> str:
+    return "node only" if verdict["verdict"] == "node" else f"{verdict['verdict']}: {verdict['figure']}"
 
 
 def render_train_plan(plan, task: str, profile_name: str, runtime: str, run_dir_in_trainer: str) -> None:
@@ -238,3 +249,41 @@ def render_matrix(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         table.add_row(*(matrix.cell(row, key) for key, _ in matrix.COLUMNS), row.get("note", "")[:60])
     console().print(table)
+
+
+def render_preflight_plan(plan) -> None:
+    """`make preflight DRY_RUN=1`: the rehearsal's model, settings, steps, both jobs' launches and the report path."""
+    model = plan.model
+    print(f"# dry run: the rehearsal on profile {plan.profile}; nothing is launched")
+    print(
+        f"# model: {plan.hub_name} (slime scripts/models/qwen2.5-{plan.size}.sh: {model['num_layers']} layers, hidden "
+        f"{model['hidden_size']}, {model['num_query_groups']} query groups, vocab {model['vocab_size']}, "
+        f"{'tied' if model['tied_embeddings'] else 'untied'} embeddings, {model['parameters']:,} parameters computed)"
+    )
+    first = plan.phases[0][1].train_args
+    value = lambda flag: first[first.index(flag) + 1]  # noqa: E731
+    print(
+        f"# GRPO: {value('--rollout-batch-size')} prompts x {value('--n-samples-per-prompt')} samples, global batch "
+        f"{value('--global-batch-size')}, data-parallel size {plan.data_parallel}, tasks {', '.join(plan.task_ids)}"
+    )
+    print(f"# report: {plan.report_path}")
+    for number, step in enumerate(plan.as_dict()["steps"], 1):
+        print(f"# step {number}: {step}")
+    for name, phase in plan.phases:
+        print(f"# --- job {name} ---")
+        print(phase.as_dict()["commands"][-1])
+    for file_name, text in plan.files.items():
+        print(f"# --- .run/train/{plan.run_id}/{file_name} ---")
+        print(text.rstrip())
+
+
+def render_rehearsal_report(result: dict[str, Any]) -> None:
+    """The rehearsal's verdict per silent-failure class (polarstack.checks.rehearsal_report)."""
+    from rich.table import Table
+
+    table = Table("class", "verdict", "measured", "what to change")
+    for row in result["verdicts"]:
+        table.add_row(row["class"], row["verdict"].upper(), row["figure"], row["change"])
+    console().print(table)
+    status = "passed" if result["passed"] else f"FAILED at {result['first_failure']}"
+    print(f"rehearsal {status} ({result.get('profile', '?')}, {result.get('plan', '?')})")

@@ -14,6 +14,8 @@
 5. Meaning (polarstack.offline.meaning): the Polar bridge's slime API exists at the pinned slime, the engines parse tool
    calls, checkpoints/dropout/resume, and the weight-sync transport reaches the engines across containers.
 6. The routing flags each profile ships (ROUTER_ARGS) are the ones docs/routing.json measured.
+7. The rehearsal (`make preflight`, issue 19) per working profile, like the main plan (check_preflight), and its
+   report's readers against what slime, Polar and sglang write (polarstack.offline.rehearsal_keys).
 """
 
 from __future__ import annotations
@@ -31,14 +33,14 @@ from polarstack.checks import budget, retokenize
 from polarstack.checks.tool_exchange import RECORD, recorded_fact_problems
 from polarstack.engine.protocol import source_dir
 from polarstack.errors import ExitCode, StackError
-from polarstack.offline import flags, meaning
+from polarstack.offline import flags, meaning, rehearsal_keys
 from polarstack.offline.check import Check
 from polarstack.paths import cache_dir
 from polarstack.pins import pins, repo_root
 from polarstack.polar import model as polar_model
 from polarstack.reward.tasks import TASKS
 from polarstack.stack import assets, compose, exposure, profiles
-from polarstack.train import gate
+from polarstack.train import gate, preflight
 from polarstack.train.plan import build_plan, load_defaults
 
 
@@ -430,6 +432,39 @@ def check_pins(skip_downloads: bool = False) -> list[Check]:
     return checks
 
 
+def check_preflight(profile: profiles.Profile) -> Check:
+    """The rehearsal's plan (`make preflight`), checked like the main plan: both jobs' train_async.py, ray start and
+    ray job submit against the recorded option tables, loopback-only, the trace budget, the batch rules, slime's
+    model script for the small model (and for the 7B of configs/train/defaults.yaml), save and resume."""
+    label = f"profile {profile.name}, make preflight: both jobs' launches, model args, batch rules, save and resume"
+    try:
+        plan = preflight.build(profile, run_id="verify")
+    except StackError as exc:
+        return Check(label, False, "", [exc.message])
+    problems = preflight.checks(plan)
+    slime, slime_program = flags.slime_table()
+    config = preflight.train_config(preflight.preflight_config())
+    for name, phase in plan.phases:
+        where = f"{label} ({name})"
+        problems += [
+            p.sentence() for p in flags.check_tokens(phase.train_args, slime, command=where, program=slime_program)
+        ]
+        ray_start, _, _, submit = phase.commands
+        table, program = flags.ray_table("ray start")
+        problems += [p.sentence() for p in flags.check_tokens(ray_start[2:], table, command=where, program=program)]
+        table, program = flags.ray_table("ray job submit")
+        options = submit[3 : submit.index("--")]
+        problems += [p.sentence() for p in flags.check_tokens(options, table, command=where, program=program)]
+        job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+        problems += exposure.trainer_problems(job_env.get("env_vars") or {}, f"{where} (Ray job)", phase.train_args)
+        problems += budget.check(phase.train_args, config)
+    problems += preflight.batch_problems(profile, config, plan.phases[0][1].tensor_parallel)
+    real = load_defaults()["model"]["args"]
+    if [str(a) for a in real] != preflight.slime_model_args("7B"):
+        problems.append("configs/train/defaults.yaml's model.args are not slime's scripts/models/qwen2.5-7B.sh")
+    return Check(label, not problems, f"{plan.model['parameters']:,} parameters, DP {plan.data_parallel}", problems)
+
+
 def check_polar_facts() -> Check:
     """configs/upstream/polar-facts.json: recorded at POLAR_COMMIT, and the verdict model and gate act on each fact."""
     import json
@@ -493,6 +528,15 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     checks.append(
         Check(f"Polar's harness tool request ({RECORD}) mirrored by the smoke", not tool_problems, "", tool_problems)
     )
+    key_problems, key_detail = rehearsal_keys.check()
+    checks.append(
+        Check(
+            f"the rehearsal's report reads what slime, Polar and sglang write ({rehearsal_keys.RECORD})",
+            not key_problems,
+            key_detail,
+            key_problems,
+        )
+    )
     with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:
         for name in profiles.available():
             progress(f"profile {name}")
@@ -500,6 +544,8 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
                 checks += check_profile(profiles.load(name), Path(tmp) / name)
                 checks.append(check_sequence_budget(profiles.load(name)))
                 checks.append(check_assets(profiles.load(name), Path(tmp) / f"{name}-assets"))
+                if profiles.load(name).expect == "pass":  # the rehearsal runs on the working profiles only
+                    checks.append(check_preflight(profiles.load(name)))
                 if profiles.load(name).router is not None:
                     checks.append(check_routing_measurement(profiles.load(name)))
             except StackError as exc:  # a profile that cannot even be rendered is a failed check, not a crash

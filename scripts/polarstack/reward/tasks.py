@@ -279,6 +279,7 @@ def prepare(
     limit: int | None = None,
     tasks_dir_in_trainer: str | None = None,
     config_values: dict[str, Any] | None = None,
+    ids: list[str] | None = None,
 ) -> dict[str, Any]:
     if task not in TASKS:
         raise StackError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}.", ExitCode.USAGE)
@@ -286,6 +287,12 @@ def prepare(
         raise StackError("--limit must be at least 1.", ExitCode.USAGE)
     problems = load_humaneval() if task == "humaneval" else load_mbpp(source)
     problems = problems[:limit] if limit else problems
+    if ids is not None:  # the rehearsal's problems, in its order (configs/train/preflight.yaml)
+        by_id = {str(problem["task_id"]): problem for problem in problems}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise StackError(f"task ids {', '.join(missing)} are not in {task}'s data.", ExitCode.TASK_DATA)
+        problems = [by_id[i] for i in ids]
     if out.exists() and any(out.iterdir()):
         for sub in ("workspaces", "eval"):
             shutil.rmtree(out / sub, ignore_errors=True)

@@ -49,6 +49,7 @@ from typing import Any
 from polarstack.checks import smoke
 from polarstack.checks.retokenize import configured_name
 from polarstack.errors import ExitCode
+from polarstack.train import learning_signal
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +80,11 @@ class _State:
 
 
 _state = _State()
+_zero_advantage = learning_signal.ZeroAdvantageWatch()
 
 
 def reset() -> None:
+    _zero_advantage.reset()
     _state.checked = False
     _state.consecutive_zero = 0
     _state.last_lifetime = None
@@ -361,6 +364,7 @@ def generate_rollout_gated(args: Any, rollout_id: int, data_source: Any, evaluat
     delegate = _load(path, args)
     if evaluation:
         return delegate(args, rollout_id, data_source, evaluation=evaluation)
+    started = time.monotonic()
     try:
         with Watchdog(args, path.rpartition(".")[0], rollout_id):
             output = delegate(args, rollout_id, data_source, evaluation=evaluation)
@@ -391,4 +395,24 @@ def generate_rollout_gated(args: Any, rollout_id: int, data_source: Any, evaluat
             args,
         )
     check_rewards(args, groups, rollout_id)
+    watch_learning_signal(args, rollout_id, output, groups, dropped, time.monotonic() - started)
     return output
+
+
+def watch_learning_signal(
+    args: Any, rollout_id: int, output: Any, groups: list[list[Any]], dropped: int, seconds: float
+) -> None:
+    """The rollout's learning signal (polarstack.train.learning_signal): its summary line, its tracker metrics (added to
+    the metrics slime logs), and the zero-advantage watch, whose stop is a GATE stop like every other."""
+    key = str(getattr(args, "polar_reward_key", None) or getattr(args, "reward_key", None) or "score")
+    summaries = [learning_signal.group_summary(g, lambda s: sample_reward(s, key), trainable_tokens) for g in groups]
+    summary = learning_signal.rollout_summary(rollout_id, summaries, dropped, seconds)
+    learning_signal.write_summary(args, summary)
+    if isinstance(getattr(output, "metrics", None), dict):
+        output.metrics.update(learning_signal.metrics(summary))
+    verdict = _zero_advantage.observe(args, rollout_id, summaries)
+    if verdict and verdict[0] == "stop":
+        raise _abort(verdict[1], args)
+    if verdict:
+        logger.warning(verdict[1])
+        print(verdict[1], file=sys.stderr, flush=True)

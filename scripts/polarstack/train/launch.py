@@ -21,6 +21,7 @@ from polarstack.paths import train_run_dir
 from polarstack.reward import tasks
 from polarstack.stack import compose, profiles
 from polarstack.stack.target import resolve_target
+from polarstack.train import rehearsal_record
 from polarstack.train.plan import RESUME_REFUSED, TRAINER_RUN_DIR, LaunchPlan, build_plan, load_defaults, watch_lines
 
 
@@ -36,6 +37,7 @@ class TrainRequest:
     source: str | None = None
     resume: bool = False
     json: bool = False
+    without_rehearsal: bool = False  # ALLOW_NO_PREFLIGHT=1: launch on the docker runtime without a passing rehearsal
 
 
 def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> int:
@@ -64,6 +66,8 @@ def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> 
         return 0
     if target.runtime == "docker":
         compose.check_node("train", profile, need_gpus=True)
+        # A passing `make preflight` of these pins, this profile and this plan (polarstack.train.rehearsal_record).
+        print(rehearsal_record.require(profile, override=request.without_rehearsal), file=sys.stderr)
     _gate(request, target, plan, profile)
     if target.local:
         raise StackError(

@@ -25,6 +25,7 @@ from polarstack.stack.assets import sandbox_mode_env
 from polarstack.stack.exposure import SLIME_ROUTER_ARGS, TRAINER_LOOPBACK_ENV
 from polarstack.stack.profiles import WEIGHT_SYNC_TRANSPORTS, Profile, knob
 from polarstack.stack.ray_head import head_command
+from polarstack.train.tracker import tracker_for
 
 SLIME_DIR = "/root/slime"
 
@@ -75,8 +76,8 @@ POSITIVE_INTS = {
     "checkpoint": ("save_interval",),
     "polar": ("rollout_port", "gateway_port", "max_init_workers", "max_run_workers", "max_postrun_workers"),
 }
-NON_NEGATIVE_INTS = {"context": ("harness_margin_tokens",)}
-FINITE_NUMBERS = {"grpo": ("lr", "kl_loss_coef", "eps_clip", "eps_clip_high")}
+NON_NEGATIVE_INTS = {"context": ("harness_margin_tokens",), "gate": ("zero_advantage_rollouts",)}
+FINITE_NUMBERS = {"grpo": ("lr", "kl_loss_coef", "eps_clip", "eps_clip_high"), "gate": ("zero_advantage_warn_share",)}
 
 
 def _check_types(config: dict[str, Any]) -> None:
@@ -325,6 +326,10 @@ def build_plan(
         "polar_gate_zero_reward_rollouts": gate["zero_reward_rollouts"],
         "polar_gate_allow_retokenized": gate["allow_retokenized"],
         "polar_gate_abort_file": f"{run_dir}/gate-abort.txt",  # `polarstack train` reports the watchdog's sentence
+        # The learning signal per rollout (polarstack.train.learning_signal): rollouts.jsonl, the zero-advantage watch.
+        "polar_gate_summary_file": f"{run_dir}/rollouts.jsonl",
+        "polar_gate_zero_advantage_rollouts": gate["zero_advantage_rollouts"],
+        "polar_gate_zero_advantage_warn_share": gate["zero_advantage_warn_share"],
     }
     plan.files["polar_config.yaml"] = yaml.safe_dump(
         polar_config(task, f"{run_dir}/tasks", polar_values), sort_keys=False
@@ -422,6 +427,8 @@ def build_plan(
         args.append("--sequence-parallel")
     if profile.registration != "register":  # slime starts its own router (polarstack/exposure.py): metrics on loopback
         args += SLIME_ROUTER_ARGS
+    _, tracker_args, tracker_env = tracker_for(ckpt.rsplit("/", 1)[-1], model["save"])  # W&B or TensorBoard
+    args += tracker_args
     plan.train_args = args
 
     problems = budget.check(args, config)
@@ -436,6 +443,7 @@ def build_plan(
             "SGLANG_ROUTER_BASE_URL": profile.base_url(),
             "POLAR_WORKER_DISCOVERY": profile.values["POLAR_WORKER_DISCOVERY"],
             **sandbox_mode_env(),
+            **tracker_env,
         }
     }  # Polar's direct-exec apptainer mode (polarstack.stack.assets)
     dashboard = f"http://127.0.0.1:{config['ray']['dashboard_port']}"

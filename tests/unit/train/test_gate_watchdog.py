@@ -358,6 +358,8 @@ def _run_the_job_in_process(tmp_path, monkeypatch, stop_path):
         elif stop_path == "watchdog":
             config["polar_gate_watchdog_seconds"] = 0.5
             monkeypatch.setattr(gate.os, "_exit", lambda code: bridge.killed.set())  # the process would end
+        elif stop_path == "zero_advantage":  # issue 19: every group rewarded alike for K=10 rollouts
+            bridge.generate_rollout_polar_async = lambda *a, **k: [group(True, reward={"score": 1.0})]
         elif stop_path == "refused_rewards":
             bridge.generate_rollout_polar_async = lambda *a, **k: [group(True, reward={"score": 0.0}, metadata=REFUSED)]
         gate.reset()
@@ -381,6 +383,7 @@ def _run_the_job_in_process(tmp_path, monkeypatch, stop_path):
         ("zero_tokens", "3 consecutive rollout groups had zero trainable tokens"),
         ("watchdog", "rollout 0 made no progress for 0.5 s"),
         ("refused_rewards", "have reward 0 and 6 of them were not verified"),
+        ("zero_advantage", "groups of the last 10 rollouts (up to rollout 9) has zero advantage"),
     ],
 )
 def test_every_gate_stop_reaches_train_as_the_gate_code(tmp_path, monkeypatch, capsys, stop_path, sentence):
@@ -401,7 +404,7 @@ def test_every_gate_stop_reaches_train_as_the_gate_code(tmp_path, monkeypatch, c
     monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
     monkeypatch.setattr(compose, "run_compose", _run_the_job_in_process(tmp_path, monkeypatch, stop_path))
     try:
-        code = main(["train", "--task", "humaneval", "--runtime", "docker"])
+        code = main(["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"])
     finally:
         gate.reset()
     err = capsys.readouterr().err
@@ -437,5 +440,5 @@ def test_a_stale_abort_file_does_not_turn_a_job_failure_into_a_gate_stop(tmp_pat
             args, 1 if args[-1].endswith("/launch.sh") else 0, "", ""
         ),
     )  # the job fails; the pre-launch look passes
-    assert main(["train", "--task", "humaneval", "--runtime", "docker"]) == 8
+    assert main(["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"]) == 8
     assert "earlier attempt" not in capsys.readouterr().err

@@ -1,0 +1,378 @@
+"""The rehearsal's report: for each silent-failure class, the measured figure and a verdict (pass, warn, fail).
+
+The evidence is what the two jobs of `make preflight` leave behind, each read where its writer puts it (the keys
+are recorded in configs/upstream/rehearsal-keys.json; `make verify-offline` finds each one in the pinned sources):
+- rollouts.jsonl: one line per rollout from the in-job gate (polarstack.train.learning_signal), built from the samples
+  Polar's adapter hands to slime (src/slime_bridge/adapter.py `_build_sample` / `_build_dummy_sample`);
+- slime's log lines in the jobs' output: `step N: {...}` per training step (slime/backends/megatron_utils/model.py
+  l.909 at SLIME_COMMIT, keys train/loss, train/grad_norm l.876-880) and `perf N: {...}` per rollout
+  (slime/ray/rollout.py l.1306, key perf/rollout_time);
+- each engine's `GET /model_info` "weight_version" before job 1 and after each job (sglang at SGLANG_VERSION
+  srt/entrypoints/http_server.py l.665-679);
+- the checkpoint tracker latest_checkpointed_iteration.txt after each job: slime saves rollout r as iteration r
+  (train_async.py l.60 `save_model(rollout_id)`, slime/backends/megatron_utils/model.py l.954 `save_checkpoint(
+  iteration, ...)`) and a resume starts at the loaded iteration + 1 (slime/backends/megatron_utils/actor.py l.107);
+- the wall time of each phase, measured by `make preflight`.
+A warning is a model shortfall (the small model never called a tool or never solved a task), not a broken stack;
+only failures make the report exit non-zero, naming the first failing class and what to change.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from polarstack.errors import ExitCode, StackError
+
+STEP_LINE = re.compile(r"(?<![\w-])step (\d+): (\{.*\})\s*$")  # model.py l.909, the actor's role_tag is ""
+PERF_LINE = re.compile(r"(?<![\w-])perf (\d+): (\{.*\})\s*$")  # rollout.py l.1306
+LOSS_KEY, GRAD_KEY, ROLLOUT_TIME_KEY = "train/loss", "train/grad_norm", "perf/rollout_time"
+TIME_GOAL_SECONDS = 15 * 60  # issue 19: under 15 minutes after the download (a goal, not a measurement)
+CLASSES = (
+    "trainable_tokens",
+    "tool_calls",
+    "length",
+    "reward_spread",
+    "loss_and_grad",
+    "weight_sync",
+    "checkpoint_resume",
+    "time_and_tokens",
+)
+
+
+@dataclass
+class Verdict:
+    name: str
+    verdict: str  # pass | warn | fail
+    figure: str
+    change: str = ""  # what to change, for warn and fail
+
+    def as_dict(self) -> dict[str, str]:
+        return {"class": self.name, "verdict": self.verdict, "figure": self.figure, "change": self.change}
+
+
+def _literal(text: str) -> dict[str, Any] | None:
+    """A Python dict repr as slime's f-strings write it; nan/inf (Python's repr of non-finite floats) kept."""
+    text = re.sub(r"(?<![\w'\"])(-?)(nan|inf)(?![\w'\"])", lambda m: f"'{m.group(1)}{m.group(2)}'", text)
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    return {k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in value.items()}
+
+
+def parse_slime_log(text: str) -> dict[str, list[dict[str, Any]]]:
+    """slime's per-step and per-rollout log lines: {"steps": [{"step": N, ...}], "perf": [{"rollout": N, ...}]}."""
+    out: dict[str, list[dict[str, Any]]] = {"steps": [], "perf": []}
+    for line in text.splitlines():
+        for pattern, key, field in ((STEP_LINE, "steps", "step"), (PERF_LINE, "perf", "rollout")):
+            match = pattern.search(line)
+            if match and (values := _literal(match.group(2))) is not None:
+                out[key].append({field: int(match.group(1)), **values})
+    return out
+
+
+def read_rollouts(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by a killed job
+    return rows
+
+
+def _groups(rollouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [g for r in rollouts for g in r.get("groups", [])]
+
+
+def trainable_tokens(evidence: dict[str, Any]) -> Verdict:
+    rollouts = evidence.get("rollouts") or []
+    groups = _groups(rollouts)
+    dropped = sum(int(r.get("dropped") or 0) for r in rollouts)
+    if not groups:
+        return Verdict(
+            "trainable_tokens",
+            "fail",
+            "no rollout reached the gate",
+            "see the job's output (job-train.log) for why no rollout finished; run `make smoke` on this profile",
+        )
+    empty = sum(1 for g in groups if not g["trainable_tokens"])
+    figure = (
+        f"{len(groups) - empty}/{len(groups)} groups with trainable tokens (min "
+        f"{min(g['trainable_tokens'] for g in groups)}), {dropped} dropped by Polar for zero trainable tokens"
+    )
+    if empty or dropped:
+        return Verdict(
+            "trainable_tokens",
+            "fail",
+            figure,
+            "the path loses Polar's token fields or every trace is masked: run `make smoke` against this profile",
+        )
+    return Verdict("trainable_tokens", "pass", figure)
+
+
+def tool_calls(evidence: dict[str, Any]) -> Verdict:
+    groups = _groups(evidence.get("rollouts") or [])
+    sessions = sum(g["sessions"] for g in groups)
+    with_calls = sum(g["sessions_with_tool_calls"] for g in groups)
+    invalid = sum(g["parser_invalid_tool_calls"] for g in groups)
+    figure = f"{with_calls}/{sessions} sessions with parsed tool calls, {invalid} traces with an unparsed tool call"
+    if not sessions:
+        return Verdict("tool_calls", "fail", "no session reached the gate", "see trainable_tokens")
+    if not with_calls and invalid:
+        return Verdict(
+            "tool_calls",
+            "fail",
+            figure,
+            "the engines return tool calls as text: start them with --tool-call-parser (ENGINE_TOOL_CALL_PARSER)",
+        )
+    if with_calls < sessions:
+        return Verdict(
+            "tool_calls",
+            "warn",
+            figure,
+            "model shortfall: some sessions never called a tool (a larger rehearsal model, or the real run, may)",
+        )
+    return Verdict("tool_calls", "pass", figure)
+
+
+def length(evidence: dict[str, Any]) -> Verdict:
+    groups = _groups(evidence.get("rollouts") or [])
+    samples = sum(g["samples"] for g in groups)
+    lost = sum(g["placeholders"] + g["clipped"] for g in groups)
+    share = lost / samples if samples else 0.0
+    limit = float(evidence.get("max_dropped_or_clipped_share", 0.5))
+    figure = f"{lost}/{samples} samples dropped (no usable trace) or clipped for length ({share:.0%})"
+    if samples and share > limit:
+        return Verdict(
+            "length",
+            "fail",
+            figure + f" > {limit:.0%}",
+            "traces do not fit the budget: raise context.seq_length / grpo.max_tokens_per_gpu or lower "
+            "grpo.rollout_max_response_len",
+        )
+    return Verdict("length", "pass" if samples else "fail", figure, "" if samples else "see trainable_tokens")
+
+
+def reward_spread(evidence: dict[str, Any]) -> Verdict:
+    groups = _groups(evidence.get("rollouts") or [])
+    mixed = sum(1 for g in groups if not g["zero_advantage"])
+    rewards = [r for g in groups for r in g["rewards"]]
+    need = int(evidence.get("min_mixed_reward_groups", 1))
+    figure = (
+        f"{mixed}/{len(groups)} groups with mixed rewards (zero-advantage share "
+        f"{(len(groups) - mixed) / len(groups) if groups else 1:.0%}), {sum(1 for r in rewards if r > 0)}/"
+        f"{len(rewards)} samples rewarded"
+    )
+    if mixed >= need and groups:
+        return Verdict("reward_spread", "pass", figure)
+    why = "never solved a task" if not any(r > 0 for r in rewards) else "solved every sample of a task alike"
+    return Verdict(
+        "reward_spread",
+        "warn",
+        figure,
+        f"model shortfall: the small model {why}; the stack may be fine, but nothing here proves the reward moves "
+        "(try a larger model.size in configs/train/preflight.yaml or other tasks.ids)",
+    )
+
+
+def loss_and_grad(evidence: dict[str, Any]) -> Verdict:
+    steps = (evidence.get("slime") or {}).get("steps") or []
+    expected = int(evidence.get("expected_steps", 1))
+    bad = [
+        s
+        for s in steps
+        if not isinstance(s.get(LOSS_KEY), (int, float))
+        or not math.isfinite(s[LOSS_KEY])
+        or not isinstance(s.get(GRAD_KEY), (int, float))
+        or not math.isfinite(s[GRAD_KEY])
+        or s[GRAD_KEY] <= 0
+    ]
+    figure = f"{len(steps)} training steps logged (expected {expected}); " + (
+        ", ".join(f"step {s['step']}: loss {s.get(LOSS_KEY)}, grad norm {s.get(GRAD_KEY)}" for s in steps[:4]) or "none"
+    )
+    if len(steps) < expected or bad:
+        return Verdict(
+            "loss_and_grad",
+            "fail",
+            figure,
+            "a step with a non-finite loss or a zero gradient norm trains nothing: check the advantages (reward "
+            "spread), --lr and the Megatron arguments against the weights' config.json",
+        )
+    return Verdict("loss_and_grad", "pass", figure)
+
+
+def weight_sync(evidence: dict[str, Any]) -> Verdict:
+    """Every engine's weight_version changed during each job. slime sends the version with every update
+    (slime/ray/actor_group.py l.247-249 for the disk transport, update_weight_from_distributed.py l.343 for NCCL)
+    and sglang reports it in GET /model_info. slime's counter restarts at 0 in each job
+    (slime/backends/megatron_utils/actor.py l.176), so job 2's last version differs from job 1's only because the
+    jobs run different numbers of rollouts (preflight.checks keeps them different)."""
+    versions = evidence.get("weight_versions") or {}
+    stages = [s for s in ("before", "after_train", "after_resume") if s in versions]
+    engines = sorted(versions.get("before") or {})
+    if len(stages) < 3 or not engines:
+        return Verdict(
+            "weight_sync", "fail", f"weight_version read at {stages or 'no stage'}", "the engines' /model_info"
+        )
+    stale = [
+        f"{engine} ({versions['before'].get(engine)} -> {versions['after_train'].get(engine)} -> "
+        f"{versions['after_resume'].get(engine)})"
+        for engine in engines
+        if not (
+            versions["before"].get(engine) != versions["after_train"].get(engine)
+            and versions["after_train"].get(engine) != versions["after_resume"].get(engine)
+        )
+    ]
+    figure = ", ".join(
+        f"{e}: {versions['before'].get(e)} -> {versions['after_train'].get(e)} -> {versions['after_resume'].get(e)}"
+        for e in engines
+    )
+    if stale:
+        return Verdict(
+            "weight_sync",
+            "fail",
+            figure,
+            f"weights did not reach {', '.join(stale)}: check WEIGHT_SYNC_TRANSPORT and the weight-updates volume "
+            "(docs/gpu-facts.md), and the engine logs for 'Start update_weights'",
+        )
+    return Verdict("weight_sync", "pass", figure)
+
+
+def checkpoint_resume(evidence: dict[str, Any]) -> Verdict:
+    tracker = evidence.get("checkpoint") or {}
+    first, more = int(evidence.get("first", 2)), int(evidence.get("after_resume", 1))
+    resumed = [r["rollout_id"] for r in evidence.get("rollouts") or [] if r.get("phase") == "resume"]
+    figure = (
+        f"tracker {tracker.get('after_train')!r} after job 1 (expected {first - 1}), {tracker.get('after_resume')!r} "
+        f"after job 2 (expected {first + more - 1}); job 2 ran rollouts {resumed or 'none'} (expected from {first})"
+    )
+    ok = (
+        str(tracker.get("after_train")) == str(first - 1)
+        and str(tracker.get("after_resume")) == str(first + more - 1)
+        and resumed
+        and min(resumed) == first
+    )
+    if not ok:
+        return Verdict(
+            "checkpoint_resume",
+            "fail",
+            figure,
+            "the save or the resume did not happen as slime promises: check --save/--save-interval/--load in the "
+            "plan and the checkpoints volume",
+        )
+    return Verdict("checkpoint_resume", "pass", figure)
+
+
+def time_and_tokens(evidence: dict[str, Any]) -> Verdict:
+    phases = evidence.get("phases") or {}
+    rollouts = evidence.get("rollouts") or []
+    tokens = [sum(g["tokens"] for g in r.get("groups", [])) for r in rollouts]
+    perf = (evidence.get("slime") or {}).get("perf") or []
+    figure = (
+        ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases.items())
+        + (f"; tokens per rollout {', '.join(map(str, tokens))}" if tokens else "; no rollout")
+        + (f"; slime rollout time {', '.join(f'{p.get(ROLLOUT_TIME_KEY, 0):.0f} s' for p in perf)}" if perf else "")
+    )
+    total = sum(phases.values())
+    if total > TIME_GOAL_SECONDS:
+        return Verdict(
+            "time_and_tokens",
+            "warn",
+            figure,
+            f"the rehearsal took {total:.0f} s, above the 15-minute goal; a real rollout costs about "
+            "(real rollout_batch_size x n_samples_per_prompt) / (rehearsal's) times the tokens above",
+        )
+    return Verdict("time_and_tokens", "pass", figure)
+
+
+JUDGES = (
+    trainable_tokens,
+    tool_calls,
+    length,
+    reward_spread,
+    loss_and_grad,
+    weight_sync,
+    checkpoint_resume,
+    time_and_tokens,
+)
+
+
+def judge(evidence: dict[str, Any]) -> list[Verdict]:
+    return [fn(evidence) for fn in JUDGES]
+
+
+def report(evidence: dict[str, Any]) -> dict[str, Any]:
+    verdicts = judge(evidence)
+    failed = next((v for v in verdicts if v.verdict == "fail"), None)
+    return {
+        "passed": failed is None,
+        "first_failure": failed.name if failed else None,
+        "verdicts": [v.as_dict() for v in verdicts],
+    }
+
+
+NODE_ONLY = "measured by `make preflight` on the node only"
+PARSED_OUTCOME, RAW_TEXT_OUTCOME = "parsed", "raw_tool_call_text"  # polarstack.checks.tool_exchange's outcomes
+
+
+def local_part(trainable_per_exchange: list[int], tool_check: dict[str, Any] | None) -> list[Verdict]:
+    """What the local runtime measures of the report (`make demo`): the smoke's exchanges stand for groups
+    (Polar's trainable tokens of each), its tool request to every target for the sessions; the rest is the node's."""
+    out = []
+    empty = sum(1 for t in trainable_per_exchange if not t)
+    figure = (
+        f"{len(trainable_per_exchange) - empty}/{len(trainable_per_exchange)} smoke exchanges with trainable tokens"
+    )
+    out.append(
+        Verdict(
+            "trainable_tokens",
+            "fail" if empty or not trainable_per_exchange else "pass",
+            figure,
+            "the path loses Polar's token fields: the smoke's sentence says which" if empty else "",
+        )
+    )
+    targets = (tool_check or {}).get("targets") or []
+    parsed = sum(1 for t in targets if t.get("outcome") == PARSED_OUTCOME)
+    raw = sum(1 for t in targets if t.get("outcome") == RAW_TEXT_OUTCOME)
+    figure = f"{parsed}/{len(targets)} targets answered the tool request with parsed tool calls"
+    if not targets:
+        out.append(Verdict("tool_calls", "fail", "no tool request reached a target", "see the smoke's sentence"))
+    elif raw:
+        out.append(Verdict("tool_calls", "fail", figure, "start the engines with --tool-call-parser"))
+    else:
+        out.append(Verdict("tool_calls", "pass" if parsed == len(targets) else "warn", figure))
+    out += [Verdict(name, "node", NODE_ONLY) for name in CLASSES if name not in ("trainable_tokens", "tool_calls")]
+    return out
+
+
+def raise_on_failure(result: dict[str, Any]) -> None:
+    if result["passed"]:
+        return
+    verdict = next(v for v in result["verdicts"] if v["class"] == result["first_failure"])
+    raise StackError(
+        f"the rehearsal failed at {verdict['class']}: {verdict['figure']}; {verdict['change']}.",
+        ExitCode.REHEARSAL_FAILED,
+    )
+
+
+__all__ = [
+    "local_part",
+    "judge",
+    "report",
+    "raise_on_failure",
+    "parse_slime_log",
+    "read_rollouts",
+    "Verdict",
+    "CLASSES",
+]

@@ -1,0 +1,127 @@
+"""verify-offline: the rehearsal's readers read what the pinned upstreams write (configs/upstream/rehearsal-keys.json).
+
+Each recorded fact is an exact line of a pinned source (scripts/tools/record_rehearsal_keys.py). This check:
+- the record's revisions are the pins (SLIME_COMMIT, SGLANG_VERSION; Polar at the recorded revision, named);
+- the report's parsers accept what those lines write: slime's `step N: {...}` / `perf N: {...}` f-strings are
+  formatted from the recorded text and parsed by polarstack.checks.rehearsal_report, and the metric names the report
+  reads are the recorded keys; a sample carrying Polar's recorded metadata keys is counted by
+  polarstack.train.learning_signal (session, tool call, clipping, placeholder, unparsed tool call);
+- the sources still say so: sglang's lines are searched in the pinned wheel's own source, slime's at SLIME_COMMIT
+  in a local clone when there is one (POLARSTACK_SLIME_GIT), else the record stands (said in the detail).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from polarstack.checks import rehearsal_report
+from polarstack.engine.protocol import source_dir
+from polarstack.errors import StackError
+from polarstack.pins import pins, repo_root
+from polarstack.train import learning_signal
+
+RECORD = "configs/upstream/rehearsal-keys.json"
+DEFAULT_SLIME_GIT = "/work/.mirror/THUDM+slime/repo"  # where this project's sessions keep slime's mirror; optional
+
+
+def record() -> dict[str, Any]:
+    return json.loads((repo_root() / RECORD).read_text())
+
+
+def _fstring(text: str) -> str:
+    """The template of the f-string in a recorded `logger.info(f"...")` line."""
+    match = re.search(r'f"(.*)"\)', text)
+    return match.group(1) if match else ""
+
+
+def parser_problems(facts: dict[str, Any]) -> list[str]:
+    problems = []
+    step = _fstring(facts["train_step_line"]["text"]).format(
+        role_tag="", accumulated_step_id=3, log_dict={"train/loss": 0.5, "train/grad_norm": float("nan")}
+    )
+    perf = _fstring(facts["perf_line"]["text"]).format(rollout_id=2, log_dict={"perf/rollout_time": 12.5})
+    parsed = rehearsal_report.parse_slime_log(f"[2026-12-01 00:00:00] model.py:909 - {step}\n{perf}")
+    if [s.get("step") for s in parsed["steps"]] != [3] or parsed["steps"][0].get("train/loss") != 0.5:
+        problems.append(f"the report does not parse slime's training-step line ({facts['train_step_line']['text']})")
+    if [p.get("rollout") for p in parsed["perf"]] != [2]:
+        problems.append(f"the report does not parse slime's perf line ({facts['perf_line']['text']})")
+    for name, constant in (
+        ("loss_key", rehearsal_report.LOSS_KEY),
+        ("grad_norm_key", rehearsal_report.GRAD_KEY),
+        ("rollout_time_key", rehearsal_report.ROLLOUT_TIME_KEY),
+    ):
+        if facts[name]["key"] != constant:
+            problems.append(f"the report reads {constant}, slime writes {facts[name]['key']} ({facts[name]['file']})")
+    return problems
+
+
+def polar_problems(facts: dict[str, Any]) -> list[str]:
+    keys = {name: fact["key"] for name, fact in facts.items()}
+    polar = {
+        keys["session_id"]: "s-1",
+        keys["response_messages"]: {"response_messages": [{"role": "assistant", "tool_calls": [{"id": "c"}]}]},
+        keys["token_clipping"]: {"strategy": "causal_prefix"},
+        "training_filter": {"reason": keys["parser_invalid"]},
+        keys["placeholder"]: True,
+    }
+    sample = SimpleNamespace(metadata={"polar": polar}, loss_mask=[1], reward=1.0, status="completed")
+    got = learning_signal.group_summary([sample], lambda s: 1.0, lambda g: 1)
+    expected = {"sessions_with_tool_calls": 1, "clipped": 1, "placeholders": 1, "parser_invalid_tool_calls": 1}
+    wrong = [k for k, v in expected.items() if got[k] != v]
+    return [f"learning_signal does not read Polar's adapter keys for {', '.join(wrong)} ({RECORD})"] if wrong else []
+
+
+def source_problems(data: dict[str, Any], slime_git: str | None) -> tuple[list[str], str]:
+    problems, notes = [], []
+    try:
+        root = source_dir()
+        for fact in data["sglang"]["facts"].values():
+            path = Path(root) / fact["file"]
+            if not path.is_file() or fact["needle"] not in path.read_text(errors="replace"):
+                problems.append(f"sglang {data['sglang']['version']} {fact['file']} no longer has {fact['needle']!r}")
+        notes.append("sglang lines found in the pinned wheel")
+    except StackError as exc:
+        problems.append(f"cannot read the pinned sglang source ({exc.message})")
+    if slime_git and Path(slime_git).exists():
+        commit = data["slime"]["commit"]
+        for fact in data["slime"]["facts"].values():
+            proc = subprocess.run(
+                ["git", "-C", slime_git, "show", f"{commit}:{fact['file']}"], capture_output=True, text=True
+            )
+            lines = proc.stdout.splitlines()
+            if proc.returncode != 0 or len(lines) < fact["line"] or fact["needle"] not in lines[fact["line"] - 1]:
+                problems.append(f"slime {commit[:12]} {fact['file']} l.{fact['line']} is not {fact['needle']!r}")
+        notes.append(f"slime lines re-read at {commit[:12]}")
+    else:
+        notes.append("slime lines from the record (set POLARSTACK_SLIME_GIT to a slime clone to re-read them)")
+    return problems, "; ".join(notes)
+
+
+def check(slime_git: str | None = None) -> tuple[list[str], str]:
+    data = record()
+    problems = []
+    table = pins()
+    if data["slime"]["commit"] != table["SLIME_COMMIT"]:
+        problems.append(f"{RECORD} was recorded at slime {data['slime']['commit'][:12]}, not SLIME_COMMIT; rerecord it")
+    if data["sglang"]["version"] != table["SGLANG_VERSION"]:
+        problems.append(f"{RECORD} names sglang {data['sglang']['version']}, not SGLANG_VERSION; rerecord it")
+    if data["polar"]["polar_commit"] != table["POLAR_COMMIT"]:
+        problems.append(f"{RECORD}'s Polar facts were read for another POLAR_COMMIT; reread them")
+    problems += parser_problems(data["slime"]["facts"])
+    problems += polar_problems(data["polar"]["facts"])
+    found, detail = source_problems(
+        data,
+        slime_git
+        or os.environ.get("POLARSTACK_SLIME_GIT")
+        or (DEFAULT_SLIME_GIT if Path(DEFAULT_SLIME_GIT).exists() else None),
+    )
+    return problems + found, detail
+
+
+__all__ = ["check", "record", "parser_problems", "polar_problems"]

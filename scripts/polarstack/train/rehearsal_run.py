@@ -1,0 +1,198 @@
+"""`make preflight` on the node: bring the profile up with the small model, run both jobs, judge, take it down.
+
+The engines load MODEL_PATH when they start (compose.yaml), so the rehearsal needs the stack down first: it
+refuses (STATE) while a profile is up, brings `profile` up with the rehearsal's MODEL_NAME / MODEL_PATH /
+SERVED_MODEL_NAME (the environment overrides configs/stack.env, compose.stack_knobs), runs the smoke gate, the
+first job, the resumed job, reads each engine's weight_version and the checkpoint tracker between them, writes the
+report under .run/train/<run>/ and the pass record under .run/preflight/, and always takes the stack down again:
+the real run starts with `make up` of the real model. Every step goes through `Node`, so tests drive the sequence
+with a fake node (tests/unit/test_rehearsal_run.py); on a machine without the GPU stack nothing here can run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from typing import Any, Callable
+
+from polarstack.checks import rehearsal_report, sandbox_probe
+from polarstack.errors import ExitCode, StackError
+from polarstack.paths import train_run_dir
+from polarstack.reward import tasks
+from polarstack.stack import assets, compose, docker_state
+from polarstack.stack.profiles import Profile
+from polarstack.stack.target import resolve_target
+from polarstack.train import launch as train_launch
+from polarstack.train import preflight, rehearsal_record
+from polarstack.train.plan import TRAINER_RUN_DIR
+from polarstack.train.preflight import SUMMARY_NAME, PreflightPlan
+
+UP_ARGS = ["up", "--detach", "--wait"]  # as `make up` (cli_docker.COMPOSE_VERBS)
+
+# Read inside the trainer (host network): every engine's weight_version from sglang's GET /model_info
+# (srt/entrypoints/http_server.py l.665-679 at SGLANG_VERSION).
+VERSIONS_SCRIPT = (
+    "import json, sys, urllib.request\n"
+    "out = {}\n"
+    "for url in sys.argv[1:]:\n"
+    "    try:\n"
+    "        out[url] = json.load(urllib.request.urlopen(url + '/model_info', timeout=10)).get('weight_version')\n"
+    "    except Exception as exc:\n"
+    "        out[url] = 'unreachable: ' + type(exc).__name__\n"
+    "print(json.dumps(out))\n"
+)
+
+
+class Node:
+    """What the rehearsal asks of the docker runtime (replaced by a fake in tests)."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+
+    def compose(self, args: list[str]) -> int:
+        return compose.run_compose(self.profile, args).returncode
+
+    def trainer(self, command: str) -> tuple[int, str]:
+        proc = compose.run_compose(self.profile, ["exec", "-T", "trainer", "bash", "-c", command], capture=True)
+        return proc.returncode, proc.stdout
+
+    def gate(self, plan: PreflightPlan) -> None:
+        target = resolve_target("docker", self.profile.name, None, verb="train")
+        train_launch._gate(train_launch.TrainRequest(task=plan.task), target, plan.phases[0][1], self.profile)
+
+
+def _engine_urls(profile: Profile) -> list[str]:
+    return [f"http://127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
+
+
+def weight_versions(node: Node, profile: Profile) -> dict[str, Any]:
+    code, out = node.trainer(shlex.join(["python3", "-c", VERSIONS_SCRIPT, *_engine_urls(profile)]))
+    try:
+        return json.loads(out.strip().splitlines()[-1]) if code == 0 else {}
+    except (json.JSONDecodeError, IndexError):
+        return {}
+
+
+def hf_config(node: Node, model_path: str) -> dict[str, Any]:
+    """The weights' config.json, read inside the trainer ({} when unreadable: nothing to compare)."""
+    code, out = node.trainer(f"cat {shlex.quote(model_path + '/config.json')}")
+    try:
+        return json.loads(out) if code == 0 else {}
+    except json.JSONDecodeError:
+        return {}
+
+
+def tracker(node: Node, checkpoint_dir: str) -> str | None:
+    code, out = node.trainer(f"cat {shlex.quote(checkpoint_dir + '/latest_checkpointed_iteration.txt')}")
+    return out.strip() if code == 0 else None
+
+
+def run(
+    profile: Profile,
+    plan: PreflightPlan,
+    *,
+    node: Node | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    progress: Callable[[str], None] = lambda m: print(f"preflight: {m}", file=sys.stderr),
+) -> dict[str, Any]:
+    node = node or Node(profile)
+    up = docker_state.read()
+    if up:
+        raise StackError(
+            f"make preflight needs the stack down (profile {up.get('profile')} is up): the engines load the model "
+            "when they start; run `make down`, then `make preflight`.",
+            ExitCode.STATE,
+        )
+    os.environ.update(plan.stack_env)  # the small model for `make up` (environment overrides configs/stack.env)
+    # Until this rehearsal passes, no earlier pass of this profile counts: a run stopped half-way leaves a failure.
+    rehearsal_record.write(profile, {"passed": False}, plan.report_path, sets=plan.sets)
+    try:
+        assets.check_before_up(profile)
+    except StackError as exc:  # plain `make model` would fetch the real model: name the rehearsal's
+        if exc.code != ExitCode.ASSETS_MISSING or assets.MODEL_MARKER not in exc.message:
+            raise
+        raise StackError(
+            f"make preflight needs the weights of {plan.stack_env['MODEL_NAME']} in the models volume (no "
+            f"{assets.MODEL_MARKER} at {plan.stack_env['MODEL_PATH']}): run `make model "
+            f"MODEL_NAME={plan.stack_env['MODEL_NAME']} MODEL_PATH={plan.stack_env['MODEL_PATH']}` first"
+            + ("" if "sandbox" not in exc.message else ", and `make sif`")
+            + ".",
+            ExitCode.ASSETS_MISSING,
+        ) from None
+    out = train_run_dir() / plan.run_id
+    phases: dict[str, float] = {}
+    evidence: dict[str, Any] = {}
+    started = clock()
+    progress(f"bringing {profile.name} up with {plan.stack_env['MODEL_NAME']}")
+    if node.compose(UP_ARGS) != 0:
+        raise StackError(
+            f"docker compose up failed for profile {profile.name}; see the output above.", ExitCode.ENVIRONMENT
+        )
+    docker_state.write(profile)
+    try:
+        phases["up"] = clock() - started
+        node.gate(plan)
+        tasks.prepare(
+            plan.task, out / "tasks", ids=plan.task_ids, tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{plan.run_id}/tasks"
+        )
+        for file_name, text in plan.files.items():
+            (out / file_name).write_text(text)
+        sandbox_probe.check_in_trainer(profile)
+        mismatched = preflight.config_mismatches(plan.model, hf_config(node, plan.stack_env["MODEL_PATH"]))
+        if mismatched:
+            raise StackError(
+                f"slime's scripts/models/qwen2.5-{plan.size}.sh does not describe {plan.stack_env['MODEL_PATH']}: "
+                f"{'; '.join(mismatched)}; choose another model.size in configs/train/preflight.yaml.",
+                ExitCode.REHEARSAL_FAILED,
+            )
+        versions = {"before": weight_versions(node, profile)}
+        checkpoint: dict[str, Any] = {}
+        rollouts: list[dict[str, Any]] = []
+        logs = []
+        for name, phase in plan.phases:
+            progress(f"job {name}")
+            began = clock()
+            run_dir = f"{TRAINER_RUN_DIR}/{plan.run_id}"
+            code, _ = node.trainer(f"bash {run_dir}/launch-{name}.sh > {run_dir}/job-{name}.log 2>&1")
+            phases[name] = clock() - began
+            log = out / f"job-{name}.log"
+            logs.append(log.read_text(errors="replace") if log.is_file() else "")
+            seen = rehearsal_report.read_rollouts(out / SUMMARY_NAME)
+            rollouts += [{**row, "phase": name} for row in seen[len(rollouts) :]]
+            versions[f"after_{name}"] = weight_versions(node, profile)
+            checkpoint[f"after_{name}"] = tracker(node, phase.checkpoint_dir)
+            if code != 0:
+                abort = out / "gate-abort.txt"
+                reason = abort.read_text().strip() if abort.is_file() else f"exit {code}, see {log}"
+                progress(f"job {name} failed ({reason}); judging what it left")
+                break
+        evidence.update(
+            rollouts=rollouts,
+            slime=rehearsal_report.parse_slime_log("\n".join(logs)),
+            weight_versions=versions,
+            checkpoint=checkpoint,
+            phases=phases,
+            first=_rollouts(plan, 0),
+            after_resume=_rollouts(plan, 1) - _rollouts(plan, 0),
+            expected_steps=_rollouts(plan, 1),
+            **plan.report_settings,
+        )
+    finally:
+        progress(f"taking {profile.name} down (the real run starts with `make up`)")
+        node.compose(["down"])
+        docker_state.clear()
+    result = {**rehearsal_report.report(evidence), "plan": plan.run_id, "profile": profile.name}
+    (out / "rehearsal-report.json").write_text(json.dumps({**result, "evidence": evidence}, indent=1) + "\n")
+    rehearsal_record.write(profile, result, plan.report_path, sets=plan.sets)
+    return result
+
+
+def _rollouts(plan: PreflightPlan, index: int) -> int:
+    args = plan.phases[index][1].train_args
+    return int(args[args.index("--num-rollout") + 1])
+
+
+__all__ = ["run", "Node", "weight_versions", "tracker"]

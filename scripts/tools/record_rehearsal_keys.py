@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Record where slime, Polar and sglang write what the rehearsal's report reads (configs/upstream/rehearsal-keys.json).
+
+  python scripts/tools/record_rehearsal_keys.py SLIME_GIT [POLAR_GIT] > configs/upstream/rehearsal-keys.json
+
+SLIME_GIT: a clone or bare mirror of THUDM/slime holding SLIME_COMMIT. POLAR_GIT (optional): a clone of
+NVIDIA-NeMo/ProRL-Agent-Server holding POLAR_REVISION below; without it the Polar facts are copied from the current
+record (they were read with the code store's read_file at that revision, the stored one nearest POLAR_COMMIT).
+sglang's facts are searched by `make verify-offline` in the pinned wheel's source itself, so only their needles are
+recorded. Each fact is an exact substring (needle) of one file at the pinned revision, the line it is on and that
+line's text; `key` is the name the report's code uses for it (polarstack.checks.rehearsal_report, learning_signal).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORD = ROOT / "configs" / "upstream" / "rehearsal-keys.json"
+POLAR_REVISION = "063c94824aea5ae7f7687acec23f172a552794c1"
+
+SLIME = {  # fact: (file, needle, key)
+    "train_step_line": (
+        "slime/backends/megatron_utils/model.py",
+        'logger.info(f"{role_tag}step {accumulated_step_id}: {log_dict}")',
+        "step N: {...}",
+    ),
+    "train_metric_prefix": ("slime/backends/megatron_utils/model.py", 'f"train/{role_tag}{key}": val.mean()', "train/"),
+    "loss_key": ("slime/backends/megatron_utils/loss.py", '"loss": loss.clone().detach()', "train/loss"),
+    "grad_norm_key": (
+        "slime/backends/megatron_utils/model.py",
+        'log_dict[f"train/{role_tag}grad_norm"] = grad_norm',
+        "train/grad_norm",
+    ),
+    "perf_line": ("slime/ray/rollout.py", 'logger.info(f"perf {rollout_id}: {log_dict}")', "perf N: {...}"),
+    "rollout_time_key": ("slime/ray/rollout.py", 'log_dict["rollout_time"] = rollout_time', "perf/rollout_time"),
+    "perf_prefix": (
+        "slime/ray/rollout.py",
+        'dict_add_prefix(compute_perf_metrics_from_samples(args, samples, rollout_time), "perf/")',
+        "perf/",
+    ),
+    "rollout_extra_metrics": ("slime/ray/rollout.py", "log_dict = {**(rollout_extra_metrics or {})}", "polarstack/"),
+    "zero_std_metric": ("slime/ray/rollout.py", 'return {f"zero_std/count_{reward}": len(items)', "zero_std/"),
+    "save_iteration": (
+        "slime/backends/megatron_utils/actor.py",
+        "save(rollout_id, self.model, self.optimizer",
+        "iteration = rollout",
+    ),
+    "resume_start": (
+        "slime/backends/megatron_utils/actor.py",
+        "start_rollout_id = loaded_rollout_id + 1",
+        "tracker + 1",
+    ),
+    "use_tensorboard": (
+        "slime/utils/arguments.py",
+        'parser.add_argument("--use-tensorboard", action="store_true", default=False)',
+        "--use-tensorboard",
+    ),
+    "tensorboard_dir": ("slime/utils/tensorboard_utils.py", 'os.environ.get("TENSORBOARD_DIR"', "TENSORBOARD_DIR"),
+    "use_wandb": (
+        "slime/utils/arguments.py",
+        'parser.add_argument("--use-wandb", action="store_true", default=False)',
+        "--use-wandb",
+    ),
+    "wandb_key": (
+        "slime/utils/arguments.py",
+        'parser.add_argument("--wandb-key", type=str, default=None)',
+        "--wandb-key",
+    ),
+    "tracker_log": ("slime/utils/logging_utils.py", "_TensorboardAdapter(args).log(data=metrics_except_step", "log"),
+}
+POLAR = {
+    "session_id": ("src/slime_bridge/adapter.py", '"session_id": result.session_id,', "session_id"),
+    "response_messages": (
+        "src/slime_bridge/adapter.py",
+        '"response_messages": deepcopy(response_messages),',
+        "trace_debug",
+    ),
+    "token_clipping": (
+        "src/slime_bridge/adapter.py",
+        'polar_metadata["token_clipping"] = clipping_metadata',
+        "token_clipping",
+    ),
+    "parser_invalid": (
+        "src/slime_bridge/adapter.py",
+        '"reason": "parser_invalid_tool_call",',
+        "parser_invalid_tool_call",
+    ),
+    "placeholder": ("src/slime_bridge/adapter.py", '"placeholder": True,', "placeholder"),
+}
+SGLANG = {
+    "model_info_route": ("sglang/srt/entrypoints/http_server.py", '@app.get("/model_info")', "/model_info"),
+    "weight_version": (
+        "sglang/srt/entrypoints/http_server.py",
+        '"weight_version": _global_state.tokenizer_manager.server_args.weight_version',
+        "weight_version",
+    ),
+}
+
+
+def pin(name: str) -> str:
+    for line in (ROOT / "configs" / "pins.env").read_text().splitlines():
+        if line.startswith(f"{name}="):
+            return line.split("=", 1)[1].strip()
+    raise SystemExit(f"configs/pins.env has no {name}")
+
+
+def find(repo: str, commit: str, table: dict) -> dict:
+    out = {}
+    for fact, (path, needle, key) in table.items():
+        text = subprocess.run(
+            ["git", "-C", repo, "show", f"{commit}:{path}"], capture_output=True, text=True, check=True
+        ).stdout
+        lines = [i for i, line in enumerate(text.splitlines(), 1) if needle in line]
+        if not lines:
+            raise SystemExit(f"{path} at {commit[:12]} has no {needle!r}")
+        out[fact] = {
+            "file": path,
+            "needle": needle,
+            "key": key,
+            "line": lines[0],
+            "text": text.splitlines()[lines[0] - 1].strip(),
+        }
+    return out
+
+
+def main() -> int:
+    if len(sys.argv) not in (2, 3):
+        print(__doc__, file=sys.stderr)
+        return 2
+    slime_commit = pin("SLIME_COMMIT")
+    if len(sys.argv) == 3:
+        polar = find(sys.argv[2], POLAR_REVISION, POLAR)
+    else:
+        polar = json.loads(RECORD.read_text())["polar"]["facts"]
+    record = {
+        "what": "where the pinned upstreams write what the rehearsal's report reads (record_rehearsal_keys.py)",
+        "recorded_on": datetime.date.today().isoformat(),
+        "slime": {"repo": "THUDM/slime", "commit": slime_commit, "facts": find(sys.argv[1], slime_commit, SLIME)},
+        "polar": {
+            "repo": "NVIDIA-NeMo/ProRL-Agent-Server",
+            "commit": POLAR_REVISION,
+            "polar_commit": pin("POLAR_COMMIT"),
+            "note": "read at the stored revision nearest POLAR_COMMIT (the code store has no adapter.py at POLAR_COMMIT)",
+            "facts": polar,
+        },
+        "sglang": {
+            "version": pin("SGLANG_VERSION"),
+            "facts": {k: {"file": f, "needle": n, "key": key} for k, (f, n, key) in SGLANG.items()},
+        },
+    }
+    json.dump(record, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Fakes of what slime and Polar write, built from the recorded upstream lines (configs/upstream/rehearsal-keys.json):
+samples as Polar's adapter builds them (src/slime_bridge/adapter.py `_build_sample`), slime's training-step and
+perf log lines formatted from the recorded f-strings, so a fake cannot drift from the real output unnoticed."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from polarstack.checks.rehearsal_report import parse_slime_log
+from polarstack.offline.rehearsal_keys import record
+from polarstack.train import gate, learning_signal
+
+FACTS = record()
+POLAR = {name: fact["key"] for name, fact in FACTS["polar"]["facts"].items()}
+
+
+@dataclass
+class Sample:  # the fields of slime's Sample that Polar's adapter fills
+    tokens: list[int]
+    response_length: int
+    loss_mask: list[int]
+    reward: Any
+    status: str = "completed"
+    remove_sample: bool = False
+    metadata: dict = field(default_factory=dict)
+
+
+def sample(reward=1.0, *, tool=True, trainable=True, clipped=False, placeholder=False, invalid=False, session=None):
+    polar: dict[str, Any] = {POLAR["session_id"]: session or f"s-{id(object())}"}
+    calls = [{"id": "c1", "type": "function", "function": {"name": "Edit", "arguments": "{}"}}] if tool else []
+    polar[POLAR["response_messages"]] = {
+        "finish_reason": "stop",
+        "response_messages": [{"role": "assistant", "content": "", "tool_calls": calls}],
+    }
+    if clipped:
+        polar[POLAR["token_clipping"]] = {"strategy": "causal_prefix", "dropped_response_tokens": 10}
+    if invalid:
+        polar["training_filter"] = {"masked": False, "reason": POLAR["parser_invalid"]}
+    if placeholder:
+        polar[POLAR["placeholder"]] = True
+        return Sample([0, 0], 1, [0], {"score": 0.0}, "aborted", True, {"polar": polar})
+    mask = [1, 1, 1] if trainable else [0, 0, 0]
+    return Sample([1, 2, 3, 4, 5, 6], 3, mask, {"score": reward}, "completed", False, {"polar": polar})
+
+
+def summary(rollout_id: int, groups: list[list[Sample]], dropped: int = 0) -> dict[str, Any]:
+    rows = [learning_signal.group_summary(g, gate.sample_reward, gate.trainable_tokens) for g in groups]
+    return learning_signal.rollout_summary(rollout_id, rows, dropped, 10.0)
+
+
+def _template(fact: str) -> str:
+    return re.search(r'f"(.*)"\)', FACTS["slime"]["facts"][fact]["text"]).group(1)
+
+
+def step_line(step: int, loss: float = 0.01, grad: float = 0.5) -> str:
+    body = _template("train_step_line").format(
+        role_tag="",
+        accumulated_step_id=step,
+        log_dict={"train/loss": loss, "train/grad_norm": grad, "train/kl_loss": 0.0},
+    )
+    return f"[2026-12-01 09:00:00] model.py:909 - {body}"
+
+
+def perf_line(rollout: int, seconds: float = 60.0) -> str:
+    body = _template("perf_line").format(
+        rollout_id=rollout, log_dict={"perf/rollout_time": seconds, "rollout/truncated_ratio": 0.0}
+    )
+    return f"[2026-12-01 09:00:00] rollout.py:1306 - {body}"
+
+
+def mixed_groups() -> list[list[Sample]]:
+    return [[sample(1.0), sample(0.0), sample(1.0), sample(0.0)] for _ in range(3)]
+
+
+def passing_evidence() -> dict[str, Any]:
+    rollouts = [{**summary(r, mixed_groups()), "phase": "train" if r < 2 else "resume"} for r in range(3)]
+    log = "\n".join([step_line(0), perf_line(0), step_line(1), perf_line(1), step_line(2), perf_line(2)])
+    return {
+        "rollouts": rollouts,
+        "slime": parse_slime_log(log),
+        "weight_versions": {
+            "before": {"http://127.0.0.1:30000": "default"},
+            "after_train": {"http://127.0.0.1:30000": "2"},
+            "after_resume": {"http://127.0.0.1:30000": "3"},
+        },
+        "checkpoint": {"after_train": "1", "after_resume": "2"},
+        "phases": {"up": 120.0, "train": 300.0, "resume": 200.0},
+        "first": 2,
+        "after_resume": 1,
+        "expected_steps": 3,
+        "max_dropped_or_clipped_share": 0.5,
+        "min_mixed_reward_groups": 1,
+    }

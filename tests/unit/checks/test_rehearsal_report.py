@@ -1,0 +1,173 @@
+"""Pins each verdict of the rehearsal's report both ways (issue 19), against fakes of slime's log lines and Polar's
+samples built from the recorded upstream lines (tests/rehearsal_fakes.py): a passing rehearsal passes every class;
+each broken stack fails its own class first, exits REHEARSAL_FAILED naming it and what to change; a model
+shortfall (no tool call, no mixed rewards) or a slow rehearsal only warns."""
+
+import copy
+import json
+
+import pytest
+
+import rehearsal_fakes as fakes
+from polarstack.checks import rehearsal_report
+from polarstack.cli.main import main
+from polarstack.errors import ExitCode, StackError
+from polarstack.offline import rehearsal_keys
+
+pytestmark = pytest.mark.unit
+
+
+def verdicts(evidence):
+    return {v.name: v for v in rehearsal_report.judge(evidence)}
+
+
+def test_a_passing_rehearsal_passes_every_class():
+    result = rehearsal_report.report(fakes.passing_evidence())
+    assert result["passed"], result
+    assert [v["class"] for v in result["verdicts"]] == list(rehearsal_report.CLASSES)
+    assert {v["verdict"] for v in result["verdicts"]} == {"pass"}
+    rehearsal_report.raise_on_failure(result)  # no exception
+
+
+def _rollouts(groups, dropped=0):
+    return [{**fakes.summary(r, groups, dropped), "phase": "train" if r < 2 else "resume"} for r in range(3)]
+
+
+def broken(name):
+    e = copy.deepcopy(fakes.passing_evidence())
+    if name == "trainable_tokens":
+        e["rollouts"] = _rollouts([[fakes.sample(1.0, trainable=False)] * 4] + fakes.mixed_groups())
+    elif name == "trainable_tokens_dropped":
+        e["rollouts"] = _rollouts(fakes.mixed_groups(), dropped=2)
+    elif name == "tool_calls":
+        e["rollouts"] = _rollouts([[fakes.sample(r, tool=False, invalid=True) for r in (1.0, 0.0)]] * 3)
+    elif name == "length":
+        e["rollouts"] = _rollouts([[fakes.sample(r, clipped=True) for r in (1.0, 0.0, 1.0)]] * 3)
+    elif name == "loss_and_grad":
+        e["slime"] = rehearsal_report.parse_slime_log(
+            "\n".join(fakes.step_line(s, loss=float("nan")) for s in range(3))
+        )
+    elif name == "grad_zero":
+        e["slime"] = rehearsal_report.parse_slime_log("\n".join(fakes.step_line(s, grad=0.0) for s in range(3)))
+    elif name == "missing_steps":
+        e["slime"] = rehearsal_report.parse_slime_log(fakes.step_line(0))
+    elif name == "weight_sync":
+        e["weight_versions"]["before"]["http://127.0.0.1:30010"] = "default"
+        e["weight_versions"]["after_train"]["http://127.0.0.1:30010"] = "default"
+        e["weight_versions"]["after_resume"]["http://127.0.0.1:30010"] = "3"
+    elif name == "checkpoint_resume":
+        e["checkpoint"]["after_resume"] = "1"
+    elif name == "resume_restarted":
+        e["rollouts"][2]["rollout_id"] = 0  # job 2 started again at rollout 0: the --load fell back to --ref-load
+    return e
+
+
+@pytest.mark.parametrize(
+    "case, failing",
+    [
+        ("trainable_tokens", "trainable_tokens"),
+        ("trainable_tokens_dropped", "trainable_tokens"),
+        ("tool_calls", "tool_calls"),
+        ("length", "length"),
+        ("loss_and_grad", "loss_and_grad"),
+        ("grad_zero", "loss_and_grad"),
+        ("missing_steps", "loss_and_grad"),
+        ("weight_sync", "weight_sync"),
+        ("checkpoint_resume", "checkpoint_resume"),
+        ("resume_restarted", "checkpoint_resume"),
+    ],
+)
+def test_a_broken_stack_fails_its_class(case, failing):
+    result = rehearsal_report.report(broken(case))
+    assert not result["passed"] and result["first_failure"] == failing
+    with pytest.raises(StackError) as info:
+        rehearsal_report.raise_on_failure(result)
+    assert info.value.code == ExitCode.REHEARSAL_FAILED and failing in info.value.message
+    row = next(v for v in result["verdicts"] if v["class"] == failing)
+    assert row["change"] and row["change"] in info.value.message  # what to change is in the sentence
+
+
+def test_no_rollout_at_all_fails_first_at_trainable_tokens():
+    e = fakes.passing_evidence()
+    e["rollouts"] = []
+    assert rehearsal_report.report(e)["first_failure"] == "trainable_tokens"
+
+
+def test_a_model_that_never_calls_a_tool_is_a_warning():
+    e = fakes.passing_evidence()
+    e["rollouts"] = _rollouts([[fakes.sample(r, tool=False) for r in (1.0, 0.0)]] * 3)
+    result = rehearsal_report.report(e)
+    v = verdicts(e)["tool_calls"]
+    assert result["passed"] and v.verdict == "warn" and "model shortfall" in v.change
+
+
+def test_no_mixed_rewards_is_a_model_shortfall_warning_not_a_failure():
+    e = fakes.passing_evidence()
+    e["rollouts"] = _rollouts([[fakes.sample(0.0) for _ in range(4)]] * 3)
+    v = verdicts(e)["reward_spread"]
+    assert v.verdict == "warn" and "never solved a task" in v.change and "0/9 groups" in v.figure
+    assert rehearsal_report.report(e)["passed"]
+    assert verdicts(fakes.passing_evidence())["reward_spread"].verdict == "pass"
+
+
+def test_a_rehearsal_over_the_time_goal_warns():
+    e = fakes.passing_evidence()
+    e["phases"] = {"up": 600.0, "train": 600.0, "resume": 300.0}
+    assert verdicts(e)["time_and_tokens"].verdict == "warn"
+    assert "tokens per rollout 72, 72, 72" in verdicts(fakes.passing_evidence())["time_and_tokens"].figure
+
+
+def test_slime_log_parser_reads_non_finite_values_and_skips_other_lines():
+    text = "\n".join(
+        [fakes.step_line(4, loss=float("inf")), "step 5: not a dict", fakes.perf_line(1), "critic-step 3: {}"]
+    )
+    parsed = rehearsal_report.parse_slime_log(text)
+    assert [s["step"] for s in parsed["steps"]] == [4] and parsed["steps"][0]["train/loss"] == float("inf")
+    assert parsed["perf"][0]["perf/rollout_time"] == 60.0
+
+
+def test_cli_shows_a_report_and_exits_by_its_verdict(tmp_path, capsys):
+    path = tmp_path / "rehearsal-report.json"
+    path.write_text(json.dumps(rehearsal_report.report(broken("weight_sync"))))
+    assert main(["preflight", "--report", str(path), "--json"]) == ExitCode.REHEARSAL_FAILED
+    out, err = capsys.readouterr()
+    assert json.loads(out)["first_failure"] == "weight_sync" and "failed at weight_sync" in err
+    path.write_text(json.dumps(rehearsal_report.report(fakes.passing_evidence())))
+    assert main(["preflight", "--report", str(path)]) == 0
+    assert "rehearsal passed" in capsys.readouterr().out
+
+
+def test_recorded_upstream_keys_are_what_the_readers_read():
+    problems, _ = rehearsal_keys.check()
+    assert problems == []
+
+
+def test_a_drifted_record_fails_the_key_check(monkeypatch):
+    data = rehearsal_keys.record()
+    data["slime"]["facts"]["loss_key"]["key"] = "train/total_loss"
+    data["slime"]["facts"]["train_step_line"]["text"] = 'logger.info(f"iteration {accumulated_step_id} {log_dict}")'
+    data["polar"]["facts"]["token_clipping"]["key"] = "clipping"
+    monkeypatch.setattr(rehearsal_keys, "record", lambda: data)
+    problems, _ = rehearsal_keys.check()
+    assert any("train/total_loss" in p for p in problems)
+    assert any("training-step line" in p for p in problems)
+    assert any("clipped" in p for p in problems)
+
+
+def test_local_part_judges_what_the_local_runtime_measures():
+    good = rehearsal_report.local_part([12, 30], {"targets": [{"outcome": "parsed", "tool_calls": 1}]})
+    assert [(v.name, v.verdict) for v in good[:2]] == [("trainable_tokens", "pass"), ("tool_calls", "pass")]
+    assert {v.verdict for v in good[2:]} == {"node"} and len(good) == len(rehearsal_report.CLASSES)
+    bad = rehearsal_report.local_part([12, 0], {"targets": [{"outcome": "raw_tool_call_text", "tool_calls": 0}]})
+    assert [v.verdict for v in bad[:2]] == ["fail", "fail"] and "--tool-call-parser" in bad[1].change
+    prose = rehearsal_report.local_part([5], {"targets": [{"outcome": "prose_without_call", "tool_calls": 0}]})
+    assert prose[1].verdict == "warn"
+
+
+def test_local_outcome_names_are_toolchecks():
+    from polarstack.checks import tool_exchange
+
+    assert (rehearsal_report.PARSED_OUTCOME, rehearsal_report.RAW_TEXT_OUTCOME) == (
+        tool_exchange.PARSED,
+        tool_exchange.RAW_TEXT,
+    )

@@ -1,0 +1,158 @@
+"""Pins `make preflight`'s sequence on the node with a fake node (issue 19): it refuses while a profile is up (the
+engines load the model when they start); otherwise it brings the profile up with the small model's MODEL_PATH,
+runs the job, then the resumed job, reads weight_version and the checkpoint tracker between them, writes the report
+and the pass record, and takes the stack down, also when a job fails (then the report fails and names why)."""
+
+import json
+import os
+
+import pytest
+
+import rehearsal_fakes as fakes
+from polarstack.checks import sandbox_probe
+from polarstack.errors import ExitCode, StackError
+from polarstack.stack import assets, docker_state, profiles
+from polarstack.train import preflight, rehearsal_record, rehearsal_run
+
+pytestmark = pytest.mark.unit
+
+
+class FakeNode:
+    """The trainer as the jobs would leave it: slime's log lines, the gate's rollouts.jsonl, versions, tracker."""
+
+    # Qwen2.5-3B-Instruct's config.json keys as slime's qwen2.5-3B.sh describes them (a fake, not the Hub's file)
+    CONFIG = {
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "num_key_value_heads": 2,
+        "hidden_size": 2048,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 16,
+        "intermediate_size": 11008,
+        "rope_theta": 1000000.0,
+    }
+
+    def __init__(self, host_dir, fail_job=None, config=None):
+        self.host_dir, self.fail_job, self.config = host_dir, fail_job, config or dict(self.CONFIG)
+        self.jobs = 0
+        self.compose_calls, self.version, self.tracker, self.env_at_up = [], 0, None, None
+
+    def compose(self, args):
+        self.compose_calls.append(args[0])
+        if args[0] == "up":
+            self.env_at_up = os.environ.get("MODEL_PATH")
+        return 0
+
+    def gate(self, plan):
+        pass
+
+    def trainer(self, command):
+        if "/model_info" in command:
+            return 0, json.dumps({"http://127.0.0.1:30000": str(self.version) if self.version else "default"})
+        if command.startswith("cat ") and command.endswith("config.json"):
+            return 0, json.dumps(self.config)
+        if command.startswith("cat "):
+            return (0, f"{self.tracker}\n") if self.tracker is not None else (1, "")
+        self.jobs += 1
+        name = "train" if "launch-train.sh" in command else "resume"
+        rollouts = range(0, 2) if name == "train" else range(2, 3)
+        lines = []
+        with (self.host_dir / "rollouts.jsonl").open("a") as out:
+            for r in rollouts:
+                out.write(json.dumps(fakes.summary(r, fakes.mixed_groups())) + "\n")
+                lines += [fakes.perf_line(r), fakes.step_line(r)]
+        (self.host_dir / f"job-{name}.log").write_text("\n".join(lines) + "\n")
+        if name == self.fail_job:
+            return 1, ""
+        self.version += 1
+        self.tracker = max(rollouts)
+        return 0, ""
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch):
+    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(assets, "check_before_up", lambda profile: None)
+    monkeypatch.setattr(sandbox_probe, "check_in_trainer", lambda profile: None)
+    for key in ("MODEL_PATH", "MODEL_NAME", "SERVED_MODEL_NAME"):
+        monkeypatch.delenv(key, raising=False)
+    profile = profiles.load("engine-direct")
+    plan = preflight.build(profile, run_id="preflight-test")
+    return profile, plan, tmp_path / "run" / "train" / "preflight-test"
+
+
+def test_a_full_rehearsal_passes_records_and_takes_the_stack_down(setup):
+    profile, plan, host = setup
+    node = FakeNode(host)
+    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    assert result["passed"], result
+    assert node.compose_calls == ["up", "down"] and node.env_at_up == "/models/Qwen2.5-3B-Instruct"
+    saved = json.loads((host / "rehearsal-report.json").read_text())
+    assert saved["evidence"]["checkpoint"] == {"after_train": "1", "after_resume": "2"}
+    assert [r["phase"] for r in saved["evidence"]["rollouts"]] == ["train", "train", "resume"]
+    assert (host / "tasks" / "train.jsonl").read_text().count("\n") == 9
+    assert "passed" in rehearsal_record.require(profile, override=False)
+    assert docker_state.read() is None
+
+
+def test_a_failing_job_still_takes_the_stack_down_and_fails_the_report(setup):
+    profile, plan, host = setup
+    node = FakeNode(host, fail_job="resume")
+    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    assert not result["passed"] and result["first_failure"] == "weight_sync"
+    assert node.compose_calls[-1] == "down"
+    with pytest.raises(StackError) as info:
+        rehearsal_record.require(profile, override=False)
+    assert info.value.code == ExitCode.NO_REHEARSAL
+
+
+def test_refused_while_a_profile_is_up(setup):
+    profile, plan, host = setup
+    docker_state.write(profiles.load("patched-router"))
+    with pytest.raises(StackError) as info:
+        rehearsal_run.run(profile, plan, node=FakeNode(host), progress=lambda m: None)
+    assert info.value.code == ExitCode.STATE and "make down" in info.value.message
+
+
+def test_a_rehearsal_stopped_half_way_voids_an_earlier_pass(setup):
+    profile, plan, host = setup
+    rehearsal_record.write(profile, {"passed": True}, "earlier")
+    node = FakeNode(host)
+
+    def gate_refuses(plan):
+        raise StackError("the smoke failed", ExitCode.GATE)
+
+    node.gate = gate_refuses
+    with pytest.raises(StackError) as info:
+        rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    assert info.value.code == ExitCode.GATE and node.compose_calls == ["up", "down"]
+    with pytest.raises(StackError) as refused:
+        rehearsal_record.require(profile, override=False)
+    assert refused.value.code == ExitCode.NO_REHEARSAL and "failed" in refused.value.message
+
+
+def test_missing_small_model_names_the_rehearsals_make_model(setup, monkeypatch):
+    profile, plan, host = setup
+
+    def missing(profile):
+        raise StackError(
+            f"make up needs the weights of {os.environ['MODEL_NAME']} (no {assets.MODEL_MARKER} in the models "
+            "volume), which are missing: run `make model`.",
+            ExitCode.ASSETS_MISSING,
+        )
+
+    monkeypatch.setattr(assets, "check_before_up", missing)
+    node = FakeNode(host)
+    with pytest.raises(StackError) as info:
+        rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    assert info.value.code == ExitCode.ASSETS_MISSING and node.compose_calls == []
+    assert "make model MODEL_NAME=Qwen/Qwen2.5-3B-Instruct MODEL_PATH=/models/Qwen2.5-3B-Instruct" in info.value.message
+
+
+def test_weights_that_slimes_script_does_not_describe_stop_before_any_job(setup):
+    profile, plan, host = setup
+    node = FakeNode(host, config={**FakeNode.CONFIG, "rope_theta": 10000.0})
+    with pytest.raises(StackError) as info:
+        rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    assert info.value.code == ExitCode.REHEARSAL_FAILED and "rope_theta=10000.0" in info.value.message
+    assert node.jobs == 0 and node.compose_calls == ["up", "down"]
