@@ -268,11 +268,13 @@ def _judge_task(problem: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def verify(problem: dict[str, Any], completion: str, limits: Limits | None = None) -> Outcome:
-    """Run the problem's tests against the completion; raises IsolationUnavailable (fail closed)."""
+def verify(problem: dict[str, Any], completion: str, limits: Limits | None = None, seed: int | None = None) -> Outcome:
+    """Run the problem's tests against the completion; raises IsolationUnavailable (fail closed). `seed`: the
+    tests' random inputs (a fresh one per run unless given, as tests comparing two runs do)."""
     limits = limits or Limits()
+    task = dict(_judge_task(problem), seed=secrets.randbits(64) if seed is None else seed)
     report, tail, seconds = _supervise(
-        {"solution.py": solution_source(problem, completion)}, ["-c", _RUNNER], limits, _judge_task(problem)
+        {"solution.py": solution_source(problem, completion)}, ["-c", _RUNNER], limits, task
     )
     verdict, detail = report.get("verdict"), str(report.get("detail", ""))
     calls, checks = int(report.get("calls") or 0), int(report.get("checks") or 0)

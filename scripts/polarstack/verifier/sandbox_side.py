@@ -110,6 +110,8 @@ def worker(cfg, channel):
     resource.setrlimit(resource.RLIMIT_AS, (cfg["memory_mb"] * mb, cfg["memory_mb"] * mb))
     resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["file_size_mb"] * mb, cfg["file_size_mb"] * mb))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if seccomp_arch() is not None:  # nothing of the launcher's session keyring, before the uid switch
+        join_fresh_session_keyring(seccomp_arch()[2]["keyctl"])
     if cfg["uid"] >= 0:
         try:
             os.setgroups([])
@@ -120,6 +122,7 @@ def worker(cfg, channel):
     resource.setrlimit(resource.RLIMIT_NPROC, (cfg["nproc"], cfg["nproc"]))
     check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
     check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # cleared by the uid switch; dies with its parent
+    install_seccomp(cfg["isolate"])  # no keyrings, no other kernel state that outlives the run (seccomp.py)
     os.write(STATUS, b"isolated\n" if cfg["isolate"] else b"unisolated\n")
     os.closerange(5, STATUS)
     os.closerange(STATUS + 1, 1 << 16)

@@ -6,13 +6,15 @@ from __future__ import annotations
 from polarstack.verifier.candidate import _CODEC
 from polarstack.verifier.judge_side import _JUDGE_SIDE
 from polarstack.verifier.sandbox_side import _SANDBOX_SIDE
+from polarstack.verifier.seccomp import _SECCOMP
 
 _SUPERVISOR = (
     r"""
-import ast, builtins, ctypes, errno, fcntl, json, os, resource, select, signal, sys, time
+import ast, builtins, ctypes, errno, fcntl, json, os, random, resource, select, signal, sys, time
 """
     + _CODEC
     + _SANDBOX_SIDE
+    + _SECCOMP
     + _JUDGE_SIDE
     + r'''
 
