@@ -50,6 +50,7 @@ from typing import Any, Callable, Iterable
 
 # Also the names polarstack.verifier had as one module (callers and tests use them from here).
 from polarstack.verifier.candidate import _RUNNER
+from polarstack.verifier.cgroup import cgroup_parent, create_cgroup, describe_limits, remove_cgroup
 from polarstack.verifier.host import (
     _CAP_CHOWN,
     _CAP_SETGID,
@@ -105,9 +106,10 @@ def _read_until_eof(fd: int, deadline: float) -> tuple[bytes, bool]:
 
 def _supervise(
     files: dict[str, str], argv_tail: list[str], limits: Limits, task: dict[str, Any] | None
-) -> tuple[dict[str, Any], str, float]:
+) -> tuple[dict[str, Any], str, float, str]:
     """Run one supervisor (sandbox + judge when `task` is given); every wait is bounded. Returns its report (empty
-    when it gave none carrying this run's secret), the tail of the program's and supervisor's stderr, seconds."""
+    when it gave none carrying this run's secret), the tail of the program's and supervisor's stderr, seconds, and
+    which mechanism bounded the sandbox's total (describe_limits)."""
     isolate = isolation_mode(limits.isolation) == "namespaces"
     started = time.monotonic()
     secret = secrets.token_hex(16)
@@ -133,7 +135,8 @@ def _supervise(
             )
     else:
         wanted = _root_with(_CAP_SETUID, _CAP_SETGID, _CAP_CHOWN) and _maps_sandbox_uids()
-    with _sandbox_uid(wanted) as uid:
+    parent = cgroup_parent()
+    with _sandbox_uid(wanted) as uid, _sandbox_cgroup(parent, limits) as cgroup:
         python = _system_python()
         workdir = None if isolate else tempfile.mkdtemp(prefix="polarstack-verify-")
         if workdir:
@@ -161,6 +164,8 @@ def _supervise(
             "judge": task is not None,
             "timeout": limits.timeout,
             "report": report_w,
+            "cgroup": str(cgroup) if cgroup else None,
+            "watchdog": cgroup is None,
             "env": {
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
                 "LANG": "C.UTF-8",
@@ -209,16 +214,30 @@ def _supervise(
                 f"user namespaces are allowed, or opt out of isolation with {ISOLATION_ENV}=none (see docs/tasks.md)"
             )
         raise RuntimeError(f"the sandbox could not start: {status[6:]}")
-    return report, tail, time.monotonic() - started
+    mechanism = describe_limits(cgroup, limits.memory_mb, limits.cpu_seconds, limits.nproc)
+    return report, tail, time.monotonic() - started, mechanism
+
+
+@contextlib.contextmanager
+def _sandbox_cgroup(parent: Path | None, limits: Limits):
+    """The run's own cgroup under `parent`, removed with the run; None (the watchdog bounds it) without one."""
+    if parent is None:
+        yield None
+        return
+    cgroup = create_cgroup(parent, limits.memory_mb, limits.nproc)
+    try:
+        yield cgroup
+    finally:
+        remove_cgroup(cgroup)
 
 
 def run_program(program: str, limits: Limits | None = None) -> Run:
     """Run `program` (Python source, as program.py in the sandbox's working directory); its exit code is reported
     for probing the sandbox, never used as a reward."""
     limits = limits or Limits()
-    report, tail, seconds = _supervise({"program.py": program}, ["program.py"], limits, None)
+    report, tail, seconds, mechanism = _supervise({"program.py": program}, ["program.py"], limits, None)
     timed_out = report.get("verdict") == "timeout"
-    return Run(None if timed_out else report.get("returncode"), timed_out, seconds, tail)
+    return Run(None if timed_out else report.get("returncode"), timed_out, seconds, tail, mechanism)
 
 
 def probe_sandbox(limits: Limits | None = None) -> None:
@@ -273,19 +292,20 @@ def verify(problem: dict[str, Any], completion: str, limits: Limits | None = Non
     tests' random inputs (a fresh one per run unless given, as tests comparing two runs do)."""
     limits = limits or Limits()
     task = dict(_judge_task(problem), seed=secrets.randbits(64) if seed is None else seed)
-    report, tail, seconds = _supervise(
+    report, tail, seconds, mechanism = _supervise(
         {"solution.py": solution_source(problem, completion)}, ["-c", _RUNNER], limits, task
     )
     verdict, detail = report.get("verdict"), str(report.get("detail", ""))
     calls, checks = int(report.get("calls") or 0), int(report.get("checks") or 0)
     if verdict == "timeout" or (not report and seconds >= limits.timeout):
-        return Outcome(False, "timeout", seconds, detail or "deadline passed", tail, calls, checks)
+        return Outcome(False, "timeout", seconds, detail or "deadline passed", tail, calls, checks, mechanism)
     if not report:
-        return Outcome(False, "error", seconds, "the supervisor gave no valid report", tail)
+        return Outcome(False, "error", seconds, "the supervisor gave no valid report", tail, limits=mechanism)
     wanted = "isolated" if isolation_mode(limits.isolation) == "namespaces" else "unisolated"
     if verdict == "passed" and report.get("status") == wanted and calls > 0 and checks > 0:
-        return Outcome(True, "passed", seconds, "", tail, calls, checks)
-    return Outcome(False, "failed", seconds, detail or f"sandbox status {report.get('status')!r}", tail, calls, checks)
+        return Outcome(True, "passed", seconds, "", tail, calls, checks, mechanism)
+    detail = detail or f"sandbox status {report.get('status')!r}"
+    return Outcome(False, "failed", seconds, detail, tail, calls, checks, mechanism)
 
 
 def _parse_report(data: bytes, secret: str) -> dict[str, Any]:
@@ -380,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAILED {args.name} (not verified)")
         print(f"polarstack-verifier: {exc}", file=sys.stderr)
         return 8
+    print(f"polarstack-verifier: limits: {outcome.limits}", file=sys.stderr)  # the in-trainer probe reports it
     if outcome.passed:
         print(f"PASSED {args.name}")
         return 0

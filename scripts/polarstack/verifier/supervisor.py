@@ -7,15 +7,17 @@ from polarstack.verifier.candidate import _CODEC
 from polarstack.verifier.judge_side import _JUDGE_SIDE
 from polarstack.verifier.sandbox_side import _SANDBOX_SIDE
 from polarstack.verifier.seccomp import _SECCOMP
+from polarstack.verifier.watchdog import _WATCHDOG
 
 _SUPERVISOR = (
     r"""
-import ast, builtins, ctypes, errno, fcntl, json, os, random, resource, select, signal, sys, time
+import ast, builtins, ctypes, errno, fcntl, json, os, random, resource, select, signal, sys, threading, time
 """
     + _CODEC
     + _SANDBOX_SIDE
     + _SECCOMP
     + _JUDGE_SIDE
+    + _WATCHDOG
     + r'''
 
 def read_exactly(count):
@@ -67,6 +69,9 @@ def main():
         sandbox_side(sandbox, [req_r, resp_w] if sandbox["judge"] else [], status_w)
     for fd in (req_r, resp_w, status_w):
         os.close(fd)
+    if sandbox["watchdog"]:  # no cgroup bounds the sandbox: this thread bounds its total (watchdog.py)
+        stop = lambda: os.kill(child, signal.SIGTERM)  # the sandbox side kills its init, hence all of it
+        threading.Thread(target=watchdog, args=(child, sandbox, stop), daemon=True).start()
     # The answers it decodes come from the solution: bound this process's memory too (2 GiB of address space).
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
     rest = json.loads(read_exactly(os.fstat(0).st_size - os.lseek(0, 0, os.SEEK_CUR)))  # tests and the secret
@@ -101,6 +106,8 @@ def main():
                 returncode = code
             break
     report.update(state, returncode=returncode)
+    if state.get("over_budget") and report.get("verdict") != "timeout":
+        report["verdict"], report["detail"] = "failed", state["over_budget"]
     os.write(sandbox["report"], (json.dumps(report) + "\n").encode())
 
 
