@@ -185,7 +185,49 @@ def eager_any(iterable):
     return any(list(iterable))
 
 
-GUARDED = (ast.Assert, ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.If, ast.For, ast.While, ast.With)
+def caught(thunk, where):
+    """A comprehension's element that calls the solution: an exception is recorded, the iteration goes on."""
+    try:
+        return thunk()
+    except BaseException as exc:
+        errored(exc, where)
+        return None
+
+
+SIMPLE = (ast.Assert, ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)
+GUARDED = SIMPLE + (ast.If, ast.For, ast.While, ast.With)
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def _thunk(expr):
+    return ast.Lambda(ast.arguments([], [], None, [], [], None, []), expr)
+
+
+def _calls_any(node, callers):
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in callers for n in ast.walk(node))
+
+
+class Hoist(ast.NodeTransformer):
+    """Each call to the solution in a statement, innermost first and in source order, becomes its own guarded
+    statement `__ps_vN = candidate(...)`, so that an exception elsewhere in the statement (`tuple(None)` on a
+    wrong answer, HumanEval/33) cannot skip a later call; lambdas and comprehensions keep theirs (their own scope)."""
+
+    def __init__(self, callers, counter):
+        self.callers, self.counter, self.hoisted = callers, counter, []
+
+    def visit_Lambda(self, node):
+        return node
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in self.callers:
+            self.counter[0] += 1
+            name = "__ps_v%d" % self.counter[0]
+            self.hoisted.append(ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], node), node))
+            return ast.copy_location(ast.Name(name, ast.Load()), node)
+        return node
 
 
 class Strict(ast.NodeTransformer):
@@ -193,39 +235,59 @@ class Strict(ast.NodeTransformer):
     - assert T, M  ->  __ps_checked(T, where), which records a failure instead of raising, and `a == b` in T ->
       __ps_eq(a, b) (immune to python -O);
     - every statement that calls anything (an assert, `x = candidate(...)`, an expression, an if, a loop) runs
-      guarded: an exception (the solution raised, or its wrong answer broke the test's own code) is recorded as a failure
-      and the tests go on with the next statement, in the same order as for a right solution; inside a `try`
-      the test's own handlers keep their meaning and nothing is guarded;
+      guarded: an exception (the solution raised, or its wrong answer broke the test's own code) is recorded as a
+      failure and the tests go on with the next statement, in the same order as for a right solution; each call to
+      the solution in a simple statement is made first, guarded on its own (Hoist); inside a `try` the test's own
+      handlers keep their meaning and nothing is guarded or hoisted;
     - `and`, `or` and `x if c else y` evaluate every operand first, then combine as Python would; all() and
-      any() consume their whole argument first.
+      any() consume their whole argument first; a comprehension's element that calls the solution records its
+      exception and the iteration goes on.
     The verdict is unchanged: passed only if no check failed and nothing raised."""
 
-    def __init__(self):
-        self.in_try = 0
+    def __init__(self, callers):
+        self.in_try, self.callers, self.counter = 0, set(callers), [0]
+
+    def _statements(self, nodes):
+        done = []
+        for node in nodes:
+            node = self.visit(node)
+            done.extend(node if isinstance(node, list) else [node])
+        return done
 
     def visit_Try(self, node):
         self.in_try += 1
-        node.body = [self.visit(n) for n in node.body]
+        node.body = self._statements(node.body)
         self.in_try -= 1
         node.handlers = [self.visit(n) for n in node.handlers]
-        node.orelse = [self.visit(n) for n in node.orelse]
-        node.finalbody = [self.visit(n) for n in node.finalbody]
+        node.orelse = self._statements(node.orelse)
+        node.finalbody = self._statements(node.finalbody)
         return node
 
     visit_TryStar = visit_Try
 
-    def _thunk(self, expr):
-        return ast.Lambda(ast.arguments([], [], None, [], [], None, []), expr)
-
     def visit_BoolOp(self, node):
         self.generic_visit(node)
         name = "__ps_and" if isinstance(node.op, ast.And) else "__ps_or"
-        return ast.copy_location(ast.Call(ast.Name(name, ast.Load()), [self._thunk(v) for v in node.values], []), node)
+        return ast.copy_location(ast.Call(ast.Name(name, ast.Load()), [_thunk(v) for v in node.values], []), node)
 
     def visit_IfExp(self, node):
         self.generic_visit(node)
-        thunks = [self._thunk(v) for v in (node.test, node.body, node.orelse)]
+        thunks = [_thunk(v) for v in (node.test, node.body, node.orelse)]
         return ast.copy_location(ast.Call(ast.Name("__ps_if", ast.Load()), thunks, []), node)
+
+    def _comprehension(self, node):
+        self.generic_visit(node)
+        if self.in_try:
+            return node
+        where = ast.Constant("line %d" % node.lineno)
+        for field in ("elt", "key", "value"):
+            part = getattr(node, field, None)
+            if part is not None and _calls_any(part, self.callers):
+                call = ast.Call(ast.Name("__ps_caught", ast.Load()), [_thunk(part), where], [])
+                setattr(node, field, ast.copy_location(call, part))
+        return node
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
 
     def visit_Assert(self, node):
         test = node.test
@@ -239,11 +301,21 @@ class Strict(ast.NodeTransformer):
     def _guard(self, node):
         if self.in_try or not any(isinstance(n, ast.Call) for n in ast.walk(node)):
             return node
+        statements = [node]
+        if isinstance(node, SIMPLE):
+            hoist = Hoist(self.callers, self.counter)
+            node = hoist.visit(node)
+            statements = hoist.hoisted + [node]
         where = ast.Constant("line %d" % node.lineno)
-        handler = ast.ExceptHandler(
-            ast.Name("BaseException", ast.Load()), "__ps_exc",
-            [ast.Expr(ast.Call(ast.Name("__ps_errored", ast.Load()), [ast.Name("__ps_exc", ast.Load()), where], []))])
-        return ast.copy_location(ast.Try([node], [handler], [], []), node)
+        guarded = []
+        for statement in statements:
+            handler = ast.ExceptHandler(
+                ast.Name("BaseException", ast.Load()),
+                "__ps_exc",
+                [ast.Expr(ast.Call(ast.Name("__ps_errored", ast.Load()), [ast.Name("__ps_exc", ast.Load()), where], []))],
+            )
+            guarded.append(ast.copy_location(ast.Try([statement], [handler], [], []), statement))
+        return guarded
 
     def generic_visit(self, node):
         node = super().generic_visit(node)
@@ -302,7 +374,7 @@ def answer_dependent(tree, proxies):
 def load(channel, source, name, namespace, prelude=None):
     """Compile test code with strict asserts; bind its free names: stdlib modules, else the solution's functions.
     `prelude` (HumanEval's prompt: helpers such as `poly`) runs first when the tests use a name it may define."""
-    tree = ast.fix_missing_locations(Strict().visit(ast.parse(source, name)))
+    tree = ast.parse(source, name)
     stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -322,8 +394,10 @@ def load(channel, source, name, namespace, prelude=None):
             # A module the solution imported (MBPP asserts may use it): the judge imports its own copy.
             namespace[free_name] = __import__(free_name) if free_name in STDLIB else Proxy(channel, free_name)
     proxies = {n for n, v in namespace.items() if isinstance(v, Proxy)}
+    callers = proxies | {a.arg for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "check"
+                         for a in n.args.args}
     state["answer_dependent"] = state["answer_dependent"] or answer_dependent(tree, proxies)
-    return compile(tree, name, "exec")
+    return compile(ast.fix_missing_locations(Strict(callers).visit(tree)), name, "exec")
 
 
 def judge(task, channel):
@@ -335,7 +409,8 @@ def judge(task, channel):
         raise Verdict("failed", "the solution sent a malformed greeting")
     random.seed(task.get("seed"))  # the tests' random inputs (HumanEval/38, 50, 53): the run's seed
     namespace = {"__name__": "__judge__", "__ps_eq": strict_eq, "__ps_checked": checked, "__ps_errored": errored,
-                 "__ps_and": eager_and, "__ps_or": eager_or, "__ps_if": eager_if, "all": eager_all, "any": eager_any}
+                 "__ps_and": eager_and, "__ps_or": eager_or, "__ps_if": eager_if, "__ps_caught": caught, "all": eager_all,
+                 "any": eager_any}
     if task["kind"] == "humaneval":
         namespace[task["entry_point"]] = Proxy(channel, task["entry_point"])  # tests may call it by name
         exec(load(channel, task["test"], "test.py", namespace, prelude=task["prompt"]), namespace)
