@@ -12,7 +12,8 @@ Two processes per verification, and the reward never depends on anything the sol
   candidate's own source, then reads the tests and a per-run secret from an unlinked file, runs the tests with
   every call to the solution forwarded to the candidate and every answer decoded into fresh builtin values,
   every `assert` rewritten to a counted check and every `==` in an assert to a strict comparison
-  (`strict_eq`), tears the sandbox down and reports, with the secret, on a pipe only it holds;
+  (`strict_eq`), a failure recorded rather than raised so that the calls never depend on the answers (no oracle),
+  tears the sandbox down and reports, with the secret, on a pipe only it holds;
 - this process passes a solution only on that report: verdict "passed", the secret, at least one call and one
   check, and the sandbox's own status ("isolated" unless isolation is opted out) written before the candidate
   started. Exit codes, stdout and stderr of the candidate count for nothing.
@@ -22,7 +23,9 @@ when not root, or root without CAP_SYS_ADMIN: then a helper outside maps the san
 a fresh tmpfs holding read-only binds of /usr, /etc and the interpreter's prefix, a private /tmp, /var/tmp and
 /dev/shm, a minimal /dev and its own /proc (or none); as root a uid per concurrent run, locked across
 processes with flock; rlimits (CPU, memory, file size, open files, processes);
-no_new_privs. The process tree dies with the namespace's init, which the supervisor has killed at the deadline.
+no_new_privs; a fresh session keyring and a seccomp filter (seccomp.py: keyrings and other kernel state that
+outlives a run); limits on the sandbox's total, by a cgroup v2 per run or the supervisor's watchdog (cgroup.py,
+watchdog.py), named in every verdict. The process tree dies with the namespace's init, which the supervisor has killed at the deadline.
 When the namespaces cannot be set up the verification is refused (IsolationUnavailable) unless the user opts
 out with POLARSTACK_VERIFIER_ISOLATION=none (or `--isolation none`).
 
