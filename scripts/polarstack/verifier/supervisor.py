@@ -70,8 +70,10 @@ def main():
     for fd in (req_r, resp_w, status_w):
         os.close(fd)
     if sandbox["watchdog"]:  # no cgroup bounds the sandbox: this thread bounds its total (watchdog.py)
-        stop = lambda: os.kill(child, signal.SIGTERM)  # the sandbox side kills its init, hence all of it
-        threading.Thread(target=watchdog, args=(child, sandbox, stop), daemon=True).start()
+        # A pidfd, so that neither the look nor the kill can reach another process once the child is reaped.
+        pidfd = os.pidfd_open(child)
+        stop = lambda: signal.pidfd_send_signal(pidfd, signal.SIGTERM)  # the sandbox side kills its init, all of it
+        threading.Thread(target=watchdog, args=(child, pidfd, sandbox, stop), daemon=True).start()
     # The answers it decodes come from the solution: bound this process's memory too (2 GiB of address space).
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
     rest = json.loads(read_exactly(os.fstat(0).st_size - os.lseek(0, 0, os.SEEK_CUR)))  # tests and the secret

@@ -65,14 +65,11 @@ def sandbox_usage(root):
     return memory + sum(filesystems.values()), ticks / TICKS, len(pids)
 
 
-def watchdog(root, cfg, kill):
-    """Until the sandbox ends: past its budget, record why (state["over_budget"]) and kill all of it."""
+def watchdog(root, pidfd, cfg, kill):
+    """Until the sandbox's first process `root` ends (its pidfd readable): past its budget, record why
+    (state["over_budget"]) and kill all of it."""
     budget = cfg["memory_mb"] << 20
-    while True:
-        try:
-            os.kill(root, 0)
-        except OSError:
-            return
+    while not select.select([pidfd], [], [], 0)[0]:
         memory, cpu, count = sandbox_usage(root)
         over = None
         if memory > budget:
@@ -83,7 +80,10 @@ def watchdog(root, cfg, kill):
             over = "pids: the sandbox ran %d processes, over its budget of %d" % (count - 2, cfg["nproc"])
         if over:
             state["over_budget"] = over
-            kill()
+            try:
+                kill()
+            except OSError:
+                pass
             return
         time.sleep(0.01)
 '''
