@@ -66,6 +66,21 @@ sys.exit(0 if made <= 8 else 3)
 """
 
 
+# Files in the sandbox's tmpfs are memory too (shmem): 160 MiB of them under a 128 MiB budget.
+TMPFS_FILL = r"""
+import time
+with open("/dev/shm/fill", "wb") as handle:
+    for _ in range(160):
+        handle.write(b"\x01" * (1 << 20))
+time.sleep(1.0)
+"""
+
+
+def test_files_in_the_sandboxs_tmpfs_count_against_its_memory():
+    run = verifier.run_program(TMPFS_FILL, verifier.Limits(timeout=10, memory_mb=128))
+    assert run.returncode not in (0, None), run
+
+
 def test_memory_fan_out_is_bounded_for_the_sandbox_as_a_whole():
     run = verifier.run_program(MEMORY_FAN_OUT, verifier.Limits(timeout=10, memory_mb=128))
     assert run.returncode not in (0, None), run  # killed before the four children held their 256 MiB
