@@ -368,6 +368,7 @@ async def reward_func(args: Any, sample: Any, **kwargs: Any) -> float:
         metadata["verifier_error"] = str(exc)
         return 0.0
     metadata["verifier_reason"] = outcome.reason
+    metadata["verifier_limits"] = outcome.limits  # which mechanism bounded the sandbox's total
     return outcome.reward
 
 
