@@ -1,6 +1,6 @@
 """The supervisor's watchdog (an embedded part of the supervisor program): where no cgroup bounds the sandbox, a
-thread sums, every 10 ms, the memory of the sandbox's whole process tree (each process's resident memory less what
-it shares with files, plus the sandbox's tmpfs, looked at every 40 ms), its CPU time (the live processes' and, through their `cutime`, the
+thread sums, every 20 ms, the memory of the sandbox's whole process tree (each process's resident memory less what
+it shares with files, plus the sandbox's tmpfs, looked at every 80 ms), its CPU time (the live processes' and, through their `cutime`, the
 reaped ones') and its process count, and kills the whole sandbox (its namespace's init) past the budget. Between two
 looks a process can grow by at most what RLIMIT_AS leaves it, so the total stays within budget + one look's growth.
 """
@@ -13,7 +13,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def read_proc(path):
-    """A /proc file's bytes (os.open and one read: this runs every 10 ms)."""
+    """A /proc file's bytes (os.open and one read: this runs every 20 ms)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         return os.read(fd, 4096)
@@ -78,7 +78,7 @@ def watchdog(root, pidfd, cfg, kill):
     (state["over_budget"]) and kill all of it."""
     budget, files, look = cfg["memory_mb"] << 20, 0, 0
     while not select.select([pidfd], [], [], 0)[0]:
-        memory, cpu, count, seen = sandbox_usage(root, look % 4 == 0)  # the tmpfs every fourth look (40 ms)
+        memory, cpu, count, seen = sandbox_usage(root, look % 4 == 0)  # the tmpfs every fourth look (80 ms)
         files = files if seen is None else seen
         memory += files
         look += 1
@@ -96,5 +96,5 @@ def watchdog(root, pidfd, cfg, kill):
             except OSError:
                 pass
             return
-        time.sleep(0.01)
+        time.sleep(0.02)
 '''
