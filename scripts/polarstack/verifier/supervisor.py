@@ -71,8 +71,11 @@ def main():
         os.close(fd)
     if sandbox["watchdog"]:  # no cgroup bounds the sandbox: this thread bounds its total (watchdog.py)
         # A pidfd, so that neither the look nor the kill can reach another process once the child is reaped.
-        pidfd = os.pidfd_open(child)
-        stop = lambda: signal.pidfd_send_signal(pidfd, signal.SIGTERM)  # the sandbox side kills its init, all of it
+        try:
+            pidfd = os.pidfd_open(child)
+            stop = lambda: signal.pidfd_send_signal(pidfd, signal.SIGTERM)  # the sandbox side kills its init
+        except OSError:  # Linux before 5.3: by pid, looked up before each kill
+            pidfd, stop = None, lambda: os.kill(child, signal.SIGTERM)
         threading.Thread(target=watchdog, args=(child, pidfd, sandbox, stop), daemon=True).start()
     # The answers it decodes come from the solution: bound this process's memory too (2 GiB of address space).
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))

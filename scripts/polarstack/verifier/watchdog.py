@@ -73,11 +73,19 @@ def sandbox_usage(root, with_files=True):
     return memory, ticks / TICKS, len(pids), sum(filesystems.values())
 
 
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
 def watchdog(root, pidfd, cfg, kill):
     """Until the sandbox's first process `root` ends (its pidfd readable): past its budget, record why
     (state["over_budget"]) and kill all of it."""
     budget, files, look = cfg["memory_mb"] << 20, 0, 0
-    while not select.select([pidfd], [], [], 0)[0]:
+    while (alive(root) if pidfd is None else not select.select([pidfd], [], [], 0)[0]):
         memory, cpu, count, seen = sandbox_usage(root, look % 4 == 0)  # the tmpfs every fourth look (80 ms)
         files = files if seen is None else seen
         memory += files
