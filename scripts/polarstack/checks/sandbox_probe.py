@@ -240,6 +240,6 @@ def check_in_trainer(profile) -> None:
         f"polarstack: the task's verifier ran in the agent sandbox the way Polar starts it (direct exec, "
         f"{assets.apptainer_record()['mode_env']}={mode}): PASSED {PROBE_NAME} for the canonical {PROBE_TASK_ID}, "
         f"FAILED "
-        f"{PROBE_NAME} for a wrong one",
+        f"{PROBE_NAME} for a wrong one; {next((x[21:] for x in outputs['good'] if 'verifier: limits' in x), '')}",
         file=sys.stderr,
     )

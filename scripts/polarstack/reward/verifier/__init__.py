@@ -12,7 +12,8 @@ Two processes per verification, and the reward never depends on anything the sol
   candidate's own source, then reads the tests and a per-run secret from an unlinked file, runs the tests with
   every call to the solution forwarded to the candidate and every answer decoded into fresh builtin values,
   every `assert` rewritten to a counted check and every `==` in an assert to a strict comparison
-  (`strict_eq`), tears the sandbox down and reports, with the secret, on a pipe only it holds;
+  (`strict_eq`), a failure recorded rather than raised so that the calls never depend on the answers (no oracle),
+  tears the sandbox down and reports, with the secret, on a pipe only it holds;
 - this process passes a solution only on that report: verdict "passed", the secret, at least one call and one
   check, and the sandbox's own status ("isolated" unless isolation is opted out) written before the candidate
   started. Exit codes, stdout and stderr of the candidate count for nothing.
@@ -22,7 +23,9 @@ when not root, or root without CAP_SYS_ADMIN: then a helper outside maps the san
 a fresh tmpfs holding read-only binds of /usr, /etc and the interpreter's prefix, a private /tmp, /var/tmp and
 /dev/shm, a minimal /dev and its own /proc (or none); as root a uid per concurrent run, locked across
 processes with flock; rlimits (CPU, memory, file size, open files, processes);
-no_new_privs. The process tree dies with the namespace's init, which the supervisor has killed at the deadline.
+no_new_privs; a fresh session keyring and a seccomp filter (seccomp.py: keyrings and other kernel state that
+outlives a run); limits on the sandbox's total, by a cgroup v2 per run or the supervisor's watchdog (cgroup.py,
+watchdog.py), named in every verdict. The process tree dies with the namespace's init, which the supervisor has killed at the deadline.
 When the namespaces cannot be set up the verification is refused (IsolationUnavailable) unless the user opts
 out with POLARSTACK_VERIFIER_ISOLATION=none (or `--isolation none`).
 
@@ -50,6 +53,7 @@ from typing import Any, Callable, Iterable
 
 # Also the names polarstack.reward.verifier had as one module (callers and tests use them from here).
 from polarstack.reward.verifier.candidate import _RUNNER
+from polarstack.reward.verifier.cgroup import cgroup_parent, create_cgroup, describe_limits, remove_cgroup
 from polarstack.reward.verifier.host import (
     _CAP_CHOWN,
     _CAP_SETGID,
@@ -105,9 +109,10 @@ def _read_until_eof(fd: int, deadline: float) -> tuple[bytes, bool]:
 
 def _supervise(
     files: dict[str, str], argv_tail: list[str], limits: Limits, task: dict[str, Any] | None
-) -> tuple[dict[str, Any], str, float]:
+) -> tuple[dict[str, Any], str, float, str]:
     """Run one supervisor (sandbox + judge when `task` is given); every wait is bounded. Returns its report (empty
-    when it gave none carrying this run's secret), the tail of the program's and supervisor's stderr, seconds."""
+    when it gave none carrying this run's secret), the tail of the program's and supervisor's stderr, seconds, and
+    which mechanism bounded the sandbox's total (describe_limits)."""
     isolate = isolation_mode(limits.isolation) == "namespaces"
     started = time.monotonic()
     secret = secrets.token_hex(16)
@@ -133,7 +138,8 @@ def _supervise(
             )
     else:
         wanted = _root_with(_CAP_SETUID, _CAP_SETGID, _CAP_CHOWN) and _maps_sandbox_uids()
-    with _sandbox_uid(wanted) as uid:
+    parent = cgroup_parent()
+    with _sandbox_uid(wanted) as uid, _sandbox_cgroup(parent, limits) as cgroup:
         python = _system_python()
         workdir = None if isolate else tempfile.mkdtemp(prefix="polarstack-verify-")
         if workdir:
@@ -161,6 +167,8 @@ def _supervise(
             "judge": task is not None,
             "timeout": limits.timeout,
             "report": report_w,
+            "cgroup": str(cgroup) if cgroup else None,
+            "watchdog": cgroup is None,
             "env": {
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
                 "LANG": "C.UTF-8",
@@ -209,16 +217,30 @@ def _supervise(
                 f"user namespaces are allowed, or opt out of isolation with {ISOLATION_ENV}=none (see docs/tasks.md)"
             )
         raise RuntimeError(f"the sandbox could not start: {status[6:]}")
-    return report, tail, time.monotonic() - started
+    mechanism = describe_limits(cgroup, limits.memory_mb, limits.cpu_seconds, limits.nproc)
+    return report, tail, time.monotonic() - started, mechanism
+
+
+@contextlib.contextmanager
+def _sandbox_cgroup(parent: Path | None, limits: Limits):
+    """The run's own cgroup under `parent`, removed with the run; None (the watchdog bounds it) without one."""
+    if parent is None:
+        yield None
+        return
+    cgroup = create_cgroup(parent, limits.memory_mb, limits.nproc)
+    try:
+        yield cgroup
+    finally:
+        remove_cgroup(cgroup)
 
 
 def run_program(program: str, limits: Limits | None = None) -> Run:
     """Run `program` (Python source, as program.py in the sandbox's working directory); its exit code is reported
     for probing the sandbox, never used as a reward."""
     limits = limits or Limits()
-    report, tail, seconds = _supervise({"program.py": program}, ["program.py"], limits, None)
+    report, tail, seconds, mechanism = _supervise({"program.py": program}, ["program.py"], limits, None)
     timed_out = report.get("verdict") == "timeout"
-    return Run(None if timed_out else report.get("returncode"), timed_out, seconds, tail)
+    return Run(None if timed_out else report.get("returncode"), timed_out, seconds, tail, mechanism)
 
 
 def probe_sandbox(limits: Limits | None = None) -> None:
@@ -268,22 +290,25 @@ def _judge_task(problem: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def verify(problem: dict[str, Any], completion: str, limits: Limits | None = None) -> Outcome:
-    """Run the problem's tests against the completion; raises IsolationUnavailable (fail closed)."""
+def verify(problem: dict[str, Any], completion: str, limits: Limits | None = None, seed: int | None = None) -> Outcome:
+    """Run the problem's tests against the completion; raises IsolationUnavailable (fail closed). `seed`: the
+    tests' random inputs (a fresh one per run unless given, as tests comparing two runs do)."""
     limits = limits or Limits()
-    report, tail, seconds = _supervise(
-        {"solution.py": solution_source(problem, completion)}, ["-c", _RUNNER], limits, _judge_task(problem)
+    task = dict(_judge_task(problem), seed=secrets.randbits(64) if seed is None else seed)
+    report, tail, seconds, mechanism = _supervise(
+        {"solution.py": solution_source(problem, completion)}, ["-c", _RUNNER], limits, task
     )
     verdict, detail = report.get("verdict"), str(report.get("detail", ""))
     calls, checks = int(report.get("calls") or 0), int(report.get("checks") or 0)
     if verdict == "timeout" or (not report and seconds >= limits.timeout):
-        return Outcome(False, "timeout", seconds, detail or "deadline passed", tail, calls, checks)
+        return Outcome(False, "timeout", seconds, detail or "deadline passed", tail, calls, checks, mechanism)
     if not report:
-        return Outcome(False, "error", seconds, "the supervisor gave no valid report", tail)
+        return Outcome(False, "error", seconds, "the supervisor gave no valid report", tail, limits=mechanism)
     wanted = "isolated" if isolation_mode(limits.isolation) == "namespaces" else "unisolated"
     if verdict == "passed" and report.get("status") == wanted and calls > 0 and checks > 0:
-        return Outcome(True, "passed", seconds, "", tail, calls, checks)
-    return Outcome(False, "failed", seconds, detail or f"sandbox status {report.get('status')!r}", tail, calls, checks)
+        return Outcome(True, "passed", seconds, "", tail, calls, checks, mechanism)
+    detail = detail or f"sandbox status {report.get('status')!r}"
+    return Outcome(False, "failed", seconds, detail, tail, calls, checks, mechanism)
 
 
 def _parse_report(data: bytes, secret: str) -> dict[str, Any]:
@@ -343,6 +368,7 @@ async def reward_func(args: Any, sample: Any, **kwargs: Any) -> float:
         metadata["verifier_error"] = str(exc)
         return 0.0
     metadata["verifier_reason"] = outcome.reason
+    metadata["verifier_limits"] = outcome.limits  # which mechanism bounded the sandbox's total
     return outcome.reward
 
 
@@ -378,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAILED {args.name} (not verified)")
         print(f"polarstack-verifier: {exc}", file=sys.stderr)
         return 8
+    print(f"polarstack-verifier: limits: {outcome.limits}", file=sys.stderr)  # the in-trainer probe reports it
     if outcome.passed:
         print(f"PASSED {args.name}")
         return 0

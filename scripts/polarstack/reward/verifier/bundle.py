@@ -16,7 +16,18 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 # Dependency order: each module's body uses only names defined by the modules before it (or its own).
-MODULES = ("limits", "candidate", "sandbox_side", "judge_side", "supervisor", "host", "__init__")
+MODULES = (
+    "limits",
+    "candidate",
+    "sandbox_side",
+    "seccomp",
+    "judge_side",
+    "watchdog",
+    "supervisor",
+    "host",
+    "cgroup",
+    "__init__",
+)
 NOT_BUNDLED = ("bundle", "__main__")  # this file and `python -m polarstack.reward.verifier`
 ENTRY = '\n\nif __name__ == "__main__":\n    sys.exit(main())\n'
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 _JUDGE_SIDE = r'''
 MAX_MESSAGE = 8 << 20  # one answer; HumanEval's and MBPP's are a few bytes
 STDLIB = getattr(sys, "stdlib_module_names", ("math", "re", "string", "collections", "itertools", "heapq"))
-state = {"calls": 0, "checks": 0}
+state = {"calls": 0, "checks": 0, "failures": 0, "first_failure": None, "answer_dependent": False}
 
 
 class Verdict(Exception):
@@ -105,28 +105,276 @@ def strict_eq(a, b):
     return bool(a == b)
 
 
+def failed(message):
+    """A check that did not hold: recorded, and the tests go on (see Strict)."""
+    state["failures"] += 1
+    if state["first_failure"] is None:
+        state["first_failure"] = message[:400]
+
+
 def checked(value, where):
-    if not value:
-        raise AssertionError("assert at %s failed" % where)
-    state["checks"] += 1
+    if value:
+        state["checks"] += 1
+    else:
+        failed("assert at %s failed" % where)
+
+
+def errored(exc, where):
+    """An exception in a guarded statement (the solution raised, or its answer broke the test's own code): a
+    failure, recorded; the judge's own verdicts (deadline, channel) still end the judging."""
+    if isinstance(exc, Verdict):
+        raise exc
+    try:
+        failed("%s at %s: %s" % (type(exc).__name__, where, exc))
+    except BaseException:
+        failed("%s at %s" % (type(exc).__name__, where))
+
+
+def _evaluated(thunks):
+    results = []
+    for thunk in thunks:
+        try:
+            results.append((True, thunk()))
+        except Verdict:
+            raise
+        except BaseException as exc:
+            results.append((False, exc))
+    return results
+
+
+def eager_and(*thunks):
+    """`a and b`, every operand evaluated first (so every call is made), then combined as `and` would."""
+    value = None
+    for ok, value in _evaluated(thunks):
+        if not ok:
+            raise value
+        if not value:
+            return value
+    return value
+
+
+def eager_or(*thunks):
+    value = None
+    for ok, value in _evaluated(thunks):
+        if not ok:
+            raise value
+        if value:
+            return value
+    return value
+
+
+def eager_if(test, body, orelse):
+    """`body if test else orelse`, all three evaluated first."""
+    (ok_t, t), (ok_b, b), (ok_o, o) = _evaluated((test, body, orelse))
+    if not ok_t:
+        raise t
+    if t:
+        if not ok_b:
+            raise b
+        return b
+    if not ok_o:
+        raise o
+    return o
+
+
+def eager_all(iterable):
+    return all(list(iterable))
+
+
+def eager_any(iterable):
+    return any(list(iterable))
+
+
+def caught(thunk, where):
+    """A comprehension's element that calls the solution: an exception is recorded, the iteration goes on."""
+    try:
+        return thunk()
+    except BaseException as exc:
+        errored(exc, where)
+        return None
+
+
+SIMPLE = (ast.Assert, ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)
+GUARDED = SIMPLE + (ast.If, ast.For, ast.While, ast.With)
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def _thunk(expr):
+    return ast.Lambda(ast.arguments([], [], None, [], [], None, []), expr)
+
+
+def _calls_any(node, callers):
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in callers for n in ast.walk(node))
+
+
+class Hoist(ast.NodeTransformer):
+    """Each call to the solution in a statement, innermost first and in source order, becomes its own guarded
+    statement `__ps_vN = candidate(...)`, so that an exception elsewhere in the statement (`tuple(None)` on a
+    wrong answer, HumanEval/33) cannot skip a later call; lambdas and comprehensions keep theirs (their own scope)."""
+
+    def __init__(self, callers, counter):
+        self.callers, self.counter, self.hoisted = callers, counter, []
+
+    def visit_Lambda(self, node):
+        return node
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_Lambda
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in self.callers:
+            self.counter[0] += 1
+            name = "__ps_v%d" % self.counter[0]
+            self.hoisted.append(ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], node), node))
+            return ast.copy_location(ast.Name(name, ast.Load()), node)
+        return node
 
 
 class Strict(ast.NodeTransformer):
-    """assert T, M  ->  __ps_checked(T, where), and `a == b` in T -> __ps_eq(a, b); immune to python -O."""
+    """The calls the solution receives never depend on its answers (no oracle of which answer was right):
+    - assert T, M  ->  __ps_checked(T, where), which records a failure instead of raising, and `a == b` in T ->
+      __ps_eq(a, b) (immune to python -O);
+    - every statement that calls anything (an assert, `x = candidate(...)`, an expression, an if, a loop) runs
+      guarded: an exception (the solution raised, or its wrong answer broke the test's own code) is recorded as a
+      failure and the tests go on with the next statement, in the same order as for a right solution; each call to
+      the solution in a simple statement is made first, guarded on its own (Hoist); inside a `try` the test's own
+      handlers keep their meaning and nothing is guarded or hoisted;
+    - `and`, `or` and `x if c else y` evaluate every operand first, then combine as Python would; all() and
+      any() consume their whole argument first; a comprehension's element that calls the solution records its
+      exception and the iteration goes on.
+    The verdict is unchanged: passed only if no check failed and nothing raised."""
+
+    def __init__(self, callers):
+        self.in_try, self.callers, self.counter = 0, set(callers), [0]
+
+    def _statements(self, nodes):
+        done = []
+        for node in nodes:
+            node = self.visit(node)
+            done.extend(node if isinstance(node, list) else [node])
+        return done
+
+    def visit_Try(self, node):
+        self.in_try += 1
+        node.body = self._statements(node.body)
+        self.in_try -= 1
+        node.handlers = [self.visit(n) for n in node.handlers]
+        node.orelse = self._statements(node.orelse)
+        node.finalbody = self._statements(node.finalbody)
+        return node
+
+    visit_TryStar = visit_Try
+
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        name = "__ps_and" if isinstance(node.op, ast.And) else "__ps_or"
+        return ast.copy_location(ast.Call(ast.Name(name, ast.Load()), [_thunk(v) for v in node.values], []), node)
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        thunks = [_thunk(v) for v in (node.test, node.body, node.orelse)]
+        return ast.copy_location(ast.Call(ast.Name("__ps_if", ast.Load()), thunks, []), node)
+
+    def _comprehension(self, node):
+        self.generic_visit(node)
+        if self.in_try:
+            return node
+        where = ast.Constant("line %d" % node.lineno)
+        for field in ("elt", "key", "value"):
+            part = getattr(node, field, None)
+            if part is not None and _calls_any(part, self.callers):
+                call = ast.Call(ast.Name("__ps_caught", ast.Load()), [_thunk(part), where], [])
+                setattr(node, field, ast.copy_location(call, part))
+        return node
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
 
     def visit_Assert(self, node):
         test = node.test
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
             test = ast.Call(ast.Name("__ps_eq", ast.Load()), [test.left, test.comparators[0]], [])
+        test = self.visit(test)
         where = ast.Constant("line %d" % node.lineno)
         call = ast.Call(ast.Name("__ps_checked", ast.Load()), [test, where], [])
-        return ast.copy_location(ast.Expr(call), node)
+        return self._guard(ast.copy_location(ast.Expr(call), node))
+
+    def _guard(self, node):
+        if self.in_try or not any(isinstance(n, ast.Call) for n in ast.walk(node)):
+            return node
+        statements = [node]
+        if isinstance(node, SIMPLE):
+            hoist = Hoist(self.callers, self.counter)
+            node = hoist.visit(node)
+            statements = hoist.hoisted + [node]
+        where = ast.Constant("line %d" % node.lineno)
+        guarded = []
+        for statement in statements:
+            handler = ast.ExceptHandler(
+                ast.Name("BaseException", ast.Load()),
+                "__ps_exc",
+                [ast.Expr(ast.Call(ast.Name("__ps_errored", ast.Load()), [ast.Name("__ps_exc", ast.Load()), where], []))],
+            )
+            guarded.append(ast.copy_location(ast.Try([statement], [handler], [], []), statement))
+        return guarded
+
+    def generic_visit(self, node):
+        node = super().generic_visit(node)
+        if isinstance(node, GUARDED) and not isinstance(node, ast.Assert):
+            return self._guard(node)
+        return node
+
+
+def answer_dependent(tree, proxies):
+    """Whether the tests' control flow (if, while, for, comprehension conditions) depends on the solution's answers
+    and governs further calls to it: then the calls it receives depend on its answers whatever the rewriting."""
+    callers = set(proxies)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name == "check":
+                callers.update(a.arg for a in node.args.args)
+    for node in ast.walk(tree):  # helpers of the tests that call the solution
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "check":
+            if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in callers
+                   for n in ast.walk(node)):
+                callers.add(node.name)
+    tainted = set()
+
+    def uses(expr):
+        return any((isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in callers)
+                   or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in tainted)
+                   for n in ast.walk(expr))
+
+    def calls(nodes):
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in callers
+                   for body in nodes for n in ast.walk(body))
+
+    for _ in range(10):  # names assigned from answers, to a fixed point
+        before = len(tainted)
+        for node in ast.walk(tree):
+            value = getattr(node, "value", None) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign,
+                                                                      ast.NamedExpr)) else None
+            if isinstance(node, (ast.For, ast.comprehension)):
+                value = node.iter
+            if value is not None and uses(value):
+                targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+                tainted.update(n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name))
+        if len(tainted) == before:
+            break
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.While)) and uses(node.test) and calls(node.body + node.orelse):
+            return True
+        if isinstance(node, ast.For) and uses(node.iter) and calls(node.body + node.orelse):
+            return True
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            if any(uses(c.iter) or any(uses(i) for i in c.ifs) for c in node.generators) and calls([node]):
+                return True
+    return False
 
 
 def load(channel, source, name, namespace, prelude=None):
     """Compile test code with strict asserts; bind its free names: stdlib modules, else the solution's functions.
     `prelude` (HumanEval's prompt: helpers such as `poly`) runs first when the tests use a name it may define."""
-    tree = ast.fix_missing_locations(Strict().visit(ast.parse(source, name)))
+    tree = ast.parse(source, name)
     stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -145,7 +393,11 @@ def load(channel, source, name, namespace, prelude=None):
         if free_name not in namespace:
             # A module the solution imported (MBPP asserts may use it): the judge imports its own copy.
             namespace[free_name] = __import__(free_name) if free_name in STDLIB else Proxy(channel, free_name)
-    return compile(tree, name, "exec")
+    proxies = {n for n, v in namespace.items() if isinstance(v, Proxy)}
+    callers = proxies | {a.arg for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "check"
+                         for a in n.args.args}
+    state["answer_dependent"] = state["answer_dependent"] or answer_dependent(tree, proxies)
+    return compile(ast.fix_missing_locations(Strict(callers).visit(tree)), name, "exec")
 
 
 def judge(task, channel):
@@ -155,7 +407,10 @@ def judge(task, channel):
         raise Verdict("failed", "the solution does not load: %s" % hello["load_error"])
     if hello != {"ready": True}:
         raise Verdict("failed", "the solution sent a malformed greeting")
-    namespace = {"__name__": "__judge__", "__ps_eq": strict_eq, "__ps_checked": checked}
+    random.seed(task.get("seed"))  # the tests' random inputs (HumanEval/38, 50, 53): the run's seed
+    namespace = {"__name__": "__judge__", "__ps_eq": strict_eq, "__ps_checked": checked, "__ps_errored": errored,
+                 "__ps_and": eager_and, "__ps_or": eager_or, "__ps_if": eager_if, "__ps_caught": caught, "all": eager_all,
+                 "any": eager_any}
     if task["kind"] == "humaneval":
         namespace[task["entry_point"]] = Proxy(channel, task["entry_point"])  # tests may call it by name
         exec(load(channel, task["test"], "test.py", namespace, prelude=task["prompt"]), namespace)
@@ -164,6 +419,8 @@ def judge(task, channel):
         exec(compile(task["setup"], "setup.py", "exec"), namespace)
         for number, line in enumerate(task["tests"], 1):
             exec(load(channel, line, "test_%d.py" % number, namespace), namespace)
+    if state["failures"]:
+        raise Verdict("failed", "%d check(s) failed, first: %s" % (state["failures"], state["first_failure"]))
     if state["calls"] == 0 or state["checks"] == 0:
         raise Verdict("failed", "the tests made no call to the solution or checked nothing")
 '''

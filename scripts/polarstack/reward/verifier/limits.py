@@ -22,9 +22,9 @@ class IsolationUnavailable(RuntimeError):
 @dataclass
 class Limits:
     timeout: float = DEFAULT_TIMEOUT  # wall clock, seconds
-    cpu_seconds: int = 10
-    memory_mb: int = DEFAULT_MEMORY_MB
-    nproc: int = DEFAULT_NPROC
+    cpu_seconds: int = 10  # the sandbox's CPU time in total (and each process's RLIMIT_CPU)
+    memory_mb: int = DEFAULT_MEMORY_MB  # the sandbox's memory in total, its tmpfs included (and each RLIMIT_AS)
+    nproc: int = DEFAULT_NPROC  # the sandbox's processes in total
     file_size_mb: int = 16
     open_files: int = 64
     isolation: str | None = None  # "namespaces" or "none"; None: $POLARSTACK_VERIFIER_ISOLATION, else namespaces
@@ -41,6 +41,7 @@ class Outcome:
     stderr_tail: str = ""
     calls: int = 0
     checks: int = 0
+    limits: str = ""  # which mechanism bounded the sandbox's total (cgroup v2, or the supervisor's watchdog)
 
     @property
     def reward(self) -> float:
@@ -55,6 +56,7 @@ class Run:
     timed_out: bool
     seconds: float
     stderr_tail: str = ""
+    limits: str = ""  # which mechanism bounded the sandbox's total
 
 
 def isolation_mode(value: str | None = None) -> str:

@@ -75,6 +75,10 @@ def build_root(cfg, root):
     if libc.mount(b"proc", (root + "/proc").encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
         if ctypes.get_errno() not in (errno.EPERM, errno.EACCES) or not cfg["unshare_flags"] & NEWUSER:
             fail("mount %s/proc: %s" % (root, os.strerror(ctypes.get_errno())))
+    else:  # keyrings are not namespaced: the keys any uid may view (the launcher's too) stay out of sight
+        for name in ("keys", "key-users"):
+            if os.path.exists(root + "/proc/" + name):
+                mount(root + "/dev/null", root + "/proc/" + name, None, MS_BIND)
     os.makedirs(root + "/sandbox", mode=0o700)
     write_files(cfg, root + "/sandbox")
     os.chroot(root)
@@ -110,6 +114,8 @@ def worker(cfg, channel):
     resource.setrlimit(resource.RLIMIT_AS, (cfg["memory_mb"] * mb, cfg["memory_mb"] * mb))
     resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["file_size_mb"] * mb, cfg["file_size_mb"] * mb))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if seccomp_arch() is not None:  # nothing of the launcher's session keyring, before the uid switch
+        join_fresh_session_keyring(seccomp_arch()[2]["keyctl"])
     if cfg["uid"] >= 0:
         try:
             os.setgroups([])
@@ -120,6 +126,7 @@ def worker(cfg, channel):
     resource.setrlimit(resource.RLIMIT_NPROC, (cfg["nproc"], cfg["nproc"]))
     check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
     check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # cleared by the uid switch; dies with its parent
+    install_seccomp(cfg["isolate"])  # no keyrings, no other kernel state that outlives the run (seccomp.py)
     os.write(STATUS, b"isolated\n" if cfg["isolate"] else b"unisolated\n")
     os.closerange(5, STATUS)
     os.closerange(STATUS + 1, 1 << 16)
@@ -193,6 +200,9 @@ def sandbox_side(cfg, channel, status):
     STATUS = status
     try:
         check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # dies with the supervisor
+        if cfg["cgroup"]:  # the sandbox's own cgroup (cgroup.py), joined before anything else is forked
+            with open(cfg["cgroup"] + "/cgroup.procs", "w") as handle:
+                handle.write(str(os.getpid()))
         if cfg["isolate"] and cfg["map_by_helper"]:
             unshare_mapped_by_helper(cfg)
         elif cfg["isolate"]:

@@ -6,14 +6,18 @@ from __future__ import annotations
 from polarstack.reward.verifier.candidate import _CODEC
 from polarstack.reward.verifier.judge_side import _JUDGE_SIDE
 from polarstack.reward.verifier.sandbox_side import _SANDBOX_SIDE
+from polarstack.reward.verifier.seccomp import _SECCOMP
+from polarstack.reward.verifier.watchdog import _WATCHDOG
 
 _SUPERVISOR = (
     r"""
-import ast, builtins, ctypes, errno, fcntl, json, os, resource, select, signal, sys, time
+import ast, builtins, ctypes, errno, fcntl, json, os, random, resource, select, signal, sys, threading, time
 """
     + _CODEC
     + _SANDBOX_SIDE
+    + _SECCOMP
     + _JUDGE_SIDE
+    + _WATCHDOG
     + r'''
 
 def read_exactly(count):
@@ -65,6 +69,14 @@ def main():
         sandbox_side(sandbox, [req_r, resp_w] if sandbox["judge"] else [], status_w)
     for fd in (req_r, resp_w, status_w):
         os.close(fd)
+    if sandbox["watchdog"]:  # no cgroup bounds the sandbox: this thread bounds its total (watchdog.py)
+        # A pidfd, so that neither the look nor the kill can reach another process once the child is reaped.
+        try:
+            pidfd = os.pidfd_open(child)
+            stop = lambda: signal.pidfd_send_signal(pidfd, signal.SIGTERM)  # the sandbox side kills its init
+        except OSError:  # Linux before 5.3: by pid, looked up before each kill
+            pidfd, stop = None, lambda: os.kill(child, signal.SIGTERM)
+        threading.Thread(target=watchdog, args=(child, pidfd, sandbox, stop), daemon=True).start()
     # The answers it decodes come from the solution: bound this process's memory too (2 GiB of address space).
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
     rest = json.loads(read_exactly(os.fstat(0).st_size - os.lseek(0, 0, os.SEEK_CUR)))  # tests and the secret
@@ -99,6 +111,8 @@ def main():
                 returncode = code
             break
     report.update(state, returncode=returncode)
+    if state.get("over_budget") and report.get("verdict") != "timeout":
+        report["verdict"], report["detail"] = "failed", state["over_budget"]
     os.write(sandbox["report"], (json.dumps(report) + "\n").encode())
 
 

@@ -1,0 +1,349 @@
+"""Pins issue 20, findings 1 and 2, and the survey of kernel state namespaces do not isolate (docs/tasks.md, "What
+the sandbox isolates"): no kernel object that outlives a verifier run or belongs to the launcher is reachable from
+the candidate. Keyrings: the keyring system calls are refused (through libc's syscall(), the x32 number and the
+i386 `int 0x80` entry), a key one run stores is not found by the next, a keyring oracle run again and again never
+earns the reward, and a launcher that has its own session keyring (as runc gives every container one) keeps its
+key unread and intact. The other blocked calls answer EPERM; System V IPC and the abstract unix socket namespace
+are the sandbox's own; 8 sandboxes side by side share nothing."""
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from polarstack.reward import tasks, verifier
+
+pytestmark = pytest.mark.sandbox
+X86_64 = platform.machine() == "x86_64"
+EPERM = 1
+
+# Raw keyring calls through libc's syscall(): x86_64 numbers (arch/x86/entry/syscalls/syscall_64.tbl).
+KEYS = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+ADD_KEY, KEYCTL = 248, 250
+GET_KEYRING_ID, JOIN, UPDATE, SETPERM, CLEAR, SEARCH, READ, INVALIDATE = 0, 1, 2, 5, 7, 10, 11, 21
+SESSION, USER = -3, -4
+
+
+def sc(*args):
+    ctypes.set_errno(0)
+    result = libc.syscall(*[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return result, ctypes.get_errno() if result < 0 else 0
+
+
+def add_key(description, payload, ring):
+    return sc(ADD_KEY, ctypes.c_char_p(b"user"), ctypes.c_char_p(description), ctypes.c_char_p(payload),
+              len(payload), ring)
+
+
+def keyctl(*args):
+    return sc(KEYCTL, *args)
+
+
+def read_key(serial):
+    buffer = ctypes.create_string_buffer(4096)
+    size, err = keyctl(READ, serial, buffer, 4096)
+    return buffer.raw[:size] if size >= 0 else None
+
+
+def proc_keys(description):
+    try:
+        lines = open("/proc/keys").read().splitlines()
+    except OSError:
+        return []
+    return [int(line.split()[0], 16) for line in lines if (description.decode() + ":") in line.split()]
+"""
+
+
+@pytest.fixture(scope="module")
+def humaneval():
+    return {p["task_id"]: p for p in tasks.load_humaneval()}
+
+
+def _run(program: str, timeout: float = 10) -> verifier.Run:
+    return verifier.run_program(program, verifier.Limits(timeout=timeout))
+
+
+# --- the keyring calls are refused on every entry point --------------------------------------------------
+
+# i386 keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING) through `int 0x80` (i386 number 288):
+# push rbx; mov eax, 288; xor ebx, ebx; mov ecx, -3; xor edx, edx; int 0x80; pop rbx; ret
+I386_KEYCTL = "53b82001000031dbb9fdffffff31d2cd805bc3"
+
+ENTRY_POINTS = (
+    KEYS
+    + r"""
+import json, mmap, signal
+found = {}
+found["syscall"] = keyctl(GET_KEYRING_ID, SESSION, 0)
+found["add_key"] = add_key(b"probe", b"x", USER)
+found["x32"] = sc(KEYCTL | 0x40000000, GET_KEYRING_ID, SESSION, 0)
+child = os.fork()
+if child == 0:
+    code = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    code.write(bytes.fromhex("I386_CODE"))
+    serial = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(code)))()
+    os._exit(0 if serial > 0 else 1)
+_, status = os.waitpid(child, 0)
+found["i386"] = "killed by SIGSYS" if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGSYS else (
+    "keyctl answered" if os.waitstatus_to_exitcode(status) == 0 else "refused")
+print(json.dumps(found), file=sys.stderr)
+""".replace("I386_CODE", I386_KEYCTL)
+)
+
+
+@pytest.mark.skipif(not X86_64, reason="the raw keyring numbers and the i386 machine code are x86_64's")
+def test_keyring_calls_are_refused_through_syscall_x32_and_i386():
+    run = _run(ENTRY_POINTS)
+    assert run.returncode == 0, run
+    found = json.loads(run.stderr_tail.strip().splitlines()[-1])
+    assert found["syscall"] == [-1, EPERM], found  # EPERM: refused by the filter, as Docker's profile answers
+    assert found["add_key"] == [-1, EPERM], found
+    assert found["x32"] == [-1, EPERM], found  # the x32 entry reports AUDIT_ARCH_X86_64: refused by number
+    assert found["i386"] == "killed by SIGSYS", found  # another architecture: the process is killed
+
+
+# --- finding 1: nothing a run stores in a keyring reaches a later run --------------------------------------
+
+
+def _store(description: bytes) -> str:
+    return KEYS + (
+        f"serial, err = add_key({description!r}, b'guesses: True False True', USER)\n"
+        "if serial > 0:\n    keyctl(SETPERM, serial, 0x3F3F3F3F)\n    sys.exit('stored key %d' % serial)\n"
+        "sys.exit(0 if err == 1 else 'add_key: errno %d' % err)\n"
+    )
+
+
+def _find(description: bytes) -> str:
+    return KEYS + (
+        f"seen = proc_keys({description!r})\n"
+        f"searched, _ = keyctl(SEARCH, USER, ctypes.c_char_p(b'user'), ctypes.c_char_p({description!r}), 0)\n"
+        "if seen or searched > 0:\n    sys.exit('found the earlier run key: %s %s' % (seen, searched))\n"
+    )
+
+
+@pytest.mark.skipif(not X86_64, reason="the raw keyring numbers are x86_64's")
+def test_a_key_one_run_stores_is_not_found_by_the_next():
+    description = f"polarstack-{uuid.uuid4().hex}".encode()
+    first = _run(_store(description))
+    later = [_run(_find(description)) for _ in range(3)]  # sandbox uids are drawn at random: several runs
+    assert first.returncode == 0, first
+    assert all(run.returncode == 0 for run in later), later
+    assert description.decode() not in Path("/proc/keys").read_text()
+
+
+# A candidate for HumanEval/0 that keeps, across runs, a table of guesses in a key any uid may read and update
+# (found through /proc/keys): an answer followed by another call held; the last one not followed is flipped next
+# run. Before issue 20 it failed three runs and then passed about every second one, never implementing the task.
+ORACLE = (
+    "    return _oracle((tuple(numbers), threshold))\n"
+    + KEYS
+    + r"""
+import atexit, json
+DESCRIPTION = b"%s"
+found = proc_keys(DESCRIPTION)
+SERIAL = found[0] if found else None
+TABLE = json.loads(read_key(SERIAL) or b'{"guess": {}, "last": null}') if SERIAL else {"guess": {}, "last": None}
+if TABLE["last"] is not None:  # last run's final answer was not followed by a call: flip it
+    TABLE["guess"][TABLE["last"]] = not TABLE["guess"].get(TABLE["last"], True)
+TABLE["last"] = None
+
+
+def _save():
+    global SERIAL
+    data = json.dumps(TABLE).encode()
+    if SERIAL is None:
+        SERIAL, _ = add_key(DESCRIPTION, data, USER)
+        if SERIAL > 0:
+            keyctl(SETPERM, SERIAL, 0x3F3F3F3F)
+        else:
+            SERIAL = None
+    else:
+        sc(KEYCTL, UPDATE, SERIAL, ctypes.c_char_p(data), len(data))
+
+
+def _oracle(key):
+    key = repr(key)
+    answer = TABLE["guess"].setdefault(key, True)
+    TABLE["last"] = key
+    _save()
+    return answer
+"""
+)
+
+
+@pytest.mark.skipif(not X86_64, reason="the raw keyring numbers are x86_64's")
+def test_a_keyring_oracle_run_again_and_again_never_earns_the_reward(humaneval):
+    completion = ORACLE % f"polarstack-oracle-{uuid.uuid4().hex}".encode().decode()
+    outcomes = [verifier.verify(humaneval["HumanEval/0"], completion, verifier.Limits(timeout=10)) for _ in range(10)]
+    assert [o.reason for o in outcomes if o.passed] == [], [(o.reason, o.detail) for o in outcomes]
+    assert all(o.calls == 7 for o in outcomes), [o.calls for o in outcomes]  # every input, every run
+
+
+# --- finding 2: the launcher's session keyring is neither read nor damaged ---------------------------------
+
+LAUNCHER = (
+    KEYS
+    + r"""
+import json
+from polarstack.reward import verifier
+token = sys.argv[1]
+ring, err = keyctl(JOIN, ctypes.c_char_p(("polarstack-launcher-" + token).encode()))  # as runc does per container
+assert ring > 0, err
+serial, err = add_key(("launcher-secret-" + token).encode(), b"s3cret", SESSION)
+assert serial > 0, err
+keyctl(SETPERM, serial, 0x3F3F3F3F)  # the worst case: every right for everyone
+keyctl(SETPERM, ring, 0x3F3F3F3F)
+run = verifier.run_program(sys.argv[2], verifier.Limits(timeout=10))
+print(json.dumps({"returncode": run.returncode, "tail": run.stderr_tail,
+                  "key": (read_key(serial) or b"").decode(), "ring": keyctl(GET_KEYRING_ID, SESSION, 0)[0] == ring}))
+"""
+)
+
+RAID = (
+    KEYS
+    + r"""
+token = sys.argv[1] if len(sys.argv) > 1 else "%s"
+description = ("launcher-secret-" + token).encode()
+harm = []
+serials = proc_keys(description) + proc_keys(("polarstack-launcher-" + token).encode())
+if serials:
+    harm.append("saw the launcher's keys in /proc/keys")
+searched, _ = keyctl(SEARCH, SESSION, ctypes.c_char_p(b"user"), ctypes.c_char_p(description), 0)
+for serial in serials + ([searched] if searched > 0 else []):
+    if read_key(serial):
+        harm.append("read key %%d" %% serial)
+    if keyctl(INVALIDATE, serial)[0] == 0:
+        harm.append("invalidated key %%d" %% serial)
+if keyctl(CLEAR, SESSION)[0] == 0 and searched > 0:
+    harm.append("cleared the session keyring")
+if harm:
+    sys.exit("; ".join(harm))
+"""
+)
+
+
+@pytest.mark.skipif(not X86_64, reason="the raw keyring numbers are x86_64's")
+def test_a_launcher_with_a_session_keyring_keeps_its_key_unread_and_intact():
+    token = uuid.uuid4().hex
+    proc = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, token, RAID % token],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["returncode"] == 0, result["tail"]
+    assert result["key"] == "s3cret" and result["ring"], result  # the launcher still reads its key
+
+
+# --- the rest of the survey: blocked calls, the sandbox's own IPC and abstract sockets --------------------
+
+BLOCKED_X86_64 = {
+    "inotify_init1": 294,
+    "fanotify_init": 300,
+    "perf_event_open": 298,
+    "bpf": 321,
+    "userfaultfd": 323,
+    "io_uring_setup": 425,
+    "ptrace": 101,
+}
+
+
+@pytest.mark.skipif(not X86_64, reason="the raw numbers are x86_64's")
+def test_the_other_surveyed_calls_answer_eperm():
+    program = KEYS + (
+        f"numbers = {BLOCKED_X86_64!r}\n"
+        # arguments that would make each call succeed or fail for its own reason (EINVAL, EFAULT), never EPERM
+        "got = {name: sc(nr, 0, 0, 0, 0, 0) for name, nr in numbers.items()}\n"
+        "print(__import__('json').dumps(got), file=sys.stderr)\n"
+    )
+    run = _run(program)
+    assert run.returncode == 0, run
+    got = json.loads(run.stderr_tail.strip().splitlines()[-1])
+    assert {name: tuple(value) for name, value in got.items()} == {name: (-1, EPERM) for name in BLOCKED_X86_64}
+
+
+SYSV = r"""
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+key = int(sys.argv[1]) if len(sys.argv) > 1 else %d
+if libc.shmget(key, 4096, 0o1000 | 0o666) < 0:  # IPC_CREAT
+    sys.exit('shmget: %%d' %% ctypes.get_errno())
+"""
+
+
+def test_system_v_ipc_is_the_sandboxs_own():
+    key = int.from_bytes(os.urandom(3), "big") + 1
+    run = _run(SYSV % key)
+    assert run.returncode == 0, run
+    assert f"{key:>10}" not in Path("/proc/sysvipc/shm").read_text()  # gone with the run's IPC namespace
+    again = _run(SYSV.replace("0o1000 | 0o666", "0o666") % key)  # without IPC_CREAT: must not find it
+    assert again.returncode != 0, again
+
+
+def test_abstract_unix_sockets_of_the_host_are_unreachable():
+    name = f"\0polarstack-{uuid.uuid4().hex}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(name)
+    listener.listen(1)
+    program = (
+        "import socket, sys\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        f"try:\n    s.connect({name!r})\nexcept OSError:\n    sys.exit(0)\nsys.exit('connected')\n"
+    )
+    try:
+        run = _run(program)
+    finally:
+        listener.close()
+    assert run.returncode == 0, run
+
+
+# --- point 4: eight verifications side by side share nothing ----------------------------------------------
+
+NEIGHBOUR = r"""
+import ctypes, glob, os, socket, sys, time
+token, key = sys.argv[1], int(sys.argv[2])
+libc = ctypes.CDLL(None, use_errno=True)
+for folder in ("/tmp", "/var/tmp", "/dev/shm", "/sandbox"):
+    open(os.path.join(folder, "mark-" + token), "w").write(token)
+shm = libc.shmget(0x5053, 4096, 0o1000 | 0o2000 | 0o666)  # the same key in every sandbox, IPC_EXCL
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind("\0polarstack-neighbour")  # the same abstract name in every sandbox
+time.sleep(1.0)  # all eight are up now
+others = [p for f in ("/tmp", "/var/tmp", "/dev/shm", "/sandbox") for p in glob.glob(f + "/mark-*")
+          if not p.endswith(token)]
+if others:
+    sys.exit("sees a neighbour's files: %s" % others)
+if shm < 0:
+    sys.exit("shmget: %d" % ctypes.get_errno())
+print("uid %d shm %d" % (os.getuid(), shm), file=sys.stderr)
+"""
+
+
+def test_eight_verifications_side_by_side_share_nothing(humaneval):
+    tokens = [uuid.uuid4().hex for _ in range(8)]
+
+    def one(token):
+        program = f"import sys\nsys.argv = ['p', {token!r}, '0']\n" + NEIGHBOUR
+        return verifier.run_program(program, verifier.Limits(timeout=20))
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        runs = list(pool.map(one, tokens))
+        problem = humaneval["HumanEval/0"]
+        outcomes = list(pool.map(lambda _: verifier.verify(problem, problem["canonical_solution"]), range(8)))
+    assert [r.returncode for r in runs] == [0] * 8, [r.stderr_tail for r in runs]
+    if os.geteuid() == 0:  # as root each sandbox has a uid of its own
+        uids = {r.stderr_tail.split()[1] for r in runs}
+        assert len(uids) == 8, uids
+    assert all(o.passed for o in outcomes), [(o.reason, o.detail) for o in outcomes]

@@ -1,0 +1,176 @@
+"""Pins issue 20, finding 3: limits per sandbox, not per process. A program whose children each stay under the
+per-process limits but together exceed the sandbox's memory or CPU budget is killed as a whole (by its cgroup v2
+where a writable one exists, else by the supervisor's watchdog), and process fan-out stays bounded; the verdict
+names the mechanism in force. The cgroup protocol (a cgroup per verification with memory.max, pids.max and cpu.max,
+joined by the sandbox before it unshares, removed with the run) is pinned against a fake cgroupfs here (this
+machine has cgroup v1); the real-cgroup test skips where there is no writable cgroup v2. Budgets are lowered
+(128 MiB, 2 s of CPU): nothing here allocates more than a few hundred MiB."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from polarstack.reward import tasks, verifier
+from polarstack.reward.verifier import cgroup
+
+pytestmark = pytest.mark.sandbox
+
+# Four children, each well under the per-process address-space limit (128 MiB), together twice the budget.
+MEMORY_FAN_OUT = r"""
+import os, sys, time
+children = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        block = b"\x01" * (64 << 20)  # written, so resident
+        time.sleep(1.5)
+        os._exit(0)
+    children.append(pid)
+codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
+sys.exit(0 if codes == [0, 0, 0, 0] else 3)
+"""
+
+# Four children, each under the per-process CPU limit (2 s), together three times the budget.
+CPU_FAN_OUT = r"""
+import os, sys, time
+children = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        start = time.process_time()
+        while time.process_time() - start < 1.5:
+            pass
+        os._exit(0)
+    children.append(pid)
+codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children]
+sys.exit(0 if codes == [0, 0, 0, 0] else 3)
+"""
+
+# As many sleeping processes as it can make, up to 24 (the budget: 8).
+PROCESS_FAN_OUT = r"""
+import os, sys, time
+made = 0
+for _ in range(24):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    made += 1
+time.sleep(0.3)
+print("made %d" % made, file=sys.stderr)
+sys.exit(0 if made <= 8 else 3)
+"""
+
+
+# Files in the sandbox's tmpfs are memory too (shmem): 160 MiB of them under a 128 MiB budget.
+TMPFS_FILL = r"""
+import time
+with open("/dev/shm/fill", "wb") as handle:
+    for _ in range(160):
+        handle.write(b"\x01" * (1 << 20))
+time.sleep(1.0)
+"""
+
+
+def test_files_in_the_sandboxs_tmpfs_count_against_its_memory():
+    run = verifier.run_program(TMPFS_FILL, verifier.Limits(timeout=10, memory_mb=128))
+    assert run.returncode not in (0, None), run
+
+
+def test_memory_fan_out_is_bounded_for_the_sandbox_as_a_whole():
+    run = verifier.run_program(MEMORY_FAN_OUT, verifier.Limits(timeout=10, memory_mb=128))
+    assert run.returncode not in (0, None), run  # killed before the four children held their 256 MiB
+    assert run.limits.startswith(("cgroup v2", "watchdog")), run.limits
+
+
+def test_cpu_fan_out_is_bounded_for_the_sandbox_as_a_whole():
+    run = verifier.run_program(CPU_FAN_OUT, verifier.Limits(timeout=15, cpu_seconds=2))
+    assert run.returncode not in (0, None), run  # killed before the four children used 6 s of CPU
+
+
+def test_process_fan_out_is_bounded():
+    run = verifier.run_program(PROCESS_FAN_OUT, verifier.Limits(timeout=10, nproc=8))
+    assert run.returncode != 3, run
+
+
+def test_a_correct_solution_that_hogs_memory_earns_nothing_and_the_verdict_says_why():
+    problem = next(p for p in tasks.load_humaneval() if p["task_id"] == "HumanEval/0")
+    hog = problem["canonical_solution"] + "\n" + MEMORY_FAN_OUT.replace("sys.exit(", "_ = (")
+    outcome = verifier.verify(problem, problem["prompt"] + hog, verifier.Limits(timeout=10, memory_mb=128))
+    assert not outcome.passed, outcome
+    if outcome.limits.startswith("watchdog"):
+        assert outcome.detail.startswith("memory: the sandbox used"), outcome
+
+
+def test_the_verdict_names_the_mechanism_in_force(monkeypatch):
+    monkeypatch.delenv(cgroup.CGROUP_ENV, raising=False)
+    problem = next(p for p in tasks.load_humaneval() if p["task_id"] == "HumanEval/0")
+    outcome = verifier.verify(problem, problem["canonical_solution"])
+    assert outcome.passed
+    expected = "cgroup v2" if cgroup.cgroup_parent() else "watchdog (no writable cgroup v2"
+    assert outcome.limits.startswith(expected), outcome.limits
+
+
+# --- the cgroup v2 protocol, against a fake cgroupfs -----------------------------------------------------
+
+
+@pytest.fixture
+def fake_cgroupfs(tmp_path, monkeypatch):
+    parent = tmp_path / "delegated"
+    parent.mkdir()
+    (parent / "cgroup.controllers").write_text("cpuset cpu io memory hugetlb pids rdma misc\n")
+    (parent / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    monkeypatch.setenv(cgroup.CGROUP_ENV, str(parent))
+    seen = []
+    original = verifier.remove_cgroup
+
+    def remove(path):  # what the run left in its cgroup, read just before the verifier removes it
+        seen.append({p.name: p.read_text() for p in Path(path).iterdir()})
+        original(path)
+
+    monkeypatch.setattr(verifier, "remove_cgroup", remove)
+    return parent, seen
+
+
+def test_each_run_gets_its_own_cgroup_with_limits_and_it_is_removed(fake_cgroupfs):
+    parent, seen = fake_cgroupfs
+    run = verifier.run_program("pass\n", verifier.Limits(timeout=10, memory_mb=200, nproc=12))
+    assert run.returncode == 0, run
+    assert run.limits.startswith(f"cgroup v2 {parent}/polarstack-"), run.limits
+    (files,) = seen
+    assert files["memory.max"] == str(200 << 20) and files["pids.max"] == "12", files
+    assert files["cpu.max"] == "100000 100000", files
+    pid = int(files["cgroup.procs"])
+    assert pid not in (os.getpid(), 0)  # the sandbox's first process joined, before it unshared
+    assert [p.name for p in parent.iterdir() if p.is_dir()] == []  # removed with the run
+
+
+def test_a_cgroup_per_verification_and_the_verdict_names_it(fake_cgroupfs):
+    parent, seen = fake_cgroupfs
+    problem = next(p for p in tasks.load_humaneval() if p["task_id"] == "HumanEval/0")
+    outcomes = verifier.verify_many([(problem, problem["canonical_solution"])] * 2, workers=2)
+    assert all(o.passed for o in outcomes), outcomes
+    assert len({o.limits for o in outcomes}) == 2 and all(o.limits.startswith("cgroup v2") for o in outcomes)
+    assert len(seen) == 2 and [p.name for p in parent.iterdir() if p.is_dir()] == []
+
+
+def test_without_the_controllers_there_is_no_cgroup(tmp_path, monkeypatch):
+    (tmp_path / "cgroup.controllers").write_text("cpu io\n")
+    (tmp_path / "cgroup.subtree_control").write_text("cpu\n")
+    monkeypatch.setenv(cgroup.CGROUP_ENV, str(tmp_path))
+    assert cgroup.cgroup_parent() is None
+
+
+def test_a_real_cgroup_v2_bounds_the_sandbox(monkeypatch):
+    monkeypatch.delenv(cgroup.CGROUP_ENV, raising=False)
+    parent = cgroup.cgroup_parent()
+    if parent is None:
+        pytest.skip("no writable cgroup v2 here (memory, pids and cpu delegated); this machine may have cgroup v1")
+    before = {p.name for p in parent.iterdir() if p.is_dir()}
+    run = verifier.run_program(MEMORY_FAN_OUT, verifier.Limits(timeout=10, memory_mb=128))
+    assert run.limits.startswith("cgroup v2") and run.returncode not in (0, None), run
+    assert {p.name for p in parent.iterdir() if p.is_dir()} == before
