@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from polarstack import batch_layout
 from polarstack.assets import sandbox_mode_env
 from polarstack.errors import ExitCode, StackError
 from polarstack.exposure import SLIME_ROUTER_ARGS, TRAINER_LOOPBACK_ENV
@@ -196,6 +197,17 @@ def validate(task: str, profile: Profile, config: dict[str, Any], model_path: st
             f"rollout_batch_size x n_samples_per_prompt = {rollout * n} is not a multiple of "
             f"global_batch_size={batch}; slime's GRPO normalization reshapes by group only when the "
             "sample count equals n x rollout_batch_size, and would treat the batch as one group.",
+            ExitCode.USAGE,
+        )
+    # Megatron's micro-batch calculator and slime's step split (polarstack.batch_layout, configs/upstream/batch-rules.json)
+    layout = batch_layout.Layout(
+        n, rollout, batch, batch_layout.micro_batch_default(), batch_layout.data_parallel_size(len(gpus), tp)
+    )
+    broken = batch_layout.problems(layout)
+    if broken:
+        raise StackError(
+            f"profile {profile.name} (TP {tp} on {len(gpus)} trainer GPUs): {broken[0]}; a valid choice: "
+            f'SET="{batch_layout.valid_choice(layout)}".',
             ExitCode.USAGE,
         )
     return tp

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from polarstack import compose, exposure, flags, profiles
+from polarstack import batch_layout, compose, exposure, flags, profiles
 from polarstack.cache import cache_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins, repo_root
@@ -245,6 +245,28 @@ def check_sequence_budget(profile: profiles.Profile) -> Check:
         return Check(label, False, "", [exc.message])
     problems = budget.check(plan.train_args, config)
     return Check(label, not problems, budget.summary(plan.train_args, config), problems)
+
+
+def check_batch_layout(profile: profiles.Profile, facts: dict[str, Any] | None = None) -> Check:
+    """The rendered launch's batch layout against the rules recorded from Megatron and slime (batch-rules.json)."""
+    facts = facts or batch_layout.record()
+    label = f"profile {profile.name}: batch layout (Megatron micro-batches, slime steps per rollout)"
+    problems = []
+    if facts.get("slime_commit") != pins().get("SLIME_COMMIT"):
+        problems.append(
+            f"{batch_layout.RECORD} was recorded at another slime commit; rerun scripts/tools/record_batch_rules.py"
+        )
+    try:
+        plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
+    except StackError as exc:  # build_plan refuses a broken layout itself
+        return Check(label, False, "", problems + [exc.message])
+    layout = batch_layout.from_train_args(plan.train_args, facts)
+    problems += batch_layout.problems(layout)
+    detail = (
+        f"{layout.samples_per_rollout} trajectories/rollout, global batch {layout.global_batch_size}, "
+        f"micro-batch {layout.micro_batch_size} x DP {layout.data_parallel_size}"
+    )
+    return Check(label, not problems, detail, problems)
 
 
 def check_routing_measurement(profile: profiles.Profile, data: dict[str, Any] | None = None) -> Check:
@@ -509,6 +531,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
             try:
                 checks += check_profile(profiles.load(name), Path(tmp) / name)
                 checks.append(check_sequence_budget(profiles.load(name)))
+                checks.append(check_batch_layout(profiles.load(name)))
                 checks.append(check_assets(profiles.load(name), Path(tmp) / f"{name}-assets"))
                 if profiles.load(name).router is not None:
                     checks.append(check_routing_measurement(profiles.load(name)))

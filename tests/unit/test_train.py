@@ -87,7 +87,7 @@ def test_router_passthrough_keeps_slime_off_the_static_router(capsys):
         ),
         (["--set", "parallel.engine-direct.tensor_model_parallel_size=2"], {}, "does not divide the 3 trainer GPU"),
         (["--set", "grpo.global_batch_size=60"], {}, "not a multiple of n_samples_per_prompt=8"),
-        (["--set", "grpo.global_batch_size=48"], {}, "would treat the batch as one group"),
+        (["--set", "grpo.global_batch_size=96"], {}, "would treat the batch as one group"),
         (["--set", "grpo.n_samples_per_prompt=1", "--set", "grpo.global_batch_size=8"], {}, "at least 2 samples"),
         ([], {"MODEL_PATH": ""}, "no model path"),
         ([], {"MODEL_PATH": "models/q"}, "must be an absolute path"),
