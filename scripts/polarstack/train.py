@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from polarstack import batch_layout
+from polarstack import batch_layout, budget
 from polarstack.assets import sandbox_mode_env
 from polarstack.errors import ExitCode, StackError
 from polarstack.exposure import SLIME_ROUTER_ARGS, TRAINER_LOOPBACK_ENV
@@ -101,7 +101,7 @@ POSITIVE_INTS = {
     "checkpoint": ("save_interval",),
     "polar": ("rollout_port", "gateway_port", "max_init_workers", "max_run_workers", "max_postrun_workers"),
 }
-NON_NEGATIVE_INTS = {"context": ("harness_margin_tokens",)}
+NON_NEGATIVE_INTS = {"context": ("harness_margin_tokens", "agent_max_output_tokens")}
 FINITE_NUMBERS = {"grpo": ("lr", "kl_loss_coef", "eps_clip", "eps_clip_high")}
 
 
@@ -364,9 +364,10 @@ def build_plan(
         "polar_gate_allow_retokenized": gate["allow_retokenized"],
         "polar_gate_abort_file": f"{run_dir}/gate-abort.txt",  # `polarstack train` reports the watchdog's sentence
     }
-    plan.files["polar_config.yaml"] = yaml.safe_dump(
-        polar_config(task, f"{run_dir}/tasks", polar_values), sort_keys=False
-    )
+    polar = polar_config(task, f"{run_dir}/tasks", polar_values)
+    # The agent's output-token cap (polarstack.budget): Polar's claude_code preset hands agent.env to the CLI.
+    polar["polar_task_template"]["agent"].setdefault("env", {}).update(budget.agent_env(config))
+    plan.files["polar_config.yaml"] = yaml.safe_dump(polar, sort_keys=False)
     plan.files["topology.yaml"] = yaml.safe_dump(topology(profile, config, served), sort_keys=False)
 
     args = [
@@ -461,8 +462,7 @@ def build_plan(
     if profile.registration != "register":  # slime starts its own router (polarstack/exposure.py): metrics on loopback
         args += SLIME_ROUTER_ARGS
     plan.train_args = args
-    from polarstack import budget  # harness + task + response must fit the trace budget
-
+    # harness + task + response must fit the trace budget, and each request the engine context (polarstack.budget)
     problems = budget.check(args, config)
     if problems:
         raise StackError(problems[0] + ".", ExitCode.USAGE)

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
+
 from polarstack import batch_layout, compose, exposure, flags, profiles
 from polarstack.cache import cache_dir
 from polarstack.errors import ExitCode, StackError
@@ -245,6 +247,28 @@ def check_sequence_budget(profile: profiles.Profile) -> Check:
         return Check(label, False, "", [exc.message])
     problems = budget.check(plan.train_args, config)
     return Check(label, not problems, budget.summary(plan.train_args, config), problems)
+
+
+def check_request_budget(profile: profiles.Profile) -> Check:
+    """Every agent request fits the engine context (issue 18 point 2): the pinned sglang's total-token check as
+    recorded in polarstack.emulator.context_check, the CLI's output cap (harness-prompt.json) in the agent's env,
+    and harness + margin + task prompt + response + per-request max_tokens <= the engine context."""
+    from polarstack import budget, toolcheck
+    from polarstack.emulator import context_check
+
+    config = load_defaults()
+    label = f"profile {profile.name}: every agent request fits the engine context (sglang's total-token check)"
+    try:
+        plan = build_plan("humaneval", profile, run_id="verify", config=config)
+    except StackError as exc:
+        return Check(label, False, "", [exc.message])
+    problems = context_check.upstream_problems(toolcheck._wheel_text(context_check.TOKENIZER_MANAGER))
+    agent = yaml.safe_load(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
+    if (agent.get("env") or {}) != {**(agent.get("env") or {}), **budget.agent_env(config)}:
+        problems.append(f"the task template's agent.env does not carry {budget.agent_env(config)}")
+    problems += budget.request_problems(plan.train_args, config)
+    detail = f"per-request max_tokens {budget.request_max_tokens(config)} ({budget.AGENT_OUTPUT_ENV} in agent.env)"
+    return Check(label, not problems, detail, problems)
 
 
 def check_batch_layout(profile: profiles.Profile, facts: dict[str, Any] | None = None) -> Check:
@@ -532,6 +556,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
                 checks += check_profile(profiles.load(name), Path(tmp) / name)
                 checks.append(check_sequence_budget(profiles.load(name)))
                 checks.append(check_batch_layout(profiles.load(name)))
+                checks.append(check_request_budget(profiles.load(name)))
                 checks.append(check_assets(profiles.load(name), Path(tmp) / f"{name}-assets"))
                 if profiles.load(name).router is not None:
                     checks.append(check_routing_measurement(profiles.load(name)))
