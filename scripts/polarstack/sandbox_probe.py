@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from polarstack import assets
+from polarstack import assets, harness_preset
 from polarstack.errors import ExitCode, StackError
 
 # Polar's direct-exec apptainer mode, the sandbox's paths (SIF_PATH, AGENT_CLI_DIR, ...) and the sentence naming
@@ -227,6 +227,15 @@ def check_in_trainer(profile) -> None:
             'unprivileged user namespaces: see docs/gpu-node.md, "The agent sandbox".',
             ExitCode.ENVIRONMENT,
         )
+    # The CLI the agent will run is the pinned one (issue 18 point 3; polarstack.harness_preset).
+    reported = [
+        line.removeprefix("sandbox-ok:").strip()
+        for line in (proc.stderr or "").splitlines()
+        if line.startswith("sandbox-ok:")
+    ]
+    wrong_cli = harness_preset.version_problem(reported[0] if reported else "")
+    if wrong_cli is not None:
+        raise StackError(f"refusing to train: {wrong_cli}.", ExitCode.ASSETS_MISSING)
     why = verdict(outputs)
     if why is not None:
         raise StackError(

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from polarstack import batch_layout, budget
+from polarstack import batch_layout, budget, harness_preset
 from polarstack.assets import sandbox_mode_env
 from polarstack.errors import ExitCode, StackError
 from polarstack.exposure import SLIME_ROUTER_ARGS, TRAINER_LOOPBACK_ENV
@@ -367,6 +367,10 @@ def build_plan(
     polar = polar_config(task, f"{run_dir}/tasks", polar_values)
     # The agent's output-token cap (polarstack.budget): Polar's claude_code preset hands agent.env to the CLI.
     polar["polar_task_template"]["agent"].setdefault("env", {}).update(budget.agent_env(config))
+    # A preset that checks the CLI version must be told AGENT_CLI_VERSION (polarstack.harness_preset; claude_code: none).
+    agent_settings = harness_preset.settings_for(polar["polar_task_template"]["agent"]["harness"])
+    if agent_settings:
+        polar["polar_task_template"]["agent"].setdefault("settings", {}).update(agent_settings)
     plan.files["polar_config.yaml"] = yaml.safe_dump(polar, sort_keys=False)
     plan.files["topology.yaml"] = yaml.safe_dump(topology(profile, config, served), sort_keys=False)
 

@@ -271,6 +271,28 @@ def check_request_budget(profile: profiles.Profile) -> Check:
     return Check(label, not problems, detail, problems)
 
 
+def check_harness_preset() -> Check:
+    """The task template's agent spec agrees with Polar's preset on the CLI version (issue 18 point 3,
+    configs/upstream/polar-harness-presets.json), and the sandbox probe refuses a CLI of another version."""
+    from polarstack import harness_preset
+
+    problems = []
+    for task in TASKS:
+        plan = build_plan(task, profiles.load("engine-direct"), run_id="verify", config=load_defaults())
+        agent = yaml.safe_load(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
+        problems += [f"make train TASK={task}: {p}" for p in harness_preset.problems(agent)]
+    pinned = harness_preset.pinned_version()
+    if harness_preset.version_problem(f"{pinned} (Claude Code)") is not None or not harness_preset.version_problem(
+        "0.0.0 (Claude Code)"
+    ):
+        problems.append("the sandbox probe does not compare the CLI's --version with AGENT_CLI_VERSION")
+    facts = harness_preset.record()["presets"]
+    detail = ", ".join(f"{name}: {'a' if f['checks_cli_version'] else 'no'} version check" for name, f in facts.items())
+    return Check(
+        "Polar's harness preset and the agent CLI version (polar-harness-presets.json)", not problems, detail, problems
+    )
+
+
 def check_batch_layout(profile: profiles.Profile, facts: dict[str, Any] | None = None) -> Check:
     """The rendered launch's batch layout against the rules recorded from Megatron and slime (batch-rules.json)."""
     facts = facts or batch_layout.record()
@@ -543,6 +565,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     progress("pins")
     checks += check_pins(skip_downloads)
     checks.append(check_polar_facts())
+    checks.append(check_harness_preset())
     from polarstack.toolcheck import RECORD, recorded_fact_problems  # issue 10 point 4: the smoke's tool request
 
     tool_problems = recorded_fact_problems()
