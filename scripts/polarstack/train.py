@@ -496,10 +496,12 @@ def build_plan(
             "submit",
             f"--address={dashboard}",
             f"--runtime-env-json={json.dumps(runtime_env)}",
-            f"--working-dir={SLIME_DIR}",
+            # No --working-dir: Ray would zip and upload slime's whole clone for every job (configs/upstream/
+            # ray-job.json), and slime is installed in the image. Ray runs the entrypoint without a cwd of its own,
+            # so the script path is absolute and every path argument too (test_train pins it).
             "--",
             "python3",
-            "train_async.py",
+            f"{SLIME_DIR}/train_async.py",
             *args,
         ],
     ]

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import yaml
 
-from polarstack import batch_layout, compose, exposure, flags, profiles
+from polarstack import batch_layout, compose, exposure, flags, profiles, ray_job
 from polarstack.cache import cache_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins, repo_root
@@ -138,6 +138,10 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
                 f"{len(plan.train_args)} train_async tokens",
                 [p.sentence() for p in problems],
             )
+        )
+        cwd_problems = ray_job.problems(submit)
+        checks.append(
+            Check(f"{label}: the Ray job needs no working directory (ray-job.json)", not cwd_problems, "", cwd_problems)
         )
         job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
         exposed = exposure.trainer_problems(job_env.get("env_vars") or {}, f"{label} (Ray job)", plan.train_args)

@@ -129,3 +129,35 @@ def test_set_values_of_the_wrong_type_are_usage_errors_naming_the_key(override, 
     code = main(["train", "--task", "humaneval", "--runtime", "docker", "--dry-run", "--set", override])
     err = capsys.readouterr().err
     assert code == 2 and override.split("=")[0] in err and "internal error" not in err
+
+
+# --- issue 18 point 6: the Ray job does not depend on its working directory ---------------------------------------
+@pytest.mark.parametrize("name", ["engine-direct", "router-passthrough", "patched-router", "stock-router"])
+@pytest.mark.parametrize("task", ["humaneval", "mbpp"])
+def test_the_job_needs_no_working_directory(name, task):
+    from polarstack import profiles, ray_job
+    from polarstack.train import build_plan
+
+    submit = build_plan(task, profiles.load(name), run_id="t").commands[-1]
+    assert ray_job.problems(submit) == []
+    entrypoint = submit[submit.index("--") + 1 :]
+    assert entrypoint[:2] == ["python3", "/root/slime/train_async.py"]
+    assert not any(t.startswith("--working-dir") for t in submit[: submit.index("--")])
+
+
+def test_the_old_submit_is_refused_naming_both_problems():
+    from polarstack import ray_job
+
+    old = [
+        "ray",
+        "job",
+        "submit",
+        "--working-dir=/root/slime",
+        "--",
+        "python3",
+        "train_async.py",
+        "--prompt-data",
+        "x/y",
+    ]
+    found = ray_job.problems(old)
+    assert len(found) == 2 and "512 MiB" in found[0] and "train_async.py, x/y" in found[1]
