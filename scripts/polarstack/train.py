@@ -101,7 +101,7 @@ POSITIVE_INTS = {
     "checkpoint": ("save_interval",),
     "polar": ("rollout_port", "gateway_port", "max_init_workers", "max_run_workers", "max_postrun_workers"),
 }
-NON_NEGATIVE_INTS = {"context": ("harness_margin_tokens", "agent_max_output_tokens")}
+NON_NEGATIVE_INTS = {"context": ("harness_margin_tokens", "agent_max_output_tokens"), "supervise": ("max_restarts",)}
 FINITE_NUMBERS = {"grpo": ("lr", "kl_loss_coef", "eps_clip", "eps_clip_high")}
 
 
