@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from polarstack import batch_layout, budget, harness_preset
+from polarstack import batch_layout, budget, harness_preset, rollout_cost
 from polarstack.assets import sandbox_mode_env
 from polarstack.errors import ExitCode, StackError
 from polarstack.exposure import SLIME_ROUTER_ARGS, TRAINER_LOOPBACK_ENV
@@ -68,6 +68,7 @@ class LaunchPlan:
     train_args: list[str] = field(default_factory=list)
     checkpoint_dir: str = ""  # --save (and --load when resuming): stable across runs of one run name
     resume: bool = False
+    cost: rollout_cost.Estimate | None = None  # traces and tokens per rollout, estimated from the plan
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +82,7 @@ class LaunchPlan:
             "files": self.files,
             "checkpoint_dir": self.checkpoint_dir,
             "resume": self.resume,
+            "cost_per_rollout": self.cost.as_dict() if self.cost else None,
             "watch": watch_lines(self),
         }
 
@@ -323,6 +325,7 @@ def watch_lines(plan: LaunchPlan) -> list[str]:
         f"(every --save-interval rollouts); `make train RESUME=1` continues from it.",
         "bridge data source: slime's RolloutDataSourceWithBuffer; Polar's polar/reservations/* metrics stay absent "
         "(no at-least-once replay of in-flight groups on resume).",
+        *([plan.cost.sentence()] if plan.cost else []),
     ]
 
 
@@ -470,6 +473,7 @@ def build_plan(
     problems = budget.check(args, config)
     if problems:
         raise StackError(problems[0] + ".", ExitCode.USAGE)
+    plan.cost = rollout_cost.estimate(config, int(budget.harness_record()["agent_turn"]["harness_prompt_tokens"]))
 
     runtime_env = {
         "env_vars": {
