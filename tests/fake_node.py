@@ -84,6 +84,8 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("COMPOSE_BIN", str(bin_dir / "compose"))
     monkeypatch.setenv("FAKE_LOG", str(log))
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
+    (tmp_path / "proc-sys").mkdir()  # a host /proc/sys that blocks nothing (polarstack.host_check)
+    monkeypatch.setenv("POLARSTACK_PROC_SYS", str(tmp_path / "proc-sys"))
     for knob in (
         "FAKE_VOLUME",
         "FAKE_IMAGES",

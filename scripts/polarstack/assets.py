@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from polarstack import host_check
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins
 
@@ -212,6 +213,7 @@ def _check_context(host: Path) -> None:
 
 def check_before_up(profile) -> None:
     """Refuse `make up` (ExitCode.ASSETS_MISSING) when weights or the agent sandbox are absent."""
+    host_check.check_before_up()  # the host's user-namespace sysctls first: ENVIRONMENT, before any long step
     values = knobs()
     missing: list[str] = []
     host = model_dir(values)

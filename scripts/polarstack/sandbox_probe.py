@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from polarstack import assets, harness_preset
+from polarstack import assets, harness_preset, host_check
 from polarstack.errors import ExitCode, StackError
 
 # Polar's direct-exec apptainer mode, the sandbox's paths (SIF_PATH, AGENT_CLI_DIR, ...) and the sentence naming
@@ -221,10 +221,16 @@ def check_in_trainer(profile) -> None:
     if problems:
         raise StackError(problems[0] + "; recreate it with `make up` (compose.yaml sets it).", ExitCode.ENVIRONMENT)
     if failed:
+        host = host_check.userns_problems()  # the host setting and its fix, when the host is what blocks it
         raise StackError(
-            f"apptainer in the trainer cannot start the agent sandbox ({failed[0][:160]}); the trainer "
-            "needs /dev/fuse, seccomp and AppArmor unconfined (compose.yaml) and a host kernel that allows "
-            'unprivileged user namespaces: see docs/gpu-node.md, "The agent sandbox".',
+            f"apptainer in the trainer cannot start the agent sandbox ({failed[0][:160]}); "
+            + (
+                host[0] + "."
+                if host
+                else "the trainer needs /dev/fuse, seccomp, AppArmor and system paths unconfined (compose.yaml) and "
+                "a host kernel that allows unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns"
+                '=0, user.max_user_namespaces>0): see docs/gpu-node.md, "The agent sandbox".'
+            ),
             ExitCode.ENVIRONMENT,
         )
     # The CLI the agent will run is the pinned one (issue 18 point 3; polarstack.harness_preset).

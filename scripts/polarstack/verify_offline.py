@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import yaml
 
-from polarstack import batch_layout, compose, exposure, flags, profiles, ray_job
+from polarstack import batch_layout, compose, exposure, flags, host_check, profiles, ray_job
 from polarstack.cache import cache_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins, repo_root
@@ -204,6 +204,9 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
         "apparmor=unconfined",
     } <= set(trainer.get("security_opt") or []):
         problems.append("the trainer lacks /dev/fuse or the seccomp/AppArmor options apptainer needs inside Docker")
+    problems += host_check.docker_problems(  # configs/upstream/apptainer-host.json (issue 18 point 5)
+        trainer.get("security_opt") or [], [d.get("source") for d in trainer.get("devices") or []]
+    )
     if trainer.get("privileged") or trainer.get("cap_add"):
         problems.append("the trainer is privileged or has added capabilities: apptainer needs neither")
     plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
