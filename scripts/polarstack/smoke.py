@@ -23,7 +23,7 @@ from typing import Any
 from polarstack import contract, polar_model, polar_opinion, retokenize, toolcheck, worker_api
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, error_message, request
-from polarstack.smoke_judge import WORKING_PROFILES, judge  # noqa: F401 - WORKING_PROFILES re-exported for probe
+from polarstack.smoke_judge import WORKING_PROFILES, judge, judge_with_tool_failure  # noqa: F401 - WORKING_PROFILES re-exported for probe
 from polarstack.smoke_judge import fail as _fail
 from polarstack.smoke_route import (
     Resolution,
@@ -114,6 +114,7 @@ class SmokeReport:
     polar_verdict: str = ""
     drift: dict[str, Any] | None = None
     tool_check: dict[str, Any] | None = None  # toolcheck.exchange_tools' summary (issue 10 point 4)
+    failures: list[dict[str, Any]] = field(default_factory=list)  # every failure found, most fundamental first
 
     @property
     def trainable_tokens(self) -> int:
@@ -148,6 +149,7 @@ class SmokeReport:
                 else "agrees"
             ),
             "fields_missing": self.fields_missing,
+            "failures": self.failures,
             "tool_calls": self.tool_check,
             "model": self.model,
             **self.resolution.as_dict(),
@@ -201,6 +203,7 @@ def run_smoke(
     if timeout <= 0:
         raise StackError("--timeout must be positive.", ExitCode.USAGE)
     started = time.perf_counter()
+    tool_failure: StackError | None = None
     with client(timeout) as http:
         resolution = Resolution("base", base_url.rstrip("/"), [base_url.rstrip("/")])
         report = SmokeReport(
@@ -218,12 +221,15 @@ def run_smoke(
             report.model = model or discover_model(http, resolution.targets[0])
             _exchange_all(report, http, requests, turns, max_tokens)
             # issue 10 point 4: one Polar-shaped request carrying a tool schema per target, judged like the others
-            toolcheck.exchange_tools(report, http)
+            try:
+                toolcheck.exchange_tools(report, http)
+            except StackError as exc:  # judged after the token exchanges (smoke_judge.judge_with_tool_failure)
+                tool_failure = exc
         except StackError as exc:
             report.code, report.message = exc.code, exc.message
         report.elapsed = time.perf_counter() - started
     if report.code == ExitCode.OK:
-        judge(report, _measure_drift)
+        judge_with_tool_failure(report, tool_failure, lambda r: judge(r, _measure_drift))
     if report.code == ExitCode.OK:  # issue 10 point 4: tool schemas must come back as parsed tool_calls
         toolcheck.judge_tool_calls(report)
     return report
