@@ -7,7 +7,7 @@ the code index) and hands agent.env to the CLI. So:
 - `settings_for(harness)`: agent.settings the task template needs so the preset agrees with AGENT_CLI_VERSION
   ({"version": AGENT_CLI_VERSION} for a preset that checks, {} for claude_code);
 - `version_problem(output)`: the in-trainer sandbox probe compares the CLI's `--version` in the sandbox (the pinned
-  CLI prints "2.1.332 (Claude Code)": its first field) with AGENT_CLI_VERSION and refuses a mismatch either way;
+  CLI prints "<version> (Claude Code)", measured: its first field) with AGENT_CLI_VERSION and refuses a mismatch either way;
 - `problems(agent)`: `make verify-offline`'s check of the rendered agent spec against the record.
 """
 
