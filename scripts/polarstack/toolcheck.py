@@ -173,6 +173,9 @@ TOOL_CHOICE = "auto"
 MAX_TOKENS_ENV = "POLARSTACK_SMOKE_TOOL_MAX_TOKENS"
 # The padding unit: one token per copy with the Qwen BPE (harness-prompt.json `filler`, measured) and the emulator's.
 PAD_TEXT = " the"
+# "0" sends the tool request without the padding (when a real model answers the padded prompt in prose); make train's
+# plan still checks the per-request budget (polarstack.budget).
+PAD_ENV = "POLARSTACK_SMOKE_TOOL_PAD"
 PAD_PREFIX = "Padding to an agent harness's prompt length; ignore it:"
 TOOL_PROMPT = (
     "Call the write_file tool exactly once to create solution.py containing a Python function add(a, b) "
@@ -302,7 +305,7 @@ def exchange_tools(report: Any, http: Any) -> None:
     from polarstack.smoke import exchange
     from polarstack.smoke_route import v1_url
 
-    pad = budget.harness_request_shape()[0]
+    pad = budget.harness_request_shape()[0] if os.environ.get(PAD_ENV, "1").strip() != "0" else 0
     body = tool_request(report.model, pad_tokens=pad)
     summary: dict[str, Any] = {
         "targets": [],

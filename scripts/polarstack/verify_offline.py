@@ -30,8 +30,20 @@ from typing import Any, Callable
 
 import yaml
 
-from polarstack import batch_layout, compose, exposure, flags, host_check, profiles, ray_job
+from polarstack import (
+    batch_layout,
+    budget,
+    compose,
+    exposure,
+    flags,
+    harness_preset,
+    host_check,
+    profiles,
+    ray_job,
+    toolcheck,
+)
 from polarstack.cache import cache_dir
+from polarstack.emulator import context_check
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins, repo_root
 from polarstack.sglang_protocol import source_dir
@@ -260,9 +272,6 @@ def check_request_budget(profile: profiles.Profile) -> Check:
     """Every agent request fits the engine context (issue 18 point 2): the pinned sglang's total-token check as
     recorded in polarstack.emulator.context_check, the CLI's output cap (harness-prompt.json) in the agent's env,
     and harness + margin + task prompt + response + per-request max_tokens <= the engine context."""
-    from polarstack import budget, toolcheck
-    from polarstack.emulator import context_check
-
     config = load_defaults()
     label = f"profile {profile.name}: every agent request fits the engine context (sglang's total-token check)"
     try:
@@ -281,8 +290,6 @@ def check_request_budget(profile: profiles.Profile) -> Check:
 def check_harness_preset() -> Check:
     """The task template's agent spec agrees with Polar's preset on the CLI version (issue 18 point 3,
     configs/upstream/polar-harness-presets.json), and the sandbox probe refuses a CLI of another version."""
-    from polarstack import harness_preset
-
     problems = []
     for task in TASKS:
         plan = build_plan(task, profiles.load("engine-direct"), run_id="verify", config=load_defaults())

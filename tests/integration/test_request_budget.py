@@ -113,3 +113,10 @@ def test_smoke_fails_in_one_sentence_naming_the_setting_when_the_agents_requests
     assert "max_tokens 32000" in report.message and report.message.count(". ") == 0
     assert report.tool_check["max_tokens"] == 32000
     assert toolcheck.tool_max_tokens() == 32000
+
+
+def test_the_padding_can_be_switched_off(engine, monkeypatch):
+    monkeypatch.setenv(toolcheck.PAD_ENV, "0")
+    report = run_smoke(engine.url, requests=1, turns=0)
+    assert report.ok, report.message
+    assert report.tool_check["prompt_padding_tokens"] == 0
