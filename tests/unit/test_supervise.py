@@ -92,3 +92,37 @@ def test_the_knob_and_the_save_interval_are_in_the_defaults():
     config = load_defaults()
     assert config["supervise"]["max_restarts"] == 3 and config["checkpoint"]["save_interval"] == 5
     assert supervise.parse_iteration("12\n") == 12 and supervise.parse_iteration("") is None
+
+
+def test_make_train_resumes_with_the_resume_script_after_a_crash(tmp_path, monkeypatch, capsys):
+    """Through `polarstack train` on the docker runtime with a fake trainer: launch.sh crashes after a checkpoint,
+    the supervisor reads the iteration inside the trainer and runs launch-resume.sh (--load), which succeeds."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from polarstack import compose, smoke, tasks
+    from polarstack.cli import main
+
+    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
+    monkeypatch.setattr("polarstack.docker_state.usable", lambda requested: {"profile": "engine-direct"})
+    monkeypatch.setattr("polarstack.assets.check_in_trainer", lambda profile: None)
+    monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
+    monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
+    ran = []
+
+    def trainer(profile, args, **kw):
+        if args[-1].endswith(".sh"):
+            ran.append(args[-1].rsplit("/", 1)[-1])
+            return subprocess.CompletedProcess(args, 0 if args[-1].endswith("launch-resume.sh") else 1, "", "")
+        if "cat" in args:  # latest_checkpointed_iteration.txt inside the trainer
+            return subprocess.CompletedProcess(args, 0, "5\n" if ran else "", "")
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(compose, "run_compose", trainer)
+    assert main(["train", "--task", "humaneval", "--runtime", "docker"]) == 0, capsys.readouterr().err
+    assert ran == ["launch.sh", "launch-resume.sh"]
+    (run_dir,) = (tmp_path / "run" / "train").iterdir()
+    assert "--load /checkpoints/polarstack/humaneval-engine-direct" in (run_dir / "launch-resume.sh").read_text()
+    assert "--load" not in (run_dir / "launch.sh").read_text()
+    assert "resuming from its checkpoint at iteration 5" in capsys.readouterr().err
