@@ -66,6 +66,13 @@ def request_max_tokens(config: dict[str, Any], record: dict[str, Any] | None = N
     return int(record.get("max_tokens_without_agent_env") or record["max_tokens_requested"])
 
 
+def env_max_tokens(agent_env: dict[str, str], record: dict[str, Any] | None = None) -> int:
+    """max_tokens of each agent request under a rendered agent.env (the plan's), as request_max_tokens."""
+    raw = str(agent_env.get(AGENT_OUTPUT_ENV, "")).strip()
+    cap = int(raw) if raw.isdigit() and int(raw) > 0 else None
+    return request_max_tokens({"context": {"agent_max_output_tokens": cap}}, record)
+
+
 def harness_request_shape() -> tuple[int, int]:
     """(prompt tokens, max_tokens) of the agent's first request under configs/train/defaults.yaml: what the smoke's
     tool exchange sends (polarstack.toolcheck), so a configuration the engine would refuse fails the smoke."""

@@ -348,6 +348,8 @@ def first_rollout_check(args: Any) -> None:
         timeout=30.0,
         tokenizer_name=tokenizer_name,
         allow_retokenized=bool(getattr(args, "polar_gate_allow_retokenized", False)),
+        # the agent's per-request max_tokens as the job renders it (issue 18 point 2)
+        agent_env=((getattr(args, "polar_task_template", None) or {}).get("agent") or {}).get("env") or {},
     )
     if not report.ok:
         raise _abort(f"polarstack gate: refusing to train, the inference path fails the smoke: {report.message}", args)

@@ -115,6 +115,7 @@ class SmokeReport:
     drift: dict[str, Any] | None = None
     tool_check: dict[str, Any] | None = None  # toolcheck.exchange_tools' summary (issue 10 point 4)
     failures: list[dict[str, Any]] = field(default_factory=list)  # every failure found, most fundamental first
+    agent_env: dict[str, str] | None = None  # the plan's agent.env: its output cap sets the tool request's max_tokens
 
     @property
     def trainable_tokens(self) -> int:
@@ -173,12 +174,14 @@ def run_smoke(
     allow_retokenized: bool = False,
     tokenizer_name: str | None = None,
     engine_urls: list[str] | None = None,
+    agent_env: dict[str, str] | None = None,
 ) -> SmokeReport:
     verdict_options = {
         "strict": strict,
         "allow_retokenized": allow_retokenized,
         "tokenizer_name": tokenizer_name,
         "engine_urls": engine_urls or list(register or []),
+        "agent_env": agent_env,
     }
     if register:
         try:
@@ -213,6 +216,7 @@ def run_smoke(
             allow_retokenized=allow_retokenized,
             tokenizer_name=tokenizer_name,
             engine_urls=list(verdict_options["engine_urls"]),
+            agent_env=agent_env,
         )
         try:
             if tokenizer_name:

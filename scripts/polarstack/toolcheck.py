@@ -306,7 +306,10 @@ def exchange_tools(report: Any, http: Any) -> None:
     from polarstack.smoke_route import v1_url
 
     pad = budget.harness_request_shape()[0] if os.environ.get(PAD_ENV, "1").strip() != "0" else 0
-    body = tool_request(report.model, pad_tokens=pad)
+    # the plan's own agent.env when the gate passes it (make train, the in-job gate), else the defaults'
+    planned = getattr(report, "agent_env", None)
+    max_tokens = None if planned is None or os.environ.get(MAX_TOKENS_ENV) else budget.env_max_tokens(planned)
+    body = tool_request(report.model, max_tokens=max_tokens, pad_tokens=pad)
     summary: dict[str, Any] = {
         "targets": [],
         "tool_calls": 0,

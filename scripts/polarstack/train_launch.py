@@ -102,6 +102,7 @@ def _gate(request: TrainRequest, target, plan, profile) -> None:
         register=target.register,
         tokenizer_name=configured_name(polar_values),
         allow_retokenized=bool(polar_values.get("polar_gate_allow_retokenized")),
+        agent_env=(polar_values["polar_task_template"].get("agent") or {}).get("env") or {},
     )
     if not report.ok:
         raise StackError(f"refusing to launch {request.task} on {target.profile}: {report.message}", ExitCode.GATE)

@@ -120,3 +120,12 @@ def test_the_padding_can_be_switched_off(engine, monkeypatch):
     report = run_smoke(engine.url, requests=1, turns=0)
     assert report.ok, report.message
     assert report.tool_check["prompt_padding_tokens"] == 0
+
+
+def test_the_gate_sends_the_plans_own_cap(engine, capsys):
+    """make train's gate and the in-job gate pass the rendered agent.env: the tool request asks that cap, and a
+    plan without one (the CLI's 32000) fails the smoke in one sentence naming the setting."""
+    capped = run_smoke(engine.url, requests=1, turns=0, agent_env={budget.AGENT_OUTPUT_ENV: "2048"})
+    assert capped.ok and capped.tool_check["max_tokens"] == 2048, capped.message
+    uncapped = run_smoke(engine.url, requests=1, turns=0, agent_env={})
+    assert uncapped.code == ExitCode.USAGE and "max_tokens 32000" in uncapped.message
