@@ -129,3 +129,16 @@ def test_the_gate_sends_the_plans_own_cap(engine, capsys):
     assert capped.ok and capped.tool_check["max_tokens"] == 2048, capped.message
     uncapped = run_smoke(engine.url, requests=1, turns=0, agent_env={})
     assert uncapped.code == ExitCode.USAGE and "max_tokens 32000" in uncapped.message
+
+
+def test_the_in_job_gate_reads_the_cap_from_the_jobs_task_template():
+    from types import SimpleNamespace
+
+    from polarstack import gate
+
+    config = yaml.safe_load(
+        build_plan("humaneval", profiles.load("engine-direct"), run_id="t").files["polar_config.yaml"]
+    )
+    env = gate._agent_env(SimpleNamespace(**config))
+    assert env == {budget.AGENT_OUTPUT_ENV: "4096"} and budget.env_max_tokens(env) == 4096
+    assert gate._agent_env(SimpleNamespace()) is None  # no task template: the smoke uses the defaults
