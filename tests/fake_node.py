@@ -10,6 +10,7 @@ Knobs (environment of the test process, read by the fakes at call time):
   FAKE_APPTAINER_MODE=v  the trainer's POLAR_APPTAINER_NO_INSTANCE as the probe reports it (default 1)
   FAKE_VERIFIER_GOOD=t / FAKE_VERIFIER_BAD=t  what the task's verifier prints in the sandbox probe for the
                        canonical / the wrong solution (printf %b; defaults `PASSED probe` / `FAILED probe (...)`)
+  FAKE_CLI_VERSION=v   what the agent CLI's --version prints in the sandbox probe (default: AGENT_CLI_VERSION)
   FAKE_COMPOSE_RC=N    exit code of the fake Compose binary
   FAKE_RUNNING="a b"   `compose ps --format json` lists these services as running (one JSON object a line)
   FAKE_EXITED="a b"    ... and these as exited
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from polarstack.pins import pins
 
 DOCKER = r"""#!/usr/bin/env bash
 echo "docker $*" >> "$FAKE_LOG"
@@ -53,6 +56,7 @@ case "$*" in
     for absent in ${FAKE_ABSENT:-}; do echo "$absent"; done
     [ -n "${FAKE_SANDBOX_ERROR:-}" ] && echo "exec-failed: $FAKE_SANDBOX_ERROR"
     echo "mode: ${FAKE_APPTAINER_MODE-1}"
+    [ -z "${FAKE_SANDBOX_ERROR:-}" ] && echo "sandbox-ok: ${FAKE_CLI_VERSION-@AGENT_CLI_VERSION@ (Claude Code)}" >&2
     printf '%b\n' "${FAKE_VERIFIER_GOOD-PASSED probe}" | sed 's/^/verifier-good: /'
     printf '%b\n' "${FAKE_VERIFIER_BAD-FAILED probe (failed: assertion)}" | sed 's/^/verifier-bad: /' ;;
   *"exec -T trainer polarstack smoke"*)
@@ -72,7 +76,7 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     bin_dir.mkdir()
     for name, text in (("docker", DOCKER), ("nvidia-smi", NVIDIA_SMI), ("compose", COMPOSE)):
         path = bin_dir / name
-        path.write_text(text)
+        path.write_text(text.replace("@AGENT_CLI_VERSION@", pins()["AGENT_CLI_VERSION"]))
         path.chmod(0o755)
     log = tmp_path / "fake.log"
     log.write_text("")
@@ -80,6 +84,8 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("COMPOSE_BIN", str(bin_dir / "compose"))
     monkeypatch.setenv("FAKE_LOG", str(log))
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
+    (tmp_path / "proc-sys").mkdir()  # a host /proc/sys that blocks nothing (polarstack.stack.host_check)
+    monkeypatch.setenv("POLARSTACK_PROC_SYS", str(tmp_path / "proc-sys"))
     for knob in (
         "FAKE_VOLUME",
         "FAKE_IMAGES",
@@ -95,6 +101,7 @@ def install(tmp_path: Path, monkeypatch) -> Path:
         "FAKE_APPTAINER_MODE",
         "FAKE_VERIFIER_GOOD",
         "FAKE_VERIFIER_BAD",
+        "FAKE_CLI_VERSION",
     ):
         monkeypatch.delenv(knob, raising=False)
     return log

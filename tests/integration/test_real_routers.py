@@ -86,3 +86,20 @@ def test_probe_tells_request_loss_from_response_loss(engine, router_factory, cap
     assert report["via"]["engine_received_flags"] is False
     assert report["via"]["generate_meta_info_survives"] is True
     assert report["direct"]["bytes"] > report["via"]["bytes"]
+
+
+def test_behind_sglang_router_0_1_9_the_smoke_reports_every_failure_most_fundamental_first(
+    engine, router_factory, capsys
+):
+    """Issue 18 point 9: the real 0.1.9 wheel drops both request fields (the diagnosis of #52, exit 3) and also
+    rejects Polar's tool request (tool_choice "auto") with HTTP 422; the smoke reports both, the token loss first."""
+    router = router_factory("sglang-router==0.1.9", [engine.url])
+    engine.clear()
+    code, report, err = smoke(capsys, router.url)
+    last = err.strip().splitlines()[-1]
+    assert code == ExitCode.TOKENS_MISSING, err
+    assert report["fields_missing"] == ["return_prompt_token_ids", "return_meta_info"]
+    assert last.index("return_prompt_token_ids") < last.index("422")  # the dropped fields first, then the 422
+    assert "it also found that" in last and "tool_choice" in last
+    assert [f["name"] for f in report["failures"]] == ["TOKENS_MISSING", "HTTP_ERROR"]
+    assert [r["status"] for r in report["requests"] if r["kind"] == "tools"] == [422]

@@ -15,7 +15,7 @@ import json
 import httpx
 import pytest
 
-from polarstack.checks import tool_exchange
+from polarstack.checks import budget, tool_exchange
 from polarstack.checks.smoke import run_smoke
 from polarstack.cli.main import main
 from polarstack.engine import tool_parser
@@ -156,7 +156,10 @@ def test_tool_exchange_carries_polars_flags_and_its_tokens_count(engines):
     (body,) = tool_requests(engines[0])
     assert body["return_prompt_token_ids"] is True and body["return_meta_info"] is True
     assert body["logprobs"] is True and body["stream"] is False
-    assert body["temperature"] == 0 and body["tool_choice"] == "auto" and body["max_tokens"] == 512
+    # the agent's own first-turn shape (issue 18 point 2): its per-request max_tokens on the harness prompt's length
+    pad, max_tokens = budget.harness_request_shape()
+    assert body["temperature"] == 0 and body["tool_choice"] == "auto" and body["max_tokens"] == max_tokens == 4096
+    assert body["messages"][0]["role"] == "system" and body["messages"][0]["content"].count(" the") == pad
     (entry,) = [e for e in report.exchanges if e["kind"] == "tools"]
     assert entry["tool_outcome"] == "parsed" and entry["tool_calls"] == 1
     # the emulator's call is 40 tokens + <|im_end|>; Polar trains on all of them

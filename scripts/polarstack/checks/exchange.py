@@ -82,6 +82,8 @@ class SmokeReport:
     polar_verdict: str = ""
     drift: dict[str, Any] | None = None
     tool_check: dict[str, Any] | None = None  # toolcheck.exchange_tools' summary (issue 10 point 4)
+    failures: list[dict[str, Any]] = field(default_factory=list)  # every failure found, most fundamental first
+    agent_env: dict[str, str] | None = None  # the plan's agent.env: its output cap sets the tool request's max_tokens
 
     @property
     def trainable_tokens(self) -> int:
@@ -116,6 +118,7 @@ class SmokeReport:
                 else "agrees"
             ),
             "fields_missing": self.fields_missing,
+            "failures": self.failures,
             "tool_calls": self.tool_check,
             "model": self.model,
             **self.resolution.as_dict(),

@@ -152,3 +152,32 @@ def _judge_zero(report: Any, zero: list[tuple[Any, dict[str, Any]]]) -> None:
             f"there: {polar['polar_reason']} (at Polar's {polar['polar_stage']} step"
             f"{'; ' + detail if detail else ''}); fix the engine before training.",
         )
+
+
+def judge_with_tool_failure(report: Any, tool_failure: Any, run_judge: Callable[[Any], None]) -> None:
+    """Every failure the exchanges found, the most fundamental first (issue 18 point 9).
+
+    The token exchanges run before the tool request; when the tool request itself fails (an HTTP error such as
+    sglang-router 0.1.9's 422 on Polar's tool_choice, or the engine's context refusal), the token verdict is still
+    judged on the exchanges that answered. A token failure (e.g. both request fields dropped, exit 3) is the more
+    fundamental one: it is the report's code and comes first in its one sentence, the tool failure follows; when
+    the tokens pass, the tool failure is the report's failure."""
+    if tool_failure is None:
+        run_judge(report)
+        return
+    answered = [e for e in report.exchanges if e.verdict is not None]
+    unanswered = [e for e in report.exchanges if e.verdict is None]
+    if answered:
+        report.exchanges = answered
+        run_judge(report)
+        report.exchanges = answered + unanswered
+    if report.code == ExitCode.OK:
+        report.code, report.message = tool_failure.code, tool_failure.message
+        return
+    report.failures = [
+        {"code": int(report.code), "name": ExitCode(report.code).name, "message": report.message},
+        {"code": int(tool_failure.code), "name": ExitCode(tool_failure.code).name, "message": tool_failure.message},
+    ]
+    report.message = (
+        f"{report.message.rstrip('.')}; it also found that {tool_failure.message[0].lower()}{tool_failure.message[1:]}"
+    )

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from polarstack import paths
 from polarstack.errors import ExitCode, StackError
+from polarstack.polar import harness_preset
 from polarstack.reward import tasks
 from polarstack.reward.tasks import task_template
 from polarstack.reward.verifier import bundle
-from polarstack.stack import assets, compose
+from polarstack.stack import assets, compose, host_check
 
 # Polar's direct-exec apptainer mode, the sandbox's paths (SIF_PATH, AGENT_CLI_DIR, ...) and the sentence naming
 # what is missing belong to polarstack.stack.assets; they are read from it at call time.
@@ -217,12 +218,27 @@ def check_in_trainer(profile) -> None:
     if problems:
         raise StackError(problems[0] + "; recreate it with `make up` (compose.yaml sets it).", ExitCode.ENVIRONMENT)
     if failed:
+        host = host_check.userns_problems()  # the host setting and its fix, when the host is what blocks it
         raise StackError(
-            f"apptainer in the trainer cannot start the agent sandbox ({failed[0][:160]}); the trainer "
-            "needs /dev/fuse, seccomp and AppArmor unconfined (compose.yaml) and a host kernel that allows "
-            'unprivileged user namespaces: see docs/gpu-node.md, "The agent sandbox".',
+            f"apptainer in the trainer cannot start the agent sandbox ({failed[0][:160]}); "
+            + (
+                host[0] + "."
+                if host
+                else "the trainer needs /dev/fuse, seccomp, AppArmor and system paths unconfined (compose.yaml) and "
+                "a host kernel that allows unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns"
+                '=0, user.max_user_namespaces>0): see docs/gpu-node.md, "The agent sandbox".'
+            ),
             ExitCode.ENVIRONMENT,
         )
+    # The CLI the agent will run is the pinned one (issue 18 point 3; polarstack.polar.harness_preset).
+    reported = [
+        line.removeprefix("sandbox-ok:").strip()
+        for line in (proc.stderr or "").splitlines()
+        if line.startswith("sandbox-ok:")
+    ]
+    wrong_cli = harness_preset.version_problem(reported[0] if reported else "")
+    if wrong_cli is not None:
+        raise StackError(f"refusing to train: {wrong_cli}.", ExitCode.ASSETS_MISSING)
     why = verdict(outputs)
     if why is not None:
         raise StackError(

@@ -21,7 +21,11 @@ from typing import Any
 
 from polarstack.checks import retokenize, tool_exchange
 from polarstack.checks.exchange import Exchange, SmokeReport, exchange  # noqa: F401 (re-exported)
-from polarstack.checks.judge import WORKING_PROFILES, judge  # noqa: F401 - WORKING_PROFILES re-exported for probe
+from polarstack.checks.judge import (  # noqa: F401 - WORKING_PROFILES re-exported for probe
+    WORKING_PROFILES,
+    judge,
+    judge_with_tool_failure,
+)
 from polarstack.checks.judge import fail as _fail
 from polarstack.checks.route import (
     Resolution,
@@ -63,12 +67,14 @@ def run_smoke(
     allow_retokenized: bool = False,
     tokenizer_name: str | None = None,
     engine_urls: list[str] | None = None,
+    agent_env: dict[str, str] | None = None,
 ) -> SmokeReport:
     verdict_options = {
         "strict": strict,
         "allow_retokenized": allow_retokenized,
         "tokenizer_name": tokenizer_name,
         "engine_urls": engine_urls or list(register or []),
+        "agent_env": agent_env,
     }
     if register:
         try:
@@ -93,6 +99,7 @@ def run_smoke(
     if timeout <= 0:
         raise StackError("--timeout must be positive.", ExitCode.USAGE)
     started = time.perf_counter()
+    tool_failure: StackError | None = None
     with client(timeout) as http:
         resolution = Resolution("base", base_url.rstrip("/"), [base_url.rstrip("/")])
         report = SmokeReport(
@@ -102,6 +109,7 @@ def run_smoke(
             allow_retokenized=allow_retokenized,
             tokenizer_name=tokenizer_name,
             engine_urls=list(verdict_options["engine_urls"]),
+            agent_env=agent_env,
         )
         try:
             if tokenizer_name:
@@ -110,12 +118,15 @@ def run_smoke(
             report.model = model or discover_model(http, resolution.targets[0])
             _exchange_all(report, http, requests, turns, max_tokens)
             # issue 10 point 4: one Polar-shaped request carrying a tool schema per target, judged like the others
-            tool_exchange.exchange_tools(report, http)
+            try:
+                tool_exchange.exchange_tools(report, http)
+            except StackError as exc:  # judged after the token exchanges (judge.judge_with_tool_failure)
+                tool_failure = exc
         except StackError as exc:
             report.code, report.message = exc.code, exc.message
         report.elapsed = time.perf_counter() - started
     if report.code == ExitCode.OK:
-        judge(report, _measure_drift)
+        judge_with_tool_failure(report, tool_failure, lambda r: judge(r, _measure_drift))
     if report.code == ExitCode.OK:  # issue 10 point 4: tool schemas must come back as parsed tool_calls
         tool_exchange.judge_tool_calls(report)
     return report

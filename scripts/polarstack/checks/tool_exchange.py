@@ -14,6 +14,7 @@ import json
 import os
 from typing import Any
 
+from polarstack.checks import budget
 from polarstack.checks.exchange import exchange
 from polarstack.checks.route import v1_url
 from polarstack.engine.tool_parser import FLAG, PARSER_KNOB
@@ -43,11 +44,18 @@ SMOKE_TOOL = {
 # also change sglang's decoding (serving_chat.py `_process_messages`: a structure or JSON-schema constraint for
 # required/named choices; `_process_tool_calls`' `is_required` branch), so it would not test the agent's path.
 TOOL_CHOICE = "auto"
-# One write_file call of a small function is well under this (the emulator's is 40 tokens with its tokenizer,
-# measured; a real model's was not measured on a GPU); an answer cut here is reported as this setting, not as a
-# parser problem.
+# By default the tool request asks the agent's own per-request max_tokens (polarstack.checks.budget: the cap rendered as
+# CLAUDE_CODE_MAX_OUTPUT_TOKENS, or the CLI's default) on a prompt padded to the measured harness prompt
+# (configs/upstream/harness-prompt.json), so the engine's total-token check refuses it exactly when it would refuse
+# the agent's first turn (issue 18 point 2). One write_file call of a small function is far shorter (the emulator's
+# is 40 tokens with its tokenizer, measured). An answer cut at max_tokens is reported as this setting.
 MAX_TOKENS_ENV = "POLARSTACK_SMOKE_TOOL_MAX_TOKENS"
-DEFAULT_MAX_TOKENS = 512
+# The padding unit: one token per copy with the Qwen BPE (harness-prompt.json `filler`, measured) and the emulator's.
+PAD_TEXT = " the"
+# "0" sends the tool request without the padding (when a real model answers the padded prompt in prose); make train's
+# plan still checks the per-request budget (polarstack.checks.budget).
+PAD_ENV = "POLARSTACK_SMOKE_TOOL_PAD"
+PAD_PREFIX = "Padding to an agent harness's prompt length; ignore it:"
 TOOL_PROMPT = (
     "Call the write_file tool exactly once to create solution.py containing a Python function add(a, b) "
     "that returns a + b. Do not answer in prose; only call the tool."
@@ -89,7 +97,7 @@ def recorded_fact_problems() -> list[str]:
 def tool_max_tokens() -> int:
     raw = os.environ.get(MAX_TOKENS_ENV, "").strip()
     if not raw:
-        return DEFAULT_MAX_TOKENS
+        return budget.harness_request_shape()[1]
     try:
         value = int(raw)
     except ValueError:
@@ -99,9 +107,13 @@ def tool_max_tokens() -> int:
     return value
 
 
-def tool_request(model: str, max_tokens: int | None = None) -> dict[str, Any]:
+def tool_request(model: str, max_tokens: int | None = None, pad_tokens: int = 0) -> dict[str, Any]:
     """Polar's request shape (contract.prepare_request: stream false, logprobs, the two sglang return flags) plus
-    one tool schema as a harness sends it, at temperature 0 so a real model's answer is its most likely one."""
+    one tool schema as a harness sends it, at temperature 0 so a real model's answer is its most likely one;
+    `pad_tokens` adds a system message of that many tokens (the harness's system prompt and tool schemas)."""
+    messages = [{"role": "user", "content": TOOL_PROMPT}]
+    if pad_tokens > 0:
+        messages.insert(0, {"role": "system", "content": PAD_PREFIX + PAD_TEXT * pad_tokens})
     return contract.prepare_request(
         {
             "model": model,
@@ -109,8 +121,28 @@ def tool_request(model: str, max_tokens: int | None = None) -> dict[str, Any]:
             "temperature": 0,
             "tools": [SMOKE_TOOL],
             "tool_choice": TOOL_CHOICE,
-            "messages": [{"role": "user", "content": TOOL_PROMPT}],
+            "messages": messages,
         }
+    )
+
+
+CONTEXT_REFUSALS = (
+    "Requested token count exceeds the model's maximum context length",
+    "longer than the model's context length",
+)
+
+
+def context_refusal(report: Any, exc: StackError, pad_tokens: int, max_tokens: int) -> StackError | None:
+    """The engine's total-token refusal of the harness-shaped tool request as one sentence naming the setting."""
+    if exc.code != ExitCode.HTTP_ERROR or not any(m in exc.message for m in CONTEXT_REFUSALS):
+        return None
+    return StackError(
+        f"the engine refused a request shaped like the agent's first turn (the harness prompt, {pad_tokens} tokens "
+        f"measured, plus max_tokens {max_tokens}) because it exceeds the engine's context, so every agent session "
+        f"would fail on the node; set context.agent_max_output_tokens in configs/train/defaults.yaml (rendered as "
+        f"{budget.AGENT_OUTPUT_ENV} in the agent's env) so that harness + margin + rollout_max_prompt_len + "
+        "rollout_max_response_len + it fit the context (`make train DRY_RUN=1` checks it).",
+        ExitCode.USAGE,
     )
 
 
@@ -144,16 +176,24 @@ def exchange_tools(report: Any, http: Any) -> None:
     (smoke.exchange: orjson parse, decide(), findings); its trainable tokens count in the report. The tool-call
     outcome is judged later (judge_tool_calls), only if the token verdict passed, so a path dropping Polar's
     fields on tool requests fails as it would for any request (exit 3/4/7)."""
-    body = tool_request(report.model)
+    pad = budget.harness_request_shape()[0] if os.environ.get(PAD_ENV, "1").strip() != "0" else 0
+    # the plan's own agent.env when the gate passes it (make train, the in-job gate), else the defaults'
+    planned = getattr(report, "agent_env", None)
+    max_tokens = None if planned is None or os.environ.get(MAX_TOKENS_ENV) else budget.env_max_tokens(planned)
+    body = tool_request(report.model, max_tokens=max_tokens, pad_tokens=pad)
     summary: dict[str, Any] = {
         "targets": [],
         "tool_calls": 0,
         "max_tokens": body["max_tokens"],
+        "prompt_padding_tokens": pad,
         "tool_choice": TOOL_CHOICE,
     }
     report.tool_check = summary
     for target in dict.fromkeys(report.resolution.targets):
-        parsed = exchange(report, http, v1_url(target, "chat/completions"), body, "tools", 1)
+        try:
+            parsed = exchange(report, http, v1_url(target, "chat/completions"), body, "tools", 1)
+        except StackError as exc:
+            raise context_refusal(report, exc, pad, body["max_tokens"]) or exc from None
         entry = report.exchanges[-1]
         entry.tool_outcome, entry.tool_calls, entry.finish_reason = classify(parsed)
         summary["targets"].append(

@@ -29,18 +29,23 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
+
 from polarstack.checks import budget, retokenize
 from polarstack.checks.tool_exchange import RECORD, recorded_fact_problems
+from polarstack.engine import tool_parser
+from polarstack.engine.emulator import context_check
 from polarstack.engine.protocol import source_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.offline import flags, meaning, rehearsal_keys
 from polarstack.offline.check import Check
 from polarstack.paths import cache_dir
 from polarstack.pins import pins, repo_root
+from polarstack.polar import harness_preset
 from polarstack.polar import model as polar_model
 from polarstack.reward.tasks import TASKS
-from polarstack.stack import assets, compose, exposure, profiles
-from polarstack.train import gate, preflight
+from polarstack.stack import assets, compose, exposure, host_check, profiles
+from polarstack.train import batch_layout, gate, preflight, ray_job
 from polarstack.train.plan import build_plan, load_defaults
 
 
@@ -136,6 +141,10 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
                 [p.sentence() for p in problems],
             )
         )
+        cwd_problems = ray_job.problems(submit)
+        checks.append(
+            Check(f"{label}: the Ray job needs no working directory (ray-job.json)", not cwd_problems, "", cwd_problems)
+        )
         job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
         exposed = exposure.trainer_problems(job_env.get("env_vars") or {}, f"{label} (Ray job)", plan.train_args)
         checks.append(Check(f"{label}: Ray and slime listen on loopback only", not exposed, "", exposed))
@@ -194,6 +203,9 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
         "apparmor=unconfined",
     } <= set(trainer.get("security_opt") or []):
         problems.append("the trainer lacks /dev/fuse or the seccomp/AppArmor options apptainer needs inside Docker")
+    problems += host_check.docker_problems(  # configs/upstream/apptainer-host.json (issue 18 point 5)
+        trainer.get("security_opt") or [], [d.get("source") for d in trainer.get("devices") or []]
+    )
     if trainer.get("privileged") or trainer.get("cap_add"):
         problems.append("the trainer is privileged or has added capabilities: apptainer needs neither")
     plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
@@ -240,6 +252,67 @@ def check_sequence_budget(profile: profiles.Profile) -> Check:
         return Check(label, False, "", [exc.message])
     problems = budget.check(plan.train_args, config)
     return Check(label, not problems, budget.summary(plan.train_args, config), problems)
+
+
+def check_request_budget(profile: profiles.Profile) -> Check:
+    """Every agent request fits the engine context (issue 18 point 2): the pinned sglang's total-token check as
+    recorded in polarstack.engine.emulator.context_check, the CLI's output cap (harness-prompt.json) in the agent's env,
+    and harness + margin + task prompt + response + per-request max_tokens <= the engine context."""
+    config = load_defaults()
+    label = f"profile {profile.name}: every agent request fits the engine context (sglang's total-token check)"
+    try:
+        plan = build_plan("humaneval", profile, run_id="verify", config=config)
+    except StackError as exc:
+        return Check(label, False, "", [exc.message])
+    problems = context_check.upstream_problems(tool_parser._wheel_text(context_check.TOKENIZER_MANAGER))
+    agent = yaml.safe_load(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
+    if (agent.get("env") or {}) != {**(agent.get("env") or {}), **budget.agent_env(config)}:
+        problems.append(f"the task template's agent.env does not carry {budget.agent_env(config)}")
+    problems += budget.request_problems(plan.train_args, config)
+    detail = f"per-request max_tokens {budget.request_max_tokens(config)} ({budget.AGENT_OUTPUT_ENV} in agent.env)"
+    return Check(label, not problems, detail, problems)
+
+
+def check_harness_preset() -> Check:
+    """The task template's agent spec agrees with Polar's preset on the CLI version (issue 18 point 3,
+    configs/upstream/polar-harness-presets.json), and the sandbox probe refuses a CLI of another version."""
+    problems = []
+    for task in TASKS:
+        plan = build_plan(task, profiles.load("engine-direct"), run_id="verify", config=load_defaults())
+        agent = yaml.safe_load(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
+        problems += [f"make train TASK={task}: {p}" for p in harness_preset.problems(agent)]
+    pinned = harness_preset.pinned_version()
+    if harness_preset.version_problem(f"{pinned} (Claude Code)") is not None or not harness_preset.version_problem(
+        "0.0.0 (Claude Code)"
+    ):
+        problems.append("the sandbox probe does not compare the CLI's --version with AGENT_CLI_VERSION")
+    facts = harness_preset.record()["presets"]
+    detail = ", ".join(f"{name}: {'a' if f['checks_cli_version'] else 'no'} version check" for name, f in facts.items())
+    return Check(
+        "Polar's harness preset and the agent CLI version (polar-harness-presets.json)", not problems, detail, problems
+    )
+
+
+def check_batch_layout(profile: profiles.Profile, facts: dict[str, Any] | None = None) -> Check:
+    """The rendered launch's batch layout against the rules recorded from Megatron and slime (batch-rules.json)."""
+    facts = facts or batch_layout.record()
+    label = f"profile {profile.name}: batch layout (Megatron micro-batches, slime steps per rollout)"
+    problems = []
+    if facts.get("slime_commit") != pins().get("SLIME_COMMIT"):
+        problems.append(
+            f"{batch_layout.RECORD} was recorded at another slime commit; rerun scripts/tools/record_batch_rules.py"
+        )
+    try:
+        plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
+    except StackError as exc:  # build_plan refuses a broken layout itself
+        return Check(label, False, "", problems + [exc.message])
+    layout = batch_layout.from_train_args(plan.train_args, facts)
+    problems += batch_layout.problems(layout)
+    detail = (
+        f"{layout.samples_per_rollout} trajectories/rollout, global batch {layout.global_batch_size}, "
+        f"micro-batch {layout.micro_batch_size} x DP {layout.data_parallel_size}"
+    )
+    return Check(label, not problems, detail, problems)
 
 
 def check_routing_measurement(profile: profiles.Profile, data: dict[str, Any] | None = None) -> Check:
@@ -523,6 +596,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     progress("pins")
     checks += check_pins(skip_downloads)
     checks.append(check_polar_facts())
+    checks.append(check_harness_preset())
 
     tool_problems = recorded_fact_problems()
     checks.append(
@@ -543,6 +617,8 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
             try:
                 checks += check_profile(profiles.load(name), Path(tmp) / name)
                 checks.append(check_sequence_budget(profiles.load(name)))
+                checks.append(check_batch_layout(profiles.load(name)))
+                checks.append(check_request_budget(profiles.load(name)))
                 checks.append(check_assets(profiles.load(name), Path(tmp) / f"{name}-assets"))
                 if profiles.load(name).expect == "pass":  # the rehearsal runs on the working profiles only
                     checks.append(check_preflight(profiles.load(name)))

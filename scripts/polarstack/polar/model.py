@@ -18,6 +18,11 @@ Pipeline (one completion = one single-completion chain, as PrefixMergingBuilder 
   5. adapter    slime_bridge/adapter.py _build_sample: empty prompt/response ids -> dropped; missing logprobs
                 for trainable tokens -> RolloutLogprobError; max_tokens causal-prefix clipping.
   6. count      rollout.py `_has_trainable_tokens`: the non-zero loss-mask entries of the kept samples.
+  7. deliver    gateway/node.py GatewayNodeManager._push_result (POLAR_COMMIT): the session result goes to the
+                rollout server as `result.model_dump(mode="json")` through httpx `json=`, i.e. json.dumps with
+                allow_nan=False; a non-finite float in the trace (a logprob such as the string "nan", which
+                float() accepts) raises "Out of range float values are not JSON compliant", _push_result logs it
+                and gives up, and the result never reaches the trainer.
 
 Findings Polar does not enforce are returned as warnings with their meaning; they never change the count.
 """
@@ -25,6 +30,7 @@ Findings Polar does not enforce are returned as warnings with their meaning; the
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import orjson
@@ -328,6 +334,22 @@ def adapt(verdict: PolarVerdict, max_tokens: int | None) -> None:
     verdict.trainable_tokens = len(response)  # loss_mask = [1] * len(response_ids) for a single completion
 
 
+def deliver(verdict: PolarVerdict) -> None:
+    """Step 7: the result must survive Polar's JSON delivery (json.dumps, allow_nan=False) to count at all."""
+    if verdict.trainable_tokens <= 0:
+        return
+    bad = next((i for i, value in enumerate(verdict.logprobs or []) if not math.isfinite(value)), None)
+    if bad is None:
+        return
+    verdict.trainable_tokens = 0
+    verdict.stage = "deliver"
+    verdict.reason = (
+        f"logprob {bad} is {verdict.logprobs[bad]} (from a numeric string): Polar's gateway sends the session result "
+        'as JSON (node.py _push_result: httpx json=, allow_nan=False), which raises "Out of range float values are '
+        'not JSON compliant", so the result is lost and nothing is trained'
+    )
+
+
 # --- the whole pipeline ------------------------------------------------------------------------------------
 
 
@@ -349,6 +371,7 @@ def decide(
     normalized = normalize(parsed)  # step 3 (record) keeps this dict unchanged
     if build_trace(normalized, request or {}, tokenizer, verdict):
         adapt(verdict, max_tokens)
+        deliver(verdict)
     if verdict.trainable_tokens > 0:
         verdict.verdict, verdict.stage, verdict.reason = (RETOKENIZED if verdict.retokenized else TRAINABLE), "", ""
         findings(parsed, verdict)

@@ -95,3 +95,13 @@ ADAPTER = {
     "group_error_if": ("no logprobs for trainable tokens",),  # RolloutLogprobError
     "trainable_tokens": "len(response ids)",  # loss_mask = [1] * len(response_ids), clipped to max_tokens
 }
+
+# Step 7 (issue 18 point 8): the gateway delivers the session result to the rollout server as JSON
+# (src/polar/gateway/node.py GatewayNodeManager._push_result at POLAR_COMMIT: `result.model_dump(mode="json")` then
+# httpx `post(callback_url, json=payload)`, whose encoder runs json.dumps with allow_nan=False). A non-finite float
+# in the trace (a logprob parsed from "nan"/"inf" by float()) raises "Out of range float values are not JSON
+# compliant" there, which _push_result logs and does not retry: the result is lost, nothing is trained.
+DELIVER = {
+    "serializer": "json.dumps(allow_nan=False)",
+    "lost_if": ("a non-finite logprob",),
+}

@@ -33,6 +33,7 @@ from polarstack.reward.sandbox import (  # noqa: F401 (the sandbox's paths on th
     SIF_NAME,
     SIF_PATH,
 )
+from polarstack.stack import host_check
 from polarstack.stack.profiles import stack_knobs
 
 MODEL_VOLUME = "polarstack_models"  # compose.yaml: project `polarstack`, volume `models`
@@ -220,6 +221,7 @@ def _check_context(host: Path) -> None:
 
 def check_before_up(profile) -> None:
     """Refuse `make up` (ExitCode.ASSETS_MISSING) when weights or the agent sandbox are absent."""
+    host_check.check_before_up()  # the host's user-namespace sysctls first: ENVIRONMENT, before any long step
     values = knobs()
     missing: list[str] = []
     host = model_dir(values)

@@ -332,6 +332,12 @@ def check_rewards(args: Any, groups: list[list[Any]], rollout_id: int) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _agent_env(args: Any) -> dict[str, str] | None:
+    """The task template's agent.env; None when the job has no task template (the smoke then uses the defaults)."""
+    template = getattr(args, "polar_task_template", None)
+    return ((template.get("agent") or {}).get("env") or {}) if isinstance(template, dict) else None
+
+
 def first_rollout_check(args: Any) -> None:
     base_url = getattr(args, "polar_gate_base_url", None)
     if not base_url:
@@ -350,6 +356,7 @@ def first_rollout_check(args: Any) -> None:
         timeout=30.0,
         tokenizer_name=tokenizer_name,
         allow_retokenized=bool(getattr(args, "polar_gate_allow_retokenized", False)),
+        agent_env=_agent_env(args),  # the agent's per-request max_tokens as the job renders it (issue 18 point 2)
     )
     if not report.ok:
         raise _abort(f"polarstack gate: refusing to train, the inference path fails the smoke: {report.message}", args)

@@ -21,7 +21,7 @@ from polarstack.paths import train_run_dir
 from polarstack.reward import tasks
 from polarstack.stack import compose, profiles
 from polarstack.stack.target import resolve_target
-from polarstack.train import rehearsal_record
+from polarstack.train import rehearsal_record, supervise
 from polarstack.train.plan import RESUME_REFUSED, TRAINER_RUN_DIR, LaunchPlan, build_plan, load_defaults, watch_lines
 
 
@@ -75,7 +75,21 @@ def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> 
             f"on the GPU node run `make up PROFILE={name}` and then `make train TASK={request.task}`.",
             ExitCode.ENVIRONMENT,
         )
-    return _launch(request, plan, profile)
+    config = load_defaults(list(request.sets))
+    resume_plan = (
+        plan
+        if request.resume
+        else build_plan(
+            request.task,
+            profile,
+            run_id=run_id,
+            config=config,
+            model_path=os.environ.get("MODEL_PATH") or knobs.get("MODEL_PATH"),
+            served_model_name=knobs.get("SERVED_MODEL_NAME"),
+            resume=True,
+        )
+    )
+    return _launch(request, plan, profile, resume_plan, int(config["supervise"]["max_restarts"]))
 
 
 def _gate(request: TrainRequest, target, plan, profile) -> None:
@@ -90,13 +104,14 @@ def _gate(request: TrainRequest, target, plan, profile) -> None:
         register=target.register,
         tokenizer_name=configured_name(polar_values),
         allow_retokenized=bool(polar_values.get("polar_gate_allow_retokenized")),
+        agent_env=(polar_values["polar_task_template"].get("agent") or {}).get("env") or {},
     )
     if not report.ok:
         raise StackError(f"refusing to launch {request.task} on {target.profile}: {report.message}", ExitCode.GATE)
     print(f"gate passed: {report.message}", file=sys.stderr)
 
 
-def _launch(request: TrainRequest, plan, profile) -> int:
+def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts: int = 0) -> int:
     """Prepare .run/train/<run> and run launch.sh inside the trainer; its exits as one sentence each."""
 
     run_id = plan.run_id
@@ -111,25 +126,41 @@ def _launch(request: TrainRequest, plan, profile) -> int:
     for file_name, text in plan.files.items():
         (out / file_name).write_text(text)
     print("what to watch on the GPU node:\n  " + "\n  ".join(watch_lines(plan)), file=sys.stderr)
-    (out / "gate-abort.txt").unlink(missing_ok=True)  # a sentence left by an earlier attempt of this run is stale
-    proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/launch.sh"])
-    if proc.returncode != 0 and (out / "gate-abort.txt").is_file():  # every in-job gate stop writes its sentence
-        raise StackError((out / "gate-abort.txt").read_text().strip(), ExitCode.GATE)
-    if proc.returncode == RESUME_REFUSED:  # launch.sh's checkpoint guard (train.checkpoint_guard) said why
-        raise StackError(
-            f"the trainer refused run {run_id}: "
-            + (
-                f"RESUME=1 found no checkpoint in {plan.checkpoint_dir}; run make train without RESUME to start it."
-                if request.resume
-                else f"{plan.checkpoint_dir} already holds a checkpoint; make train RESUME=1 continues "
-                "it, or SET=checkpoint.run_name=NEW starts another run."
-            ),
-            ExitCode.STATE,
+    if resume_plan is not None:  # what a restart from the last checkpoint runs (polarstack.train.supervise)
+        (out / "launch-resume.sh").write_text(resume_plan.files["launch.sh"])
+    abort = out / "gate-abort.txt"
+
+    def attempt(resume: bool) -> int:
+        abort.unlink(missing_ok=True)  # a sentence left by an earlier attempt of this run is stale
+        script = "launch.sh" if resume == request.resume else "launch-resume.sh"
+        proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/{script}"])
+        if proc.returncode == RESUME_REFUSED and not abort.is_file():  # launch.sh's checkpoint guard said why
+            raise StackError(
+                f"the trainer refused run {run_id}: "
+                + (
+                    f"RESUME=1 found no checkpoint in {plan.checkpoint_dir}; run make train without RESUME to start it."
+                    if resume
+                    else f"{plan.checkpoint_dir} already holds a checkpoint; make train RESUME=1 continues "
+                    "it, or SET=checkpoint.run_name=NEW starts another run."
+                ),
+                ExitCode.STATE,
+            )
+        return proc.returncode
+
+    def checkpoint() -> int | None:  # the checkpoints volume lives in the trainer
+        proc = compose.run_compose(
+            profile,
+            ["exec", "-T", "trainer", "cat", f"{plan.checkpoint_dir}/latest_checkpointed_iteration.txt"],
+            capture=True,
         )
-    if proc.returncode != 0:
-        raise StackError(
-            f"the training job of run {run_id} failed (exit {proc.returncode}); see `make logs "
-            f"SERVICE=trainer` and {out}.",
-            ExitCode.ENVIRONMENT,
-        )
+        return supervise.parse_iteration(proc.stdout) if proc.returncode == 0 else None
+
+    supervise.supervise(
+        attempt,
+        checkpoint,
+        lambda: abort.read_text().strip() if abort.is_file() else None,  # every in-job gate stop writes its sentence
+        max_restarts=max_restarts,
+        resume=request.resume,
+        describe=f"the training job of run {run_id} (logs: {out})",
+    )
     return 0

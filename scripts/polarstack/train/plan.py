@@ -20,11 +20,13 @@ import yaml
 from polarstack.checks import budget
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import TRAINER_RUN_DIR, load_defaults  # noqa: F401 (train.plan is where callers read them)
+from polarstack.polar import harness_preset
 from polarstack.reward.tasks import TASKS, polar_config
 from polarstack.stack.assets import sandbox_mode_env
 from polarstack.stack.exposure import SLIME_ROUTER_ARGS, TRAINER_LOOPBACK_ENV
 from polarstack.stack.profiles import WEIGHT_SYNC_TRANSPORTS, Profile, knob
 from polarstack.stack.ray_head import head_command
+from polarstack.train import batch_layout, rollout_cost
 from polarstack.train.tracker import tracker_for
 
 SLIME_DIR = "/root/slime"
@@ -43,6 +45,7 @@ class LaunchPlan:
     train_args: list[str] = field(default_factory=list)
     checkpoint_dir: str = ""  # --save (and --load when resuming): stable across runs of one run name
     resume: bool = False
+    cost: rollout_cost.Estimate | None = None  # traces and tokens per rollout, estimated from the plan
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +59,7 @@ class LaunchPlan:
             "files": self.files,
             "checkpoint_dir": self.checkpoint_dir,
             "resume": self.resume,
+            "cost_per_rollout": self.cost.as_dict() if self.cost else None,
             "watch": watch_lines(self),
         }
 
@@ -76,7 +80,11 @@ POSITIVE_INTS = {
     "checkpoint": ("save_interval",),
     "polar": ("rollout_port", "gateway_port", "max_init_workers", "max_run_workers", "max_postrun_workers"),
 }
-NON_NEGATIVE_INTS = {"context": ("harness_margin_tokens",), "gate": ("zero_advantage_rollouts",)}
+NON_NEGATIVE_INTS = {
+    "context": ("harness_margin_tokens", "agent_max_output_tokens"),
+    "gate": ("zero_advantage_rollouts",),
+    "supervise": ("max_restarts",),
+}
 FINITE_NUMBERS = {"grpo": ("lr", "kl_loss_coef", "eps_clip", "eps_clip_high"), "gate": ("zero_advantage_warn_share",)}
 
 
@@ -172,6 +180,17 @@ def validate(task: str, profile: Profile, config: dict[str, Any], model_path: st
             f"rollout_batch_size x n_samples_per_prompt = {rollout * n} is not a multiple of "
             f"global_batch_size={batch}; slime's GRPO normalization reshapes by group only when the "
             "sample count equals n x rollout_batch_size, and would treat the batch as one group.",
+            ExitCode.USAGE,
+        )
+    # Megatron's micro-batch calculator and slime's step split (polarstack.train.batch_layout, configs/upstream/batch-rules.json)
+    layout = batch_layout.Layout(
+        n, rollout, batch, batch_layout.micro_batch_default(), batch_layout.data_parallel_size(len(gpus), tp)
+    )
+    broken = batch_layout.problems(layout)
+    if broken:
+        raise StackError(
+            f"profile {profile.name} (TP {tp} on {len(gpus)} trainer GPUs): {broken[0]}; a valid choice: "
+            f'SET="{batch_layout.valid_choice(layout)}".',
             ExitCode.USAGE,
         )
     return tp
@@ -286,6 +305,7 @@ def watch_lines(plan: LaunchPlan) -> list[str]:
         f"(every --save-interval rollouts); `make train RESUME=1` continues from it.",
         "bridge data source: slime's RolloutDataSourceWithBuffer; Polar's polar/reservations/* metrics stay absent "
         "(no at-least-once replay of in-flight groups on resume).",
+        *([plan.cost.sentence()] if plan.cost else []),
     ]
 
 
@@ -331,9 +351,14 @@ def build_plan(
         "polar_gate_zero_advantage_rollouts": gate["zero_advantage_rollouts"],
         "polar_gate_zero_advantage_warn_share": gate["zero_advantage_warn_share"],
     }
-    plan.files["polar_config.yaml"] = yaml.safe_dump(
-        polar_config(task, f"{run_dir}/tasks", polar_values), sort_keys=False
-    )
+    polar = polar_config(task, f"{run_dir}/tasks", polar_values)
+    # The agent's output-token cap (polarstack.checks.budget): Polar's claude_code preset hands agent.env to the CLI.
+    polar["polar_task_template"]["agent"].setdefault("env", {}).update(budget.agent_env(config))
+    # A preset that checks the CLI version must be told AGENT_CLI_VERSION (polarstack.polar.harness_preset; claude_code: none).
+    agent_settings = harness_preset.settings_for(polar["polar_task_template"]["agent"]["harness"])
+    if agent_settings:
+        polar["polar_task_template"]["agent"].setdefault("settings", {}).update(agent_settings)
+    plan.files["polar_config.yaml"] = yaml.safe_dump(polar, sort_keys=False)
     plan.files["topology.yaml"] = yaml.safe_dump(topology(profile, config, served), sort_keys=False)
 
     args = [
@@ -430,10 +455,11 @@ def build_plan(
     _, tracker_args, tracker_env = tracker_for(ckpt.rsplit("/", 1)[-1], model["save"])  # W&B or TensorBoard
     args += tracker_args
     plan.train_args = args
-
+    # harness + task + response must fit the trace budget, and each request the engine context (polarstack.checks.budget)
     problems = budget.check(args, config)
     if problems:
         raise StackError(problems[0] + ".", ExitCode.USAGE)
+    plan.cost = rollout_cost.estimate(config, int(budget.harness_record()["agent_turn"]["harness_prompt_tokens"]))
 
     runtime_env = {
         "env_vars": {
@@ -461,10 +487,12 @@ def build_plan(
             "submit",
             f"--address={dashboard}",
             f"--runtime-env-json={json.dumps(runtime_env)}",
-            f"--working-dir={SLIME_DIR}",
+            # No --working-dir: Ray would zip and upload slime's whole clone for every job (configs/upstream/
+            # ray-job.json), and slime is installed in the image. Ray runs the entrypoint without a cwd of its own,
+            # so the script path is absolute and every path argument too (test_train pins it).
             "--",
             "python3",
-            "train_async.py",
+            f"{SLIME_DIR}/train_async.py",
             *args,
         ],
     ]

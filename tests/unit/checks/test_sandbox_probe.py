@@ -13,6 +13,8 @@ import pytest
 import fake_node
 from polarstack.checks import sandbox_probe
 from polarstack.errors import ExitCode, StackError
+from polarstack.pins import pins
+from polarstack.polar import harness_preset
 from polarstack.stack import assets, profiles
 
 pytestmark = pytest.mark.unit
@@ -162,3 +164,51 @@ def test_the_probe_files_tell_right_from_wrong_with_the_real_verifier(tmp_path):
             timeout=60,
         )
         assert proc.returncode == code and proc.stdout.startswith(expected), (case, proc.stdout, proc.stderr)
+
+
+# --- issue 18 point 3: the sandbox's agent CLI is AGENT_CLI_VERSION ------------------------------------------------
+def test_the_probe_refuses_a_sandbox_cli_of_another_version(tmp_path, monkeypatch):
+    fake_node.install(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_CLI_VERSION", "2.0.1 (Claude Code)")
+    with pytest.raises(StackError) as exc:
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert exc.value.code == ExitCode.ASSETS_MISSING
+    assert "reports 2.0.1, not AGENT_CLI_VERSION=" in exc.value.message and "make sif" in exc.value.message
+
+
+def test_the_probe_accepts_the_pinned_cli_and_says_so(tmp_path, monkeypatch, capsys):
+    fake_node.install(tmp_path, monkeypatch)
+    sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert (
+        f"agent sandbox starts in the trainer ({pins()['AGENT_CLI_VERSION']} (Claude Code))" in capsys.readouterr().err
+    )
+
+
+def test_the_probe_refuses_a_cli_that_prints_no_version(tmp_path, monkeypatch):
+    fake_node.install(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_CLI_VERSION", "command not found")
+    with pytest.raises(StackError) as exc:
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert "printed no version (command not found)" in exc.value.message
+
+
+def test_claude_codes_preset_checks_no_version_and_a_checking_preset_gets_the_pin():
+    facts = harness_preset.record()
+    assert facts["presets"]["claude_code"]["checks_cli_version"] is False
+    assert harness_preset.settings_for("claude_code") == {}
+    assert harness_preset.settings_for("codex") == {"version": pins()["AGENT_CLI_VERSION"]}
+    assert harness_preset.problems({"harness": "claude_code", "env": {"X": "1"}}) == []
+    assert harness_preset.problems({"harness": "codex", "settings": {"version": "0.125.0"}})
+    assert harness_preset.problems({"harness": "codex", "settings": {"version": ""}}) == []
+
+
+def test_verify_offline_checks_the_preset_against_the_record(monkeypatch):
+    from polarstack.offline import verify as verify_offline
+
+    assert verify_offline.check_harness_preset().ok
+    facts = harness_preset.record()
+    facts["presets"]["claude_code"]["checks_cli_version"] = True  # a preset that checks: the template must say so
+    monkeypatch.setattr(harness_preset, "record", lambda: facts)
+    monkeypatch.setattr(harness_preset, "settings_for", lambda harness, facts=None: {})
+    check = verify_offline.check_harness_preset()
+    assert not check.ok and "checks the CLI version" in check.problems[0]

@@ -14,7 +14,7 @@ import json
 import httpx
 import pytest
 
-from polarstack.checks import smoke, tool_exchange
+from polarstack.checks import budget, smoke, tool_exchange
 from polarstack.errors import ExitCode
 
 pytestmark = pytest.mark.unit
@@ -102,7 +102,7 @@ def test_the_tool_request_has_polars_shape_and_asks_for_the_tool(monkeypatch):
     assert body["stream"] is False and body["logprobs"] is True
     assert body["return_prompt_token_ids"] is True and body["return_meta_info"] is True
     assert body["temperature"] == 0 and body["tool_choice"] == "auto"
-    assert body["max_tokens"] == tool_exchange.DEFAULT_MAX_TOKENS >= 256
+    assert body["max_tokens"] == budget.harness_request_shape()[1] >= 256
     assert body["tools"] == [tool_exchange.SMOKE_TOOL] and "write_file tool" in body["messages"][-1]["content"]
 
 
@@ -119,7 +119,10 @@ def test_an_answer_cut_at_max_tokens_names_the_setting_not_the_parser(monkeypatc
     serve(monkeypatch, cut)
     report = run()
     assert report.code == ExitCode.USAGE
-    assert "cut at max_tokens 512" in report.message and tool_exchange.MAX_TOKENS_ENV in report.message
+    assert (
+        f"cut at max_tokens {budget.harness_request_shape()[1]}" in report.message
+        and tool_exchange.MAX_TOKENS_ENV in report.message
+    )
     assert "--tool-call-parser" not in report.message
     assert tool_entries(report)[0]["tool_outcome"] == tool_exchange.CUT
 

@@ -172,6 +172,11 @@ def oracle_trainable(body: bytes) -> tuple[bool, int]:
             pair = candidate
     if pair is None or not pair[0] or not pair[1]:
         return True, 0
+    if polar_rules.DELIVER["serializer"] == "json.dumps(allow_nan=False)":  # step 7: the result must serialize
+        try:
+            json.dumps(pair[1], allow_nan=False)
+        except ValueError:
+            return True, 0
     return True, len(pair[0])
 
 
@@ -397,3 +402,15 @@ def test_polar_facts_check_fails_on_the_bare_counter_key(monkeypatch):
     monkeypatch.setattr(gate, "DELTA_METRIC", "polar/dropped_zero_trainable_groups")
     check = verify_offline.check_polar_facts()
     assert not check.ok and "Polar exports" in check.problems[0]
+
+
+def test_a_nan_logprob_string_is_lost_at_polars_json_delivery():
+    """Issue 18 point 8: the fuzzer's minimal answer. float("nan") parses, the trace is built, but Polar's gateway
+    delivers the result with json.dumps(allow_nan=False) (node.py _push_result), so nothing is trained."""
+    body = b'{"choices": [{"prompt_token_ids": [11888], "meta_info": {"output_token_logprobs": [["nan", 1000]]}}]}'
+    verdict = polar_model.decide(body)
+    assert verdict.verdict == polar_model.NOT_TRAINABLE and verdict.trainable_tokens == 0
+    assert verdict.stage == "deliver" and "Out of range float values are not JSON compliant" in verdict.reason
+    assert oracle_trainable(body) == (True, 0)
+    finite = body.replace(b'"nan"', b'"-0.5"')
+    assert polar_model.decide(finite).trainable_tokens == 1 == oracle_trainable(finite)[1]

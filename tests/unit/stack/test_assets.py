@@ -97,7 +97,7 @@ def test_sandbox_build_and_the_trainer_grant_for_apptainer(tmp_path, monkeypatch
     assert build["volumes"][0]["target"] == "/models"
     trainer = services["trainer"]
     assert [d["source"] for d in trainer["devices"]] == ["/dev/fuse"]
-    assert sorted(trainer["security_opt"]) == ["apparmor=unconfined", "seccomp=unconfined"]
+    assert sorted(trainer["security_opt"]) == ["apparmor=unconfined", "seccomp=unconfined", "systempaths=unconfined"]
     assert not trainer.get("privileged") and not trainer.get("cap_add")
     assert "APPTAINER_RELEASE" in trainer["build"]["args"]
     assert "sandbox-build" not in rendered("engine-direct", tmp_path / "plain")["services"]  # only with `make sif`

@@ -185,7 +185,7 @@ def test_checkpoints_dropout_and_a_stable_save_dir():
     )
     save = first[first.index("--save") + 1]
     assert save == second[second.index("--save") + 1] == "/checkpoints/polarstack/humaneval-engine-direct"
-    assert first[first.index("--save-interval") + 1] == "20"
+    assert first[first.index("--save-interval") + 1] == str(load_defaults()["checkpoint"]["save_interval"]) == "5"
     assert first[first.index("--attention-dropout") + 1] == "0.0" == first[first.index("--hidden-dropout") + 1]
     assert "--load" not in first and meaning.hygiene_problems(first) == []
     resumed = plan(resume=True).train_args

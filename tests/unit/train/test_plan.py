@@ -87,7 +87,7 @@ def test_router_passthrough_keeps_slime_off_the_static_router(capsys):
         ),
         (["--set", "parallel.engine-direct.tensor_model_parallel_size=2"], {}, "does not divide the 3 trainer GPU"),
         (["--set", "grpo.global_batch_size=60"], {}, "not a multiple of n_samples_per_prompt=8"),
-        (["--set", "grpo.global_batch_size=48"], {}, "would treat the batch as one group"),
+        (["--set", "grpo.global_batch_size=96"], {}, "would treat the batch as one group"),
         (["--set", "grpo.n_samples_per_prompt=1", "--set", "grpo.global_batch_size=8"], {}, "at least 2 samples"),
         ([], {"MODEL_PATH": ""}, "no model path"),
         ([], {"MODEL_PATH": "models/q"}, "must be an absolute path"),
@@ -129,3 +129,36 @@ def test_set_values_of_the_wrong_type_are_usage_errors_naming_the_key(override, 
     code = main(["train", "--task", "humaneval", "--runtime", "docker", "--dry-run", "--set", override])
     err = capsys.readouterr().err
     assert code == 2 and override.split("=")[0] in err and "internal error" not in err
+
+
+# --- issue 18 point 6: the Ray job does not depend on its working directory ---------------------------------------
+@pytest.mark.parametrize("name", ["engine-direct", "router-passthrough", "patched-router", "stock-router"])
+@pytest.mark.parametrize("task", ["humaneval", "mbpp"])
+def test_the_job_needs_no_working_directory(name, task):
+    from polarstack.stack import profiles
+    from polarstack.train import ray_job
+    from polarstack.train.plan import build_plan
+
+    submit = build_plan(task, profiles.load(name), run_id="t").commands[-1]
+    assert ray_job.problems(submit) == []
+    entrypoint = submit[submit.index("--") + 1 :]
+    assert entrypoint[:2] == ["python3", "/root/slime/train_async.py"]
+    assert not any(t.startswith("--working-dir") for t in submit[: submit.index("--")])
+
+
+def test_the_old_submit_is_refused_naming_both_problems():
+    from polarstack.train import ray_job
+
+    old = [
+        "ray",
+        "job",
+        "submit",
+        "--working-dir=/root/slime",
+        "--",
+        "python3",
+        "train_async.py",
+        "--prompt-data",
+        "x/y",
+    ]
+    found = ray_job.problems(old)
+    assert len(found) == 2 and "512 MiB" in found[0] and "train_async.py, x/y" in found[1]

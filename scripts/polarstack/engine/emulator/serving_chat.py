@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from polarstack.engine import protocol as sglang_protocol
 from polarstack.engine import tool_parser
+from polarstack.engine.emulator.context_check import total_token_error
 from polarstack.engine.emulator.engine import (
     CONTEXT_LENGTH,
     TAG_CHARS,
@@ -174,6 +175,8 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
             state.chat_completions += 1
         prompt = chat_prompt(state, request)
         max_new = request.max_completion_tokens or request.max_tokens
+        if (refused := total_token_error(len(prompt), max_new, CONTEXT_LENGTH)) is not None:
+            return error(refused, "BadRequestError")  # tokenizer_manager.py _validate_one_request (context_check)
         rid = uuid.uuid4().hex
         if request.tools:
             gens = [
