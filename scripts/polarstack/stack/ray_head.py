@@ -138,13 +138,18 @@ class RunningHead:
         while time.monotonic() < deadline and session_pids(self.process.pid):
             self.process.poll()
             time.sleep(0.2)
-        killed = []
-        for pid in session_pids(self.process.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except ProcessLookupError:
-                pass
+        killed: list[int] = []
+        # A Ray process can fork while the session is being killed (raylet starting a worker): kill what the
+        # session holds until it holds nothing, for at most `timeout` more seconds.
+        deadline = time.monotonic() + timeout
+        while (left := session_pids(self.process.pid)) and time.monotonic() < deadline:
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
