@@ -110,6 +110,11 @@ class DrippingServer:
 
 @pytest.mark.unit
 def test_smoke_against_a_dripping_server_ends_within_its_timeout(tmp_path):
+    # The interpreter's and the CLI's start-up on this machine, now (it grows with the load of a parallel suite):
+    # measured, so the assertion is about the smoke's deadline and not about how busy the machine is.
+    started = time.monotonic()
+    assert _cli(["--version"], tmp_path).returncode == 0
+    start_up = time.monotonic() - started
     server = DrippingServer()
     try:
         started = time.monotonic()
@@ -120,7 +125,9 @@ def test_smoke_against_a_dripping_server_ends_within_its_timeout(tmp_path):
     finally:
         server.close()
     assert proc.returncode == ExitCode.UNREACHABLE, proc.stderr
-    assert elapsed < 2 + 4, f"the smoke took {elapsed:.1f} s with --timeout 2"  # 4 s: interpreter start-up
+    assert elapsed < 2 + 2 * start_up + 2, (
+        f"the smoke took {elapsed:.1f} s with --timeout 2 (start-up {start_up:.1f} s)"
+    )
     assert "in total" in proc.stderr and "Traceback" not in proc.stderr
 
 
