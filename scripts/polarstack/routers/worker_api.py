@@ -165,6 +165,26 @@ def wait_gone(http: httpx.Client, router_url: str, urls: list[str], timeout: flo
 # --- what the stack does with it ---------------------------------------------------------------------------
 
 
+def release_all(router_url: str, timeout: float) -> list[str]:
+    """Before slime registers the engines at a job's start: remove every worker the router lists and wait until
+    it lists none. slime registers external engines (`SGLangEngine._register_to_router`, POST /workers, then
+    raise_for_status) but never removes them (`shutdown` returns early when `rollout_external`, sglang_engine.py
+    at SLIME_COMMIT), and smg answers a second POST for a listed URL with 409 WORKER_ALREADY_EXISTS: without this a
+    resumed, restarted or second job dies at engine init. Returns the URLs removed."""
+    with client(timeout) as http:
+        listed = list_workers(http, router_url)
+        for worker_id in listed.values():
+            if worker_id:
+                deregister(http, router_url, worker_id)
+        if wait_gone(http, router_url, list(listed), max(timeout, 10)):
+            raise StackError(
+                f"the router at {router_url} still lists {sorted(listed)} after DELETE /workers; slime's "
+                "registration of the engines would meet a 409, so the job was not started.",
+                ExitCode.HTTP_ERROR,
+            )
+    return sorted(listed)
+
+
 def register_all(router_url: str, worker_urls: list[str], timeout: float) -> None:
     """`local.up` for a slime-registered profile: register every engine, then wait until GET /workers lists each
     one as healthy (slime's registration is asynchronous, 202), polling with 2 s per request."""

@@ -19,6 +19,7 @@ from polarstack.checks.retokenize import configured_name
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import train_run_dir
 from polarstack.reward import tasks
+from polarstack.routers import worker_api
 from polarstack.stack import compose, profiles
 from polarstack.stack.target import resolve_target
 from polarstack.train import rehearsal_record, supervise
@@ -111,6 +112,14 @@ def _gate(request: TrainRequest, target, plan, profile) -> None:
     print(f"gate passed: {report.message}", file=sys.stderr)
 
 
+def release_router_workers(profile) -> list[str]:
+    """Where slime registers the engines with the router (ROUTER_REGISTRATION=register), the router must list none
+    of them when a job starts (routers.worker_api.release_all); elsewhere nothing to do."""
+    if profile.registration != "register" or profile.router is None:
+        return []
+    return worker_api.release_all(f"http://127.0.0.1:{profile.router_port}", timeout=30)
+
+
 def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts: int = 0) -> int:
     """Prepare .run/train/<run> and run launch.sh inside the trainer; its exits as one sentence each."""
 
@@ -132,6 +141,7 @@ def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts
 
     def attempt(resume: bool) -> int:
         abort.unlink(missing_ok=True)  # a sentence left by an earlier attempt of this run is stale
+        release_router_workers(profile)  # slime registers the engines again at every job's start
         script = "launch.sh" if resume == request.resume else "launch-resume.sh"
         proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/{script}"])
         if proc.returncode == RESUME_REFUSED and not abort.is_file():  # launch.sh's checkpoint guard said why

@@ -59,6 +59,9 @@ class Node:
         proc = compose.run_compose(self.profile, ["exec", "-T", "trainer", "bash", "-c", command], capture=True)
         return proc.returncode, proc.stdout
 
+    def release_workers(self) -> None:  # before every job: slime registers the engines again (train.launch)
+        train_launch.release_router_workers(self.profile)
+
     def gate(self, plan: PreflightPlan) -> None:
         target = resolve_target("docker", self.profile.name, None, verb="train")
         train_launch._gate(train_launch.TrainRequest(task=plan.task), target, plan.phases[0][1], self.profile)
@@ -154,6 +157,7 @@ def run(
         logs = []
         for name, phase in plan.phases:
             progress(f"job {name}")
+            node.release_workers()
             began = clock()
             run_dir = f"{TRAINER_RUN_DIR}/{plan.run_id}"
             code, _ = node.trainer(f"bash {run_dir}/launch-{name}.sh > {run_dir}/job-{name}.log 2>&1")

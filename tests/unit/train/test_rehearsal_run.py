@@ -36,12 +36,16 @@ class FakeNode:
         self.host_dir, self.fail_job, self.config = host_dir, fail_job, config or dict(self.CONFIG)
         self.jobs = 0
         self.compose_calls, self.version, self.tracker, self.env_at_up = [], 0, None, None
+        self.releases = 0
 
     def compose(self, args):
         self.compose_calls.append(args[0])
         if args[0] == "up":
             self.env_at_up = os.environ.get("MODEL_PATH")
         return 0
+
+    def release_workers(self):
+        self.releases += 1
 
     def gate(self, plan):
         pass
@@ -87,6 +91,7 @@ def test_a_full_rehearsal_passes_records_and_takes_the_stack_down(setup):
     result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
     assert result["passed"], result
     assert node.compose_calls == ["up", "down"] and node.env_at_up == "/models/Qwen2.5-3B-Instruct"
+    assert node.releases == 2  # the router lists no engine when each job starts (slime registers them again)
     saved = json.loads((host / "rehearsal-report.json").read_text())
     assert saved["evidence"]["checkpoint"] == {"after_train": "1", "after_resume": "2"}
     assert [r["phase"] for r in saved["evidence"]["rollouts"]] == ["train", "train", "resume"]

@@ -122,7 +122,9 @@ def test_make_train_resumes_with_the_resume_script_after_a_crash(tmp_path, monke
         return subprocess.CompletedProcess(args, 0, "", "")
 
     monkeypatch.setattr(compose, "run_compose", trainer)
-    assert main(["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"]) == 0, capsys.readouterr().err
+    assert main(["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"]) == 0, (
+        capsys.readouterr().err
+    )
     assert ran == ["launch.sh", "launch-resume.sh"]
     (run_dir,) = (tmp_path / "run" / "train").iterdir()
     assert "--load /checkpoints/polarstack/humaneval-engine-direct" in (run_dir / "launch-resume.sh").read_text()
