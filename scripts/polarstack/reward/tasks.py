@@ -247,6 +247,9 @@ def task_template(task: str, timeout_seconds: int = 900) -> dict[str, Any]:
     }
 
 
+EARLY_STOP_GRACE_SESSIONS = 64  # at least any n_samples_per_prompt the stack renders (checked by test_tasks)
+
+
 def polar_config(task: str, tasks_dir: str, values: dict[str, Any] | None = None) -> dict[str, Any]:
     """slime's --custom-config-path content: polar_* keys (they become attributes of slime's args)."""
     config = {
@@ -257,6 +260,10 @@ def polar_config(task: str, tasks_dir: str, values: dict[str, Any] | None = None
         "polar_request_timeout": 3600,
         "polar_callback_host": "127.0.0.1",
         "polar_min_complete_accept_fraction": 0.5,
+        # Polar's bridge (src/slime_bridge/config.py at POLAR_COMMIT, render_task_payload): with 0 < fraction < 1 it
+        # cancels a group's sessions once min(n, ceil(n * fraction) + grace) are usable, so with the default grace 2
+        # the 2 slowest of 8 never train (node-path review). Grace >= n_samples_per_prompt keeps every session.
+        "polar_early_stop_grace_sessions": EARLY_STOP_GRACE_SESSIONS,
         "polar_tasks_dir": tasks_dir,
         "polar_apptainer_image_dir": SANDBOX_DIR,
         "polar_agent_cli_dir": AGENT_CLI_DIR,

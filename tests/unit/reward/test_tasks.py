@@ -69,3 +69,18 @@ def test_bad_task_data_is_refused(tmp_path, capsys, content, needle):
 
 def test_unknown_task(tmp_path, capsys):
     assert main(["tasks", "prepare", "nope", "--out", str(tmp_path)]) == ExitCode.USAGE
+
+
+def test_polar_keeps_every_session_of_a_group():
+    """Node-path review of issues 18/19: Polar cancels a group's slowest sessions once
+    min(n, ceil(n * min_complete_accept_fraction) + early_stop_grace_sessions) are usable; the grace keeps all n."""
+    import math
+
+    from polarstack.paths import load_defaults
+
+    config = tasks.polar_config("humaneval", "/tasks")
+    n = load_defaults()["grpo"]["n_samples_per_prompt"]
+    usable = min(
+        n, math.ceil(n * config["polar_min_complete_accept_fraction"]) + config["polar_early_stop_grace_sessions"]
+    )
+    assert usable == n
