@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from polarstack.pins import pin
-from polarstack.polar import contract
+from polarstack.polar import contract, diagnostics
 from polarstack.routers.harness import register_worker
 
 pytestmark = pytest.mark.router
@@ -55,7 +55,7 @@ def test_patched_router_under_sustained_load(engine_factory, router_factory):
     elapsed = time.monotonic() - started
     assert len(results) == CLIENTS * PER_CLIENT
     assert all(r["status"] == 200 for r in results), {r["status"] for r in results}
-    verdicts = [contract.analyze_response(r["body"]) for r in results]
+    verdicts = [diagnostics.diagnose(r["body"]) for r in results]
     assert all(v.trainable_tokens > 0 and not v.problems for v in verdicts)
     assert all({"prompt_token_ids", "meta_info"} <= set(r["body"]["choices"][0]) for r in results)
     answered = [httpx.get(f"{e.url}/_emulator/stats").json()["chat_completions"] for e in engines]

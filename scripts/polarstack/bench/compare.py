@@ -27,7 +27,7 @@ import httpx
 from polarstack.checks import measure
 from polarstack.checks.measure import machine
 from polarstack.checks.smoke import run_smoke
-from polarstack.polar import contract
+from polarstack.polar import contract, diagnostics
 from polarstack.routers.harness import start as start_router
 from polarstack.stack import local, profiles
 
@@ -80,7 +80,7 @@ async def _throughput(base: str, model: str, concurrency: int, total: int) -> di
                 return
             body = reply.json()
             generated += int(body.get("usage", {}).get("completion_tokens", 0))
-            extracted += contract.analyze_response(body).trainable_tokens
+            extracted += diagnostics.diagnose(body).trainable_tokens
 
         started = time.perf_counter()
         await asyncio.gather(*(one(i) for i in range(total)))

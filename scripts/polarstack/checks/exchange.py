@@ -10,7 +10,7 @@ from typing import Any
 from polarstack.checks.route import Resolution
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import error_message, request
-from polarstack.polar import contract
+from polarstack.polar import diagnostics
 from polarstack.polar import model as polar_model
 from polarstack.polar import opinion as polar_opinion
 
@@ -28,7 +28,7 @@ class Exchange:
     status: int
     elapsed_ms: float
     bytes: int
-    verdict: dict[str, Any] | None = None  # contract.analyze_response, once the answer is a chat completion
+    verdict: dict[str, Any] | None = None  # diagnostics.diagnose, once the answer is a chat completion
     polar: dict[str, Any] | None = None  # polar_model.decide: Polar's count, the basis of the verdict
     installed_polar: dict[str, Any] | None = None  # the installed Polar's second opinion (inside the trainer)
     tool_outcome: str | None = None  # kind "tools": toolcheck.classify's outcome, calls and finish_reason
@@ -169,7 +169,7 @@ def exchange(report: SmokeReport, http, url: str, body: dict[str, Any], kind: st
             "choices); check that the URL points at an OpenAI-compatible engine or router.",
             ExitCode.MALFORMED,
         )
-    verdict = contract.analyze_response(parsed)
+    verdict = diagnostics.diagnose(parsed)
     entry.verdict = verdict.as_dict()
     entry.polar = polar.as_dict()
     if polar_opinion.available():  # inside the trainer: the installed Polar's own functions, a second opinion

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from polarstack.checks import retokenize
 from polarstack.errors import ExitCode
-from polarstack.polar import contract
+from polarstack.polar import diagnostics
 from polarstack.polar import findings as polar_findings
 from polarstack.polar import model as polar_model
 
@@ -24,10 +24,10 @@ def fail(report: Any, code: ExitCode, message: str) -> Any:
 
 
 def judge(report: Any, measure_drift: Callable[[Any], None]) -> None:
-    """Go/no-go from Polar's count alone (polar_model); contract.py's reasons only name what is missing."""
+    """Go/no-go from Polar's count alone (polar_model); polar.diagnostics' problems only name what is missing."""
     verdicts = [e.verdict for e in report.exchanges]
     polars = [e.polar for e in report.exchanges]
-    report.warnings += [p["message"] for v in verdicts for p in v["problems"] if p["kind"] == contract.WARNING]
+    report.warnings += [p["message"] for v in verdicts for p in v["problems"] if p["kind"] == diagnostics.WARNING]
     if report.resolution.bypassed:
         report.warnings.append(report.resolution.note)
     disagree = [
@@ -144,7 +144,7 @@ def _judge_zero(report: Any, zero: list[tuple[Any, dict[str, Any]]]) -> None:
         )
     else:
         entry, polar = zero[0]
-        detail = next((p["message"] for p in entry.verdict["problems"] if p["kind"] == contract.MISSING), "")
+        detail = next((p["message"] for p in entry.verdict["problems"] if p["kind"] == diagnostics.MISSING), "")
         fail(
             report,
             ExitCode.INVARIANT,

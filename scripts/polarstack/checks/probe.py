@@ -20,7 +20,7 @@ from polarstack.checks import measure
 from polarstack.checks.smoke import WORKING_PROFILES, _root, _v1, discover_model
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, error_message, request
-from polarstack.polar import contract
+from polarstack.polar import diagnostics
 
 REQUEST_DROPPED = "request fields dropped on the way in"
 RESPONSE_DROPPED = "response fields dropped on the way out"
@@ -57,7 +57,7 @@ def _chat(http, base: str, body: dict[str, Any]) -> dict[str, Any]:
         )
     parsed = reply.json()
     choice = parsed.get("choices", [{}])[0] if isinstance(parsed, dict) and parsed.get("choices") else {}
-    verdict = contract.analyze_response(parsed)
+    verdict = diagnostics.diagnose(parsed)
     return {
         "url": reply.url,
         "status": reply.status,

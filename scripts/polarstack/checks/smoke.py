@@ -36,7 +36,7 @@ from polarstack.checks.route import root_url as _root  # noqa: F401 - re-exporte
 from polarstack.checks.route import v1_url as _v1
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, request
-from polarstack.polar import contract
+from polarstack.polar import contract, diagnostics
 from polarstack.routers import worker_api
 
 SINGLE_PROMPTS = (
@@ -152,7 +152,7 @@ def _exchange_all(report: SmokeReport, http, requests: int, turns: int, max_toke
             parsed = send(list(messages), "session", turn)
             prompt_ids = report.exchanges[-1].prompt_ids
             if turn > 1:
-                problem = contract.check_prefix(previous, prompt_ids)
+                problem = diagnostics.check_prefix(previous, prompt_ids)
                 if problem:
                     report.warnings.append(problem.message)
             previous = prompt_ids

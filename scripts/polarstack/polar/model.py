@@ -11,7 +11,8 @@ nearest stored revision, named where used:
 Pipeline (one completion = one single-completion chain, as PrefixMergingBuilder builds for the smoke's requests):
   1. parse      proxy.py InferenceClient._completion: `orjson.loads(resp.content)`; any JSONDecodeError fails
                 the agent's request and nothing is recorded.
-  2. normalize  engine.py SGLangEngine.normalize_response (in place): a non-object body raises there.
+  2. normalize  engine.py SGLangEngine.normalize_response (in place): a non-object body raises there. The one
+                reading of it (`normalize`); polar.diagnostics reads through its never-raising form.
   3. record     gateway/storage.py SessionStore.save_message: the normalized dict is kept as is.
   4. trace      record_utils.build_trace_from_completion (+ _extract_response_tokens, optional re-tokenization),
                 then the pydantic Trace model (lax `list[int]` coercion; a ValidationError fails the build).
@@ -71,7 +72,36 @@ def parse(body: bytes) -> tuple[Any, str | None]:
 # --- step 2: normalize (engine.py SGLangEngine.normalize_response) -----------------------------------------
 
 
-def _meta_pairs(choice: dict[str, Any]) -> tuple[list[int], list[dict[str, Any]]] | None:
+# What engine.py and record_utils.py catch around int() / float(); anything else propagates out of Polar's code.
+POLAR_COERCION_ERRORS: tuple[type[Exception], ...] = (TypeError, ValueError)
+# The never-raise guard: int(inf) and float() of an integer beyond a double raise OverflowError in Polar, which
+# the guarded reading counts as one more unconvertible value (orjson never yields such numbers; json.loads does).
+GUARDED_COERCION_ERRORS: tuple[type[Exception], ...] = (*POLAR_COERCION_ERRORS, OverflowError)
+
+
+def id_and_logprob(token_id: Any, logprob: Any, errors: tuple[type[Exception], ...]) -> tuple[int, float] | None:
+    """The pair coercion engine.py and record_utils.py share: None when either is missing or unconvertible."""
+    if token_id is None or logprob is None:
+        return None
+    try:
+        return int(token_id), float(logprob)
+    except errors:
+        return None
+
+
+def meta_entry(item: Any) -> tuple[Any, Any, Any]:
+    """One meta_info.output_token_logprobs entry as (token_id, logprob, token): a [logprob, id, token?] sequence
+    or a {token_id, logprob | token_logprob, token} object; (None, None, None) for anything else."""
+    if isinstance(item, (list, tuple)) and len(item) >= 2:
+        return item[1], item[0], item[2] if len(item) >= 3 else None
+    if isinstance(item, dict):
+        return item.get("token_id"), item.get("logprob", item.get("token_logprob")), item.get("token")
+    return None, None, None
+
+
+def _meta_pairs(
+    choice: dict[str, Any], errors: tuple[type[Exception], ...]
+) -> tuple[list[int], list[dict[str, Any]]] | None:
     """SGLangEngine._canonicalize_response_token_ids: all-or-nothing over meta_info.output_token_logprobs."""
     meta = choice.get("meta_info")
     entries = meta.get("output_token_logprobs") if isinstance(meta, dict) else None
@@ -80,33 +110,19 @@ def _meta_pairs(choice: dict[str, Any]) -> tuple[list[int], list[dict[str, Any]]
     ids: list[int] = []
     canonical: list[dict[str, Any]] = []
     for item in entries:
-        token_id = logprob = token = None
-        if isinstance(item, (list, tuple)) and len(item) >= 2:
-            logprob, token_id = item[0], item[1]
-            token = item[2] if len(item) >= 3 else None
-        elif isinstance(item, dict):
-            token_id, logprob, token = (
-                item.get("token_id"),
-                item.get("logprob", item.get("token_logprob")),
-                item.get("token"),
-            )
-        if token_id is None or logprob is None:
+        token_id, logprob, token = meta_entry(item)
+        pair = id_and_logprob(token_id, logprob, errors)
+        if pair is None:
             return None
-        try:  # engine.py catches TypeError and ValueError only
-            tid, lp = int(token_id), float(logprob)
-        except (TypeError, ValueError):
-            return None
-        ids.append(tid)
-        entry: dict[str, Any] = {"token_id": tid, "logprob": lp}
+        ids.append(pair[0])
+        entry: dict[str, Any] = {"token_id": pair[0], "logprob": pair[1]}
         if token is not None:
             entry["token"] = str(token)
         canonical.append(entry)
     return ids, canonical
 
 
-def normalize(response: dict[str, Any]) -> dict[str, Any]:
-    """SGLangEngine.normalize_response on a copy: prompt ids canonicalized, meta_info turned into token_ids and
-    logprobs.content[], token ids stamped onto same-length content, meta_info removed."""
+def _normalize(response: dict[str, Any], errors: tuple[type[Exception], ...]) -> dict[str, Any]:
     response = copy.deepcopy(response)
     response.pop("_polar_inference_timings", None)  # POLAR_INFERENCE_TIMINGS_KEY
     choices = response.get("choices")
@@ -119,7 +135,7 @@ def normalize(response: dict[str, Any]) -> dict[str, Any]:
         if choice.get("input_token_ids") is None and isinstance(choice.get("prompt_token_ids"), list):
             choice["input_token_ids"] = list(choice["prompt_token_ids"])
         # _canonicalize_response_token_ids
-        pairs = _meta_pairs(choice)
+        pairs = _meta_pairs(choice, errors)
         if pairs is not None:
             choice["token_ids"], canonical = pairs
             logprobs = choice.get("logprobs")
@@ -141,14 +157,33 @@ def normalize(response: dict[str, Any]) -> dict[str, Any]:
                 for entry, tid in zip(content, token_ids, strict=False):
                     if isinstance(entry, dict):
                         entry.setdefault("token_id", tid)
+        # _extract_inference_timing is not rebuilt: the timings it hands off under POLAR_INFERENCE_TIMINGS_KEY are
+        # stripped by the server before storage and read by nothing downstream (its float() of timing fields
+        # raises only on an integer beyond a double, which orjson never yields).
         choice.pop("meta_info", None)
     return response
+
+
+def normalize(response: dict[str, Any]) -> dict[str, Any]:
+    """SGLangEngine.normalize_response on a copy: prompt ids canonicalized, meta_info turned into token_ids and
+    logprobs.content[], token ids stamped onto same-length content, meta_info removed. Raises where Polar's does
+    (OverflowError on an infinite token id or a logprob integer beyond a double): Polar's pipeline (`decide`)."""
+    return _normalize(response, POLAR_COERCION_ERRORS)
+
+
+def normalize_guarded(response: Any) -> dict[str, Any] | None:
+    """The same reading, never raising on any JSON value (NaN and infinities included), for the diagnostics
+    (polar.diagnostics): None for a body that is not an object (Polar's normalize_response raises on it); a
+    coercion Polar would raise on (GUARDED_COERCION_ERRORS) leaves the value unconverted, as TypeError does."""
+    if not isinstance(response, dict):
+        return None
+    return _normalize(response, GUARDED_COERCION_ERRORS)
 
 
 # --- step 4: trace (record_utils.build_trace_from_completion at 93a0f757) ----------------------------------
 
 
-def _int_list(value: Any) -> list[int] | None:
+def coerce_int_list(value: Any, errors: tuple[type[Exception], ...] = POLAR_COERCION_ERRORS) -> list[int] | None:
     """record_utils._coerce_int_list: int() of every element (TypeError/ValueError -> None)."""
     if not isinstance(value, list):
         return None
@@ -156,12 +191,12 @@ def _int_list(value: Any) -> list[int] | None:
     for item in value:
         try:
             out.append(int(item))
-        except (TypeError, ValueError):
+        except errors:
             return None
     return out
 
 
-def _pairs(items: Any, key_id: str) -> tuple[list[int], list[float]] | None:
+def _pairs(items: Any, key_id: str, errors: tuple[type[Exception], ...]) -> tuple[list[int], list[float]] | None:
     ids: list[int] = []
     lps: list[float] = []
     for item in items:
@@ -170,30 +205,35 @@ def _pairs(items: Any, key_id: str) -> tuple[list[int], list[float]] | None:
                 return None
             token_id, logprob = item.get("token_id"), item.get("logprob")
         else:  # _paired_tokens_from_sglang_meta
-            token_id = logprob = None
-            if isinstance(item, (list, tuple)) and len(item) >= 2:
-                logprob, token_id = item[0], item[1]
-            elif isinstance(item, dict):
-                token_id, logprob = item.get("token_id"), item.get("logprob", item.get("token_logprob"))
-        if token_id is None or logprob is None:
+            token_id, logprob, _token = meta_entry(item)
+        pair = id_and_logprob(token_id, logprob, errors)
+        if pair is None:
             return None
-        try:
-            ids.append(int(token_id))
-            lps.append(float(logprob))
-        except (TypeError, ValueError):
-            return None
+        ids.append(pair[0])
+        lps.append(pair[1])
     return ids, lps
 
 
-def _candidates(choice: dict[str, Any]) -> list[tuple[list[int], list[float]] | None]:
+def content_pairs(
+    choice: dict[str, Any], errors: tuple[type[Exception], ...] = POLAR_COERCION_ERRORS
+) -> tuple[list[int], list[float]] | None:
+    """record_utils._paired_tokens_from_logprobs_content: (ids, logprobs) of a non-empty logprobs.content[]."""
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    return _pairs(content, "content", errors) if isinstance(content, list) and content else None
+
+
+def meta_pairs(
+    choice: dict[str, Any], errors: tuple[type[Exception], ...] = POLAR_COERCION_ERRORS
+) -> tuple[list[int], list[float]] | None:
+    """record_utils._paired_tokens_from_sglang_meta: (ids, logprobs) of a non-empty meta_info list."""
     meta = choice.get("meta_info")
     entries = meta.get("output_token_logprobs") if isinstance(meta, dict) else None
-    return [
-        _pairs(content, "content") if isinstance(content, list) and content else None,
-        _pairs(entries, "meta") if isinstance(entries, list) and entries else None,
-    ]
+    return _pairs(entries, "meta", errors) if isinstance(entries, list) and entries else None
+
+
+def _candidates(choice: dict[str, Any]) -> list[tuple[list[int], list[float]] | None]:
+    return [content_pairs(choice), meta_pairs(choice)]
 
 
 def _usage_count(response: dict[str, Any], key: str) -> int | None:
@@ -224,7 +264,7 @@ def _reconstruct_response(response: dict[str, Any], choice: dict[str, Any], toke
         except (KeyError, TypeError, ValueError):
             return None
         pieces.append(item["token"])
-    ids = _int_list(_encoding_ids(tokenizer.encode("".join(pieces), add_special_tokens=False)))
+    ids = coerce_int_list(_encoding_ids(tokenizer.encode("".join(pieces), add_special_tokens=False)))
     if ids is None or len(ids) != len(lps):
         return None
     expected = _usage_count(response, "completion_tokens")  # with n >= 2 sglang sums over choices
@@ -250,7 +290,7 @@ def _reconstruct_prompt(request: dict[str, Any], response: dict[str, Any], token
         )
     except (TypeError, ValueError):
         return []
-    ids = _int_list(_encoding_ids(encoded))
+    ids = coerce_int_list(_encoding_ids(encoded))
     expected = _usage_count(response, "prompt_tokens")
     if ids is None or (expected is not None and expected != len(ids)):
         return []
@@ -272,7 +312,7 @@ def build_trace(response: dict[str, Any], request: dict[str, Any], tokenizer: An
         if prompt:
             verdict.retokenized.append("prompt")
     # _extract_response_tokens
-    ids = _int_list(first.get("token_ids", response.get("token_ids")))
+    ids = coerce_int_list(first.get("token_ids", response.get("token_ids")))
     logprobs: list[float] | None = None
     candidates = _candidates(first)
     if ids is not None:  # token_ids win; logprobs only from a candidate whose ids are exactly these

@@ -2,7 +2,7 @@
 decides; a disagreement with the installed Polar is INTERNAL; zero-token answers are TOKENS_MISSING naming the
 dropped request fields (or INVARIANT when the fields are there); answers Polar trains on only by re-tokenizing are
 RETOKENIZED after the drift measurement unless allowed; trainer-fatal findings block, other findings warn (block
-with strict). The verdict and Polar dicts are built by contract.analyze_response and polar_model.decide."""
+with strict). The verdict and Polar dicts are built by diagnostics.diagnose and polar_model.decide."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from polarstack.checks import judge as smoke_judge
 from polarstack.checks import smoke
 from polarstack.errors import ExitCode
-from polarstack.polar import contract
+from polarstack.polar import contract, diagnostics
 from polarstack.polar import model as polar_model
 
 pytestmark = pytest.mark.unit
@@ -45,7 +45,7 @@ def answer(output=((-0.5, 10, "a"), (-0.25, 11, "b")), prompt=(1, 2, 3), ids=Tru
 def exchange(body: dict, url: str = URL, kind: str = "single", **known) -> smoke.Exchange:
     raw = json.dumps(body).encode()
     entry = smoke.Exchange(kind=kind, turn=1, url=url, status=200, elapsed_ms=1.0, bytes=len(raw), **known)
-    entry.verdict = contract.analyze_response(json.loads(raw)).as_dict()
+    entry.verdict = diagnostics.diagnose(json.loads(raw)).as_dict()
     entry.polar = polar_model.decide(raw, REQUEST).as_dict()
     return entry
 

@@ -381,6 +381,30 @@ def test_normalize_does_not_mutate_and_mirrors_sglang_canonicalization():
     assert [e["token_id"] for e in choice["logprobs"]["content"]] == [10, 11]
 
 
+@pytest.mark.parametrize(
+    "entry",
+    [[-0.5, math.inf, "a"], [-0.5, -math.inf, "a"], [10**400, 10, "a"], {"token_id": math.inf, "logprob": -0.5}],
+)
+def test_normalize_raises_where_polar_does_and_the_guarded_reading_never_does(entry):
+    """engine.py catches TypeError/ValueError only: int(inf) and float(10**400) raise OverflowError out of Polar's
+    normalize_response; the guarded reading counts the entry as unconvertible (all-or-nothing: no token_ids)."""
+    body = sglang()
+    body["choices"][0]["meta_info"]["output_token_logprobs"].append(entry)
+    with pytest.raises(OverflowError):
+        polar_model.normalize(body)
+    choice = polar_model.normalize_guarded(body)["choices"][0]
+    assert "meta_info" not in choice and "token_ids" not in choice and choice["input_token_ids"] == [1, 2, 3]
+
+
+def test_the_guarded_reading_equals_polars_where_polar_does_not_raise():
+    body = sglang()
+    assert polar_model.normalize_guarded(body) == polar_model.normalize(body)
+    body["choices"][0]["meta_info"]["output_token_logprobs"].append([None, 12, "c"])  # TypeError: Polar's own return
+    assert polar_model.normalize_guarded(body) == polar_model.normalize(body)
+    assert "token_ids" not in polar_model.normalize(body)["choices"][0]
+    assert [polar_model.normalize_guarded(v) for v in ([], "x", 1, None)] == [None] * 4  # Polar raises on these
+
+
 def test_prompt_alone_over_max_tokens_drops_the_trace_and_long_responses_are_clipped():
     body = json.dumps(sglang()).encode()
     assert polar_model.decide(body, max_tokens=3).trainable_tokens == 0
