@@ -214,6 +214,7 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
         allow_retokenized=args.allow_retokenized,
         tokenizer_name=tokenizer_name,
         engine_urls=target.engine_urls,
+        tool_fields=_local_tool_fields(target),
     )
     if args.json:
         print_json(report.as_dict())
@@ -222,6 +223,16 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     if not report.ok:
         raise StackError(report.message, report.code)
     return 0
+
+
+def _local_tool_fields(target) -> dict | None:
+    """The local real engine's scripted tool answer (`up --engine sglang` records it), else None."""
+    if not target.local:
+        return None
+    from polarstack import local  # deferred like every handler's imports here (CLI start-up time)
+
+    state = local.read_state()
+    return state.tool_fields if state is not None else None
 
 
 def _smoke_via_trainer(args: argparse.Namespace, profile) -> int:
@@ -390,6 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
         cli_local._add_down,
         cli_local._add_status,
         cli_local._add_demo,
+        cli_local._add_sglang_install,
         cli_docker._add_compose,
         _add_pin,
         _add_polar_switch,

@@ -114,6 +114,8 @@ class SmokeReport:
     polar_verdict: str = ""
     drift: dict[str, Any] | None = None
     tool_check: dict[str, Any] | None = None  # toolcheck.exchange_tools' summary (issue 10 point 4)
+    # fields added to the tool request only: the real engine's scripted tool answer (local.LocalState.tool_fields)
+    tool_fields: dict[str, Any] | None = None
 
     @property
     def trainable_tokens(self) -> int:
@@ -171,12 +173,14 @@ def run_smoke(
     allow_retokenized: bool = False,
     tokenizer_name: str | None = None,
     engine_urls: list[str] | None = None,
+    tool_fields: dict[str, Any] | None = None,
 ) -> SmokeReport:
     verdict_options = {
         "strict": strict,
         "allow_retokenized": allow_retokenized,
         "tokenizer_name": tokenizer_name,
         "engine_urls": engine_urls or list(register or []),
+        "tool_fields": tool_fields,
     }
     if register:
         try:
@@ -210,6 +214,7 @@ def run_smoke(
             allow_retokenized=allow_retokenized,
             tokenizer_name=tokenizer_name,
             engine_urls=list(verdict_options["engine_urls"]),
+            tool_fields=tool_fields,
         )
         try:
             if tokenizer_name:

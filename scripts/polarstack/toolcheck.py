@@ -273,7 +273,7 @@ def exchange_tools(report: Any, http: Any) -> None:
     from polarstack.smoke import exchange
     from polarstack.smoke_route import v1_url
 
-    body = tool_request(report.model)
+    body = {**tool_request(report.model), **(report.tool_fields or {})}  # tool_fields: a scripted real engine
     summary: dict[str, Any] = {
         "targets": [],
         "tool_calls": 0,
