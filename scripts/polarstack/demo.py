@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from polarstack import local, profiles
+from polarstack import local, profiles, real_sglang
 from polarstack.contract import POLAR_REQUEST_FLAGS
 from polarstack.smoke import run_smoke
 
@@ -31,7 +31,9 @@ def run_profile(
     try:
         state = local.up(profile, directory=directory, progress=progress, engine=engine)
         row["up_seconds"] = round(time.perf_counter() - started, 3)
-        report = run_smoke(state.base_url, route=profile.route, tool_fields=state.tool_fields)
+        # the real engine on a shared 2-core CPU answers a 16-token request in 0.1-7 s (measured): more headroom
+        timeout = real_sglang.SMOKE_TIMEOUT if engine == "sglang" else 10.0
+        report = run_smoke(state.base_url, route=profile.route, tool_fields=state.tool_fields, timeout=timeout)
         row.update(
             verdict="pass" if report.ok else report.code.name,
             trainable_tokens=report.trainable_tokens,

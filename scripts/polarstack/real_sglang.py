@@ -46,6 +46,7 @@ MEMORY_PER_SERVER_BYTES = 4 * 2**30  # resident set of one server after its firs
 # The KV pool: Qwen2Config's default max_position_embeddings (32768, the emulator's CONTEXT_LENGTH) twice over.
 MAX_TOTAL_TOKENS = 65536
 STOP_TIMEOUT = 30.0  # seconds: the server stops its scheduler and detokenizer itself on SIGTERM (took >3 s here)
+SMOKE_TIMEOUT = 60.0  # seconds per smoke request: 16 tokens took 0.1-7 s here, with other work on the 2 cores
 READY_TIMEOUT = 300.0  # seconds; a server was ready in 31-37 s alone, two at once on 2 cores take longer
 # The tiny model (issue 21): Qwen2's real vocabulary, so the Qwen tokenizer's ids all embed.
 MODEL_CONFIG = {

@@ -17,7 +17,6 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from polarstack import sglang_protocol, toolcheck
 from polarstack.emulator.engine import (
-    CONTEXT_LENGTH,
     TAG_CHARS,
     WORDS,
     EngineState,
@@ -30,6 +29,8 @@ from polarstack.emulator.engine import (
 )
 from polarstack.emulator.errors import error, validate_json_request
 from polarstack.emulator.faults import apply_fault, corrupt
+from polarstack.emulator.sse_utils import build_sse_content
+from polarstack.emulator.tokenizer_manager import length_problem
 from polarstack.tokenizer import SPECIAL_IDS, encode_chat
 
 
@@ -46,12 +47,9 @@ def validate_chat(request: Any) -> str | None:
         name = tool_choice.function.name
         if not any(tool.function.name == name for tool in request.tools):
             return f"Tool '{name}' not found in tools list."
-    max_out = request.max_completion_tokens or request.max_tokens
-    if max_out and max_out > CONTEXT_LENGTH:
-        return (
-            f"max_completion_tokens is too large: {max_out}."
-            f"This model supports at most {CONTEXT_LENGTH} completion tokens."
-        )
+    # serving_chat.py ~l.517-527 also refuses max_completion_tokens above `server_args.context_length`, which is
+    # None unless the server runs with --context-length (the stack's engines do not): a long request is refused by
+    # tokenizer_manager.py's total-token check instead (polarstack.emulator.tokenizer_manager).
     return None
 
 
@@ -99,45 +97,21 @@ async def chat_stream(state: EngineState, request: Any, prompt: list[int], gens:
     proto = sglang_protocol.protocol()
     created = int(time.time())
     for index, gen in enumerate(gens):
-        first = proto.ChatCompletionStreamResponse(
-            id=rid,
-            created=created,
-            model=request.model,
-            choices=[
-                proto.ChatCompletionResponseStreamChoice(
-                    index=index, delta=proto.DeltaMessage(role="assistant", content="")
-                )
-            ],
-        )
-        yield f"data: {first.model_dump_json()}\n\n"
+        # serving_chat.py `_generate_chat_stream`: a role chunk, one content chunk per token, a finish chunk,
+        # each written by sse_utils.build_sse_content (polarstack.emulator.sse_utils)
+        yield build_sse_content(rid, created, request.model, index, role="assistant", content="")
         for token_id in gen.output_ids:
             if token_id in SPECIAL_IDS and request.skip_special_tokens:
                 continue
-            chunk = proto.ChatCompletionStreamResponse(
-                id=rid,
-                created=created,
-                model=request.model,
-                choices=[
-                    proto.ChatCompletionResponseStreamChoice(
-                        index=index, delta=proto.DeltaMessage(content=state.tokenizer.token_text(token_id))
-                    )
-                ],
-            )
-            yield f"data: {chunk.model_dump_json()}\n\n"
-        last = proto.ChatCompletionStreamResponse(
-            id=rid,
-            created=created,
-            model=request.model,
-            choices=[
-                proto.ChatCompletionResponseStreamChoice(
-                    index=index,
-                    delta=proto.DeltaMessage(),
-                    finish_reason=gen.finish_reason["type"],
-                    matched_stop=gen.finish_reason.get("matched"),
-                )
-            ],
+            yield build_sse_content(rid, created, request.model, index, content=state.tokenizer.token_text(token_id))
+        yield build_sse_content(
+            rid,
+            created,
+            request.model,
+            index,
+            finish_reason=gen.finish_reason["type"],
+            matched_stop=gen.finish_reason.get("matched"),
         )
-        yield f"data: {last.model_dump_json()}\n\n"
     if request.stream_options and request.stream_options.include_usage:
         completion = sum(len(g.output_ids) for g in gens)
         usage = proto.UsageInfo(
@@ -169,10 +143,13 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
         injected = await apply_fault(state)
         if injected is not None:
             return injected
-        with state.lock:
-            state.chat_completions += 1
         prompt = chat_prompt(state, request)
         max_new = request.max_completion_tokens or request.max_tokens
+        too_long = length_problem(len(prompt), max_new)
+        if too_long:
+            return error(too_long, "BadRequestError")
+        with state.lock:
+            state.chat_completions += 1
         rid = uuid.uuid4().hex
         if request.tools:
             gens = [
