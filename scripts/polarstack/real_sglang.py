@@ -351,8 +351,17 @@ def launch_args(
 
 
 def server_env() -> dict[str, str]:
-    """The environment a server runs with: no credentials, the CPU engine, nothing fetched from a hub."""
-    return {**child_env(), "SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    """The environment a server runs with: no credentials, the CPU engine, nothing fetched from a hub, and a /health
+    that answers without generating: with generation (the default, srt/environ.py) every /health takes at least 1 s
+    (http_server.py `health_generate` sleeps 1 s before it looks), longer than the stack's 1-s readiness polls of the
+    engine and of the routers in front of it; /health_generate still generates."""
+    return {
+        **child_env(),
+        "SGLANG_USE_CPU_ENGINE": "1",
+        "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
 
 
 def command(port: int, *, served_model_name: str, tool_call_parser: str | None) -> list[str]:

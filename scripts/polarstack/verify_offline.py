@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from polarstack import compose, exposure, flags, profiles
+from polarstack import compose, exposure, flags, profiles, real_sglang_facts
 from polarstack.cache import cache_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins, repo_root
@@ -497,6 +497,10 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     progress("pins")
     checks += check_pins(skip_downloads)
     checks.append(check_polar_facts())
+    real_problems = real_sglang_facts.problems()  # issue 21: the real engine on the CPU
+    checks.append(
+        Check(f"the real sglang on the CPU ({real_sglang_facts.RECORD})", not real_problems, "", real_problems)
+    )
     from polarstack.toolcheck import RECORD, recorded_fact_problems  # issue 10 point 4: the smoke's tool request
 
     tool_problems = recorded_fact_problems()

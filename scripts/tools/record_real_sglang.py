@@ -120,6 +120,27 @@ def main() -> None:
             "line": n,
             "source": block(args, n, 4),
         }
+        n = line_of(args, r"^    sleep_on_idle: A\[")
+        facts["sleep_on_idle"] = {
+            "file": "sglang/srt/server_args.py",
+            "line": n,
+            "source": block(args, n, 1),
+            "fact": "without it an idle scheduler polls at ~90% of a core (measured); the stack passes --sleep-on-idle",
+        }
+        server = read(zf, "sglang/srt/entrypoints/http_server.py")
+        n = line_of(server, r'^@app.get\("/health"\)')
+        m = line_of(server, r"await asyncio.sleep\(1\)", n)
+        environ = read(zf, "sglang/srt/environ.py")
+        e = line_of(environ, r"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION = ")
+        facts["health_generation"] = {
+            "file": "sglang/srt/entrypoints/http_server.py",
+            "line": n,
+            "sleep_line": m,
+            "env": {"file": "sglang/srt/environ.py", "line": e, "source": block(environ, e, 1)},
+            "fact": "by default /health generates one token and sleeps 1 s before it looks, so it never answers within "
+            "the stack's 1-s readiness polls; the CPU servers run with SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0 "
+            "(/health answers 200 once the warm-up finished)",
+        }
         processor = read(zf, "sglang/srt/sampling/custom_logit_processor.py")
         n = line_of(processor, r"def _cache_from_str\(")
         batch = read(zf, "sglang/srt/managers/schedule_batch.py")
