@@ -175,7 +175,8 @@ def meta_info(
             "reasoning_tokens": 0,
             "completion_tokens": len(gen.output_ids),
             "cached_tokens": gen.cached_tokens,
-            "cached_tokens_details": {"device": gen.cached_tokens, "host": 0},  # one engine: all in device memory
+            # scheduler_components/output_streamer.py `get_cached_tokens_details`: null when nothing was cached
+            "cached_tokens_details": {"device": gen.cached_tokens, "host": 0} if gen.cached_tokens > 0 else None,
             "dp_rank": None,
             "e2e_latency": round(time.time() - gen.started, 6),
             "response_sent_to_client_ts": time.time(),

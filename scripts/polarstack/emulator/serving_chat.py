@@ -207,13 +207,19 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
                 )
             text = visible_text(state, gen.output_ids, request.skip_special_tokens)
             text, tool_calls, finish_type = parse_tool_calls(state, request, text, gen.finish_reason["type"])
+            matched = gen.finish_reason.get("matched")
+            if finish_type == "tool_calls" and gen.finish_reason["type"] == "stop":
+                # serving_chat.py `_process_tool_calls` (~l.1528) rewrites the finish_reason dict in place, which
+                # meta_info shares: {"type": "tool_calls", "matched": None}, and matched_stop becomes null
+                matched = None
+                meta["finish_reason"] = {"type": "tool_calls", "matched": None}
             choices.append(
                 proto.ChatCompletionResponseChoice(
                     index=index,
                     message=proto.ChatMessage(role="assistant", content=text, tool_calls=tool_calls),
                     logprobs=logprobs,
                     finish_reason=finish_type,
-                    matched_stop=gen.finish_reason.get("matched"),
+                    matched_stop=matched,
                     prompt_token_ids=list(prompt)
                     if (request.return_prompt_token_ids or forced) and extensions
                     else None,
