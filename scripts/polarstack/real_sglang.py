@@ -2,7 +2,7 @@
 
 What it relies on is recorded in configs/upstream/real-sglang-cpu.json (scripts/tools/record_real_sglang.py reads it
 from the pinned wheel; `make verify-offline` checks its meaning):
-- `pip install sglang==SGLANG_VERSION` resolves from PyPI alone; its torch pin (`torch==2.11.0` at 0.5.15.post1) is
+- `pip install sglang==SGLANG_VERSION` resolves from PyPI alone; its torch pin (`torch==2.11.0` at the pin) is
   a CUDA build whose libraries load without a GPU, and it lies under the machine's pip cap (/etc/xdg/pip).
 - `SGLANG_USE_CPU_ENGINE=1` (sglang/srt/utils/common.py `is_cpu`) and `--device cpu --attention-backend
   torch_native` (server_args.py `_handle_cpu_backends` defaults x86 to `intel_amx`, which needs AMX),
@@ -40,7 +40,7 @@ from polarstack.pins import pin
 from polarstack.processes import child_env, free_port, stop_pid, wait_http
 from polarstack.routers import _lock
 
-# Measured on this kind of machine (2 cores, x86_64, PyPI) for 0.5.15.post1: README, "The real engine".
+# Measured on this kind of machine (2 cores, x86_64, PyPI) for SGLANG_VERSION: README, "The real engine".
 DISK_NEEDED_BYTES = 12 * 2**30  # the venv (11 GB measured) plus the model and pip's temporary files
 MEMORY_PER_SERVER_BYTES = 4 * 2**30  # resident set of one server after its first request (measured)
 # The KV pool: Qwen2Config's default max_position_embeddings (32768, the emulator's CONTEXT_LENGTH) twice over.
