@@ -143,7 +143,18 @@ _UNITS = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
 
 def _pip_install(python: Path, args: list[str], progress: Callable[[str], None], label: str) -> dict[str, Any]:
     """Run pip, showing one line per large download and a count every 25 packages; (downloaded bytes, packages)."""
-    cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *args]
+    # --no-cache-dir: the 3.6 GB of wheels would otherwise stay in pip's cache beside the 11 GB venv
+    cmd = [
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-cache-dir",
+        "--progress-bar",
+        "off",
+        *args,
+    ]
     process = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL, env=child_env()
     )
@@ -153,7 +164,7 @@ def _pip_install(python: Path, args: list[str], progress: Callable[[str], None],
         line = line.rstrip()
         if line and not line.startswith("WARNING: Location"):
             tail = (tail + [line])[-5:]
-        if line.startswith("Collecting "):
+        if line.startswith(("Collecting ", "Processing ")):
             collected += 1
             if collected % 25 == 0:
                 progress(f"{label}: {collected} packages resolved, {downloaded / 1e9:.2f} GB downloaded ...")
