@@ -210,7 +210,7 @@ def up(
         engines: list[tuple[subprocess.Popen, int]] = []
         parser = knob(profile, "ENGINE_TOOL_CALL_PARSER")  # as the docker engines run (compose.yaml)
         for index in range(profile.engine_count):
-            port = free_port()
+            port = real_sglang.free_server_port() if engine == "sglang" else free_port()
             env = None
             if engine == "sglang":
                 served = knob(profile, "SERVED_MODEL_NAME")

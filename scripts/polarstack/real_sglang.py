@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -361,6 +362,28 @@ def launch_args(
     return args
 
 
+# server_args.py (`_handle_deprecated_args`, ~l.2997): the gRPC port defaults to --port + 10000 and must be a TCP port,
+# gRPC on or off, so a server on an ephemeral port above 55535 refuses to start.
+GRPC_PORT_OFFSET = 10000
+MAX_PORT = 65535 - GRPC_PORT_OFFSET
+
+
+def free_server_port(tries: int = 200) -> int:
+    """A free loopback port the server accepts (at most MAX_PORT)."""
+    for _ in range(tries):
+        port = free_port()
+        if port <= MAX_PORT:
+            return port
+    for port in range(20000, MAX_PORT):  # the kernel kept handing out high ports: look below the limit
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", port))
+                return port
+        except OSError:
+            continue
+    raise StackError(f"no free loopback port at or below {MAX_PORT} for a real sglang server.", ExitCode.ENVIRONMENT)
+
+
 def server_env() -> dict[str, str]:
     """The environment a server runs with: no credentials, the CPU engine, nothing fetched from a hub, and a /health
     that answers without generating: with generation (the default, srt/environ.py) every /health takes at least 1 s
@@ -481,7 +504,7 @@ def start(
 ) -> RealEngine:
     """Start one real server on 127.0.0.1 (installing and building first when needed); returns once ready."""
     prepare(progress)
-    port = port or free_port()
+    port = port or free_server_port()
     log_path = log_path or (cache_dir() / "logs" / f"sglang-{port}.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = command(port, served_model_name=served_model_name, tool_call_parser=tool_call_parser)

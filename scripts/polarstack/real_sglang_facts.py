@@ -48,6 +48,11 @@ def problems() -> list[str]:
     for flag in ("--sleep-on-idle", "--max-total-tokens", "--enable-custom-logit-processor"):
         if flag not in rendered:
             found.append(f"the real servers run without {flag} ({RECORD})")
+    if real_sglang.GRPC_PORT_OFFSET != facts["grpc_port"]["offset"]:
+        found.append(
+            f"the pinned sglang derives its gRPC port as --port + {facts['grpc_port']['offset']}, but "
+            f"polarstack.real_sglang keeps ports below 65535 - {real_sglang.GRPC_PORT_OFFSET}"
+        )
     errors = facts["length_errors"]
     prompt, context = 10, 32768
     for key, max_new in (("input_too_long", None), ("total_tokens", context)):

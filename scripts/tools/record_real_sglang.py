@@ -120,6 +120,17 @@ def main() -> None:
             "line": n,
             "source": block(args, n, 4),
         }
+        n = line_of(args, r"grpc_port_env if grpc_port_env is not None else self.port \+ (\d+)")
+        offset = int(re.search(r"self.port \+ (\d+)", args[n - 1]).group(1))
+        m = line_of(args, r"if not \(1 <= self.grpc_port <= 65535\)", n)
+        facts["grpc_port"] = {
+            "file": "sglang/srt/server_args.py",
+            "line": n,
+            "check_line": m,
+            "offset": offset,
+            "fact": "the gRPC port defaults to --port + offset and must be at most 65535 (gRPC on or off), so a "
+            "server refuses a --port above 65535 - offset; polarstack.real_sglang.free_server_port stays below it",
+        }
         n = line_of(args, r"^    sleep_on_idle: A\[")
         facts["sleep_on_idle"] = {
             "file": "sglang/srt/server_args.py",
