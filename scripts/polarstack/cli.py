@@ -123,7 +123,12 @@ def _add_smoke(sub) -> None:
         default=2,
         help=f"turns of the multi-turn session (default 2; 0 skips it; at most {MAX_TURNS})",
     )
-    p.add_argument("--timeout", type=seconds, default=10.0, help="seconds per request, in total (default 10)")
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=None,
+        help="seconds per request, in total (default 10; 60 against a local stack of real CPU engines)",
+    )
     p.add_argument("--max-tokens", type=count(1, MAX_TOKENS), default=16, help="max_tokens per request (default 16)")
     p.add_argument(
         "--route",
@@ -192,6 +197,8 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     target = resolve_target(
         args.runtime, args.profile, args.base_url, route=args.route, verb="smoke", in_trainer=args.in_trainer
     )
+    if args.timeout is None:  # the default depends on what answers (docker_smoke passes it on as a number)
+        args.timeout = _default_timeout(target)
     if target.runtime == "docker":
         from polarstack import docker_smoke
 
@@ -223,6 +230,17 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     if not report.ok:
         raise StackError(report.message, report.code)
     return 0
+
+
+def _default_timeout(target) -> float:
+    """10 s per request; a local stack of real CPU engines (`up --engine sglang`) gets real_sglang.SMOKE_TIMEOUT."""
+    if target.local:
+        from polarstack import local, real_sglang  # deferred like every handler's imports here (CLI start-up time)
+
+        state = local.read_state()
+        if state is not None and state.engine == "sglang":
+            return real_sglang.SMOKE_TIMEOUT
+    return 10.0
 
 
 def _local_tool_fields(target) -> dict | None:
