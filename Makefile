@@ -34,6 +34,9 @@ RESUME ?=
 SET ?=
 # 1: `make train` on the docker runtime launches without a passing `make preflight` record of these pins, profile, plan.
 ALLOW_NO_PREFLIGHT ?=
+# Engines of the local runtime (`make up RUNTIME=local`, `make demo`): emulator (empty: the CPU stand-in) or sglang
+# (the real pinned sglang on the CPU with a tiny random model; installed once, about 3.6 GB download, 4 GB RAM each).
+ENGINE ?=
 # Router releases for `make router-matrix` (empty: sglang-router 0.1.0-0.3.2 and every smg release).
 RELEASES ?=
 
@@ -42,6 +45,7 @@ VENV_PY := $(VENV)/bin/python
 CLI := POLARSTACK_VIA_MAKE=1 $(VENV)/bin/polarstack
 _PROFILE_ARG = $(if $(PROFILE),--profile "$(PROFILE)")
 _RUNTIME_ARG = $(if $(RUNTIME),--runtime "$(RUNTIME)")
+_ENGINE_ARG = $(if $(ENGINE),--engine "$(ENGINE)")
 # Run a command and print its wall-clock time (GPU-node steps take minutes to hours; see README "On the GPU node").
 _timed = started=$$(date +%s); rc=0; $(1) || rc=$$?; echo "make $@: $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
@@ -58,18 +62,22 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 test: _venv ## run the whole test suite (unit, emulator, real routers, sandbox, static); no GPU or Docker needed
-	@$(VENV_PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -n $(PYTEST_WORKERS) -m "not sglang" $(PYTEST_ARGS) || rc=$$?; \
+	  echo "make test: tiers without the real engine took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
+	@# The real-engine tier in one process: its two shared sglang servers (about 4 GB each) are session fixtures.
+	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m sglang $(PYTEST_ARGS) || rc=$$?; \
+	  echo "make test: the real-engine tier (sglang) took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
 lint: _venv ## ruff (check and format) and the package's import layers (import-linter); no network needed
 	@$(VENV)/bin/ruff check scripts tests
 	@$(VENV)/bin/ruff format --check scripts tests
 	@$(VENV)/bin/lint-imports
 
-demo: _venv ## every profile up locally in turn, smoke, a table; exit 0 only if all behave as expected
-	@$(CLI) demo
+demo: _venv ## every profile up locally in turn, smoke, a table; exit 0 only if all behave as expected (ENGINE=sglang: real engine)
+	@$(CLI) demo $(_ENGINE_ARG)
 
 up: _venv _runtime ## start PROFILE (RUNTIME=docker: the GPU stack; RUNTIME=local: emulated engines + real router)
-	@if [ "$(RUNTIME)" = local ]; then $(CLI) up --profile "$(or $(PROFILE),engine-direct)"; else $(call _timed,$(CLI) compose up $(_PROFILE_ARG)); fi
+	@if [ "$(RUNTIME)" = local ]; then $(CLI) up --profile "$(or $(PROFILE),engine-direct)" $(_ENGINE_ARG); else $(call _timed,$(CLI) compose up $(_PROFILE_ARG)); fi
 
 down: _venv _runtime ## stop what `make up` started; volumes are kept (RUNTIME=docker|local)
 	@if [ "$(RUNTIME)" = local ]; then $(CLI) down; else $(CLI) compose down $(_PROFILE_ARG); fi

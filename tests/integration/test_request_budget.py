@@ -13,7 +13,7 @@ import yaml
 from polarstack.checks import budget, tool_exchange
 from polarstack.checks.smoke import run_smoke
 from polarstack.cli.main import main
-from polarstack.engine.emulator import context_check
+from polarstack.engine.emulator import tokenizer_manager as context_check
 from polarstack.engine.emulator.engine import CONTEXT_LENGTH
 from polarstack.engine.tool_parser import _wheel_text
 from polarstack.errors import ExitCode

@@ -31,7 +31,7 @@ class Exchange:
     verdict: dict[str, Any] | None = None  # diagnostics.diagnose, once the answer is a chat completion
     polar: dict[str, Any] | None = None  # polar_model.decide: Polar's count, the basis of the verdict
     installed_polar: dict[str, Any] | None = None  # the installed Polar's second opinion (inside the trainer)
-    tool_outcome: str | None = None  # kind "tools": toolcheck.classify's outcome, calls and finish_reason
+    tool_outcome: str | None = None  # kind "tools": tool_exchange.classify's outcome, calls and finish_reason
     tool_calls: int = 0
     finish_reason: str | None = None
     prompt_ids: list[int] | None = field(default=None, repr=False)  # the session's prefix check
@@ -81,9 +81,11 @@ class SmokeReport:
     findings: list[dict[str, str]] = field(default_factory=list)
     polar_verdict: str = ""
     drift: dict[str, Any] | None = None
-    tool_check: dict[str, Any] | None = None  # toolcheck.exchange_tools' summary (issue 10 point 4)
+    tool_check: dict[str, Any] | None = None  # tool_exchange.exchange_tools' summary (issue 10 point 4)
     failures: list[dict[str, Any]] = field(default_factory=list)  # every failure found, most fundamental first
     agent_env: dict[str, str] | None = None  # the plan's agent.env: its output cap sets the tool request's max_tokens
+    # fields added to the tool request only: the real engine's scripted tool answer (local.LocalState.tool_fields)
+    tool_fields: dict[str, Any] | None = None
 
     @property
     def trainable_tokens(self) -> int:
@@ -131,7 +133,7 @@ class SmokeReport:
 def exchange(report: SmokeReport, http, url: str, body: dict[str, Any], kind: str, turn: int) -> dict[str, Any]:
     """POST one Polar-shaped request and record it as a smoke exchange judged by Polar's pipeline (polar_model);
     raises StackError for answers Polar cannot use at all (HTTP error, a body orjson rejects, not a completion).
-    The tool-call check (toolcheck.exchange_tools) sends its requests through here too."""
+    The tool-call check (tool_exchange.exchange_tools) sends its requests through here too."""
     reply = request(http, "POST", url, body)
     entry = Exchange(
         kind=kind,

@@ -68,6 +68,7 @@ def run_smoke(
     tokenizer_name: str | None = None,
     engine_urls: list[str] | None = None,
     agent_env: dict[str, str] | None = None,
+    tool_fields: dict[str, Any] | None = None,
 ) -> SmokeReport:
     verdict_options = {
         "strict": strict,
@@ -75,6 +76,7 @@ def run_smoke(
         "tokenizer_name": tokenizer_name,
         "engine_urls": engine_urls or list(register or []),
         "agent_env": agent_env,
+        "tool_fields": tool_fields,
     }
     if register:
         try:
@@ -110,6 +112,7 @@ def run_smoke(
             tokenizer_name=tokenizer_name,
             engine_urls=list(verdict_options["engine_urls"]),
             agent_env=agent_env,
+            tool_fields=tool_fields,
         )
         try:
             if tokenizer_name:

@@ -17,24 +17,10 @@ from typing import Any
 from polarstack.checks import budget
 from polarstack.checks.exchange import exchange
 from polarstack.checks.route import v1_url
-from polarstack.engine.tool_parser import FLAG, PARSER_KNOB
+from polarstack.engine.tool_parser import FLAG, PARSER_KNOB, SMOKE_TOOL  # noqa: F401 (read here by callers)
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins, repo_root
 from polarstack.polar import contract
-
-# The tool the smoke offers; the request mirrors what an agent harness sends (OpenAI `tools`).
-SMOKE_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "write_file",
-        "description": "Write text to a file in the task workspace.",
-        "parameters": {
-            "type": "object",
-            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-            "required": ["path", "content"],
-        },
-    },
-}
 
 # What an agent harness sends (Polar's Anthropic -> OpenAI transform, src/polar/gateway/transform/anthropic.py,
 # `AnthropicTransformer.transform_request` + `_transform_tool_choice_to_openai`, read at 08c6276, the stored
@@ -181,6 +167,7 @@ def exchange_tools(report: Any, http: Any) -> None:
     planned = getattr(report, "agent_env", None)
     max_tokens = None if planned is None or os.environ.get(MAX_TOKENS_ENV) else budget.env_max_tokens(planned)
     body = tool_request(report.model, max_tokens=max_tokens, pad_tokens=pad)
+    body = {**body, **(report.tool_fields or {})}  # tool_fields: a scripted real engine (stack.local)
     summary: dict[str, Any] = {
         "targets": [],
         "tool_calls": 0,

@@ -9,7 +9,17 @@ from polarstack.checks.demo import run_demo
 from polarstack.cli.render import print_json, render_demo, render_status
 from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import seconds
-from polarstack.stack import local, profiles
+from polarstack.stack import local, profiles, real_sglang
+
+
+def _add_engine(p) -> None:
+    p.add_argument(
+        "--engine",
+        choices=("emulator", "sglang"),
+        default="emulator",
+        help="emulator: the CPU stand-in (default, fast); sglang: the real pinned sglang on the CPU with a tiny "
+        "random Qwen2 model (installed once under the cache: about 3.6 GB download, 4 GB of memory per engine)",
+    )
 
 
 def _add_up(sub) -> None:
@@ -22,6 +32,7 @@ def _add_up(sub) -> None:
         help="local: processes on 127.0.0.1 (the docker runtime is driven by `make up`)",
     )
     p.add_argument("--timeout", type=seconds, default=60.0, help="seconds to wait for each process (default 60)")
+    _add_engine(p)
     p.add_argument(
         "--prefill-us-per-token",
         type=float,
@@ -55,14 +66,18 @@ def _cmd_up(args: argparse.Namespace) -> int:
             engine_args += [f"--{name.replace('_', '-')}", str(value)]
     signal.signal(signal.SIGTERM, terminated)
     state = local.up(
-        profile, timeout=args.timeout, progress=lambda m: print(m, file=sys.stderr), engine_args=engine_args
+        profile,
+        timeout=args.timeout,
+        progress=lambda m: print(m, file=sys.stderr),
+        engine_args=engine_args,
+        engine=args.engine,
     )
     if args.json:
         print_json(state.data)
     else:
         print(
-            f"{profile.name} is up locally; Polar's base URL: {state.base_url} (route {profile.route}); "
-            f"state in {state.path}"
+            f"{profile.name} is up locally ({state.engine} engines); Polar's base URL: {state.base_url} "
+            f"(route {profile.route}); state in {state.path}"
         )
     return 0
 
@@ -110,6 +125,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _add_demo(sub) -> None:
     p = sub.add_parser("demo", help="every profile up locally in turn, smoke, a table; exit 0 if all as expected")
     p.add_argument("--profiles", nargs="+", default=None, help="subset of profiles (default: all four)")
+    _add_engine(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_demo)
 
@@ -118,12 +134,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     import time
 
     started = time.perf_counter()
-    rows = run_demo(args.profiles, progress=lambda m: print(m, file=sys.stderr))
+    rows = run_demo(args.profiles, progress=lambda m: print(m, file=sys.stderr), engine=args.engine)
     elapsed = time.perf_counter() - started
     if args.json:
-        print_json({"rows": rows, "elapsed_seconds": round(elapsed, 2)})
+        print_json({"rows": rows, "elapsed_seconds": round(elapsed, 2), "engine": args.engine})
     else:
-        render_demo(rows, elapsed)
+        render_demo(rows, elapsed, engine=args.engine)
     wrong = [row for row in rows if not row["as_expected"]]
     if wrong:
         row = wrong[0]
@@ -131,4 +147,27 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             f"profile {row['profile']} gave {row['verdict']} where {row['expected']} was expected: {row['message']}",
             ExitCode.GATE if row["expected"] == "pass" else ExitCode.INVARIANT,
         )
+    return 0
+
+
+# --- the real engine's install ---------------------------------------------------------------------------------------
+
+
+def _add_sglang_install(sub) -> None:
+    p = sub.add_parser(
+        "sglang-install",
+        help="install the real pinned sglang (CPU) and build its tiny model once, under the cache; print what it cost",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_cmd_sglang_install)
+
+
+def _cmd_sglang_install(args: argparse.Namespace) -> int:
+    model = real_sglang.prepare(progress=lambda m: print(m, file=sys.stderr))
+    data = {"spec": real_sglang.spec(), "venv": str(real_sglang.venv_dir()), "model": str(model)}
+    data.update(real_sglang.install_stats())
+    if args.json:
+        print_json(data)
+    else:
+        print(f"{data['spec']} is installed in {data['venv']}; tiny model in {data['model']}")
     return 0

@@ -39,7 +39,7 @@ from polarstack.inputs import MAX_REQUESTS, MAX_TOKENS, MAX_TURNS, count, second
 from polarstack.offline import verify as verify_offline
 from polarstack.paths import TRAINER_RUN_DIR
 from polarstack.polar import switch as polar_switch
-from polarstack.stack import pin
+from polarstack.stack import local, pin, real_sglang
 from polarstack.stack import target as stack_target
 from polarstack.train import launch as train_launch
 
@@ -143,7 +143,12 @@ def _add_smoke(sub) -> None:
         default=2,
         help=f"turns of the multi-turn session (default 2; 0 skips it; at most {MAX_TURNS})",
     )
-    p.add_argument("--timeout", type=seconds, default=10.0, help="seconds per request, in total (default 10)")
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=None,
+        help="seconds per request, in total (default 10; 60 against a local stack of real CPU engines)",
+    )
     p.add_argument("--max-tokens", type=count(1, MAX_TOKENS), default=16, help="max_tokens per request (default 16)")
     p.add_argument(
         "--route",
@@ -209,6 +214,8 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     target = stack_target.resolve_target(
         args.runtime, args.profile, args.base_url, route=args.route, verb="smoke", in_trainer=args.in_trainer
     )
+    if args.timeout is None:  # the default depends on what answers (docker_smoke passes it on as a number)
+        args.timeout = _default_timeout(target)
     if target.runtime == "docker":
         if not args.in_trainer:  # on the host (the record is checked): run this smoke inside the trainer
             return _smoke_via_trainer(args, target.loaded)
@@ -227,6 +234,7 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
         allow_retokenized=args.allow_retokenized,
         tokenizer_name=tokenizer_name,
         engine_urls=target.engine_urls,
+        tool_fields=_local_tool_fields(target),
     )
     if args.json:
         print_json(report.as_dict())
@@ -235,6 +243,23 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     if not report.ok:
         raise StackError(report.message, report.code)
     return 0
+
+
+def _default_timeout(target) -> float:
+    """10 s per request; a local stack of real CPU engines (`up --engine sglang`) gets real_sglang.SMOKE_TIMEOUT."""
+    if target.local:
+        state = local.read_state()
+        if state is not None and state.engine == "sglang":
+            return real_sglang.SMOKE_TIMEOUT
+    return 10.0
+
+
+def _local_tool_fields(target) -> dict | None:
+    """The local real engine's scripted tool answer (`up --engine sglang` records it), else None."""
+    if not target.local:
+        return None
+    state = local.read_state()
+    return state.tool_fields if state is not None else None
 
 
 def _smoke_via_trainer(args: argparse.Namespace, profile) -> int:
@@ -400,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
         cli_local._add_down,
         cli_local._add_status,
         cli_local._add_demo,
+        cli_local._add_sglang_install,
         cli_docker._add_compose,
         _add_pin,
         _add_polar_switch,

@@ -111,10 +111,13 @@ def render_status(state) -> None:
     print(f"profile {state.profile}: base URL {state.data.get('base_url')}")
 
 
-def render_demo(rows: list[dict[str, Any]], elapsed: float) -> None:
+def render_demo(rows: list[dict[str, Any]], elapsed: float, engine: str = "emulator") -> None:
     from rich.table import Table
 
-    table = Table("profile", "router release", "expected", "verdict", "trainable tokens", "smoke s", "as expected")
+    title = "engines: the emulator (CPU stand-in)" if engine == "emulator" else f"engines: real {engine} on the CPU"
+    table = Table(
+        "profile", "router release", "expected", "verdict", "trainable tokens", "smoke s", "as expected", title=title
+    )
     for row in rows:
         table.add_row(
             row["profile"],

@@ -32,6 +32,19 @@ PARSER_KNOB = "ENGINE_TOOL_CALL_PARSER"
 FUNCTION_CALL_PARSER_PATH = "sglang/srt/function_call/function_call_parser.py"
 # Harnesses of Polar's task template that act only through tool calls (tasks.task_template agent.harness).
 HARNESSES_NEEDING_TOOL_CALLS = ("claude_code",)
+# The tool the smoke offers (checks.tool_exchange) and the real engine's scripted answer calls (stack.local); the request mirrors what an agent harness sends (OpenAI `tools`).
+SMOKE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "description": "Write text to a file in the task workspace.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    },
+}
 QWEN_BOT, QWEN_EOT = "<tool_call>\n", "\n</tool_call>"  # Qwen25Detector.bot_token / eot_token
 
 

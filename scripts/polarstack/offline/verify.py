@@ -34,10 +34,10 @@ import yaml
 from polarstack.checks import budget, retokenize
 from polarstack.checks.tool_exchange import RECORD, recorded_fact_problems
 from polarstack.engine import tool_parser
-from polarstack.engine.emulator import context_check
+from polarstack.engine.emulator import tokenizer_manager as context_check
 from polarstack.engine.protocol import source_dir
 from polarstack.errors import ExitCode, StackError
-from polarstack.offline import flags, meaning, rehearsal_keys
+from polarstack.offline import flags, meaning, real_sglang_facts, rehearsal_keys
 from polarstack.offline.check import Check
 from polarstack.paths import cache_dir
 from polarstack.pins import pins, repo_root
@@ -256,7 +256,7 @@ def check_sequence_budget(profile: profiles.Profile) -> Check:
 
 def check_request_budget(profile: profiles.Profile) -> Check:
     """Every agent request fits the engine context (issue 18 point 2): the pinned sglang's total-token check as
-    recorded in polarstack.engine.emulator.context_check, the CLI's output cap (harness-prompt.json) in the agent's env,
+    recorded in polarstack.engine.emulator.tokenizer_manager, the CLI's output cap (harness-prompt.json) in the agent's env,
     and harness + margin + task prompt + response + per-request max_tokens <= the engine context."""
     config = load_defaults()
     label = f"profile {profile.name}: every agent request fits the engine context (sglang's total-token check)"
@@ -597,6 +597,10 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     checks += check_pins(skip_downloads)
     checks.append(check_polar_facts())
     checks.append(check_harness_preset())
+    real_problems = real_sglang_facts.problems()  # issue 21: the real engine on the CPU
+    checks.append(
+        Check(f"the real sglang on the CPU ({real_sglang_facts.RECORD})", not real_problems, "", real_problems)
+    )
 
     tool_problems = recorded_fact_problems()
     checks.append(

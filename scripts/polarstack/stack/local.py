@@ -19,13 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from polarstack import paths
+from polarstack.engine import tool_parser
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import child_env, free_port, shielded, stop_pid, wait_http
 from polarstack.routers import worker_api
 from polarstack.routers.harness import install
+from polarstack.stack import real_sglang
 from polarstack.stack.profiles import Profile, knob, polar_base_url
 
 STATE_FILE = "state.json"
+ENGINES = ("emulator", "sglang")  # what `up --engine` starts: the stand-in (default) or the real pinned sglang
 
 
 run_dir = paths.run_dir  # kept for old imports; the rule lives in polarstack.paths
@@ -75,6 +78,17 @@ class LocalState:
     def engine_urls(self) -> list[str]:
         """The emulated engines `up` started, in order ([] until `up` finished)."""
         return list(self.data.get("engine_urls") or [])
+
+    @property
+    def engine(self) -> str:
+        """The engine `up` started: emulator (the default) or sglang (the real pinned engine on the CPU)."""
+        return self.data.get("engine") or "emulator"
+
+    @property
+    def tool_fields(self) -> dict[str, Any] | None:
+        """Request fields the smoke adds to its tool request (the real engine's scripted tool answer), or None."""
+        fields = self.data.get("tool_fields")
+        return fields if isinstance(fields, dict) else None
 
     @property
     def complete(self) -> bool:
@@ -137,8 +151,8 @@ def read_state(directory: Path | None = None) -> LocalState | None:
     return LocalState(path, data)
 
 
-def _spawn(cmd: list[str], log_path: Path) -> subprocess.Popen:
-    env = child_env()
+def _spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = env or child_env()
     with open(log_path, "wb") as log:
         # A new session: the topology outlives the `polarstack up` process and a Ctrl-C in its terminal.
         return subprocess.Popen(
@@ -153,8 +167,14 @@ def up(
     timeout: float = 60.0,
     progress=print,
     engine_args: list[str] | None = None,
+    engine: str = "emulator",
 ) -> LocalState:
-    """Start the profile's topology; `engine_args` go to every `emulate-engine` (e.g. its service-time flags)."""
+    """Start the profile's topology; `engine_args` go to every `emulate-engine` (e.g. its service-time flags).
+    `engine`: emulator (the default), or sglang: the real pinned sglang on the CPU (polarstack.stack.real_sglang)."""
+    if engine not in ENGINES:
+        raise StackError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}.", ExitCode.USAGE)
+    if engine == "sglang" and engine_args:
+        raise StackError("the service-time flags apply to the emulator only, not to ENGINE=sglang.", ExitCode.USAGE)
     directory = directory or run_dir()
     existing = read_state(directory)
     if existing is not None:
@@ -179,21 +199,31 @@ def up(
             "route": profile.route,
             "expect": profile.expect,
             "polar_worker_discovery": profile.values["POLAR_WORKER_DISCOVERY"],
+            "engine": engine,
         },
     )
     try:
+        if engine == "sglang":  # refuses before anything starts without the disk or memory; installs once
+            real_sglang.prepare(progress, servers=profile.engine_count)
+            timeout = max(timeout, real_sglang.READY_TIMEOUT)
         release = profile.router
         if release is not None:
             install(release, quiet=False)  # before any engine starts: a cold install can take seconds
         engines: list[tuple[subprocess.Popen, int]] = []
+        parser = knob(profile, "ENGINE_TOOL_CALL_PARSER")  # as the docker engines run (compose.yaml)
         for index in range(profile.engine_count):
-            port = free_port()
-            cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(index)]
-            parser = knob(profile, "ENGINE_TOOL_CALL_PARSER")  # as the docker engines run (compose.yaml)
-            if parser:
-                cmd += ["--tool-call-parser", parser]
-            cmd += list(engine_args or [])  # e.g. the service-time flags of `emulate-engine`
-            process = _spawn(cmd, logs / f"engine-{index}.log")
+            port = real_sglang.free_server_port() if engine == "sglang" else free_port()
+            env = None
+            if engine == "sglang":
+                served = knob(profile, "SERVED_MODEL_NAME")
+                cmd = real_sglang.command(port, served_model_name=served, tool_call_parser=parser or None)
+                env = real_sglang.server_env()
+            else:
+                cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(index)]
+                if parser:
+                    cmd += ["--tool-call-parser", parser]
+                cmd += list(engine_args or [])  # e.g. the service-time flags of `emulate-engine`
+            process = _spawn(cmd, logs / f"engine-{index}.log", env)
             started.append(
                 {
                     "role": f"engine-{index}",
@@ -203,13 +233,22 @@ def up(
                     "start_time": start_time(process.pid),
                     "url": f"http://127.0.0.1:{port}",
                     "log": str(logs / f"engine-{index}.log"),
+                    **({"engine": real_sglang.spec()} if engine == "sglang" else {}),
                 }
             )
             engines.append((process, port))
             _save(state)
-        for process, port in engines:
-            wait_http(f"http://127.0.0.1:{port}", timeout, process)
-        progress(f"up: {len(engines)} emulated engine(s) on {', '.join(str(p) for _, p in engines)}")
+        for index, (process, port) in enumerate(engines):
+            if engine == "sglang":
+                real_sglang.wait_ready(f"http://127.0.0.1:{port}", timeout, process, logs / f"engine-{index}.log")
+            else:
+                wait_http(f"http://127.0.0.1:{port}", timeout, process)
+        kind = f"real {real_sglang.spec()}" if engine == "sglang" else "emulated"
+        progress(f"up: {len(engines)} {kind} engine(s) on {', '.join(str(p) for _, p in engines)}")
+        if engine == "sglang":  # a random model never calls a tool: the smoke's tool request scripts the answer
+            state.data["tool_fields"] = real_sglang.scripted_answer(
+                tool_parser.tool_call_text([tool_parser.SMOKE_TOOL])
+            )
         engine_urls = [f"http://127.0.0.1:{port}" for _, port in engines]
         if release is not None:
             port, prom = free_port(), free_port()
@@ -262,7 +301,10 @@ def _stop_all(entries: list[dict[str, Any]]) -> list[int]:
     stopped = []
     for entry in reversed(entries):  # router first, then engines
         if _owned(entry):
-            stop_pid(entry["pid"])
+            if entry.get("engine"):  # a real sglang server: its scheduler and detokenizer go with it
+                real_sglang.stop_tree(entry["pid"])
+            else:
+                stop_pid(entry["pid"])
             stopped.append(entry["pid"])
     return stopped
 

@@ -7,10 +7,12 @@ NaN/Infinity/1e999 literals, BOM, UTF-16, lone surrogates, ids beyond 64 bits, o
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import math
 import re
+from pathlib import Path
 
 import orjson
 import pytest
@@ -438,3 +440,21 @@ def test_a_nan_logprob_string_is_lost_at_polars_json_delivery():
     assert oracle_trainable(body) == (True, 0)
     finite = body.replace(b'"nan"', b'"-0.5"')
     assert polar_model.decide(finite).trainable_tokens == 1 == oracle_trainable(finite)[1]
+
+
+# --- real-engine answers (issue 21): the pinned sglang on the CPU, recorded by scripts/tools/record_real_answers.py
+REAL_ANSWERS = json.loads(
+    (Path(__file__).resolve().parents[2] / "fixtures" / "real-sglang-answers.json").read_text(encoding="utf-8")
+)
+
+
+@pytest.mark.parametrize("entry", REAL_ANSWERS["answers"], ids=lambda e: e["name"])
+def test_model_agrees_with_the_rule_table_on_real_sglang_answers(entry):
+    body = base64.b64decode(entry["body_b64"])
+    parsed, expected = oracle_trainable(body)
+    verdict = polar_model.decide(body, entry["request"])
+    assert parsed and verdict.verdict != polar_model.UNPARSEABLE
+    assert verdict.trainable_tokens == expected, (entry["name"], verdict.stage, verdict.reason)
+    # with Polar's two fields the real engine's answer is trainable; without them it is not (issue #52's symptom)
+    with_fields = all(entry["request"].get(flag) is True for flag in ("return_prompt_token_ids", "return_meta_info"))
+    assert (verdict.trainable_tokens > 0) == with_fields, entry["name"]

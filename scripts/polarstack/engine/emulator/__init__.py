@@ -14,7 +14,8 @@ Fidelity rules:
   and builds the response with sglang's response models: `prompt_token_ids` and `meta_info` appear only
   when requested (`_build_chat_response`); `logprobs.content[]` never carries token ids.
 - `meta_info` has the keys tokenizer_manager.py builds (id, finish_reason, prompt_tokens, weight_version,
-  num_retractions, completion_tokens, cached_tokens, reasoning_tokens, e2e_latency, and with logprobs
+  num_retractions, reasoning_tokens, completion_tokens, cached_tokens, cached_tokens_details, dp_rank, e2e_latency,
+  response_sent_to_client_ts, and with logprobs
   input/output_token_logprobs as [logprob, token_id, text_or_None] triples).
 - Tokens are deterministic for (seed, prompt ids); `cached_tokens` is the longest prefix shared with an
   earlier prompt on this engine (a per-engine prefix cache, as sglang's radix cache reports it;

@@ -152,7 +152,10 @@ def generate_tool_call(
 def meta_info(
     state: EngineState, rid: str, prompt: list[int], gen: Generation, return_logprob: bool, text_in_logprobs: bool
 ) -> dict[str, Any]:
-    """The meta_info dict tokenizer_manager.py builds for a finished request."""
+    """The meta_info dict tokenizer_manager.py builds for a finished request, its keys in sglang's order (the
+    differential test, tests/sglang/test_differential.py, compares them with the real engine's): the cache breakdown
+    (`cached_tokens_details`, ~l.1924), `dp_rank` (~l.1968; null without data parallelism), then e2e_latency and
+    `response_sent_to_client_ts` (~l.1508, set when the finished answer is sent)."""
     meta: dict[str, Any] = {
         "id": rid,
         "finish_reason": gen.finish_reason,
@@ -172,7 +175,11 @@ def meta_info(
             "reasoning_tokens": 0,
             "completion_tokens": len(gen.output_ids),
             "cached_tokens": gen.cached_tokens,
+            # scheduler_components/output_streamer.py `get_cached_tokens_details`: null when nothing was cached
+            "cached_tokens_details": {"device": gen.cached_tokens, "host": 0} if gen.cached_tokens > 0 else None,
+            "dp_rank": None,
             "e2e_latency": round(time.time() - gen.started, 6),
+            "response_sent_to_client_ts": time.time(),
         }
     )
     return meta

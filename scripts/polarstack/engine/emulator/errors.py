@@ -30,10 +30,10 @@ async def validate_json_request(raw_request: Request):
     if media_type != "application/json":
         raise RequestValidationError(
             errors=[
-                {
+                {  # the keys in sglang's order (the differential test compares the message text)
                     "loc": ["header", "content-type"],
-                    "type": "value_error",
                     "msg": "Unsupported Media Type: Only 'application/json' is allowed",
+                    "type": "value_error",
                 }
             ]
         )

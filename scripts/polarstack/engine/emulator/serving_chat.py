@@ -17,9 +17,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from polarstack.engine import protocol as sglang_protocol
 from polarstack.engine import tool_parser
-from polarstack.engine.emulator.context_check import total_token_error
 from polarstack.engine.emulator.engine import (
-    CONTEXT_LENGTH,
     TAG_CHARS,
     WORDS,
     EngineState,
@@ -32,6 +30,8 @@ from polarstack.engine.emulator.engine import (
 )
 from polarstack.engine.emulator.errors import error, validate_json_request
 from polarstack.engine.emulator.faults import apply_fault, corrupt
+from polarstack.engine.emulator.sse_utils import build_sse_content
+from polarstack.engine.emulator.tokenizer_manager import length_problem
 from polarstack.polar.tokenizer import SPECIAL_IDS, encode_chat
 
 
@@ -48,12 +48,9 @@ def validate_chat(request: Any) -> str | None:
         name = tool_choice.function.name
         if not any(tool.function.name == name for tool in request.tools):
             return f"Tool '{name}' not found in tools list."
-    max_out = request.max_completion_tokens or request.max_tokens
-    if max_out and max_out > CONTEXT_LENGTH:
-        return (
-            f"max_completion_tokens is too large: {max_out}."
-            f"This model supports at most {CONTEXT_LENGTH} completion tokens."
-        )
+    # serving_chat.py ~l.517-527 also refuses max_completion_tokens above `server_args.context_length`, which is
+    # None unless the server runs with --context-length (the stack's engines do not): a long request is refused by
+    # tokenizer_manager.py's total-token check instead (polarstack.engine.emulator.tokenizer_manager).
     return None
 
 
@@ -101,45 +98,21 @@ async def chat_stream(state: EngineState, request: Any, prompt: list[int], gens:
     proto = sglang_protocol.protocol()
     created = int(time.time())
     for index, gen in enumerate(gens):
-        first = proto.ChatCompletionStreamResponse(
-            id=rid,
-            created=created,
-            model=request.model,
-            choices=[
-                proto.ChatCompletionResponseStreamChoice(
-                    index=index, delta=proto.DeltaMessage(role="assistant", content="")
-                )
-            ],
-        )
-        yield f"data: {first.model_dump_json()}\n\n"
+        # serving_chat.py `_generate_chat_stream`: a role chunk, one content chunk per token, a finish chunk,
+        # each written by sse_utils.build_sse_content (polarstack.engine.emulator.sse_utils)
+        yield build_sse_content(rid, created, request.model, index, role="assistant", content="")
         for token_id in gen.output_ids:
             if token_id in SPECIAL_IDS and request.skip_special_tokens:
                 continue
-            chunk = proto.ChatCompletionStreamResponse(
-                id=rid,
-                created=created,
-                model=request.model,
-                choices=[
-                    proto.ChatCompletionResponseStreamChoice(
-                        index=index, delta=proto.DeltaMessage(content=state.tokenizer.token_text(token_id))
-                    )
-                ],
-            )
-            yield f"data: {chunk.model_dump_json()}\n\n"
-        last = proto.ChatCompletionStreamResponse(
-            id=rid,
-            created=created,
-            model=request.model,
-            choices=[
-                proto.ChatCompletionResponseStreamChoice(
-                    index=index,
-                    delta=proto.DeltaMessage(),
-                    finish_reason=gen.finish_reason["type"],
-                    matched_stop=gen.finish_reason.get("matched"),
-                )
-            ],
+            yield build_sse_content(rid, created, request.model, index, content=state.tokenizer.token_text(token_id))
+        yield build_sse_content(
+            rid,
+            created,
+            request.model,
+            index,
+            finish_reason=gen.finish_reason["type"],
+            matched_stop=gen.finish_reason.get("matched"),
         )
-        yield f"data: {last.model_dump_json()}\n\n"
     if request.stream_options and request.stream_options.include_usage:
         completion = sum(len(g.output_ids) for g in gens)
         usage = proto.UsageInfo(
@@ -171,12 +144,13 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
         injected = await apply_fault(state)
         if injected is not None:
             return injected
-        with state.lock:
-            state.chat_completions += 1
         prompt = chat_prompt(state, request)
         max_new = request.max_completion_tokens or request.max_tokens
-        if (refused := total_token_error(len(prompt), max_new, CONTEXT_LENGTH)) is not None:
-            return error(refused, "BadRequestError")  # tokenizer_manager.py _validate_one_request (context_check)
+        too_long = length_problem(len(prompt), max_new)
+        if too_long:
+            return error(too_long, "BadRequestError")
+        with state.lock:
+            state.chat_completions += 1
         rid = uuid.uuid4().hex
         if request.tools:
             gens = [
@@ -234,13 +208,19 @@ def add_routes(app: FastAPI, state: EngineState) -> None:
                 )
             text = visible_text(state, gen.output_ids, request.skip_special_tokens)
             text, tool_calls, finish_type = parse_tool_calls(state, request, text, gen.finish_reason["type"])
+            matched = gen.finish_reason.get("matched")
+            if finish_type == "tool_calls" and gen.finish_reason["type"] == "stop":
+                # serving_chat.py `_process_tool_calls` (~l.1528) rewrites the finish_reason dict in place, which
+                # meta_info shares: {"type": "tool_calls", "matched": None}, and matched_stop becomes null
+                matched = None
+                meta["finish_reason"] = {"type": "tool_calls", "matched": None}
             choices.append(
                 proto.ChatCompletionResponseChoice(
                     index=index,
                     message=proto.ChatMessage(role="assistant", content=text, tool_calls=tool_calls),
                     logprobs=logprobs,
                     finish_reason=finish_type,
-                    matched_stop=gen.finish_reason.get("matched"),
+                    matched_stop=matched,
                     prompt_token_ids=list(prompt)
                     if (request.return_prompt_token_ids or forced) and extensions
                     else None,

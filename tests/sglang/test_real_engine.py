@@ -1,0 +1,132 @@
+"""The token contract, the routers, the total-token check and the tool parser against the real pinned sglang.
+
+Issue #52 end to end with no stand-in: the smoke's exit code direct and behind every pinned router release and the
+catalog's boundary releases, each expected from polarstack.routers.catalog (forwards_unknown_chat_fields); sglang's
+own total-token refusal (tokenizer_manager.py, the sentence recorded in configs/upstream/real-sglang-cpu.json); the
+real `--tool-call-parser` turning a scripted Qwen `<tool_call>` answer into message.tool_calls, and raw text without
+the parser. The random model's tool answer is forced by a custom logit processor (polarstack.stack.real_sglang).
+"""
+
+import json
+import re
+
+import httpx
+import pytest
+
+from polarstack.checks import tool_exchange
+from polarstack.checks.smoke import run_smoke
+from polarstack.engine import tool_parser
+from polarstack.errors import ExitCode
+from polarstack.pins import pin, repo_root
+from polarstack.polar import contract
+from polarstack.polar.contract import POLAR_REQUEST_FLAGS
+from polarstack.routers.catalog import RouterRelease
+from polarstack.stack.profiles import knob
+
+MODEL = knob(None, "SERVED_MODEL_NAME")
+TIMEOUT = 60.0  # per smoke request: the real engine on a loaded 2-core CPU (polarstack.stack.real_sglang.SMOKE_TIMEOUT)
+# The profiles' pins, and the boundary releases around the fix (router_catalog.forwards_unknown_chat_fields):
+# sglang-router 0.1.4 forwards, 0.1.5 drops; smg 1.4.1 drops, 1.5.0 forwards.
+PINNED = [
+    f"{pin(k + '_PACKAGE')}=={pin(k + '_VERSION')}" for k in ("ROUTER_PASSTHROUGH", "ROUTER_STOCK", "ROUTER_PATCHED")
+]
+BOUNDARY = ["sglang-router==0.1.5", "smg==1.4.1", "smg==1.5.0"]
+# Measured (the same in front of the emulator): sglang-router 0.1.5 refuses the smoke's tool request itself (HTTP 400
+# "Json deserialize error: data did not match any variant of untagged enum ToolChoice"); since issue 18 point 9 the
+# smoke reports the most fundamental failure first (its chat requests lost both fields: exit 3) and names that refusal.
+REFUSES_TOOL_REQUEST = {"sglang-router==0.1.5": "untagged enum ToolChoice"}
+RECORD = json.loads((repo_root() / "configs" / "upstream" / "real-sglang-cpu.json").read_text())
+
+
+def smoke(url: str, fields: dict | None, **kwargs):
+    return run_smoke(url, route="base", timeout=TIMEOUT, tool_fields=fields, **kwargs)
+
+
+def test_smoke_direct_passes_with_parsed_tool_calls(real_engine, scripted_tool_fields):
+    report = smoke(real_engine.url, scripted_tool_fields)
+    assert report.code == ExitCode.OK, report.message
+    assert report.trainable_tokens > 0
+    assert report.polar_verdict == "trainable"
+    assert [t["outcome"] for t in report.tool_check["targets"]] == [tool_exchange.PARSED]
+    assert report.tool_check["targets"][0]["finish_reason"] == "tool_calls"
+
+
+@pytest.mark.parametrize("spec", PINNED + BOUNDARY)
+def test_smoke_exit_code_behind_each_router_release(real_engine, scripted_tool_fields, router_factory, spec):
+    release = RouterRelease.parse(spec)
+    router = router_factory(spec, [real_engine.url], timeout=120.0)
+    report = smoke(router.url, scripted_tool_fields)
+    if spec in REFUSES_TOOL_REQUEST:
+        assert report.code == ExitCode.TOKENS_MISSING, report.message
+        assert REFUSES_TOOL_REQUEST[spec] in report.message
+        assert sorted(report.fields_missing) == sorted(POLAR_REQUEST_FLAGS)
+        singles = [e for e in report.exchanges if e.kind != "tools"]
+        assert singles and all(e.polar["polar_trainable_tokens"] == 0 for e in singles)
+    elif release.forwards_unknown_chat_fields:
+        assert report.code == ExitCode.OK, report.message
+        assert report.trainable_tokens > 0
+        # the logit processor's fields reach the engine too, so the parser's answer comes back through the router
+        assert [t["outcome"] for t in report.tool_check["targets"]] == [tool_exchange.PARSED]
+    else:
+        assert report.code == ExitCode.TOKENS_MISSING, report.message
+        assert report.trainable_tokens == 0
+        assert sorted(report.fields_missing) == sorted(POLAR_REQUEST_FLAGS)
+
+
+def _prompt_tokens(url: str, messages: list[dict]) -> int:
+    body = {"model": MODEL, "messages": messages, "max_tokens": 1}
+    return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=TIMEOUT).json()["usage"]["prompt_tokens"]
+
+
+def test_total_token_check_is_sglangs_own(real_engine):
+    messages = [{"role": "user", "content": "hello there"}]
+    prompt = _prompt_tokens(real_engine.url, messages)
+    context = 32768  # the tiny model's max_position_embeddings (real_sglang.MODEL_CONFIG), as GET /v1/models says
+    models = httpx.get(f"{real_engine.url}/v1/models", timeout=TIMEOUT).json()
+    assert models["data"][0]["max_model_len"] == context
+    for max_new in (context - prompt + 1, context, context + 1000):
+        body = contract.prepare_request({"model": MODEL, "messages": messages, "max_tokens": max_new})
+        answer = httpx.post(f"{real_engine.url}/v1/chat/completions", json=body, timeout=TIMEOUT)
+        assert answer.status_code == 400
+        error = answer.json()
+        expected = _fill(RECORD["facts"]["length_errors"]["total_tokens"], context, prompt, max_new)
+        assert error == {"object": "error", "message": expected, "type": "BadRequestError", "param": None, "code": 400}
+
+
+def _fill(template: str, context: int, prompt: int, max_new: int) -> str:
+    values = {"self.context_len": context, "total_tokens": prompt + max_new, "input_token_num": prompt}
+    values["max_new_tokens"] = max_new
+    return re.sub(r"\{([a-z_.]+)\}", lambda m: str(values[m.group(1)]), template)
+
+
+def test_the_smoke_fails_on_the_total_token_refusal_as_an_http_error(real_engine, scripted_tool_fields):
+    report = smoke(real_engine.url, scripted_tool_fields, max_tokens=32768)
+    assert report.code == ExitCode.HTTP_ERROR
+    assert "Requested token count exceeds the model's maximum context length of 32768 tokens" in report.message
+
+
+def _tool_answer(url: str, fields: dict) -> dict:
+    body = {**tool_exchange.tool_request(MODEL), **fields}
+    answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=TIMEOUT)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_the_parser_returns_tool_calls(real_engine, scripted_tool_fields):
+    parsed = _tool_answer(real_engine.url, scripted_tool_fields)
+    outcome, calls, finish = tool_exchange.classify(parsed)
+    assert (outcome, calls, finish) == (tool_exchange.PARSED, 1, "tool_calls")
+    call = parsed["choices"][0]["message"]["tool_calls"][0]
+    assert call["function"]["name"] == tool_parser.SMOKE_TOOL["function"]["name"]
+    assert json.loads(call["function"]["arguments"]) == {"path": "solution.py", "content": "pass"}
+    assert parsed["choices"][0]["prompt_token_ids"] and parsed["choices"][0]["meta_info"]["output_token_logprobs"]
+
+
+def test_without_the_parser_the_call_stays_raw_text(real_engine_no_parser, scripted_tool_fields):
+    parsed = _tool_answer(real_engine_no_parser.url, scripted_tool_fields)
+    outcome, calls, finish = tool_exchange.classify(parsed)
+    assert (outcome, calls, finish) == (tool_exchange.RAW_TEXT, 0, "stop")
+    assert "<tool_call>" in parsed["choices"][0]["message"]["content"]
+    report = smoke(real_engine_no_parser.url, scripted_tool_fields)
+    assert report.code == ExitCode.TOOL_CALLS
+    assert tool_parser.FLAG in report.message
