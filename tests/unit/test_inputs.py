@@ -244,3 +244,22 @@ def test_make_names_the_real_exit_code(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     assert f"polarstack exited with code {int(ExitCode.UNREACHABLE)} (UNREACHABLE)" in proc.stderr, proc.stderr
+
+
+def test_a_closed_pipe_met_only_at_the_final_flush_is_still_broken_pipe(monkeypatch):
+    """Short output (the router catalog is under stdout's 8 KiB buffer) reaches a closed pipe only when stdout is
+    flushed; that flush happens inside the CLI, so it exits 141, not 120 from the interpreter's flush at exit (seen in
+    CI under pytest -n 4)."""
+    import io
+
+    from polarstack.cli.main import BROKEN_PIPE, main
+
+    class ClosedPipe(io.RawIOBase):
+        def writable(self):
+            return True
+
+        def write(self, data):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(io.BufferedWriter(ClosedPipe()), encoding="utf-8"))
+    assert main(["routers", "catalog", "--json"]) == BROKEN_PIPE

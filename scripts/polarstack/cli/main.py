@@ -482,7 +482,11 @@ def _main(argv: list[str] | None) -> int:
     args = parser.parse_args(words)
     args.command_words = words  # the command line as typed, for reports that record it (bench, routers matrix)
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        # Output shorter than stdout's buffer reaches a closed pipe only at this flush: raise it here, where it is
+        # turned into 141, not in the interpreter's flush at exit (exit 120 with "Exception ignored").
+        sys.stdout.flush()
+        return code
     except BrokenPipeError:
         # Silence the interpreter's own flush at exit, which would hit the closed pipe again.
         with contextlib.suppress(OSError):
