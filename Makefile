@@ -61,7 +61,7 @@ $(VENV)/.installed: pyproject.toml
 	@$(VENV_PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	@touch $@
 
-test: _venv ## run the whole test suite (unit, emulator, real routers, sandbox, static); no GPU or Docker needed
+test: _venv ## the whole suite: tiers in parallel, then the real-engine tier (skipped until `polarstack sglang-install`); no GPU or Docker
 	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -n $(PYTEST_WORKERS) -m "not sglang" $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test: tiers without the real engine took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 	@# The real-engine tier in one process: its two shared sglang servers (about 4 GB each) are session fixtures.
@@ -76,7 +76,7 @@ lint: _venv ## ruff (check and format) and the package's import layers (import-l
 demo: _venv ## every profile up locally in turn, smoke, a table; exit 0 only if all behave as expected (ENGINE=sglang: real engine)
 	@$(CLI) demo $(_ENGINE_ARG)
 
-up: _venv _runtime ## start PROFILE (RUNTIME=docker: the GPU stack; RUNTIME=local: emulated engines + real router)
+up: _venv _runtime ## start PROFILE (RUNTIME=docker: the GPU stack; RUNTIME=local: emulated engines, or ENGINE=sglang real ones, + real router)
 	@if [ "$(RUNTIME)" = local ]; then $(CLI) up --profile "$(or $(PROFILE),engine-direct)" $(_ENGINE_ARG); else $(call _timed,$(CLI) compose up $(_PROFILE_ARG)); fi
 
 down: _venv _runtime ## stop what `make up` started; volumes are kept (RUNTIME=docker|local)
@@ -109,7 +109,7 @@ clean: _venv ## remove the docker stack AND its volumes (models, checkpoints, lo
 smoke: _venv ## prove the path yields trainable tokens (the profile that is up, or BASE_URL=..., ROUTE=base|polar)
 	@$(call _timed,$(CLI) smoke $(if $(BASE_URL),--base-url "$(BASE_URL)",$(_PROFILE_ARG) $(_RUNTIME_ARG)) $(if $(ROUTE),--route "$(ROUTE)"))
 
-train: _venv ## GRPO on TASK=humaneval|mbpp behind the smoke gate (DRY_RUN=1 validates only, RESUME=1 continues, SET="k=v")
+train: _venv ## GRPO on TASK=humaneval|mbpp behind the smoke gate (DRY_RUN=1 validates only, RESUME=1 continues, SET="k=v"; needs a passing make preflight unless ALLOW_NO_PREFLIGHT=1)
 	@test -n "$(TASK)" || { echo "make train needs TASK=humaneval or TASK=mbpp" >&2; exit 2; }
 	@$(call _timed,$(CLI) train --task "$(TASK)" $(_PROFILE_ARG) $(_RUNTIME_ARG) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(RESUME)),--resume) $(if $(filter 1 yes true,$(ALLOW_NO_PREFLIGHT)),--without-rehearsal) $(foreach s,$(SET),--set "$(s)"))
 

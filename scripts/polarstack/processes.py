@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from polarstack import http as stack_http
 from polarstack.errors import ExitCode, StackError
@@ -112,3 +114,40 @@ SECRET_PREFIXES = ("HF_", "HUGGING", "AWS_", "OPENAI_")
 def child_env() -> dict[str, str]:
     """This process's environment without credentials: what every process the stack starts inherits."""
     return {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIXES)}
+
+
+@contextlib.contextmanager
+def file_lock(path: Path):
+    """An exclusive lock on `path` (created with its folder): one install of a cached venv, wheel or model at a
+    time, whether two CLIs or two parallel test workers ask for it; the second waits and then finds it done."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class Served:
+    """What a server the stack started on 127.0.0.1 offers (a router release, a real engine): its URL, pid and the
+    last lines of its log. The class using it has `process`, `port` and `log_path`."""
+
+    process: subprocess.Popen
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(text[-lines:])

@@ -15,7 +15,6 @@ and rebuilt as a pydantic model (annotations that name sglang-internal types bec
 from __future__ import annotations
 
 import ast
-import fcntl
 import functools
 import importlib.util
 import json
@@ -30,6 +29,7 @@ from typing import Any
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
 from polarstack.pins import pin
+from polarstack.processes import file_lock
 
 # Files read from the wheel, by their path inside it.
 PROTOCOL_PATH = "sglang/srt/entrypoints/openai/protocol.py"
@@ -51,10 +51,8 @@ def source_dir(version: str | None = None) -> Path:
     marker = target / ".complete"
     if marker.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     # Parallel test workers (and two CLIs) fetch it once: the second waits for the first, then finds the marker.
-    with open(target.parent / f"{version}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(target.parent / f"{version}.lock"):
         if marker.exists():
             return target
         return _fetch(version, target, marker)

@@ -10,18 +10,15 @@ panics), waits until it answers `GET /health`, and stops exactly the process it 
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
-from polarstack.processes import child_env, free_port, stop_pid, wait_http
+from polarstack.processes import Served, child_env, file_lock, free_port, stop_pid, wait_http
 
 # The catalog, re-exported: callers and tests import these names from polarstack.routers.harness too.
 from polarstack.routers.catalog import LAUNCH_MODULES, MEASURED, PACKAGES, RouterRelease, version_tuple  # noqa: F401
@@ -42,21 +39,10 @@ def is_installed(release: RouterRelease) -> bool:
     return (venv_dir(release) / ".installed").exists()
 
 
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def install(release: RouterRelease, *, quiet: bool = True) -> Path:
     """Install `release` into its own cached venv (once) and return that venv's python."""
     target = venv_dir(release)
-    with _lock(target.parent / (target.name + ".lock")):
+    with file_lock(target.parent / (target.name + ".lock")):
         if is_installed(release):
             return venv_python(release)
         if target.exists():
@@ -85,28 +71,13 @@ def install(release: RouterRelease, *, quiet: bool = True) -> Path:
 
 
 @dataclass
-class RunningRouter:
+class RunningRouter(Served):
     release: RouterRelease
     port: int
     prometheus_port: int | None
     process: subprocess.Popen
     log_path: Path
     startup_seconds: float = 0.0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join(text[-lines:])
 
     def stop(self, timeout: float = 10.0) -> None:
         stop_pid(self.process.pid, self.process, timeout)

@@ -32,8 +32,7 @@ import httpx
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
 from polarstack.pins import pin, repo_root
-from polarstack.processes import child_env
-from polarstack.routers.harness import _lock
+from polarstack.processes import child_env, file_lock
 from polarstack.stack.listeners import Listener, listening, session_pids
 
 # Keeps the Ray node IP at 127.0.0.1 (see the module docstring); set wherever a Ray process of the stack starts.
@@ -71,7 +70,7 @@ def install(version: str | None = None) -> tuple[Path, float]:
     version = version or pin("RAY_VERSION")
     target = venv_dir(version)
     started = time.monotonic()
-    with _lock(target.parent / (target.name + ".lock")):
+    with file_lock(target.parent / (target.name + ".lock")):
         if (target / ".installed").exists():
             return target / "bin", 0.0
         if target.exists():

