@@ -481,6 +481,11 @@ def _main(argv: list[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(words)
     args.command_words = words  # the command line as typed, for reports that record it (bench, routers matrix)
+    # Progress lines must reach a pipe or a log file as they are printed (`make demo ENGINE=sglang | tee demo.log`
+    # runs for minutes), not when an 8 KiB buffer fills or the command ends.
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(line_buffering=True)
     try:
         code = int(args.handler(args) or 0)
         # Output shorter than stdout's buffer reaches a closed pipe only at this flush: raise it here, where it is

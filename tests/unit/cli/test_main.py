@@ -36,3 +36,40 @@ def test_the_recorded_command_is_the_one_main_was_given(tmp_path, monkeypatch, c
 def test_spread_is_median_and_range():
     assert render.spread({"median": 1.23456, "min": 1.0, "max": 2.0}) == "1.235 (1.000-2.000)"
     assert render.spread({"median": 10.4, "min": 9.6, "max": 11.5}, 0) == "10 (10-12)"
+
+
+def test_progress_lines_reach_a_pipe_while_the_command_still_runs():
+    """`make demo ENGINE=sglang | tee demo.log` prints progress for minutes: each line must arrive when printed.
+    A command whose handler prints one line and then works for 20 s must show that line within 10 s; with stdout
+    block-buffered (a pipe's default) the line would come only at exit."""
+    import os
+    import subprocess
+    import time
+    from pathlib import Path
+
+    script = (
+        "import sys, time\n"
+        "import polarstack.cli.local as local\n"
+        "def slow(args):\n"
+        "    print('demo: first profile')\n"
+        "    time.sleep(20)\n"
+        "    return 0\n"
+        "local._cmd_demo = slow\n"
+        "from polarstack.cli.main import main\n"
+        "sys.exit(main(['demo']))\n"
+    )
+    scripts = Path(__file__).resolve().parents[3] / "scripts"
+    # without PYTHONUNBUFFERED (set on some machines), a pipe is block-buffered unless the CLI says otherwise
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}, "PYTHONPATH": str(scripts)}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
+    try:
+        started = time.monotonic()
+        line = proc.stdout.readline()  # blocks until a line arrives (or, without line buffering, until exit)
+        waited = time.monotonic() - started
+        assert line == b"demo: first profile\n"
+        assert waited < 10 and proc.poll() is None, f"the line came after {waited:.1f} s, at exit"
+    finally:
+        from polarstack.processes import stop_pid
+
+        stop_pid(proc.pid, proc)
+        proc.stdout.close()
