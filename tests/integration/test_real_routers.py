@@ -103,3 +103,15 @@ def test_behind_sglang_router_0_1_9_the_smoke_reports_every_failure_most_fundame
     assert "it also found that" in last and "tool_choice" in last
     assert [f["name"] for f in report["failures"]] == ["TOKENS_MISSING", "HTTP_ERROR"]
     assert [r["status"] for r in report["requests"] if r["kind"] == "tools"] == [422]
+
+
+def test_behind_sglang_router_0_1_5_the_tool_request_is_refused_and_named(engine, router_factory, capsys):
+    """Measured with the emulator and with the real engine (tests/sglang/test_real_engine.py used to pin it there):
+    sglang-router 0.1.5 refuses the smoke's tool request itself (HTTP 400, "untagged enum ToolChoice"); the smoke
+    reports the dropped fields first (exit 3) and names that refusal."""
+    router = router_factory("sglang-router==0.1.5", [engine.url])
+    code, report, err = smoke(capsys, router.url)
+    assert code == ExitCode.TOKENS_MISSING, err
+    assert report["fields_missing"] == ["return_prompt_token_ids", "return_meta_info"]
+    assert "untagged enum ToolChoice" in err.strip().splitlines()[-1]
+    assert [r["status"] for r in report["requests"] if r["kind"] == "tools"] == [400]

@@ -34,7 +34,13 @@ def run_profile(
         row["up_seconds"] = round(time.perf_counter() - started, 3)
         # the real engine on a shared 2-core CPU answers a 16-token request in 0.1-7 s (measured): more headroom
         timeout = real_sglang.SMOKE_TIMEOUT if engine == "sglang" else 10.0
-        report = run_smoke(state.base_url, route=profile.route, tool_fields=state.tool_fields, timeout=timeout)
+        report = run_smoke(
+            state.base_url,
+            route=profile.route,
+            tool_fields=state.tool_fields,
+            tool_skip=state.tool_skip,
+            timeout=timeout,
+        )
         row.update(
             verdict="pass" if report.ok else report.code.name,
             trainable_tokens=report.trainable_tokens,

@@ -346,7 +346,16 @@ def local_part(trainable_per_exchange: list[int], tool_check: dict[str, Any] | N
     parsed = sum(1 for t in targets if t.get("outcome") == PARSED_OUTCOME)
     raw = sum(1 for t in targets if t.get("outcome") == RAW_TEXT_OUTCOME)
     figure = f"{parsed}/{len(targets)} targets answered the tool request with parsed tool calls"
-    if not targets:
+    if not targets and (tool_check or {}).get("skipped"):
+        out.append(
+            Verdict(
+                "tool_calls",
+                "warn",
+                f"not checked: {tool_check['skipped']}",
+                "check tool calls on engine-direct or behind a router that forwards unknown request fields",
+            )
+        )
+    elif not targets:
         out.append(Verdict("tool_calls", "fail", "no tool request reached a target", "see the smoke's sentence"))
     elif raw:
         out.append(Verdict("tool_calls", "fail", figure, "start the engines with --tool-call-parser"))

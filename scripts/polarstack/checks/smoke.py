@@ -69,6 +69,7 @@ def run_smoke(
     engine_urls: list[str] | None = None,
     agent_env: dict[str, str] | None = None,
     tool_fields: dict[str, Any] | None = None,
+    tool_skip: str | None = None,
 ) -> SmokeReport:
     verdict_options = {
         "strict": strict,
@@ -77,6 +78,7 @@ def run_smoke(
         "engine_urls": engine_urls or list(register or []),
         "agent_env": agent_env,
         "tool_fields": tool_fields,
+        "tool_skip": tool_skip,
     }
     if register:
         try:
@@ -113,6 +115,7 @@ def run_smoke(
             engine_urls=list(verdict_options["engine_urls"]),
             agent_env=agent_env,
             tool_fields=tool_fields,
+            tool_skip=tool_skip,
         )
         try:
             if tokenizer_name:

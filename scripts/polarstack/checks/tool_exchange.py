@@ -161,7 +161,12 @@ def exchange_tools(report: Any, http: Any) -> None:
     of kind "tools" (a smoke.Exchange with its tool_outcome) and judged by Polar's pipeline like the others
     (smoke.exchange: orjson parse, decide(), findings); its trainable tokens count in the report. The tool-call
     outcome is judged later (judge_tool_calls), only if the token verdict passed, so a path dropping Polar's
-    fields on tool requests fails as it would for any request (exit 3/4/7)."""
+    fields on tool requests fails as it would for any request (exit 3/4/7). With `report.tool_skip` set (the local
+    real engine's script would be dropped by its router) nothing is sent and the summary says why, unless the
+    resolution bypasses the router: then the script goes straight to the engines."""
+    if report.tool_skip and not report.resolution.bypassed:
+        report.tool_check = {"targets": [], "tool_calls": 0, "skipped": report.tool_skip}
+        return
     pad = budget.harness_request_shape()[0] if os.environ.get(PAD_ENV, "1").strip() != "0" else 0
     # the plan's own agent.env when the gate passes it (make train, the in-job gate), else the defaults'
     planned = getattr(report, "agent_env", None)
@@ -230,3 +235,5 @@ def judge_tool_calls(report: Any) -> None:
         )
     elif entries:
         report.message += f"; parsed tool_calls from {len(entries)} target(s)"
+    elif report.tool_check and report.tool_check.get("skipped"):
+        report.message += f"; tool-call check skipped: {report.tool_check['skipped']}"

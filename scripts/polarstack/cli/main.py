@@ -235,6 +235,7 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
         tokenizer_name=tokenizer_name,
         engine_urls=target.engine_urls,
         tool_fields=_local_tool_fields(target),
+        tool_skip=_local_tool_skip(target),
     )
     if args.json:
         print_json(report.as_dict())
@@ -260,6 +261,14 @@ def _local_tool_fields(target) -> dict | None:
         return None
     state = local.read_state()
     return state.tool_fields if state is not None else None
+
+
+def _local_tool_skip(target) -> str | None:
+    """Why the local stack's smoke sends no tool request (`up --engine sglang` behind a field-dropping router)."""
+    if not target.local:
+        return None
+    state = local.read_state()
+    return state.tool_skip if state is not None else None
 
 
 def _smoke_via_trainer(args: argparse.Namespace, profile) -> int:

@@ -91,6 +91,12 @@ class LocalState:
         return fields if isinstance(fields, dict) else None
 
     @property
+    def tool_skip(self) -> str | None:
+        """Why the smoke sends no tool request on this stack (the real engine's script cannot reach it), or None."""
+        reason = self.data.get("tool_skip")
+        return reason if isinstance(reason, str) and reason else None
+
+    @property
     def complete(self) -> bool:
         """Did `up` finish? (it writes base_url last; a killed `up` leaves processes without one)"""
         return isinstance(self.data.get("base_url"), str)
@@ -246,9 +252,13 @@ def up(
         kind = f"real {real_sglang.spec()}" if engine == "sglang" else "emulated"
         progress(f"up: {len(engines)} {kind} engine(s) on {', '.join(str(p) for _, p in engines)}")
         if engine == "sglang":  # a random model never calls a tool: the smoke's tool request scripts the answer
-            state.data["tool_fields"] = real_sglang.scripted_answer(
-                tool_parser.tool_call_text([tool_parser.SMOKE_TOOL])
-            )
+            skip = real_sglang.script_unreachable(release)
+            if skip:  # the router would drop the script: the smoke says so instead of waiting for 4096 random tokens
+                state.data["tool_skip"] = skip
+            else:
+                state.data["tool_fields"] = real_sglang.scripted_answer(
+                    tool_parser.tool_call_text([tool_parser.SMOKE_TOOL])
+                )
         engine_urls = [f"http://127.0.0.1:{port}" for _, port in engines]
         if release is not None:
             port, prom = free_port(), free_port()

@@ -572,6 +572,19 @@ def token_ids(texts: list[str]) -> list[list[int]]:
     return json.loads(proc.stdout)
 
 
+def script_unreachable(release: Any) -> str | None:
+    """Why the scripted answer cannot reach the engine behind `release` (a routers.catalog.RouterRelease, or None
+    for no router), else None. The script travels in `custom_logit_processor` / `custom_params`, fields a router
+    without a catch-all drops exactly as it drops Polar's: unscripted, the random model never calls the tool and
+    runs the tool request to its max_tokens (4096 took over 60 s behind sglang-router 0.3.2 here)."""
+    if release is None or release.forwards_unknown_chat_fields:
+        return None
+    return (
+        f"the real engine's random model calls a tool only when its answer is scripted, in request fields "
+        f"{release.spec} drops as it drops Polar's"
+    )
+
+
 def scripted_answer(text: str) -> dict[str, Any]:
     """Request fields that make the random model answer exactly `text`, then stop at <|im_end|>."""
     ids = token_ids([text])[0]

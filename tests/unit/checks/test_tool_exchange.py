@@ -233,3 +233,28 @@ def test_verify_offline_checks_the_recorded_harness_tool_choice(monkeypatch):
     monkeypatch.setattr(tool_exchange, "TOOL_CHOICE", "auto")
     monkeypatch.setattr(smoke.contract, "prepare_request", lambda body: dict(body))  # built without Polar's flags
     assert "lacks Polar's request shape" in tool_exchange.recorded_fact_problems()[0]
+
+
+SKIP = "the real engine's random model calls a tool only when its answer is scripted"
+
+
+def test_a_tool_skip_sends_no_tool_request_and_says_why(monkeypatch):
+    """The local real engine behind a field-dropping router (stack.real_sglang.script_unreachable): the script
+    would be dropped, so no tool request is sent (it would run 4096 random tokens) and the summary names why."""
+    seen = serve(monkeypatch, PARSED)
+    report = run(tool_skip=SKIP)
+    assert report.ok, report.message
+    assert not [b for _, b in seen if b.get("tools")] and not tool_entries(report)
+    assert report.tool_check == {"targets": [], "tool_calls": 0, "skipped": SKIP}
+    assert report.message.endswith(f"; tool-call check skipped: {SKIP}")
+    assert report.as_dict()["tool_calls"]["skipped"] == SKIP
+
+
+def test_a_tool_skip_does_not_apply_when_polar_bypasses_the_router(monkeypatch):
+    """Polar's worker bypass sends straight to the engines: the script reaches them, so the check runs."""
+    workers = ["http://w1.invalid", "http://w2.invalid"]
+    seen = serve(monkeypatch, PARSED, workers=workers)
+    report = smoke.run_smoke(URL, requests=2, turns=0, route="polar", tool_skip=SKIP)
+    assert report.ok, report.message
+    assert sorted(u for u, b in seen if b.get("tools")) == [f"{w}/v1/chat/completions" for w in workers]
+    assert "skipped" not in report.tool_check

@@ -74,3 +74,16 @@ def test_the_emulator_refuses_long_requests_with_sglangs_sentences():
         "The input (32768 tokens) is longer than the model's context length (32768 tokens)."
     )
     assert length_problem(100, None) is None
+
+
+def test_the_script_is_unreachable_exactly_behind_routers_without_a_catch_all():
+    """custom_logit_processor is an unknown request field: it reaches the engine with no router and behind releases
+    that forward unknown chat fields (routers.catalog), and is dropped, with a sentence, behind the others."""
+    from polarstack.routers.catalog import RouterRelease
+
+    assert real_sglang.script_unreachable(None) is None
+    for spec in ("sglang-router==0.1.4", "smg==1.5.0", "smg==1.13.0"):
+        assert real_sglang.script_unreachable(RouterRelease.parse(spec)) is None, spec
+    for spec in ("sglang-router==0.1.5", "sglang-router==0.3.2", "smg==1.4.1"):
+        reason = real_sglang.script_unreachable(RouterRelease.parse(spec))
+        assert reason and spec in reason and "scripted" in reason, spec
