@@ -39,6 +39,8 @@ ALLOW_NO_PREFLIGHT ?=
 ENGINE ?=
 # Router releases for `make router-matrix` (empty: sglang-router 0.1.0-0.3.2 and every smg release).
 RELEASES ?=
+# Requests each way for the matrix's latency columns (empty: 200).
+LATENCY_REQUESTS ?=
 
 VENV_PY := $(VENV)/bin/python
 # POLARSTACK_VIA_MAKE: on failure the CLI prints its real exit code (make itself always exits 2).
@@ -126,8 +128,10 @@ bench: _venv ## measure every profile locally side by side; regenerates docs/ben
 verify: _venv ## run all 164 canonical HumanEval solutions through the sandboxed verifier
 	@$(CLI) verify --task humaneval
 
-router-matrix: _venv ## measure router releases in front of the emulator; regenerates docs/router-matrix.md
-	@$(CLI) routers matrix $(if $(RELEASES),--releases $(RELEASES)) --json docs/router-matrix.json --markdown docs/router-matrix.md
+# ENGINE=sglang writes docs/router-matrix-sglang.{json,md}: the emulator's report stays as it was measured.
+_MATRIX_OUT = docs/router-matrix$(if $(filter sglang,$(ENGINE)),-sglang)
+router-matrix: _venv ## measure router releases in front of the emulator (ENGINE=sglang: the real engine); regenerates docs/router-matrix*.md
+	@$(CLI) routers matrix $(if $(RELEASES),--releases $(RELEASES)) $(_ENGINE_ARG) $(if $(LATENCY_REQUESTS),--latency-requests $(LATENCY_REQUESTS)) --json $(_MATRIX_OUT).json --markdown $(_MATRIX_OUT).md
 
 _runtime:
 	@case "$(RUNTIME)" in ""|docker|local) ;; *) echo "RUNTIME=$(RUNTIME) is not docker or local" >&2; exit 2;; esac

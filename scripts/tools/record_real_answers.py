@@ -3,7 +3,7 @@
 
 Each entry is a Polar-shaped request and the engine's raw answer bytes: single turns, a session's second turn,
 logprobs with top_logprobs, n=2, the smoke's tool request with its scripted answer, and the same without Polar's
-two fields. tests/unit/test_polar_model.py runs the verdict model and the rule-table oracle on every one.
+two fields. tests/unit/polar/test_model.py runs the verdict model and the rule-table oracle on every one.
 
 Run from the repository with its venv (starts one server, or uses --url), after a pin change:
   .venv/bin/python scripts/tools/record_real_answers.py > tests/fixtures/real-sglang-answers.json

@@ -6,7 +6,10 @@ import json
 
 import pytest
 
+from polarstack.bench import matrix
 from polarstack.cli.main import main
+from polarstack.errors import ExitCode
+from polarstack.routers.harness import RouterRelease
 
 pytestmark = pytest.mark.router
 
@@ -51,3 +54,36 @@ def test_uninstallable_release_is_a_row(tmp_path, capsys):
     )
     row = json.loads(out_json.read_text())["rows"][0]
     assert row["installs"] is False and "could not install smg==0.0.0" in row["note"]
+    # stderr is no terminal here, so the live bar is replaced by a line per release (progress in a log file)
+    assert "routers matrix: 1/1 smg==0.0.0 measured" in capsys.readouterr().err
+
+
+BOOLEAN_COLUMNS = [key for key, _ in matrix.COLUMNS if key not in ("release", "startup_s") and "ms" not in key]
+
+
+def test_the_relay_measures_what_the_engine_log_measures(engine_factory):
+    """`--engine sglang` reads what reached the engine from a relay in front of it (the real engine keeps no log).
+    In front of the emulator the relay's measurement must equal the emulator log's, column by column, on a release
+    that forwards Polar's fields and one that drops them: the relay adds nothing a router would not."""
+    upstream = engine_factory(seed=0)
+    releases = [RouterRelease.parse("sglang-router==0.1.4"), RouterRelease.parse("sglang-router==0.3.2")]
+    via_log = matrix.run_matrix(releases, latency_requests=3, engine="emulator", progress=lambda m: None)
+    via_relay = matrix.run_matrix(
+        releases, latency_requests=3, engine="sglang", engine_url=upstream.url, progress=lambda m: None
+    )
+    for log_row, relay_row in zip(via_log, via_relay, strict=True):
+        assert log_row.get("note") is None and relay_row.get("note") is None, (log_row, relay_row)
+        assert {k: log_row[k] for k in BOOLEAN_COLUMNS} == {k: relay_row[k] for k in BOOLEAN_COLUMNS}
+    assert [r["chat_flags_reach_engine"] for r in via_relay] == [True, False]
+    assert [r["fields_survive_when_emitted"] for r in via_relay] == [True, True]
+    assert via_relay[1]["engine"] == "sglang" and via_log[1]["engine"] == "emulator"
+
+
+def test_engine_url_needs_the_real_engine_and_a_server_that_answers(capsys):
+    assert main(["routers", "matrix", "--releases", "smg==1.13.0", "--engine-url", "http://127.0.0.1:9"]) == 2
+    assert "use it with --engine sglang" in capsys.readouterr().err
+    code = main(
+        ["routers", "matrix", "--releases", "smg==1.13.0", "--engine", "sglang", "--engine-url", "http://127.0.0.1:9"]
+    )
+    assert code == int(ExitCode.UNREACHABLE)
+    assert "no real sglang server answers /health at http://127.0.0.1:9" in capsys.readouterr().err

@@ -133,3 +133,29 @@ def test_without_the_parser_the_call_stays_raw_text(real_engine_no_parser, scrip
     assert report.code == ExitCode.TOOL_CALLS
     assert tool_parser.FLAG in report.message
 
+
+def test_router_matrix_in_front_of_the_real_engine(real_engine, tmp_path, capsys):
+    """`make router-matrix ENGINE=sglang` (issue 21 point 4): issue #52's bisection measured with the real engine,
+    what reached it read from the relay in front of it. The key rows match the emulator's (tests/integration/
+    test_matrix.py): 0.1.4 and smg 1.13.0 forward Polar's fields, 0.3.2 drops them on the way in but passes them
+    back when the engine emits them, and forwards them on /v1/completions; /generate keeps its tokens; only the newer releases take POST /workers."""
+    from polarstack.cli.main import main
+
+    out_json, out_md = tmp_path / "m.json", tmp_path / "m.md"
+    releases = ["sglang-router==0.1.4", "sglang-router==0.3.2", "smg==1.13.0"]
+    args = ["routers", "matrix", "--releases", *releases, "--engine", "sglang", "--engine-url", real_engine.url]
+    code = main([*args, "--latency-requests", "3", "--json", str(out_json), "--markdown", str(out_md)])
+    assert code == 0, capsys.readouterr().err
+    record = json.loads(out_json.read_text())
+    assert record["engine"] == real_sglang.spec()
+    rows = {r["release"]: r for r in record["rows"]}
+    assert [r.get("note") for r in rows.values()] == [None, None, None], rows
+    assert [rows[s]["chat_flags_reach_engine"] for s in releases] == [True, False, True]
+    assert [rows[s]["chat_fields_reach_client"] for s in releases] == [True, False, True]
+    assert all(r["fields_survive_when_emitted"] for r in rows.values())
+    assert all(r["generate_keeps_tokens"] for r in rows.values())
+    assert all(r["completions_flags_reach_engine"] for r in rows.values())  # /v1/completions forwards them
+    assert [rows[s]["post_workers"] for s in releases] == [False, True, True]
+    assert all(r["latency_requests"] == 3 for r in rows.values())
+    text = out_md.read_text()
+    assert f"(real {real_sglang.spec()})" in text and "recording relay" in text

@@ -1,21 +1,29 @@
 """`polarstack routers matrix`: upstream issue #52's bisection as one command, rerunnable when a router ships.
 
-Every release runs in front of the engine emulator on loopback and is measured on the same questions as
-../shared/reference/router-behavior.md. A release that cannot install or start is a row saying so.
+Every release runs on loopback in front of the engine emulator (the default) or the real pinned sglang on the CPU
+(`--engine sglang`, issue 21), and is measured on the same questions as ../shared/reference/router-behavior.md.
+A release that cannot install or start is a row saying so.
+
+What reached the engine is read from the emulator's own request log; the real engine keeps none, so there the
+router's worker is a recording relay in front of it (polarstack.bench.tap), which also stands in for the
+emulator's `always_extensions` fault by setting Polar's flags on the way to the engine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import httpx
 
+from polarstack.bench import tap
 from polarstack.checks.measure import (
     ENGINE_LOG,
     ISSUE_52_BODY,
@@ -26,13 +34,18 @@ from polarstack.checks.measure import (
     latency_summary,
     machine,
 )
+from polarstack.engine.emulator.engine import DEFAULT_MODEL
 from polarstack.errors import ExitCode, StackError
 from polarstack.polar.contract import POLAR_REQUEST_FLAGS
-from polarstack.processes import stop_pid
+from polarstack.processes import child_env, free_port, stop_pid, wait_http
 from polarstack.routers import worker_api
 from polarstack.routers.harness import PACKAGES, RouterRelease, install, is_installed, version_tuple
 from polarstack.routers.harness import start as start_router
+from polarstack.stack import real_sglang
 from polarstack.stack.engines import start_emulator
+from polarstack.stack.profiles import knob
+
+ENGINES = ("emulator", "sglang")
 
 SGLANG_ROUTER_RANGE = ((0, 1, 0), (0, 3, 2))  # the range issue #52 swept
 COLUMNS = [
@@ -77,32 +90,115 @@ def default_releases() -> list[RouterRelease]:
     return sorted(releases, key=lambda r: (PACKAGES.index(r.package), version_tuple(r.version)))
 
 
+def served_model() -> str:
+    """The model name the matrix's requests carry and its engines serve: the stack's SERVED_MODEL_NAME."""
+    return knob(None, "SERVED_MODEL_NAME") or DEFAULT_MODEL
+
+
 @dataclass
 class Engines:
-    main: Any
-    main_port: int
-    spare: Any
-    spare_port: int
+    """The worker the router fronts (`url`, whose request log is at `log_path`) and a spare worker for the
+    registration question. `engine`: emulator, or sglang (then both URLs are recording relays to one real server)."""
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.main_port}"
+    engine: str
+    url: str
+    spare_url: str
+    log_path: str
+    timeout: float  # seconds per request: the real engine on a shared 2-core CPU needs more than the emulator
 
-    @property
-    def spare_url(self) -> str:
-        return f"http://127.0.0.1:{self.spare_port}"
+    def received(self, http: httpx.Client, path: str) -> list[dict[str, Any]]:
+        return http.get(f"{self.url}{self.log_path}", params={"path": path}).json()["requests"]
+
+    def forget(self, http: httpx.Client) -> None:
+        http.delete(f"{self.url}{self.log_path}")
+
+    def emit_unasked(self, http: httpx.Client, on: bool) -> None:
+        """Make the engine answer with Polar's token fields although the request through the router lacks the
+        flags: the emulator's fault, or the relay setting the flags on the way to the real engine."""
+        if self.engine == "emulator":
+            http.post(f"{self.url}/_emulator/fault", json={"mode": "always_extensions" if on else "none"})
+        else:
+            http.post(f"{self.url}{tap.MODE}", json={"add_flags": on}).raise_for_status()
+
+
+def start_tap(upstream: str, timeout: float = 30.0) -> tuple[subprocess.Popen, str]:
+    """A recording relay on 127.0.0.1 in front of `upstream`; (process, url) once /health answers through it."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "polarstack.bench.tap", "--port", str(port), "--upstream", upstream]
+    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url, timeout, process)
+    except BaseException:
+        stop_pid(process.pid, process)
+        raise
+    return process, url
+
+
+@contextlib.contextmanager
+def engines_for(
+    engine: str, progress: Callable[[str], None] = print, engine_url: str | None = None
+) -> Iterator[Engines]:
+    """Start the matrix's engines, and stop them by pid afterwards whichever way the sweep ends. The emulator: two
+    emulators. sglang: one real server (about 4 GB) with two relays in front of it, so the spare worker is a second
+    address of the same engine and everything the router sends goes through a relay. `engine_url`: a real server
+    already running (serving the stack's SERVED_MODEL_NAME) to put the relays in front of instead of starting one."""
+    if engine not in ENGINES:
+        raise StackError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}.", ExitCode.USAGE)
+    if engine_url and engine != "sglang":
+        raise StackError(
+            "--engine-url names a running real sglang server; use it with --engine sglang.", ExitCode.USAGE
+        )
+    stops: list[Callable[[], None]] = []
+    try:
+        if engine == "emulator":
+            urls = []
+            for seed in (0, 1):
+                process, port = start_emulator(seed=seed, model=served_model())
+                stops.append(lambda p=process: stop_pid(p.pid, p))
+                urls.append(f"http://127.0.0.1:{port}")
+            yield Engines(engine, urls[0], urls[1], ENGINE_LOG, timeout=10.0)
+            return
+        if engine_url:
+            upstream = engine_url.rstrip("/")
+            try:
+                wait_http(upstream, 5.0)
+            except StackError:
+                raise StackError(
+                    f"no real sglang server answers /health at {upstream}; start one or drop --engine-url.",
+                    ExitCode.UNREACHABLE,
+                ) from None
+        else:
+            server = real_sglang.start(
+                served_model_name=served_model(),
+                tool_call_parser=knob(None, "ENGINE_TOOL_CALL_PARSER") or None,  # as the engines run (compose.yaml)
+                progress=progress,
+            )
+            stops.append(server.stop)
+            progress(f"routers matrix: real {real_sglang.spec()} on {server.url}, ready in {server.startup_seconds} s")
+            upstream = server.url
+        relays = []
+        for _ in range(2):
+            process, url = start_tap(upstream)
+            stops.append(lambda p=process: stop_pid(p.pid, p))
+            relays.append(url)
+        yield Engines(engine, relays[0], relays[1], tap.LOG, timeout=real_sglang.SMOKE_TIMEOUT)
+    finally:
+        for stop in reversed(stops):
+            stop()
 
 
 def _yes(value: bool | None) -> str:
     return {True: "yes", False: "no", None: "n/a"}[value]
 
 
-def _engine_log(http: httpx.Client, engines: Engines, path: str) -> list[dict[str, Any]]:
-    return http.get(f"{engines.url}{ENGINE_LOG}", params={"path": path}).json()["requests"]
-
-
 def measure(release: RouterRelease, engines: Engines, latency_requests: int = 200) -> dict[str, Any]:
-    row: dict[str, Any] = {"release": release.spec, "package": release.package, "version": release.version}
+    row: dict[str, Any] = {
+        "release": release.spec,
+        "package": release.package,
+        "version": release.version,
+        "engine": engines.engine,
+    }
     started = time.perf_counter()
     try:
         cached = is_installed(release)
@@ -118,15 +214,15 @@ def measure(release: RouterRelease, engines: Engines, latency_requests: int = 20
         row.update(starts=False, note=exc.message)
         return row
     row.update(starts=True, startup_s=round(router.startup_seconds, 3))
-    http = httpx.Client(timeout=10, trust_env=False)
+    http = httpx.Client(timeout=engines.timeout, trust_env=False)
     step = "setup"
     try:
         step = "chat with Polar's flags"
-        model = "Qwen2.5-7B-Instruct"
+        model = served_model()
         body = dict(ISSUE_52_BODY, model=model)
-        http.delete(f"{engines.url}{ENGINE_LOG}")
+        engines.forget(http)
         reply = _retrying_post(http, f"{router.url}/v1/chat/completions", body)
-        received = _engine_log(http, engines, "/v1/chat/completions")
+        received = engines.received(http, "/v1/chat/completions")
         if reply is None or not reply.is_success:
             row["note"] = f"chat through the router failed: HTTP {getattr(reply, 'status_code', 'none')}"
             row["chat_flags_reach_engine"] = row["chat_fields_reach_client"] = None
@@ -139,7 +235,7 @@ def measure(release: RouterRelease, engines: Engines, latency_requests: int = 20
             row["request_keys_at_engine"] = sorted(last)
         # Would the fields survive the response path if the engine emitted them unasked?
         step = "chat with fields emitted unasked"
-        http.post(f"{engines.url}/_emulator/fault", json={"mode": "always_extensions"})
+        engines.emit_unasked(http, True)
         try:
             plain = {k: v for k, v in body.items() if k not in POLAR_REQUEST_FLAGS}
             reply = http.post(f"{router.url}/v1/chat/completions", json=plain)
@@ -147,12 +243,12 @@ def measure(release: RouterRelease, engines: Engines, latency_requests: int = 20
                 reply.json()["choices"][0]
             )
         finally:
-            http.post(f"{engines.url}/_emulator/fault", json={"mode": "none"})
+            engines.emit_unasked(http, False)
         step = "/generate"
         gen = http.post(f"{router.url}/generate", json=generate_body("hi"))
         row["generate_keeps_tokens"] = bool(generate_keeps_tokens(gen.json() if gen.is_success else {}))
         step = "/v1/completions"
-        http.delete(f"{engines.url}{ENGINE_LOG}")
+        engines.forget(http)
         comp = http.post(
             f"{router.url}/v1/completions",
             json={
@@ -163,10 +259,10 @@ def measure(release: RouterRelease, engines: Engines, latency_requests: int = 20
                 "return_meta_info": True,
             },
         )
-        seen = _engine_log(http, engines, "/v1/completions")
+        seen = engines.received(http, "/v1/completions")
         row["completions_flags_reach_engine"] = comp.is_success and bool(seen) and carries_polar_flags(seen[-1]["body"])
         step = "POST /workers"
-        row["post_workers"] = _registration(http, router.url, engines.spare_url)
+        row["post_workers"] = _registration(http, router.url, engines.spare_url, engines.timeout)
         step = "latency"
         row.update(_latency(http, engines.url, router.url, model, latency_requests))
     except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
@@ -189,14 +285,14 @@ def _retrying_post(http: httpx.Client, url: str, body: dict[str, Any], tries: in
     return reply
 
 
-def _registration(http: httpx.Client, router_url: str, worker_url: str) -> bool:
+def _registration(http: httpx.Client, router_url: str, worker_url: str, timeout: float) -> bool:
     # On its own connection: measured here, sglang-router 0.1.4 answers 404 to POST /workers and the next
     # request on that same keep-alive connection sometimes never gets an answer (a 10 s read timeout).
     reply = httpx.post(
         f"{router_url}{worker_api.PATH}",
         json=worker_api.registration(worker_url),
         headers={"Connection": "close"},
-        timeout=10,
+        timeout=timeout,
         trust_env=False,
     )
     if not reply.is_success:
@@ -219,21 +315,20 @@ def _latency(http: httpx.Client, direct: str, via: str, model: str, count: int) 
 
 
 def run_matrix(
-    releases: list[RouterRelease], latency_requests: int = 200, on_row: Callable[[dict[str, Any]], None] | None = None
+    releases: list[RouterRelease],
+    latency_requests: int = 200,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+    engine: str = "emulator",
+    progress: Callable[[str], None] = print,
+    engine_url: str | None = None,
 ) -> list[dict[str, Any]]:
-    main, main_port = start_emulator(seed=0)
-    spare, spare_port = start_emulator(seed=1)
-    engines = Engines(main, main_port, spare, spare_port)
     rows = []
-    try:
+    with engines_for(engine, progress, engine_url) as engines:
         for release in releases:
             row = measure(release, engines, latency_requests)
             rows.append(row)
             if on_row:
                 on_row(row)
-    finally:
-        stop_pid(main.pid, main)
-        stop_pid(spare.pid, spare)
     return rows
 
 
@@ -246,13 +341,27 @@ def cell(row: dict[str, Any], key: str) -> str:
     return str(value)
 
 
-def to_markdown(rows: list[dict[str, Any]], command: str, date: str) -> str:
+def engine_sentence(engine: str) -> str:
+    if engine == "sglang":
+        return (
+            f"Each release ran on 127.0.0.1 in front of the real {real_sglang.spec()} on the CPU (a tiny random "
+            "Qwen2, `polarstack.stack.real_sglang`), through a recording relay (`polarstack.bench.tap`) that passes "
+            'requests and answers unchanged. "reach engine" is read from the relay\'s log; for "fields survive if '
+            "engine always emits them\" the relay sets Polar's two flags on the way to the engine. The spare worker "
+            "of the registration question is a second relay to the same server."
+        )
+    return (
+        "Each release ran on 127.0.0.1 in front of `polarstack emulate-engine` (sglang "
+        'protocol models at the pinned version). "reach engine" is read from the engine\'s own request log.'
+    )
+
+
+def to_markdown(rows: list[dict[str, Any]], command: str, date: str, engine: str = "emulator") -> str:
     lines = [
-        "# Router matrix",
+        "# Router matrix" + (f" (real {real_sglang.spec()})" if engine == "sglang" else ""),
         "",
         f"Generated by `{command}` on {date}, on {machine()}.",
-        "Each release ran on 127.0.0.1 in front of `polarstack emulate-engine` (sglang "
-        'protocol models at the pinned version). "reach engine" is read from the engine\'s own request log.',
+        engine_sentence(engine),
         "Latency: interleaved sequential chat requests (max_tokens 1) direct and through the router, "
         'in the same run; "added" is through minus direct, so a negative value means the router\'s cost '
         "is below what this run can resolve.",
@@ -266,13 +375,19 @@ def to_markdown(rows: list[dict[str, Any]], command: str, date: str) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(rows: list[dict[str, Any]], json_path: str | None, markdown_path: str | None, command: str) -> None:
+def write_outputs(
+    rows: list[dict[str, Any]],
+    json_path: str | None,
+    markdown_path: str | None,
+    command: str,
+    engine: str = "emulator",
+) -> None:
     date = time.strftime("%Y-%m-%d")
+    engine_name = real_sglang.spec() if engine == "sglang" else "polarstack emulate-engine"
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(
-            json.dumps({"generated": date, "machine": machine(), "command": command, "rows": rows}, indent=2) + "\n"
-        )
+        record = {"generated": date, "machine": machine(), "command": command, "engine": engine_name, "rows": rows}
+        Path(json_path).write_text(json.dumps(record, indent=2) + "\n")
     if markdown_path:
         Path(markdown_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(markdown_path).write_text(to_markdown(rows, command, date))
+        Path(markdown_path).write_text(to_markdown(rows, command, date, engine))

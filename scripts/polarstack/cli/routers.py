@@ -13,7 +13,9 @@ from polarstack.routers.harness import MEASURED, RouterRelease, install, is_inst
 def _add_routers(sub) -> None:
     p = sub.add_parser("routers", help="router releases: catalog, install")
     rsub = p.add_subparsers(dest="routers_cmd", required=True, metavar="{catalog,install,matrix}")
-    mat = rsub.add_parser("matrix", help="measure router releases in front of the emulator (issue #52's bisection)")
+    mat = rsub.add_parser(
+        "matrix", help="measure router releases in front of the emulator or the real sglang (issue #52's bisection)"
+    )
     mat.add_argument(
         "--releases",
         nargs="+",
@@ -24,6 +26,18 @@ def _add_routers(sub) -> None:
     mat.add_argument("--json", dest="json_file", metavar="FILE", default=None, help="write the rows as JSON")
     mat.add_argument("--markdown", metavar="FILE", default=None, help="write a Markdown report")
     mat.add_argument("--latency-requests", type=int, default=200, help="requests each way for latency (default 200)")
+    mat.add_argument(
+        "--engine",
+        choices=matrix.ENGINES,
+        default="emulator",
+        help="the engine behind each router: the emulator (default) or the real pinned sglang on the CPU",
+    )
+    mat.add_argument(
+        "--engine-url",
+        default=None,
+        metavar="URL",
+        help="with --engine sglang: a real server already running on this machine, instead of starting one",
+    )
     mat.set_defaults(handler=_cmd_routers_matrix)
     cat = rsub.add_parser("catalog", help="what each pinned/known release accepts and forwards")
     cat.add_argument("--json", action="store_true")
@@ -78,9 +92,19 @@ def _cmd_routers_matrix(args: argparse.Namespace) -> int:
 
         def advance(row):
             progress.update(task, advance=1, description=f"router releases (last: {row['release']})")
+            if not progress.console.is_terminal:  # a log file gets no live bar: one line per release instead
+                done = int(progress.tasks[0].completed)
+                progress.console.print(f"routers matrix: {done}/{len(releases)} {row['release']} measured")
 
-        rows = matrix.run_matrix(releases, args.latency_requests, on_row=advance)
-    matrix.write_outputs(rows, args.json_file, args.markdown, command)
+        rows = matrix.run_matrix(
+            releases,
+            args.latency_requests,
+            on_row=advance,
+            engine=args.engine,
+            progress=progress.console.print,
+            engine_url=args.engine_url,
+        )
+    matrix.write_outputs(rows, args.json_file, args.markdown, command, args.engine)
     render_matrix(rows)
     return 0
 

@@ -458,3 +458,43 @@ def test_model_agrees_with_the_rule_table_on_real_sglang_answers(entry):
     # with Polar's two fields the real engine's answer is trainable; without them it is not (issue #52's symptom)
     with_fields = all(entry["request"].get(flag) is True for flag in ("return_prompt_token_ids", "return_meta_info"))
     assert (verdict.trainable_tokens > 0) == with_fields, entry["name"]
+
+
+def _described(request: dict) -> str:
+    """A real answer's request in a few words, as docs/polar-verdict.md's table names it."""
+    words = ["Polar's two fields" if contract_flags_set(request) else "without Polar's fields"]
+    if len(request.get("messages", [])) > 1:
+        words.append(f"{len(request['messages'])} messages")
+    if request.get("n", 1) > 1:
+        words.append(f"n={request['n']}")
+    if request.get("top_logprobs"):
+        words.append(f"top_logprobs={request['top_logprobs']}")
+    if request.get("tools"):
+        words.append("a tool schema, scripted call")
+    return ", ".join(words)
+
+
+def contract_flags_set(request: dict) -> bool:
+    return all(request.get(flag) is True for flag in ("return_prompt_token_ids", "return_meta_info"))
+
+
+def real_answer_rows() -> list[str]:
+    rows = []
+    for entry in REAL_ANSWERS["answers"]:
+        verdict = polar_model.decide(base64.b64decode(entry["body_b64"]), entry["request"])
+        where = f"{verdict.stage}: {verdict.reason}" if verdict.trainable_tokens == 0 else ""
+        found = ", ".join(f"`{w.code}`" for w in verdict.warnings)
+        rows.append(
+            f"| `{entry['name']}` | {_described(entry['request'])} | {verdict.verdict} | {verdict.trainable_tokens} "
+            f"| {found} | {where} |"
+        )
+    return rows
+
+
+def test_the_verdict_doc_lists_every_real_answer_with_the_models_verdict():
+    """docs/polar-verdict.md's real-engine table is the fixture's, judged by the model: a re-recorded fixture or a
+    changed model that the doc does not follow fails here (the expected rows are in the message)."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "polar-verdict.md").read_text(encoding="utf-8")
+    missing = [row for row in real_answer_rows() if row not in doc]
+    assert not missing, "\n".join(missing)
+    assert f"sglang {REAL_ANSWERS['sglang_version']}" in doc
