@@ -38,7 +38,7 @@ def run_profile(
             state.base_url,
             route=profile.route,
             tool_fields=state.tool_fields,
-            tool_skip=state.tool_skip,
+            tool_unscripted=state.tool_unscripted,
             timeout=timeout,
         )
         row.update(

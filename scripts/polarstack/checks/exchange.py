@@ -86,8 +86,8 @@ class SmokeReport:
     agent_env: dict[str, str] | None = None  # the plan's agent.env: its output cap sets the tool request's max_tokens
     # fields added to the tool request only: the real engine's scripted tool answer (local.LocalState.tool_fields)
     tool_fields: dict[str, Any] | None = None
-    # why the tool request is not sent (local.LocalState.tool_skip: the real engine's script cannot reach it), or None
-    tool_skip: str | None = None
+    # why tool_fields cannot reach the engine (local.LocalState.tool_unscripted): the tool outcome is then not judged
+    tool_unscripted: str | None = None
 
     @property
     def trainable_tokens(self) -> int:

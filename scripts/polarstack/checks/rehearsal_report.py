@@ -346,12 +346,12 @@ def local_part(trainable_per_exchange: list[int], tool_check: dict[str, Any] | N
     parsed = sum(1 for t in targets if t.get("outcome") == PARSED_OUTCOME)
     raw = sum(1 for t in targets if t.get("outcome") == RAW_TEXT_OUTCOME)
     figure = f"{parsed}/{len(targets)} targets answered the tool request with parsed tool calls"
-    if not targets and (tool_check or {}).get("skipped"):
+    if (tool_check or {}).get("not_judged"):
         out.append(
             Verdict(
                 "tool_calls",
                 "warn",
-                f"not checked: {tool_check['skipped']}",
+                f"not judged: {tool_check['not_judged']}",
                 "check tool calls on engine-direct or behind a router that forwards unknown request fields",
             )
         )

@@ -69,7 +69,7 @@ def run_smoke(
     engine_urls: list[str] | None = None,
     agent_env: dict[str, str] | None = None,
     tool_fields: dict[str, Any] | None = None,
-    tool_skip: str | None = None,
+    tool_unscripted: str | None = None,
 ) -> SmokeReport:
     verdict_options = {
         "strict": strict,
@@ -78,7 +78,7 @@ def run_smoke(
         "engine_urls": engine_urls or list(register or []),
         "agent_env": agent_env,
         "tool_fields": tool_fields,
-        "tool_skip": tool_skip,
+        "tool_unscripted": tool_unscripted,
     }
     if register:
         try:
@@ -115,7 +115,7 @@ def run_smoke(
             engine_urls=list(verdict_options["engine_urls"]),
             agent_env=agent_env,
             tool_fields=tool_fields,
-            tool_skip=tool_skip,
+            tool_unscripted=tool_unscripted,
         )
         try:
             if tokenizer_name:

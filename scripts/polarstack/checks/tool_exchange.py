@@ -132,6 +132,11 @@ def context_refusal(report: Any, exc: StackError, pad_tokens: int, max_tokens: i
     )
 
 
+# The tool request's max_tokens where the real engine's script cannot reach it (exchange_tools): enough for the
+# router to answer or refuse, too few for a 60 s run of random tokens on the CPU.
+UNSCRIPTED_MAX_TOKENS = 8
+
+
 def classify(parsed: Any) -> tuple[str, int, str | None]:
     """(outcome, number of parsed calls, finish_reason) of a chat completion answering the tool request.
     A cut answer is CUT even when it holds `<tool_call>` text: sglang cannot parse an unterminated block, so the
@@ -161,24 +166,28 @@ def exchange_tools(report: Any, http: Any) -> None:
     of kind "tools" (a smoke.Exchange with its tool_outcome) and judged by Polar's pipeline like the others
     (smoke.exchange: orjson parse, decide(), findings); its trainable tokens count in the report. The tool-call
     outcome is judged later (judge_tool_calls), only if the token verdict passed, so a path dropping Polar's
-    fields on tool requests fails as it would for any request (exit 3/4/7). With `report.tool_skip` set (the local
-    real engine's script would be dropped by its router) nothing is sent and the summary says why, unless the
-    resolution bypasses the router: then the script goes straight to the engines."""
-    if report.tool_skip and not report.resolution.bypassed:
-        report.tool_check = {"targets": [], "tool_calls": 0, "skipped": report.tool_skip}
-        return
+    fields on tool requests fails as it would for any request (exit 3/4/7).
+
+    `report.tool_unscripted` (the local real engine behind a router that would drop the answer's script, unless the
+    resolution bypasses that router): the request still goes, so what the router does with it (a refusal, the
+    dropped fields) is reported, but capped at UNSCRIPTED_MAX_TOKENS, since the unscripted random model never
+    calls the tool and would run to max_tokens; its outcome is not judged and the summary says why."""
+    unscripted = report.tool_unscripted if report.tool_unscripted and not report.resolution.bypassed else None
     pad = budget.harness_request_shape()[0] if os.environ.get(PAD_ENV, "1").strip() != "0" else 0
     # the plan's own agent.env when the gate passes it (make train, the in-job gate), else the defaults'
     planned = getattr(report, "agent_env", None)
     max_tokens = None if planned is None or os.environ.get(MAX_TOKENS_ENV) else budget.env_max_tokens(planned)
     body = tool_request(report.model, max_tokens=max_tokens, pad_tokens=pad)
     body = {**body, **(report.tool_fields or {})}  # tool_fields: a scripted real engine (stack.local)
+    if unscripted:
+        body["max_tokens"] = UNSCRIPTED_MAX_TOKENS
     summary: dict[str, Any] = {
         "targets": [],
         "tool_calls": 0,
         "max_tokens": body["max_tokens"],
         "prompt_padding_tokens": pad,
         "tool_choice": TOOL_CHOICE,
+        **({"not_judged": unscripted} if unscripted else {}),
     }
     report.tool_check = summary
     for target in dict.fromkeys(report.resolution.targets):
@@ -203,6 +212,9 @@ def judge_tool_calls(report: Any) -> None:
     """Fail the report unless every target answered the tool request with parsed message.tool_calls. Raw
     `<tool_call>` text (the engine runs without the parser) wins over prose, and prose over a cut answer: the
     first is a certain configuration error, the last only an inconclusive check."""
+    if report.tool_check and report.tool_check.get("not_judged"):
+        report.message += f"; tool-call outcome not judged: {report.tool_check['not_judged']}"
+        return
     entries = [e for e in report.exchanges if e.kind == "tools" and e.tool_outcome is not None]
     by_outcome = {
         outcome: next((e for e in entries if e.tool_outcome == outcome), None) for outcome in (RAW_TEXT, PROSE, CUT)
@@ -235,5 +247,3 @@ def judge_tool_calls(report: Any) -> None:
         )
     elif entries:
         report.message += f"; parsed tool_calls from {len(entries)} target(s)"
-    elif report.tool_check and report.tool_check.get("skipped"):
-        report.message += f"; tool-call check skipped: {report.tool_check['skipped']}"

@@ -39,7 +39,7 @@ from polarstack.inputs import MAX_REQUESTS, MAX_TOKENS, MAX_TURNS, count, second
 from polarstack.offline import verify as verify_offline
 from polarstack.paths import TRAINER_RUN_DIR
 from polarstack.polar import switch as polar_switch
-from polarstack.stack import local, pin, real_sglang
+from polarstack.stack import local, pin
 from polarstack.stack import target as stack_target
 from polarstack.train import launch as train_launch
 
@@ -214,8 +214,9 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     target = stack_target.resolve_target(
         args.runtime, args.profile, args.base_url, route=args.route, verb="smoke", in_trainer=args.in_trainer
     )
+    local_options = local.smoke_options(target)  # a local stack of real engines: its script, its longer timeout
     if args.timeout is None:  # the default depends on what answers (docker_smoke passes it on as a number)
-        args.timeout = _default_timeout(target)
+        args.timeout = local_options.get("timeout", 10.0)
     if target.runtime == "docker":
         if not args.in_trainer:  # on the host (the record is checked): run this smoke inside the trainer
             return _smoke_via_trainer(args, target.loaded)
@@ -234,8 +235,8 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
         allow_retokenized=args.allow_retokenized,
         tokenizer_name=tokenizer_name,
         engine_urls=target.engine_urls,
-        tool_fields=_local_tool_fields(target),
-        tool_skip=_local_tool_skip(target),
+        tool_fields=local_options.get("tool_fields"),
+        tool_unscripted=local_options.get("tool_unscripted"),
     )
     if args.json:
         print_json(report.as_dict())
@@ -244,31 +245,6 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     if not report.ok:
         raise StackError(report.message, report.code)
     return 0
-
-
-def _default_timeout(target) -> float:
-    """10 s per request; a local stack of real CPU engines (`up --engine sglang`) gets real_sglang.SMOKE_TIMEOUT."""
-    if target.local:
-        state = local.read_state()
-        if state is not None and state.engine == "sglang":
-            return real_sglang.SMOKE_TIMEOUT
-    return 10.0
-
-
-def _local_tool_fields(target) -> dict | None:
-    """The local real engine's scripted tool answer (`up --engine sglang` records it), else None."""
-    if not target.local:
-        return None
-    state = local.read_state()
-    return state.tool_fields if state is not None else None
-
-
-def _local_tool_skip(target) -> str | None:
-    """Why the local stack's smoke sends no tool request (`up --engine sglang` behind a field-dropping router)."""
-    if not target.local:
-        return None
-    state = local.read_state()
-    return state.tool_skip if state is not None else None
 
 
 def _smoke_via_trainer(args: argparse.Namespace, profile) -> int:

@@ -91,9 +91,10 @@ class LocalState:
         return fields if isinstance(fields, dict) else None
 
     @property
-    def tool_skip(self) -> str | None:
-        """Why the smoke sends no tool request on this stack (the real engine's script cannot reach it), or None."""
-        reason = self.data.get("tool_skip")
+    def tool_unscripted(self) -> str | None:
+        """Why the real engine's scripted tool answer cannot reach it through this stack's router, or None: the smoke
+        then caps its tool request and does not judge the outcome (checks.tool_exchange.exchange_tools)."""
+        reason = self.data.get("tool_unscripted")
         return reason if isinstance(reason, str) and reason else None
 
     @property
@@ -164,6 +165,22 @@ def _spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) ->
         return subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
         )
+
+
+def smoke_options(target: Any) -> dict[str, Any]:
+    """What a smoke of `target` (a stack.target resolution) needs from the local stack `up` started with real
+    engines: the scripted tool answer, why it may not reach the engines, and the per-request timeout of real CPU
+    engines (real_sglang.SMOKE_TIMEOUT). Empty for any other target (docker, a URL, the emulator)."""
+    if not getattr(target, "local", False):
+        return {}
+    state = read_state()
+    if state is None or state.engine != "sglang":
+        return {}
+    return {
+        "tool_fields": state.tool_fields,
+        "tool_unscripted": state.tool_unscripted,
+        "timeout": real_sglang.SMOKE_TIMEOUT,
+    }
 
 
 def up(
@@ -252,13 +269,11 @@ def up(
         kind = f"real {real_sglang.spec()}" if engine == "sglang" else "emulated"
         progress(f"up: {len(engines)} {kind} engine(s) on {', '.join(str(p) for _, p in engines)}")
         if engine == "sglang":  # a random model never calls a tool: the smoke's tool request scripts the answer
-            skip = real_sglang.script_unreachable(release)
-            if skip:  # the router would drop the script: the smoke says so instead of waiting for 4096 random tokens
-                state.data["tool_skip"] = skip
-            else:
-                state.data["tool_fields"] = real_sglang.scripted_answer(
-                    tool_parser.tool_call_text([tool_parser.SMOKE_TOOL])
-                )
+            state.data["tool_fields"] = real_sglang.scripted_answer(
+                tool_parser.tool_call_text([tool_parser.SMOKE_TOOL])
+            )
+            # ... in fields this router may drop; the script still reaches the engines when Polar bypasses it
+            state.data["tool_unscripted"] = real_sglang.script_unreachable(release)
         engine_urls = [f"http://127.0.0.1:{port}" for _, port in engines]
         if release is not None:
             port, prom = free_port(), free_port()

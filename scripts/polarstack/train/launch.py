@@ -20,7 +20,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.paths import train_run_dir
 from polarstack.reward import tasks
 from polarstack.routers import worker_api
-from polarstack.stack import compose, profiles
+from polarstack.stack import compose, local, profiles
 from polarstack.stack.target import resolve_target
 from polarstack.train import rehearsal_record, supervise
 from polarstack.train.plan import RESUME_REFUSED, TRAINER_RUN_DIR, LaunchPlan, build_plan, load_defaults, watch_lines
@@ -100,6 +100,7 @@ def _gate(request: TrainRequest, target, plan, profile) -> None:
     polar_values = yaml.safe_load(plan.files["polar_config.yaml"])
     report = smoke.run_smoke(
         target.base_url,
+        **local.smoke_options(target),  # a local stack of real engines: its scripted tool answer and timeout
         route=target.route or profile.route,
         model=target.served_model(),
         register=target.register,

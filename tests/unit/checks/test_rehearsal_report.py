@@ -162,8 +162,11 @@ def test_local_part_judges_what_the_local_runtime_measures():
     assert [v.verdict for v in bad[:2]] == ["fail", "fail"] and "--tool-call-parser" in bad[1].change
     prose = rehearsal_report.local_part([5], {"targets": [{"outcome": "prose_without_call", "tool_calls": 0}]})
     assert prose[1].verdict == "warn"
-    skipped = rehearsal_report.local_part([5], {"targets": [], "tool_calls": 0, "skipped": "the script is dropped"})
-    assert skipped[1].verdict == "warn" and skipped[1].figure == "not checked: the script is dropped"
+    cut = [{"outcome": "cut_at_max_tokens", "tool_calls": 0}]
+    unjudged = rehearsal_report.local_part(
+        [5], {"targets": cut, "tool_calls": 0, "not_judged": "the script is dropped"}
+    )
+    assert unjudged[1].verdict == "warn" and unjudged[1].figure == "not judged: the script is dropped"
     assert rehearsal_report.local_part([5], {"targets": [], "tool_calls": 0})[1].verdict == "fail"
 
 

@@ -236,25 +236,38 @@ def test_verify_offline_checks_the_recorded_harness_tool_choice(monkeypatch):
 
 
 SKIP = "the real engine's random model calls a tool only when its answer is scripted"
+SCRIPT = {"custom_logit_processor": "processor", "custom_params": {"token_ids": [1, 2]}}
+CUT_ANSWER = answer({"role": "assistant", "content": "abc"}, "length")
 
 
-def test_a_tool_skip_sends_no_tool_request_and_says_why(monkeypatch):
+def test_an_unscripted_tool_request_is_capped_and_its_outcome_not_judged(monkeypatch):
     """The local real engine behind a field-dropping router (stack.real_sglang.script_unreachable): the script
-    would be dropped, so no tool request is sent (it would run 4096 random tokens) and the summary names why."""
-    seen = serve(monkeypatch, PARSED)
-    report = run(tool_skip=SKIP)
+    would be dropped, so the unscripted random model would run the tool request to 4096 tokens. The request still
+    goes (what the router does with it is reported), capped, and its outcome (here cut at max_tokens, which
+    would otherwise fail with USAGE) is not judged; the summary and the sentence say why."""
+    seen = serve(monkeypatch, CUT_ANSWER)
+    report = run(tool_fields=SCRIPT, tool_unscripted=SKIP)
     assert report.ok, report.message
-    assert not [b for _, b in seen if b.get("tools")] and not tool_entries(report)
-    assert report.tool_check == {"targets": [], "tool_calls": 0, "skipped": SKIP}
-    assert report.message.endswith(f"; tool-call check skipped: {SKIP}")
-    assert report.as_dict()["tool_calls"]["skipped"] == SKIP
+    (body,) = [b for _, b in seen if b.get("tools")]
+    assert body["max_tokens"] == tool_exchange.UNSCRIPTED_MAX_TOKENS
+    (entry,) = tool_entries(report)
+    assert entry["tool_outcome"] == tool_exchange.CUT
+    assert report.tool_check["not_judged"] == SKIP and report.as_dict()["tool_calls"]["not_judged"] == SKIP
+    assert report.message.endswith(f"; tool-call outcome not judged: {SKIP}")
+    # the same answer without the reason is the smoke's own budget problem (USAGE)
+    serve(monkeypatch, CUT_ANSWER)
+    assert run(tool_fields=SCRIPT).code == ExitCode.USAGE
 
 
-def test_a_tool_skip_does_not_apply_when_polar_bypasses_the_router(monkeypatch):
-    """Polar's worker bypass sends straight to the engines: the script reaches them, so the check runs."""
+def test_the_script_goes_along_when_polar_bypasses_the_router(monkeypatch):
+    """Polar's worker bypass sends straight to the engines: the script reaches them, so the tool request carries
+    it at its full max_tokens and the outcome is judged."""
     workers = ["http://w1.invalid", "http://w2.invalid"]
     seen = serve(monkeypatch, PARSED, workers=workers)
-    report = smoke.run_smoke(URL, requests=2, turns=0, route="polar", tool_skip=SKIP)
+    report = smoke.run_smoke(URL, requests=2, turns=0, route="polar", tool_fields=SCRIPT, tool_unscripted=SKIP)
     assert report.ok, report.message
-    assert sorted(u for u, b in seen if b.get("tools")) == [f"{w}/v1/chat/completions" for w in workers]
-    assert "skipped" not in report.tool_check
+    tool_bodies = [(u, b) for u, b in seen if b.get("tools")]
+    assert sorted(u for u, _ in tool_bodies) == [f"{w}/v1/chat/completions" for w in workers]
+    assert all(b["custom_logit_processor"] == "processor" for _, b in tool_bodies)
+    assert all(b["max_tokens"] > tool_exchange.UNSCRIPTED_MAX_TOKENS for _, b in tool_bodies)
+    assert "not_judged" not in report.tool_check and "parsed tool_calls from 2 target(s)" in report.message

@@ -108,3 +108,23 @@ def test_the_docker_target_registers_engines_only_where_slime_does(tmp_path, mon
 def test_the_docker_record_has_a_typed_view():
     record = docker_state.DockerRecord.of({"profile": "patched-router", "base_url": "http://127.0.0.1:30080"})
     assert (record.profile, record.base_url, record.route) == ("patched-router", "http://127.0.0.1:30080", None)
+
+
+def test_smoke_options_come_from_a_local_stack_of_real_engines_only(local_up):
+    """The smoke (`polarstack smoke`) and train's gate (`make train` against a local stack) read the real engine's
+    scripted tool answer, why it may not pass the router, and the longer timeout from the run state; the
+    emulator's stack and any non-local target give none."""
+    target = resolve_target("auto", None, None)
+    assert local.smoke_options(target) == {}  # the emulator (no "engine" recorded)
+    state = json.loads((local_up / "state.json").read_text())
+    script = {"custom_logit_processor": "p", "custom_params": {"token_ids": [1]}}
+    state.update(engine="sglang", tool_fields=script, tool_unscripted="dropped by the router")
+    (local_up / "state.json").write_text(json.dumps(state))
+    from polarstack.stack import real_sglang
+
+    assert local.smoke_options(target) == {
+        "tool_fields": script,
+        "tool_unscripted": "dropped by the router",
+        "timeout": real_sglang.SMOKE_TIMEOUT,
+    }
+    assert local.smoke_options(resolve_target("auto", None, "http://127.0.0.1:7", route="base")) == {}
