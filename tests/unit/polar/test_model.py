@@ -497,4 +497,6 @@ def test_the_verdict_doc_lists_every_real_answer_with_the_models_verdict():
     doc = (Path(__file__).resolve().parents[3] / "docs" / "polar-verdict.md").read_text(encoding="utf-8")
     missing = [row for row in real_answer_rows() if row not in doc]
     assert not missing, "\n".join(missing)
+    table = doc[doc.index("| answer | request | Polar's verdict") :].split("\n\n", 1)[0].splitlines()[2:]
+    assert table == real_answer_rows(), "the doc's table has rows the fixture does not"
     assert f"sglang {REAL_ANSWERS['sglang_version']}" in doc
