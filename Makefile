@@ -35,11 +35,11 @@ SET ?=
 # 1: `make train` on the docker runtime launches without a passing `make preflight` record of these pins, profile, plan.
 ALLOW_NO_PREFLIGHT ?=
 # Engines of the local runtime (`make up RUNTIME=local`, `make demo`): emulator (empty: the CPU stand-in) or sglang
-# (the real pinned sglang on the CPU with a tiny random model; installed once, about 3.6 GB download, 4 GB RAM each).
+# (the real pinned sglang on the CPU with a tiny random model; installed once, about 4.8 GB download, 4 GB RAM each).
 ENGINE ?=
 # Router releases for `make router-matrix` (empty: sglang-router 0.1.0-0.3.2 and every smg release).
 RELEASES ?=
-# Requests each way for the matrix's latency columns (empty: 200).
+# Requests each way for the matrix's latency columns (empty: 200, or 20 with ENGINE=sglang).
 LATENCY_REQUESTS ?=
 
 VENV_PY := $(VENV)/bin/python
@@ -128,8 +128,9 @@ bench: _venv ## measure every profile locally side by side; regenerates docs/ben
 verify: _venv ## run all 164 canonical HumanEval solutions through the sandboxed verifier
 	@$(CLI) verify --task humaneval
 
-# ENGINE=sglang writes docs/router-matrix-sglang.{json,md}: the emulator's report stays as it was measured.
-_MATRIX_OUT = docs/router-matrix$(if $(filter sglang,$(ENGINE)),-sglang)
+# ENGINE=sglang writes docs/router-matrix-sglang.{json,md}: the emulator's report stays as it was measured. A subset
+# (RELEASES=...) goes to .run/, so it never replaces a committed report of every release.
+_MATRIX_OUT = $(if $(RELEASES),.run,docs)/router-matrix$(if $(filter sglang,$(ENGINE)),-sglang)
 router-matrix: _venv ## measure router releases in front of the emulator (ENGINE=sglang: the real engine); regenerates docs/router-matrix*.md
 	@$(CLI) routers matrix $(if $(RELEASES),--releases $(RELEASES)) $(_ENGINE_ARG) $(if $(LATENCY_REQUESTS),--latency-requests $(LATENCY_REQUESTS)) --json $(_MATRIX_OUT).json --markdown $(_MATRIX_OUT).md
 

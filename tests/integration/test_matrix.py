@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from polarstack.bench import matrix
+from polarstack.bench import matrix, tap
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
+from polarstack.processes import stop_pid
 from polarstack.routers.harness import RouterRelease
 
 pytestmark = pytest.mark.router
@@ -64,13 +65,18 @@ BOOLEAN_COLUMNS = [key for key, _ in matrix.COLUMNS if key not in ("release", "s
 def test_the_relay_measures_what_the_engine_log_measures(engine_factory):
     """`--engine sglang` reads what reached the engine from a relay in front of it (the real engine keeps no log).
     In front of the emulator the relay's measurement must equal the emulator log's, column by column, on a release
-    that forwards Polar's fields and one that drops them: the relay adds nothing a router would not."""
+    that forwards Polar's fields and one that drops them: the relay adds nothing a router would not. (The relays are
+    put in front of an emulator by hand: `--engine-url` refuses the emulator.)"""
     upstream = engine_factory(seed=0)
     releases = [RouterRelease.parse("sglang-router==0.1.4"), RouterRelease.parse("sglang-router==0.3.2")]
     via_log = matrix.run_matrix(releases, latency_requests=3, engine="emulator", progress=lambda m: None)
-    via_relay = matrix.run_matrix(
-        releases, latency_requests=3, engine="sglang", engine_url=upstream.url, progress=lambda m: None
-    )
+    relays = [matrix.start_tap(upstream.url) for _ in range(2)]
+    try:
+        engines = matrix.Engines("sglang", relays[0][1], relays[1][1], tap.LOG, timeout=10.0)
+        via_relay = [matrix.measure(release, engines, latency_requests=3) for release in releases]
+    finally:
+        for process, _ in relays:
+            stop_pid(process.pid, process)
     for log_row, relay_row in zip(via_log, via_relay, strict=True):
         assert log_row.get("note") is None and relay_row.get("note") is None, (log_row, relay_row)
         assert {k: log_row[k] for k in BOOLEAN_COLUMNS} == {k: relay_row[k] for k in BOOLEAN_COLUMNS}
@@ -79,11 +85,15 @@ def test_the_relay_measures_what_the_engine_log_measures(engine_factory):
     assert via_relay[1]["engine"] == "sglang" and via_log[1]["engine"] == "emulator"
 
 
-def test_engine_url_needs_the_real_engine_and_a_server_that_answers(capsys):
-    assert main(["routers", "matrix", "--releases", "smg==1.13.0", "--engine-url", "http://127.0.0.1:9"]) == 2
+def test_engine_url_must_be_the_pinned_real_engine(engine, capsys):
+    releases = ["--releases", "smg==1.13.0"]
+    assert main(["routers", "matrix", *releases, "--engine-url", "http://127.0.0.1:9"]) == int(ExitCode.USAGE)
     assert "use it with --engine sglang" in capsys.readouterr().err
-    code = main(
-        ["routers", "matrix", "--releases", "smg==1.13.0", "--engine", "sglang", "--engine-url", "http://127.0.0.1:9"]
-    )
-    assert code == int(ExitCode.UNREACHABLE)
+    dead = ["routers", "matrix", *releases, "--engine", "sglang", "--engine-url", "http://127.0.0.1:9"]
+    assert main(dead) == int(ExitCode.UNREACHABLE)
     assert "no real sglang server answers /health at http://127.0.0.1:9" in capsys.readouterr().err
+    # the emulator would be reported as the real sglang: refused before any router starts
+    assert main(["routers", "matrix", *releases, "--engine", "sglang", "--engine-url", engine.url]) == int(
+        ExitCode.USAGE
+    )
+    assert f"{engine.url} is the engine emulator" in capsys.readouterr().err

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -57,6 +59,14 @@ def test_answers_pass_through_unchanged(relay):
         relayed = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=10)
         assert relayed.status_code == direct.status_code == 200
         assert relayed.headers["content-type"] == direct.headers["content-type"]
+
+        # every header line as the engine wrote it, once, in its order (no date/server of the relay's own); the
+        # date and the length may differ between two calls (the clock, the id)
+        def lines(reply):
+            return [(k, v) for k, v in reply.headers.multi_items() if k not in ("date", "content-length")]
+
+        assert lines(relayed) == lines(direct)
+        assert [k for k, _ in relayed.headers.multi_items()].count("date") == 1
         # the engine's framing is kept: a content-length for its own bytes, not a chunked rewrite
         assert relayed.headers["content-length"] == str(len(relayed.content))
         assert "transfer-encoding" not in relayed.headers and "content-length" in direct.headers
@@ -81,6 +91,51 @@ def test_errors_and_streams_pass_through_unchanged(relay):
         return [ln if ln == "[DONE]" else _stable(json.loads(ln)) for ln in lines]
 
     assert events(relayed) == events(direct) and events(relayed)[-1] == "[DONE]"
+
+
+def test_the_request_goes_on_as_the_sender_wrote_it():
+    """No header of httpx's own (user-agent, accept, accept-encoding) is added, repeated headers stay apart, and the
+    path and query keep their escapes: the upstream (a stdlib server recording what it got) sees what was sent."""
+    seen: list[tuple[str, list[tuple[str, str]]]] = []
+
+    class Echo(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            seen.append((self.path, list(self.headers.items())))
+            body = b'{"ok": true}'
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.send_header("x-twice", "a")
+            self.send_header("x-twice", "b")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    process, url = None, None
+    try:
+        process, url = matrix.start_tap(f"http://127.0.0.1:{server.server_address[1]}")
+        seen.clear()  # the readiness poll's /health
+        request = httpx.Request("GET", f"{url}/v1/models?x=a%2Fb&y=1&y=2", headers={"x-router": "r"})
+        for name in ("user-agent", "accept", "accept-encoding"):
+            request.headers.pop(name, None)
+        with httpx.Client(trust_env=False) as client:
+            reply = client.send(request)
+        assert reply.status_code == 200 and reply.json() == {"ok": True}
+        assert [v for k, v in reply.headers.multi_items() if k == "x-twice"] == ["a", "b"]
+        (path, headers), names = seen[-1], [k.lower() for k, _ in seen[-1][1]]
+        assert path == "/v1/models?x=a%2Fb&y=1&y=2"
+        assert ("x-router", "r") in [(k.lower(), v) for k, v in headers]
+        assert not {"user-agent", "accept", "accept-encoding"} & set(names), names
+    finally:
+        if process is not None:
+            stop_pid(process.pid, process)
+        server.shutdown()
+        server.server_close()
 
 
 def test_it_records_what_it_was_sent_and_forgets_on_delete(relay):

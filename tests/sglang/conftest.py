@@ -40,7 +40,7 @@ def _require_install() -> None:
         return
     message = (
         f"{real_sglang.spec()} is not installed under {real_sglang.venv_dir()} "
-        "(run `polarstack sglang-install`, about 3.6 GB download)"
+        "(run `polarstack sglang-install`, about 4.8 GB download)"
     )
     if os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(message + f"; {REQUIRE_ENV}=1 requires it")

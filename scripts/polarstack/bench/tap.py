@@ -70,7 +70,9 @@ def build_app(upstream: str) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app):
         # no proxies from the environment, no retries: the relay must be as thin as the loopback it sits on
-        state["client"] = httpx.AsyncClient(base_url=upstream, timeout=None, trust_env=False)
+        client = httpx.AsyncClient(base_url=upstream, timeout=None, trust_env=False)
+        client.headers.clear()  # no accept/user-agent/accept-encoding of httpx's own: only what the router sent
+        state["client"] = client
         yield
         await state["client"].aclose()
 
@@ -97,6 +99,10 @@ def build_app(upstream: str) -> FastAPI:
     async def relay(path: str, request: Request):
         raw = await request.body()
         route = "/" + path
+        # the path and query as the router wrote them, percent-escapes included (not decoded and re-encoded)
+        target = request.scope.get("raw_path", route.encode()).decode("latin-1")
+        if request.scope.get("query_string"):
+            target += "?" + request.scope["query_string"].decode("latin-1")
         if request.method == "POST":
             try:
                 recorded: Any = json.loads(raw) if raw else None
@@ -107,8 +113,7 @@ def build_app(upstream: str) -> FastAPI:
         client: httpx.AsyncClient = state["client"]
         upstream_request = client.build_request(
             request.method,
-            route,
-            params=list(request.query_params.multi_items()),
+            target,
             headers=_forwardable(request.headers, HOP_BY_HOP | REQUEST_ONLY),
             content=sent,
         )
@@ -124,11 +129,14 @@ def build_app(upstream: str) -> FastAPI:
             finally:
                 await answer.aclose()
 
-        return StreamingResponse(
-            body_chunks(),
-            status_code=answer.status_code,
-            headers=dict(_forwardable(answer.headers)),
-        )
+        response = StreamingResponse(body_chunks(), status_code=answer.status_code)
+        # every header line as the engine sent it, repeated ones kept apart (a dict would join them with commas)
+        response.raw_headers = [
+            (k.encode("latin-1"), v.encode("latin-1"))
+            for k, v in answer.headers.multi_items()
+            if k.lower() not in HOP_BY_HOP
+        ]
+        return response
 
     return app
 
@@ -140,7 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import uvicorn
 
-    uvicorn.run(build_app(args.upstream.rstrip("/")), host="127.0.0.1", port=args.port, log_level="warning")
+    # no date or server header of the relay's own: the engine's pass through, once
+    uvicorn.run(
+        build_app(args.upstream.rstrip("/")),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        server_header=False,
+        date_header=False,
+    )
     return 0
 
 

@@ -18,7 +18,7 @@ def _add_engine(p) -> None:
         choices=("emulator", "sglang"),
         default="emulator",
         help="emulator: the CPU stand-in (default, fast); sglang: the real pinned sglang on the CPU with a tiny "
-        "random Qwen2 model (installed once under the cache: about 3.6 GB download, 4 GB of memory per engine)",
+        "random Qwen2 model (installed once under the cache: about 4.8 GB download, 4 GB of memory per engine)",
     )
 
 

@@ -25,7 +25,12 @@ def _add_routers(sub) -> None:
     )
     mat.add_argument("--json", dest="json_file", metavar="FILE", default=None, help="write the rows as JSON")
     mat.add_argument("--markdown", metavar="FILE", default=None, help="write a Markdown report")
-    mat.add_argument("--latency-requests", type=int, default=200, help="requests each way for latency (default 200)")
+    mat.add_argument(
+        "--latency-requests",
+        type=int,
+        default=None,
+        help="requests each way for latency (default 200; 20 with --engine sglang)",
+    )
     mat.add_argument(
         "--engine",
         choices=matrix.ENGINES,
@@ -71,10 +76,19 @@ def _cmd_routers_catalog(args: argparse.Namespace) -> int:
 
 
 def _cmd_routers_matrix(args: argparse.Namespace) -> int:
+    import signal
+
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    if args.latency_requests is None:  # each request waits for the real engine's forward pass: fewer by default
+        args.latency_requests = 20 if args.engine == "sglang" else 200
     if args.latency_requests < 1:
         raise StackError("--latency-requests must be at least 1.", ExitCode.USAGE)
+
+    def terminated(signum, _frame):  # SIGTERM (`kill`, `timeout`, a cancelled CI job): stop the engines like Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminated)
     releases = [RouterRelease.parse(s) for s in args.releases] if args.releases else matrix.default_releases()
     words = args.command_words  # the command line as typed (cli._main sets it)
     command = "polarstack routers matrix " + " ".join(words[2:]) if len(words) > 2 else "polarstack routers matrix"

@@ -143,7 +143,7 @@ _UNITS = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
 
 def _pip_install(python: Path, args: list[str], progress: Callable[[str], None], label: str) -> dict[str, Any]:
     """Run pip, showing one line per large download and a count every 25 packages; (downloaded bytes, packages)."""
-    # --no-cache-dir: the 3.6 GB of wheels would otherwise stay in pip's cache beside the 11 GB venv
+    # --no-cache-dir: the 4.8 GB of wheels would otherwise stay in pip's cache beside the 11 GB venv
     cmd = [
         str(python),
         "-m",
@@ -194,7 +194,7 @@ def install(progress: Callable[[str], None] = print) -> Path:
         if target.exists():
             shutil.rmtree(target)  # a half-finished earlier install
         started = time.monotonic()
-        progress(f"polarstack: installing {spec()} into {target} once (about 3.6 GB download, 11 GB on disk) ...")
+        progress(f"polarstack: installing {spec()} into {target} once (about 4.8 GB download, 11 GB on disk) ...")
         subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True)
         try:
             stats = _pip_install(venv_python(), [spec(), tokenizer_spec()], progress, spec())
@@ -499,8 +499,8 @@ def start(
         )
     try:
         wait_ready(f"http://127.0.0.1:{port}", timeout, process, log_path)
-    except BaseException:
-        stop_pid(process.pid, process)
+    except BaseException:  # not ready, or Ctrl-C while waiting: its scheduler and detokenizer go with it
+        stop_tree(process.pid, process)
         raise
     return RealEngine(process, port, log_path, tool_call_parser, round(time.monotonic() - started, 1))
 
