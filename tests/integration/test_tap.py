@@ -195,3 +195,53 @@ def test_an_upstream_that_is_gone_is_a_502_with_a_sentence():
         assert reply.status_code == 502 and "unreachable" in reply.json()["error"]
     finally:
         stop_pid(process.pid, process)
+
+
+def test_a_stream_passes_through_as_it_is_generated():
+    """The relay forwards each chunk when the engine sends it, not the whole answer at the end: an upstream that
+    writes four events 0.3 s apart (a stdlib server; the emulator's decode time delays the whole answer instead)
+    must reach the client through the relay with the same spread as directly."""
+
+    class Drip(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            if self.path == "/health":  # start_tap's readiness poll
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()  # HTTP/1.0, no length: the answer ends when the connection closes
+            for i in range(4):
+                self.wfile.write(f"data: {i}\n\n".encode())
+                self.wfile.flush()
+                time.sleep(0.3)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Drip)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    process = None
+    try:
+        direct = f"http://127.0.0.1:{server.server_address[1]}"
+        process, url = matrix.start_tap(direct)
+
+        def spread(base: str) -> tuple[list[str], float]:
+            lines, times = [], []
+            with httpx.stream("GET", f"{base}/stream", timeout=30) as reply:
+                for line in reply.iter_lines():
+                    if line.startswith("data: "):
+                        lines.append(line)
+                        times.append(time.monotonic())
+            return lines, times[-1] - times[0]
+
+        lines, seconds = spread(direct)
+        assert lines == [f"data: {i}" for i in range(4)] and seconds > 0.6
+        lines, seconds = spread(url)
+        assert lines == [f"data: {i}" for i in range(4)] and seconds > 0.6, f"all events within {seconds:.2f} s"
+    finally:
+        if process is not None:
+            stop_pid(process.pid, process)
+        server.shutdown()
+        server.server_close()
