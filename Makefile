@@ -131,7 +131,7 @@ verify: _venv ## run all 164 canonical HumanEval solutions through the sandboxed
 # ENGINE=sglang writes docs/router-matrix-sglang.{json,md}: the emulator's report stays as it was measured. A subset
 # (RELEASES=...) goes to .run/, so it never replaces a committed report of every release.
 _MATRIX_OUT = $(if $(RELEASES),.run,docs)/router-matrix$(if $(filter sglang,$(ENGINE)),-sglang)
-router-matrix: _venv ## measure router releases in front of the emulator (ENGINE=sglang: the real engine); regenerates docs/router-matrix*.md
+router-matrix: _venv ## measure router releases in front of the emulator (ENGINE=sglang: the real engine; RELEASES=, LATENCY_REQUESTS=); regenerates docs/router-matrix*.md
 	@$(CLI) routers matrix $(if $(RELEASES),--releases $(RELEASES)) $(_ENGINE_ARG) $(if $(LATENCY_REQUESTS),--latency-requests $(LATENCY_REQUESTS)) --json $(_MATRIX_OUT).json --markdown $(_MATRIX_OUT).md
 
 _runtime:

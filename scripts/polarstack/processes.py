@@ -76,6 +76,16 @@ def shielded():
             os.kill(os.getpid(), received[0])  # SIGTERM: what the previous handler (default: exit) does
 
 
+def sigterm_as_interrupt() -> None:
+    """From now on SIGTERM (`kill`, `timeout`, a cancelled CI job) raises KeyboardInterrupt, so a command that
+    started processes stops them in its `finally` as on Ctrl-C instead of dying and orphaning them."""
+
+    def interrupted(signum, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -9,6 +9,7 @@ from polarstack.checks.demo import run_demo
 from polarstack.cli.render import print_json, render_demo, render_status
 from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import seconds
+from polarstack.processes import sigterm_as_interrupt
 from polarstack.stack import local, profiles, real_sglang
 
 
@@ -50,12 +51,7 @@ def _add_up(sub) -> None:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    import signal
-
     profile = profiles.load(args.profile)
-
-    def terminated(signum, _frame):  # SIGTERM (`kill`, `timeout`): stop what was started, like Ctrl-C does
-        raise KeyboardInterrupt
 
     engine_args: list[str] = []
     for name in ("prefill_us_per_token", "decode_us_per_token"):
@@ -64,7 +60,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
             raise StackError(f"--{name.replace('_', '-')} must be between 0 and 1e6 microseconds.", ExitCode.USAGE)
         if value:
             engine_args += [f"--{name.replace('_', '-')}", str(value)]
-    signal.signal(signal.SIGTERM, terminated)
+    sigterm_as_interrupt()  # stop what was started, like Ctrl-C does
     state = local.up(
         profile,
         timeout=args.timeout,

@@ -13,6 +13,20 @@ from polarstack.bench import matrix
 from polarstack.bench.compare import spread
 
 
+def progress_bar():
+    """The bar of long commands (`routers matrix`, `tasks verify`): description, bar, n/total, elapsed, on stderr."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
+
+
 def print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from polarstack.bench import matrix
-from polarstack.cli.render import print_json, render_matrix, render_routers_catalog
+from polarstack.cli.render import print_json, progress_bar, render_matrix, render_routers_catalog
 from polarstack.errors import ExitCode, StackError
+from polarstack.processes import sigterm_as_interrupt
 from polarstack.routers.harness import MEASURED, RouterRelease, install, is_installed
 
 
@@ -76,32 +77,16 @@ def _cmd_routers_catalog(args: argparse.Namespace) -> int:
 
 
 def _cmd_routers_matrix(args: argparse.Namespace) -> int:
-    import signal
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     if args.latency_requests is None:  # each request waits for the real engine's forward pass: fewer by default
         args.latency_requests = 20 if args.engine == "sglang" else 200
     if args.latency_requests < 1:
         raise StackError("--latency-requests must be at least 1.", ExitCode.USAGE)
 
-    def terminated(signum, _frame):  # SIGTERM (`kill`, `timeout`, a cancelled CI job): stop the engines like Ctrl-C
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, terminated)
+    sigterm_as_interrupt()  # the matrix's engines and relays are stopped by engines_for's `finally`
     releases = [RouterRelease.parse(s) for s in args.releases] if args.releases else matrix.default_releases()
     words = args.command_words  # the command line as typed (cli._main sets it)
     command = "polarstack routers matrix " + " ".join(words[2:]) if len(words) > 2 else "polarstack routers matrix"
-    from rich.console import Console
-
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=False,
-    ) as progress:
+    with progress_bar() as progress:
         task = progress.add_task("router releases", total=len(releases))
 
         def advance(row):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from polarstack.cli.render import print_json, render_verify
+from polarstack.cli.render import print_json, progress_bar, render_verify
 from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import count, seconds
 from polarstack.reward import tasks, verifier
@@ -58,9 +58,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     if args.task == "humaneval":
         problems = tasks.load_humaneval()
         items = [(dict(p, kind="humaneval"), p["canonical_solution"]) for p in problems]
@@ -77,13 +74,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         raise StackError(f"{exc}.", ExitCode.USAGE) from None
     except RuntimeError as exc:  # IsolationUnavailable, or no interpreter / lock directory for the sandbox
         raise StackError(f"{exc}.", ExitCode.ENVIRONMENT) from None
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-    ) as progress:
+    with progress_bar() as progress:
         bar = progress.add_task(f"{args.task} canonical solutions", total=len(items))
         try:
             outcomes = verifier.verify_many(items, limits, args.workers, on_outcome=lambda _: progress.advance(bar))

@@ -1,0 +1,34 @@
+"""Pins polarstack.processes.sigterm_as_interrupt, which `up` and `routers matrix` use so that `kill`, `timeout` or a
+cancelled CI job stops what they started (their `finally`) instead of killing them with it running."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+SCRIPT = """
+import os, signal, sys, time
+from polarstack.processes import sigterm_as_interrupt
+if sys.argv[1] == "on":
+    sigterm_as_interrupt()
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+except KeyboardInterrupt:
+    print("cleaned up")
+    sys.exit(0)
+"""
+
+
+@pytest.mark.parametrize("mode", ["on", "off"])
+def test_sigterm_runs_the_cleanup_only_when_turned_into_an_interrupt(mode):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "scripts")}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, env=env, timeout=30)
+    if mode == "on":
+        assert proc.returncode == 0 and proc.stdout == "cleaned up\n", proc.stderr
+    else:  # the default: the process dies at once, its cleanup never runs
+        assert proc.returncode == -15 and proc.stdout == ""
