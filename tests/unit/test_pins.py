@@ -27,6 +27,8 @@ def scanned_files():
                 file.is_file()
                 and rel not in ALLOWED
                 and "__pycache__" not in rel
+                # pip's generated copy of the README (`pip install -e`), which may name releases like any doc
+                and ".egg-info/" not in rel
                 and not rel.endswith(".local.env")
                 and not rel.startswith("configs/upstream/")
             ):
