@@ -4,15 +4,18 @@ perf log lines formatted from the recorded f-strings, so a fake cannot drift fro
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from polarstack.checks.rehearsal_report import parse_slime_log
+from polarstack.engine.emulator.tokenizer_manager import length_problem
 from polarstack.offline.rehearsal_keys import record
 from polarstack.train import gate, learning_signal
 
 FACTS = record()
+_SESSIONS = itertools.count()  # a fresh session id per sample (id() of a dead object repeats)
 POLAR = {name: fact["key"] for name, fact in FACTS["polar"]["facts"].items()}
 
 
@@ -27,8 +30,31 @@ class Sample:  # the fields of slime's Sample that Polar's adapter fills
     metadata: dict = field(default_factory=dict)
 
 
-def sample(reward=1.0, *, tool=True, trainable=True, clipped=False, placeholder=False, invalid=False, session=None):
-    polar: dict[str, Any] = {POLAR["session_id"]: session or f"s-{id(object())}"}
+# sglang's refusal of a turn past the context, as the emulator says it (polarstack.engine.emulator.tokenizer_manager)
+CONTEXT_REFUSAL = length_problem(30000, 4096, 32768)
+
+
+def sample(
+    reward=1.0,
+    *,
+    tool=True,
+    trainable=True,
+    clipped=False,
+    placeholder=False,
+    invalid=False,
+    session=None,
+    outcome=None,
+):
+    """outcome: None, "failed", "timed_out" (as the adapter marks FAILED / ABORTED sessions: training_filter reason,
+    loss mask 0, remove_sample) or "context_limit" (a failed session whose error is sglang's refusal)."""
+    polar: dict[str, Any] = {POLAR["session_id"]: session or f"s-{next(_SESSIONS)}"}
+    if outcome:
+        reason = POLAR["session_timeout"] if outcome == "timed_out" else POLAR["session_error"]
+        polar["training_filter"] = {"masked": True, "reason": reason, "detail": "x"}
+        polar[POLAR["session_status"]] = "TIMEOUT" if outcome == "timed_out" else "ERROR"
+        polar["result_error"] = f"agent exited: API Error 400 {CONTEXT_REFUSAL}" if outcome == "context_limit" else "x"
+        status = "aborted" if outcome == "timed_out" else "failed"
+        return Sample([1, 2, 3, 4, 5, 6], 3, [0, 0, 0], {"score": 0.0}, status, True, {"polar": polar})
     calls = [{"id": "c1", "type": "function", "function": {"name": "Edit", "arguments": "{}"}}] if tool else []
     polar[POLAR["response_messages"]] = {
         "finish_reason": "stop",
@@ -45,9 +71,12 @@ def sample(reward=1.0, *, tool=True, trainable=True, clipped=False, placeholder=
     return Sample([1, 2, 3, 4, 5, 6], 3, mask, {"score": reward}, "completed", False, {"polar": polar})
 
 
-def summary(rollout_id: int, groups: list[list[Sample]], dropped: int = 0) -> dict[str, Any]:
+def summary(
+    rollout_id: int, groups: list[list[Sample]], dropped: int = 0, polar_metrics: dict | None = None
+) -> dict[str, Any]:
+    """polar_metrics: what Polar's worker exports for the rollout (e.g. {"polar/dropped_failed_groups_delta": 1})."""
     rows = [learning_signal.group_summary(g, gate.sample_reward, gate.trainable_tokens) for g in groups]
-    return learning_signal.rollout_summary(rollout_id, rows, dropped, 10.0)
+    return learning_signal.rollout_summary(rollout_id, rows, dropped, 10.0, gate.polar_drops(polar_metrics or {}))
 
 
 def _template(fact: str) -> str:
@@ -86,6 +115,14 @@ def passing_evidence() -> dict[str, Any]:
             "after_resume": {"http://127.0.0.1:30000": "3"},
         },
         "checkpoint": {"after_train": "1", "after_resume": "2"},
+        "reward_path": {"task": "HumanEval/0", "canonical_reward": 1.0, "wrong_reward": 0.0},
+        "supervisor": {
+            "injected_exit": 75,
+            "attempts": [
+                {"resume": True, "exit": 75, "checkpoint": 2},
+                {"resume": True, "exit": 0, "checkpoint": None},
+            ],
+        },
         "phases": {"up": 120.0, "train": 300.0, "resume": 200.0},
         "first": 2,
         "after_resume": 1,

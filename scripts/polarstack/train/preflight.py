@@ -252,7 +252,9 @@ def steps(plan: PreflightPlan) -> list[str]:
         "the sandbox probe in the trainer; the weights' config.json against slime's model script (stop on a difference)",
         f"job 1 (launch-train.sh): rollouts 0-{_rollouts(plan.phases[0][1]) - 1}, saves a checkpoint",
         f"job 2 (launch-resume.sh): --load of the same checkpoint directory, rollouts "
-        f"{_rollouts(plan.phases[0][1])}-{_rollouts(plan.phases[1][1]) - 1}",
+        f"{_rollouts(plan.phases[0][1])}-{_rollouts(plan.phases[1][1]) - 1}, through the supervisor "
+        "(polarstack.train.supervise), its first attempt made to crash after the job ended so that the supervisor "
+        "resumes it once from its checkpoint",
         f"GET /model_info weight_version of every engine before job 1 and after each job; the checkpoint tracker "
         f"after each job; the report in {plan.report_path}",
         "make down: the real run starts with `make up` of the real model",

@@ -5,6 +5,7 @@ and the pass record, and takes the stack down, also when a job fails (then the r
 
 import json
 import os
+import re
 
 import pytest
 
@@ -37,6 +38,7 @@ class FakeNode:
         self.jobs = 0
         self.compose_calls, self.version, self.tracker, self.env_at_up = [], 0, None, None
         self.releases = 0
+        self.commands = []
 
     def compose(self, args):
         self.compose_calls.append(args[0])
@@ -59,18 +61,25 @@ class FakeNode:
             return (0, f"{self.tracker}\n") if self.tracker is not None else (1, "")
         self.jobs += 1
         name = "train" if "launch-train.sh" in command else "resume"
-        rollouts = range(0, 2) if name == "train" else range(2, 3)
+        again = name == "resume" and self.tracker == 2  # a restart of job 2 from its own checkpoint
+        # slime's train_async.py generates rollout start_rollout_id before its loop: a restart with nothing left to
+        # train generates one rollout and trains none
+        rollouts = range(0, 2) if name == "train" else range(3, 4) if again else range(2, 3)
         lines = []
         with (self.host_dir / "rollouts.jsonl").open("a") as out:
             for r in rollouts:
                 out.write(json.dumps(fakes.summary(r, fakes.mixed_groups())) + "\n")
-                lines += [fakes.perf_line(r), fakes.step_line(r)]
-        (self.host_dir / f"job-{name}.log").write_text("\n".join(lines) + "\n")
+                lines += [fakes.perf_line(r)] + ([] if again else [fakes.step_line(r)])
+        log = self.host_dir / f"job-{name}.log"
+        log.write_text((log.read_text() if again and log.is_file() else "") + "\n".join(lines) + "\n")
+        self.commands.append(command)
         if name == self.fail_job:
             return 1, ""
         self.version += 1
-        self.tracker = max(rollouts)
-        return 0, ""
+        if not again:
+            self.tracker = max(rollouts)
+        injected = re.search(r"exit (\d+); fi", command)  # the rehearsal's injected crash after a clean end
+        return (int(injected.group(1)) if injected else 0), ""
 
 
 @pytest.fixture
@@ -91,10 +100,16 @@ def test_a_full_rehearsal_passes_records_and_takes_the_stack_down(setup):
     result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
     assert result["passed"], result
     assert node.compose_calls == ["up", "down"] and node.env_at_up == "/models/Qwen2.5-3B-Instruct"
-    assert node.releases == 2  # the router lists no engine when each job starts (slime registers them again)
+    assert node.releases == 3  # the router lists no engine when each job (and the restart) starts
     saved = json.loads((host / "rehearsal-report.json").read_text())
     assert saved["evidence"]["checkpoint"] == {"after_train": "1", "after_resume": "2"}
-    assert [r["phase"] for r in saved["evidence"]["rollouts"]] == ["train", "train", "resume"]
+    # the restart of job 2 generates one more rollout (3) and trains none
+    assert [(r["phase"], r["rollout_id"]) for r in saved["evidence"]["rollouts"]] == [
+        ("train", 0),
+        ("train", 1),
+        ("resume", 2),
+        ("resume", 3),
+    ]
     assert (host / "tasks" / "train.jsonl").read_text().count("\n") == 9
     assert "passed" in rehearsal_record.require(profile, override=False)
     assert docker_state.read() is None
@@ -161,3 +176,28 @@ def test_weights_that_slimes_script_does_not_describe_stop_before_any_job(setup)
         rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
     assert info.value.code == ExitCode.REHEARSAL_FAILED and "rope_theta=10000.0" in info.value.message
     assert node.jobs == 0 and node.compose_calls == ["up", "down"]
+
+
+def test_job_two_runs_through_the_supervisor_which_restarts_it_once(setup):
+    """Issue 26 point 2: the rehearsal's second job runs as `make train` runs its job, under
+    polarstack.train.supervise, and is made to crash once; the supervisor resumes it from its checkpoint."""
+    profile, plan, host = setup
+    node = FakeNode(host)
+    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    assert result["passed"], result
+    resume_jobs = [c for c in node.commands if "launch-resume.sh" in c]
+    assert len(resume_jobs) == 2 and f"exit {rehearsal_run.INJECTED_EXIT}" in resume_jobs[0]
+    assert f"exit {rehearsal_run.INJECTED_EXIT}" not in resume_jobs[1] and ">>" in resume_jobs[1]
+    saved = json.loads((host / "rehearsal-report.json").read_text())
+    attempts = saved["evidence"]["supervisor"]["attempts"]
+    assert [(a["exit"], a["checkpoint"]) for a in attempts] == [(rehearsal_run.INJECTED_EXIT, 2), (0, None)]
+    assert next(v for v in result["verdicts"] if v["class"] == "supervisor")["verdict"] == "pass"
+    assert saved["evidence"]["reward_path"]["canonical_reward"] == 1.0
+
+
+def test_a_resumed_job_that_crashes_before_its_checkpoint_fails_the_supervisor_class(setup):
+    profile, plan, host = setup
+    node = FakeNode(host, fail_job="resume")
+    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    sup = next(v for v in result["verdicts"] if v["class"] == "supervisor")
+    assert sup["verdict"] == "fail" and "the supervisor stopped" in sup["figure"]
