@@ -281,6 +281,8 @@ def check_harness_preset() -> Check:
         plan = build_plan(task, profiles.load("engine-direct"), run_id="verify", config=load_defaults())
         agent = yaml.safe_load(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
         problems += [f"make train TASK={task}: {p}" for p in harness_preset.problems(agent)]
+        cap = budget.turn_cap(load_defaults())  # issue 26 point 4: the per-session turn cap from the budget
+        problems += [f"make train TASK={task}: {p}" for p in harness_preset.turn_cap_problems(agent, cap)]
     pinned = harness_preset.pinned_version()
     if harness_preset.version_problem(f"{pinned} (Claude Code)") is not None or not harness_preset.version_problem(
         "0.0.0 (Claude Code)"
