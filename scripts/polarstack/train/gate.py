@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from polarstack.checks import smoke
+from polarstack.checks import smoke, tool_exchange
 from polarstack.checks.retokenize import configured_name
 from polarstack.errors import ExitCode
 from polarstack.train import learning_signal
@@ -353,11 +353,18 @@ def first_rollout_check(args: Any) -> None:
         base_url,
         route=getattr(args, "polar_gate_route", "base") or "base",
         model=getattr(args, "polar_served_model_name", None),
-        timeout=30.0,
+        timeout=tool_exchange.smoke_deadline(),  # the host gate's rule; the knobs reach the job's env (plan.py)
         tokenizer_name=tokenizer_name,
         allow_retokenized=bool(getattr(args, "polar_gate_allow_retokenized", False)),
         agent_env=_agent_env(args),  # the agent's per-request max_tokens as the job renders it (issue 18 point 2)
     )
+    if not report.ok and report.code == ExitCode.UNREACHABLE:
+        # No answer within the deadline, or the connection lost: not a defect of the path, so not a gate stop (no
+        # abort file): the job fails as a crash, and `make train`'s supervisor restarts it by its rules.
+        raise RuntimeError(
+            f"polarstack gate: the first-rollout smoke got no answer ({report.message}); not a gate stop, the "
+            f"supervisor may restart the job (raise {tool_exchange.TIMEOUT_ENV} if the engines are slow)"
+        )
     if not report.ok:
         raise _abort(f"polarstack gate: refusing to train, the inference path fails the smoke: {report.message}", args)
     logger.info("polarstack gate: %s", report.message)

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from polarstack.checks import budget
+from polarstack.checks import budget, tool_exchange
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import TRAINER_RUN_DIR, load_defaults  # noqa: F401 (train.plan is where callers read them)
 from polarstack.polar import harness_preset
@@ -488,6 +488,8 @@ def build_plan(
             "POLAR_WORKER_DISCOVERY": profile.values["POLAR_WORKER_DISCOVERY"],
             **sandbox_mode_env(),
             **tracker_env,
+            # The documented smoke knobs (docs/tool-calls.md), for the in-job first-rollout check (issue 26 point 7).
+            **tool_exchange.smoke_knobs(),
         }
     }  # Polar's direct-exec apptainer mode (polarstack.stack.assets)
     dashboard = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
