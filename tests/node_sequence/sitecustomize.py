@@ -17,5 +17,7 @@ if os.environ.get("POLARSTACK_FAKE_NODE_SEQUENCE") == "1":
     from polarstack.errors import ExitCode
     from polarstack.train import rehearsal_run
 
-    smoke.run_smoke = lambda *a, **k: SimpleNamespace(ok=True, code=ExitCode.OK, message="fake node: 18 trainable tokens")
+    smoke.run_smoke = lambda *a, **k: SimpleNamespace(
+        ok=True, code=ExitCode.OK, message="fake node: 18 trainable tokens"
+    )
     rehearsal_run.Node = lambda profile: rehearsal_fakes.FakeNode()
