@@ -4,15 +4,22 @@ perf log lines formatted from the recorded f-strings, so a fake cannot drift fro
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from polarstack.checks.rehearsal_report import parse_slime_log
+from polarstack.engine.emulator.tokenizer_manager import length_problem
 from polarstack.offline.rehearsal_keys import record
+from polarstack.paths import train_run_dir
 from polarstack.train import gate, learning_signal
+from polarstack.train.plan import TRAINER_RUN_DIR
 
 FACTS = record()
+_SESSIONS = itertools.count()  # a fresh session id per sample (id() of a dead object repeats)
 POLAR = {name: fact["key"] for name, fact in FACTS["polar"]["facts"].items()}
 
 
@@ -27,8 +34,31 @@ class Sample:  # the fields of slime's Sample that Polar's adapter fills
     metadata: dict = field(default_factory=dict)
 
 
-def sample(reward=1.0, *, tool=True, trainable=True, clipped=False, placeholder=False, invalid=False, session=None):
-    polar: dict[str, Any] = {POLAR["session_id"]: session or f"s-{id(object())}"}
+# sglang's refusal of a turn past the context, as the emulator says it (polarstack.engine.emulator.tokenizer_manager)
+CONTEXT_REFUSAL = length_problem(30000, 4096, 32768)
+
+
+def sample(
+    reward=1.0,
+    *,
+    tool=True,
+    trainable=True,
+    clipped=False,
+    placeholder=False,
+    invalid=False,
+    session=None,
+    outcome=None,
+):
+    """outcome: None, "failed", "timed_out" (as the adapter marks FAILED / ABORTED sessions: training_filter reason,
+    loss mask 0, remove_sample) or "context_limit" (a failed session whose error is sglang's refusal)."""
+    polar: dict[str, Any] = {POLAR["session_id"]: session or f"s-{next(_SESSIONS)}"}
+    if outcome:
+        reason = POLAR["session_timeout"] if outcome == "timed_out" else POLAR["session_error"]
+        polar["training_filter"] = {"masked": True, "reason": reason, "detail": "x"}
+        polar[POLAR["session_status"]] = "TIMEOUT" if outcome == "timed_out" else "ERROR"
+        polar["result_error"] = f"agent exited: API Error 400 {CONTEXT_REFUSAL}" if outcome == "context_limit" else "x"
+        status = "aborted" if outcome == "timed_out" else "failed"
+        return Sample([1, 2, 3, 4, 5, 6], 3, [0, 0, 0], {"score": 0.0}, status, True, {"polar": polar})
     calls = [{"id": "c1", "type": "function", "function": {"name": "Edit", "arguments": "{}"}}] if tool else []
     polar[POLAR["response_messages"]] = {
         "finish_reason": "stop",
@@ -45,9 +75,12 @@ def sample(reward=1.0, *, tool=True, trainable=True, clipped=False, placeholder=
     return Sample([1, 2, 3, 4, 5, 6], 3, mask, {"score": reward}, "completed", False, {"polar": polar})
 
 
-def summary(rollout_id: int, groups: list[list[Sample]], dropped: int = 0) -> dict[str, Any]:
+def summary(
+    rollout_id: int, groups: list[list[Sample]], dropped: int = 0, polar_metrics: dict | None = None
+) -> dict[str, Any]:
+    """polar_metrics: what Polar's worker exports for the rollout (e.g. {"polar/dropped_failed_groups_delta": 1})."""
     rows = [learning_signal.group_summary(g, gate.sample_reward, gate.trainable_tokens) for g in groups]
-    return learning_signal.rollout_summary(rollout_id, rows, dropped, 10.0)
+    return learning_signal.rollout_summary(rollout_id, rows, dropped, 10.0, gate.polar_drops(polar_metrics or {}))
 
 
 def _template(fact: str) -> str:
@@ -86,6 +119,14 @@ def passing_evidence() -> dict[str, Any]:
             "after_resume": {"http://127.0.0.1:30000": "3"},
         },
         "checkpoint": {"after_train": "1", "after_resume": "2"},
+        "reward_path": {"task": "HumanEval/0", "canonical_reward": 1.0, "wrong_reward": 0.0},
+        "supervisor": {
+            "injected_exit": 75,
+            "attempts": [
+                {"resume": True, "exit": 75, "checkpoint": 2},
+                {"resume": True, "exit": 0, "checkpoint": None},
+            ],
+        },
         "phases": {"up": 120.0, "train": 300.0, "resume": 200.0},
         "first": 2,
         "after_resume": 1,
@@ -93,3 +134,69 @@ def passing_evidence() -> dict[str, Any]:
         "max_dropped_or_clipped_share": 0.5,
         "min_mixed_reward_groups": 1,
     }
+
+
+class FakeNode:
+    """rehearsal_run.Node as a node would answer it after the jobs ran. The trainer as the jobs would leave it: slime's log lines, the gate's rollouts.jsonl, versions, tracker."""
+
+    # Qwen2.5-3B-Instruct's config.json keys as slime's qwen2.5-3B.sh describes them (a fake, not the Hub's file)
+    CONFIG = {
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "num_key_value_heads": 2,
+        "hidden_size": 2048,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 16,
+        "intermediate_size": 11008,
+        "rope_theta": 1000000.0,
+    }
+
+    def __init__(self, host_dir=None, fail_job=None, config=None):
+        """host_dir: the run's directory on the host; None: taken from each job's command (TRAINER_RUN_DIR/<run>)."""
+        self._host_dir, self.fail_job, self.config = host_dir, fail_job, config or dict(self.CONFIG)
+        self.jobs = 0
+        self.compose_calls, self.version, self.tracker, self.env_at_up = [], 0, None, None
+        self.releases = 0
+        self.commands = []
+
+    def compose(self, args):
+        self.compose_calls.append(args[0])
+        if args[0] == "up":
+            self.env_at_up = os.environ.get("MODEL_PATH")
+        return 0
+
+    def release_workers(self):
+        self.releases += 1
+
+    def gate(self, plan):
+        pass
+
+    def trainer(self, command):
+        if "/model_info" in command:
+            return 0, json.dumps({"http://127.0.0.1:30000": str(self.version) if self.version else "default"})
+        if command.startswith("cat ") and command.endswith("config.json"):
+            return 0, json.dumps(self.config)
+        if command.startswith("cat "):
+            return (0, f"{self.tracker}\n") if self.tracker is not None else (1, "")
+        self.jobs += 1
+        self.host_dir = self._host_dir or train_run_dir() / re.search(rf"{TRAINER_RUN_DIR}/([^/]+)/launch-", command)[1]
+        name = "train" if "launch-train.sh" in command else "resume"
+        again = name == "resume" and self.tracker == 2  # a restart of job 2 from its own checkpoint
+        # slime's train_async.py generates rollout start_rollout_id before its loop: a restart with nothing left to
+        # train generates one rollout and trains none
+        rollouts = range(0, 2) if name == "train" else range(3, 4) if again else range(2, 3)
+        lines = []
+        with (self.host_dir / "rollouts.jsonl").open("a") as out:
+            for r in rollouts:
+                out.write(json.dumps(summary(r, mixed_groups())) + "\n")
+                lines += [perf_line(r)] + ([] if again else [step_line(r)])
+        log = self.host_dir / f"job-{name}.log"
+        log.write_text((log.read_text() if again and log.is_file() else "") + "\n".join(lines) + "\n")
+        self.commands.append(command)
+        if name == self.fail_job:
+            return 1, ""
+        self.version += 1
+        if not again:
+            self.tracker = max(rollouts)
+        injected = re.search(r"exit (\d+); fi", command)  # the rehearsal's injected crash after a clean end
+        return (int(injected.group(1)) if injected else 0), ""

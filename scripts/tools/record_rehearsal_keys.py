@@ -91,6 +91,54 @@ POLAR = {
         "parser_invalid_tool_call",
     ),
     "placeholder": ("src/slime_bridge/adapter.py", '"placeholder": True,', "placeholder"),
+    # issue 26 point 2: sessions the adapter masks (FAILED / ABORTED, loss mask 0, remove_sample)
+    "session_error": (
+        "src/slime_bridge/adapter.py",
+        '"session_timeout" if status == Sample.Status.ABORTED else "session_error"',
+        "session_error",
+    ),
+    "session_timeout": (
+        "src/slime_bridge/adapter.py",
+        '"session_timeout" if status == Sample.Status.ABORTED else "session_error"',
+        "session_timeout",
+    ),
+    "agent_timeout": (
+        "src/slime_bridge/adapter.py",
+        '_TRAINABLE_AGENT_TIMEOUT_REASON = "agent_timeout"',
+        "agent_timeout",
+    ),
+    "session_status": ("src/slime_bridge/adapter.py", '"session_status": result.status,', "session_status"),
+    "masked_invalid_execution": ("src/slime_bridge/adapter.py", "remove_sample=invalid_execution,", "remove_sample"),
+}
+# rollout.py at POLAR_COMMIT (stored there): the worker's drop counters by reason (issue 26 point 2)
+POLAR_WORKER = {
+    name: ("src/slime_bridge/rollout.py", needle, key)
+    for name, needle, key in (
+        (
+            "zero_trainable",
+            'category_metric = "polar/dropped_zero_trainable_groups"',
+            "polar/dropped_zero_trainable_groups",
+        ),
+        (
+            "low_complete_fraction",
+            'category_metric = "polar/dropped_low_complete_fraction_groups"',
+            "polar/dropped_low_complete_fraction_groups",
+        ),
+        (
+            "logprob_error",
+            'category_metric = "polar/dropped_logprob_error_groups"',
+            "polar/dropped_logprob_error_groups",
+        ),
+        ("failed", 'category_metric = "polar/dropped_failed_groups"', "polar/dropped_failed_groups"),
+        (
+            "dynamic_filter",
+            'self._inc_metric("polar/dropped_dynamic_filter_groups")',
+            "polar/dropped_dynamic_filter_groups",
+        ),
+        ("sessions", 'self._inc_metric("polar/dropped_sessions", pending.session_cost)', "polar/dropped_sessions"),
+        ("delta_suffix", 'delta_key = f"{key}_delta"', "_delta"),
+        ("low_complete_raise", "raise PolarLowCompleteAcceptFractionError(", "PolarLowCompleteAcceptFractionError"),
+    )
 }
 SGLANG = {
     "model_info_route": ("sglang/srt/entrypoints/http_server.py", '@app.get("/model_info")', "/model_info"),
@@ -98,6 +146,17 @@ SGLANG = {
         "sglang/srt/entrypoints/http_server.py",
         '"weight_version": _global_state.tokenizer_manager.server_args.weight_version',
         "weight_version",
+    ),
+    # issue 26 point 4: the refusals a session that outgrows the context ends with (read from the wheel itself)
+    "context_limit_total": (
+        "sglang/srt/managers/tokenizer_manager.py",
+        'f"Requested token count exceeds the model\'s maximum context length "',
+        "Requested token count exceeds the model's maximum context length",
+    ),
+    "context_limit_input": (
+        "sglang/srt/managers/tokenizer_manager.py",
+        'f"The input ({input_token_num} tokens) is longer than the "',
+        "is longer than the model's context length",
     ),
 }
 
@@ -135,8 +194,10 @@ def main() -> int:
     slime_commit = pin("SLIME_COMMIT")
     if len(sys.argv) == 3:
         polar = find(sys.argv[2], POLAR_REVISION, POLAR)
+        worker = find(sys.argv[2], pin("POLAR_COMMIT"), POLAR_WORKER)
     else:
         polar = json.loads(RECORD.read_text())["polar"]["facts"]
+        worker = json.loads(RECORD.read_text())["polar_worker"]["facts"]
     record = {
         "what": "where the pinned upstreams write what the rehearsal's report reads (record_rehearsal_keys.py)",
         "recorded_on": datetime.date.today().isoformat(),
@@ -147,6 +208,13 @@ def main() -> int:
             "polar_commit": pin("POLAR_COMMIT"),
             "note": "read at the stored revision nearest POLAR_COMMIT (the code store has no adapter.py at POLAR_COMMIT)",
             "facts": polar,
+        },
+        "polar_worker": {
+            "repo": "NVIDIA-NeMo/ProRL-Agent-Server",
+            "commit": pin("POLAR_COMMIT"),
+            "note": "AsyncPolarRolloutWorker._submit_and_collect / mark_dynamic_filter_drop at POLAR_COMMIT: every "
+            "dropped group counted by reason, exported as <key>_delta per returned rollout (snapshot_metrics)",
+            "facts": worker,
         },
         "sglang": {
             "version": pin("SGLANG_VERSION"),

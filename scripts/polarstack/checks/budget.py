@@ -117,6 +117,25 @@ def request_problems(train_args: list[str], config: dict[str, Any], record: dict
     return problems
 
 
+def turn_cap(config: dict[str, Any], record: dict[str, Any] | None = None) -> int:
+    """Turns one agent session may take (issue 26 point 4), chosen from the budget: the first request's input is the
+    harness prompt + margin + task prompt (rollout_max_prompt_len); each turn adds at most the per-request max_tokens
+    of the model's own output; sglang refuses a request once input + max_tokens passes the engine context
+    (tokenizer_manager.py ~973-998). The k-th request fits while first + (k - 1) x max_tokens + max_tokens <= context,
+    so the cap is (context - first) // max_tokens (32,768, 11,563 + 1,024 + 2,048, 4,096: 4). What tools return is
+    bounded by no setting, so a session can still reach the context sooner: the rehearsal's report and the in-job
+    watch count the sessions that did (polarstack.train.learning_signal). One CLI turn asks the engine once: not
+    measured here."""
+    record = record or harness_record()
+    context = config["context"]
+    first = (
+        int(record["agent_turn"]["harness_prompt_tokens"])
+        + int(context["harness_margin_tokens"])
+        + int(config["grpo"]["rollout_max_prompt_len"])
+    )
+    return max(0, (int(context["model_context_length"]) - first) // request_max_tokens(config, record))
+
+
 def flag_value(args: list[str], flag: str) -> int | None:
     if flag not in args:
         return None

@@ -13,6 +13,12 @@ are recorded in configs/upstream/rehearsal-keys.json; `make verify-offline` find
   (train_async.py l.60 `save_model(rollout_id)`, slime/backends/megatron_utils/model.py l.954 `save_checkpoint(
   iteration, ...)`) and a resume starts at the loaded iteration + 1 (slime/backends/megatron_utils/actor.py l.107);
 - the wall time of each phase, measured by `make preflight`.
+- the sandbox probe's rewards (`reward_path`: the verifier through the agent sandbox gave the canonical HumanEval/0
+  reward 1 and a wrong answer 0) and job 2's attempts under the supervisor (`supervisor`), from `make preflight`.
+What kills learning without a crash (issue 26 point 2) has a class of its own: sessions Polar's adapter masks
+(failed, timed out) and groups its worker drops (`PolarLowCompleteAcceptFractionError`, polar/dropped_* counters);
+sessions ended at the engine's context; no group with mixed rewards in any step (a model shortfall only when the
+reward path is shown to give reward 1), and a gradient that does not follow the advantages.
 A warning is a model shortfall (the small model never called a tool or never solved a task), not a broken stack;
 only failures make the report exit non-zero, naming the first failing class and what to change.
 """
@@ -37,12 +43,25 @@ CLASSES = (
     "trainable_tokens",
     "tool_calls",
     "length",
+    "sessions",
+    "context_limit",
     "reward_spread",
+    "no_mixed_rewards",
     "loss_and_grad",
     "weight_sync",
     "checkpoint_resume",
+    "supervisor",
     "time_and_tokens",
 )
+DEFAULT_MAX_FAILED_SESSION_SHARE = 0.25  # report.max_failed_session_share (chosen, not measured)
+DEFAULT_MAX_CONTEXT_LIMIT_SHARE = 0.25  # report.max_context_limit_share (chosen, not measured)
+# Polar's drops other than zero trainable tokens (trainable_tokens judges those): polarstack.train.gate.polar_drops
+DROP_REASONS = {
+    "low_complete_fraction": "too few completed sessions (PolarLowCompleteAcceptFractionError)",
+    "failed": "a task failure (Polar's worker then stops for a restart)",
+    "logprob_error": "logprobs missing or misaligned (RolloutLogprobError)",
+    "dynamic_filter": "the dynamic filter",
+}
 
 
 @dataclass
@@ -164,6 +183,67 @@ def length(evidence: dict[str, Any]) -> Verdict:
     return Verdict("length", "pass" if samples else "fail", figure, "" if samples else "see trainable_tokens")
 
 
+def sessions(evidence: dict[str, Any]) -> Verdict:
+    """Failed and timed-out sessions (Polar's adapter masks them: FAILED/ABORTED, loss mask 0, remove_sample) and the
+    groups Polar's worker dropped for a reason other than zero trainable tokens."""
+    rollouts = evidence.get("rollouts") or []
+    groups = _groups(rollouts)
+    total = sum(g["sessions"] for g in groups)
+    failed = sum(int(g.get("sessions_failed", 0)) for g in groups)
+    timed_out = sum(int(g.get("sessions_timed_out", 0)) for g in groups)
+    drops = {
+        reason: sum(float((r.get("polar_dropped") or {}).get(reason) or 0) for r in rollouts) for reason in DROP_REASONS
+    }
+    limit = float(evidence.get("max_failed_session_share", DEFAULT_MAX_FAILED_SESSION_SHARE))
+    share = (failed + timed_out) / total if total else 0.0
+    dropped = ", ".join(f"{n:g} for {DROP_REASONS[reason]}" for reason, n in drops.items() if n)
+    figure = (
+        f"{failed}/{total} sessions failed, {timed_out} timed out ({share:.0%} masked or zero-rewarded); groups "
+        f"Polar dropped: {dropped or 'none'}"
+    )
+    if not total:
+        return Verdict("sessions", "fail", figure, "no session reached the gate: see trainable_tokens")
+    if share > limit or dropped:
+        return Verdict(
+            "sessions",
+            "fail",
+            figure + (f" > {limit:.0%}" if share > limit else ""),
+            "sessions end in error or time out, so Polar masks them (loss mask 0, remove_sample) or drops their "
+            "group: read the sessions' errors in the run's polar-*.log, and raise the task template's timeout if "
+            "they time out (report.max_failed_session_share sets the limit)",
+        )
+    return Verdict("sessions", "pass", figure)
+
+
+def context_limit(evidence: dict[str, Any]) -> Verdict:
+    """Sessions that ended because sglang refused a turn whose input + max_tokens passed the context."""
+    groups = _groups(evidence.get("rollouts") or [])
+    total = sum(g["sessions"] for g in groups)
+    ended = sum(int(g.get("sessions_at_context_limit", 0)) for g in groups)
+    share = ended / total if total else 0.0
+    limit = float(evidence.get("max_context_limit_share", DEFAULT_MAX_CONTEXT_LIMIT_SHARE))
+    figure = f"{ended}/{total} sessions ended at the engine's context ({share:.0%})"
+    change = (
+        "the conversations outgrow the context (sglang refuses input + max_tokens over it, and the session's last "
+        'turns are lost): lower the turn cap or context.agent_max_output_tokens (docs/gpu-node.md, "Sequence '
+        'length")'
+    )
+    if not total:
+        return Verdict("context_limit", "fail", figure, "no session reached the gate: see trainable_tokens")
+    if share > limit:
+        return Verdict("context_limit", "fail", figure + f" > {limit:.0%}", change)
+    return Verdict("context_limit", "warn" if ended else "pass", figure, change if ended else "")
+
+
+def _mixed_by_rollout(evidence: dict[str, Any]) -> dict[int, bool]:
+    """Per rollout: did any group get mixed rewards (a non-zero advantage)."""
+    out: dict[int, bool] = {}
+    for row in evidence.get("rollouts") or []:
+        rid = int(row.get("rollout_id", -1))
+        out[rid] = out.get(rid, False) or any(not g["zero_advantage"] for g in row.get("groups", []))
+    return out
+
+
 def reward_spread(evidence: dict[str, Any]) -> Verdict:
     groups = _groups(evidence.get("rollouts") or [])
     mixed = sum(1 for g in groups if not g["zero_advantage"])
@@ -176,31 +256,94 @@ def reward_spread(evidence: dict[str, Any]) -> Verdict:
     )
     if mixed >= need and groups:
         return Verdict("reward_spread", "pass", figure)
-    why = "never solved a task" if not any(r > 0 for r in rewards) else "solved every sample of a task alike"
+    if not mixed:  # its own class decides: a model shortfall or a broken reward path
+        return Verdict("reward_spread", "warn", figure, "no group with mixed rewards at all: see no_mixed_rewards")
     return Verdict(
         "reward_spread",
         "warn",
         figure,
-        f"model shortfall: the small model {why}; the stack may be fine, but nothing here proves the reward moves "
-        "(try a larger model.size in configs/train/preflight.yaml or other tasks.ids)",
+        f"model shortfall: fewer than report.min_mixed_reward_groups={need} groups with mixed rewards; the stack may "
+        "be fine, but little here proves the reward moves (try a larger model.size in configs/train/preflight.yaml "
+        "or other tasks.ids)",
+    )
+
+
+def no_mixed_rewards(evidence: dict[str, Any]) -> Verdict:
+    """No group with mixed rewards in any step: GRPO's advantages are all 0, so nothing is learned. A model shortfall
+    (a warning) when the verifier gave the canonical answer reward 1 (and a wrong one 0) through the same sandbox
+    (`reward_path`, the sandbox probe `make preflight` runs before the jobs); else the reward path is broken."""
+    mixed = _mixed_by_rollout(evidence)
+    groups = _groups(evidence.get("rollouts") or [])
+    if not groups:
+        return Verdict("no_mixed_rewards", "fail", "no rollout reached the gate", "see trainable_tokens")
+    with_mixed = sum(1 for m in mixed.values() if m)
+    figure = f"{with_mixed}/{len(mixed)} rollouts with a group of mixed rewards"
+    if with_mixed:
+        return Verdict("no_mixed_rewards", "pass", figure)
+    rewards = [r for g in groups for r in g["rewards"]]
+    path = evidence.get("reward_path") or {}
+    proven = path.get("canonical_reward") == 1.0 and path.get("wrong_reward") == 0.0
+    figure += (
+        f"; {sum(1 for r in rewards if r > 0)}/{len(rewards)} samples rewarded; the verifier through the sandbox: "
+        + (
+            f"canonical answer reward {path.get('canonical_reward')}, wrong answer {path.get('wrong_reward')} "
+            f"({path.get('task', '?')})"
+            if path
+            else "not run"
+        )
+    )
+    if proven:
+        why = "never solved a task" if not any(r > 0 for r in rewards) else "solved every sample of a task alike"
+        return Verdict(
+            "no_mixed_rewards",
+            "warn",
+            figure,
+            f"model shortfall: no group had mixed rewards in any step (the small model {why}), while the verifier "
+            "gives the canonical answer reward 1 through the same sandbox, so the reward path works; nothing here "
+            "proves GRPO moves the weights (try a larger model.size in configs/train/preflight.yaml or other tasks.ids)",
+        )
+    return Verdict(
+        "no_mixed_rewards",
+        "fail",
+        figure,
+        "the reward path is broken or unproven: no group had mixed rewards and the verifier did not give the "
+        "canonical answer reward 1 (and a wrong one 0) through the agent sandbox; run `make train DRY_RUN=1` and the "
+        'sandbox probe (docs/gpu-node.md, "The probe make train runs first")',
     )
 
 
 def loss_and_grad(evidence: dict[str, Any]) -> Verdict:
+    """Every step logged, finite, and its gradient consistent with its rollout's advantages: zero with no mixed
+    rewards (no_mixed_rewards' case), non-zero with mixed ones. A zero gradient with mixed rewards, or a non-zero one
+    with none while the actor still equals the reference (no earlier step had mixed rewards, so the KL term is 0
+    too), is a defect. Step s trains rollout s // steps_per_rollout (slime's accumulated step id)."""
     steps = (evidence.get("slime") or {}).get("steps") or []
     expected = int(evidence.get("expected_steps", 1))
-    bad = [
-        s
-        for s in steps
-        if not isinstance(s.get(LOSS_KEY), (int, float))
-        or not math.isfinite(s[LOSS_KEY])
-        or not isinstance(s.get(GRAD_KEY), (int, float))
-        or not math.isfinite(s[GRAD_KEY])
-        or s[GRAD_KEY] <= 0
-    ]
+    per_rollout = max(1, int(evidence.get("steps_per_rollout", 1)))
+    mixed = _mixed_by_rollout(evidence)
+    bad, inconsistent, zero_advantage = [], [], []
+    moved = False  # an earlier step had mixed rewards: the actor may differ from the reference
+    for s in sorted(steps, key=lambda s: s["step"]):
+        loss, grad = s.get(LOSS_KEY), s.get(GRAD_KEY)
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (loss, grad)):
+            bad.append(s)
+            continue
+        rollout_mixed = mixed.get(s["step"] // per_rollout)
+        if rollout_mixed is None:
+            if grad <= 0:
+                bad.append(s)
+        elif rollout_mixed and grad <= 0:
+            inconsistent.append(f"step {s['step']}: zero gradient norm with mixed rewards")
+        elif not rollout_mixed and grad > 0 and not moved:
+            inconsistent.append(f"step {s['step']}: gradient norm {grad} with no mixed rewards (every advantage is 0)")
+        elif not rollout_mixed and grad <= 0:
+            zero_advantage.append(s["step"])
+        moved = moved or bool(rollout_mixed)
     figure = f"{len(steps)} training steps logged (expected {expected}); " + (
         ", ".join(f"step {s['step']}: loss {s.get(LOSS_KEY)}, grad norm {s.get(GRAD_KEY)}" for s in steps[:4]) or "none"
     )
+    if zero_advantage:
+        figure += f"; steps {zero_advantage} had zero gradient with zero advantages (see no_mixed_rewards)"
     if len(steps) < expected or bad:
         return Verdict(
             "loss_and_grad",
@@ -208,6 +351,15 @@ def loss_and_grad(evidence: dict[str, Any]) -> Verdict:
             figure,
             "a step with a non-finite loss or a zero gradient norm trains nothing: check the advantages (reward "
             "spread), --lr and the Megatron arguments against the weights' config.json",
+        )
+    if inconsistent:
+        return Verdict(
+            "loss_and_grad",
+            "fail",
+            figure + "; " + "; ".join(inconsistent),
+            "the gradient does not follow the advantages: with mixed rewards it must be non-zero (check the loss "
+            "mask and --lr), with none it must be 0 (slime normalises rewards per group only when a rollout's "
+            "sample count equals n_samples_per_prompt x rollout_batch_size; check the batch settings)",
         )
     return Verdict("loss_and_grad", "pass", figure)
 
@@ -274,6 +426,37 @@ def checkpoint_resume(evidence: dict[str, Any]) -> Verdict:
     return Verdict("checkpoint_resume", "pass", figure)
 
 
+def supervisor(evidence: dict[str, Any]) -> Verdict:
+    """Job 2 ran through the supervisor (polarstack.train.supervise) with one crash injected after its first attempt:
+    the supervisor must resume from the checkpoint that attempt wrote, and the second attempt must end with exit 0."""
+    sup = evidence.get("supervisor") or {}
+    attempts = sup.get("attempts") or []
+    figure = (
+        ", ".join(
+            f"attempt {i + 1}: {'resume' if a.get('resume') else 'fresh'}, exit {a.get('exit')}, checkpoint "
+            f"{a.get('checkpoint')}"
+            for i, a in enumerate(attempts)
+        )
+        or "job 2 did not run through the supervisor"
+    ) + (f"; the supervisor stopped: {sup['error']}" if sup.get("error") else "")
+    ok = (
+        len(attempts) == 2
+        and attempts[0].get("exit") == sup.get("injected_exit")
+        and attempts[0].get("checkpoint") is not None
+        and attempts[1].get("resume")
+        and attempts[1].get("exit") == 0
+    )
+    if not ok:
+        return Verdict(
+            "supervisor",
+            "fail",
+            figure,
+            "the supervisor did not restart the crashed job from its checkpoint once: see job-resume.log and "
+            "polarstack.train.supervise's rules (make logs SERVICE=trainer)",
+        )
+    return Verdict("supervisor", "pass", figure)
+
+
 def time_and_tokens(evidence: dict[str, Any]) -> Verdict:
     phases = evidence.get("phases") or {}
     rollouts = evidence.get("rollouts") or []
@@ -300,10 +483,14 @@ JUDGES = (
     trainable_tokens,
     tool_calls,
     length,
+    sessions,
+    context_limit,
     reward_spread,
+    no_mixed_rewards,
     loss_and_grad,
     weight_sync,
     checkpoint_resume,
+    supervisor,
     time_and_tokens,
 )
 

@@ -42,6 +42,34 @@ PAD_TEXT = " the"
 # plan still checks the per-request budget (polarstack.checks.budget).
 PAD_ENV = "POLARSTACK_SMOKE_TOOL_PAD"
 PAD_PREFIX = "Padding to an agent harness's prompt length; ignore it:"
+# One deadline rule for the smoke's requests (issue 26 point 7), the same for `make train`'s gate on the host and the
+# in-job first-rollout check: POLARSTACK_SMOKE_TIMEOUT seconds when set, else what the target itself needs (the real
+# sglang on a CPU: real_sglang.SMOKE_TIMEOUT), else DEFAULT_SMOKE_TIMEOUT (chosen, not measured on a GPU). The three
+# knobs reach the training job through the Ray job's runtime env (polarstack.train.plan, `smoke_knobs`).
+TIMEOUT_ENV = "POLARSTACK_SMOKE_TIMEOUT"
+DEFAULT_SMOKE_TIMEOUT = 30.0
+SMOKE_KNOBS = (PAD_ENV, MAX_TOKENS_ENV, TIMEOUT_ENV)
+
+
+def smoke_deadline(target_timeout: float | None = None) -> float:
+    """Seconds each smoke request may take, by the rule above; a bad value is USAGE naming the knob."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if raw:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = -1.0
+        if not value > 0 or value == float("inf"):
+            raise StackError(f"{TIMEOUT_ENV} must be a positive number of seconds, not {raw!r}.", ExitCode.USAGE)
+        return value
+    return float(target_timeout) if target_timeout else DEFAULT_SMOKE_TIMEOUT
+
+
+def smoke_knobs() -> dict[str, str]:
+    """The documented smoke knobs set in this environment, for the training job's runtime env."""
+    return {name: os.environ[name] for name in SMOKE_KNOBS if os.environ.get(name, "").strip()}
+
+
 TOOL_PROMPT = (
     "Call the write_file tool exactly once to create solution.py containing a Python function add(a, b) "
     "that returns a + b. Do not answer in prose; only call the tool."

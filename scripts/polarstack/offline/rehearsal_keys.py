@@ -21,10 +21,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from polarstack.checks import rehearsal_report
+from polarstack.engine import tool_parser
+from polarstack.engine.emulator.tokenizer_manager import length_problem
 from polarstack.engine.protocol import source_dir
 from polarstack.errors import StackError
 from polarstack.pins import pins, repo_root
-from polarstack.train import learning_signal
+from polarstack.train import gate, learning_signal
 
 RECORD = "configs/upstream/rehearsal-keys.json"
 DEFAULT_SLIME_GIT = "/work/.mirror/THUDM+slime/repo"  # where this project's sessions keep slime's mirror; optional
@@ -74,7 +76,47 @@ def polar_problems(facts: dict[str, Any]) -> list[str]:
     got = learning_signal.group_summary([sample], lambda s: 1.0, lambda g: 1)
     expected = {"sessions_with_tool_calls": 1, "clipped": 1, "placeholders": 1, "parser_invalid_tool_calls": 1}
     wrong = [k for k, v in expected.items() if got[k] != v]
+    # Sessions Polar's adapter masks (issue 26 point 2): its training_filter reasons and the session's status.
+    outcomes = {
+        "failed": {"training_filter": {"reason": keys["session_error"]}},
+        "timed_out": {"training_filter": {"reason": keys["session_timeout"]}},
+        "timed_out ": {"training_filter": {"reason": keys["agent_timeout"]}},
+        "failed ": {keys["session_status"]: "ERROR"},
+    }
+    for want, meta in outcomes.items():
+        one = SimpleNamespace(metadata={"polar": meta}, loss_mask=[0], reward=0.0, status="completed")
+        if learning_signal.session_outcome(one) != want.strip():
+            wrong.append(f"{want.strip()} ({next(iter(meta))})")
     return [f"learning_signal does not read Polar's adapter keys for {', '.join(wrong)} ({RECORD})"] if wrong else []
+
+
+def worker_problems(facts: dict[str, Any]) -> list[str]:
+    """The gate reads Polar's drop counters under the names the worker exports (`<key>_delta`)."""
+    problems = []
+    suffix = facts["delta_suffix"]["key"]
+    for name, key in gate.POLAR_DROP_COUNTERS.items():
+        if name not in facts:
+            problems.append(f"{RECORD} records no Polar counter for {name} (the gate reads {key})")
+            continue
+        if facts[name]["key"] != key:
+            problems.append(f"the gate reads {key}, Polar's worker counts {facts[name]['key']} ({facts[name]['file']})")
+        if gate.polar_drops({f"{facts[name]['key']}{suffix}": 2})[name] != 2.0:
+            problems.append(f"gate.polar_drops does not read Polar's exported {facts[name]['key']}{suffix}")
+    return problems
+
+
+def context_limit_problems(facts: dict[str, Any]) -> list[str]:
+    """The markers the watch looks for are sglang's own refusals (the emulator says them in full; the differential
+    test holds it to the real engine)."""
+    problems = []
+    said = " ".join(filter(None, [length_problem(40, None, 32), length_problem(20, 20, 32)]))
+    for name in ("context_limit_total", "context_limit_input"):
+        marker = facts[name]["key"]
+        if marker not in learning_signal.CONTEXT_LIMIT_MARKERS:
+            problems.append(f"learning_signal does not look for sglang's refusal {marker!r}")
+        if marker not in said:
+            problems.append(f"sglang's refusal {marker!r} is not what the emulator's length_problem says")
+    return problems
 
 
 def source_problems(data: dict[str, Any], slime_git: str | None) -> tuple[list[str], str]:
@@ -83,7 +125,8 @@ def source_problems(data: dict[str, Any], slime_git: str | None) -> tuple[list[s
         root = source_dir()
         for fact in data["sglang"]["facts"].values():
             path = Path(root) / fact["file"]
-            if not path.is_file() or fact["needle"] not in path.read_text(errors="replace"):
+            text = path.read_text(errors="replace") if path.is_file() else tool_parser._wheel_text(fact["file"])
+            if fact["needle"] not in text:
                 problems.append(f"sglang {data['sglang']['version']} {fact['file']} no longer has {fact['needle']!r}")
         notes.append("sglang lines found in the pinned wheel")
     except StackError as exc:
@@ -115,6 +158,8 @@ def check(slime_git: str | None = None) -> tuple[list[str], str]:
         problems.append(f"{RECORD}'s Polar facts were read for another POLAR_COMMIT; reread them")
     problems += parser_problems(data["slime"]["facts"])
     problems += polar_problems(data["polar"]["facts"])
+    problems += worker_problems(data["polar_worker"]["facts"])
+    problems += context_limit_problems(data["sglang"]["facts"])
     found, detail = source_problems(
         data,
         slime_git
@@ -124,4 +169,4 @@ def check(slime_git: str | None = None) -> tuple[list[str], str]:
     return problems + found, detail
 
 
-__all__ = ["check", "record", "parser_problems", "polar_problems"]
+__all__ = ["check", "record", "parser_problems", "polar_problems", "worker_problems", "context_limit_problems"]

@@ -275,12 +275,15 @@ def check_request_budget(profile: profiles.Profile) -> Check:
 
 def check_harness_preset() -> Check:
     """The task template's agent spec agrees with Polar's preset on the CLI version (issue 18 point 3,
-    configs/upstream/polar-harness-presets.json), and the sandbox probe refuses a CLI of another version."""
+    configs/upstream/polar-harness-presets.json), and the sandbox probe refuses a CLI of another version; the task
+    template caps each session at the turns the budget allows, through the preset's max_turns (issue 26 point 4)."""
     problems = []
     for task in TASKS:
         plan = build_plan(task, profiles.load("engine-direct"), run_id="verify", config=load_defaults())
         agent = yaml.safe_load(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
         problems += [f"make train TASK={task}: {p}" for p in harness_preset.problems(agent)]
+        cap = budget.turn_cap(load_defaults())  # issue 26 point 4: the per-session turn cap from the budget
+        problems += [f"make train TASK={task}: {p}" for p in harness_preset.turn_cap_problems(agent, cap)]
     pinned = harness_preset.pinned_version()
     if harness_preset.version_problem(f"{pinned} (Claude Code)") is not None or not harness_preset.version_problem(
         "0.0.0 (Claude Code)"
@@ -289,7 +292,10 @@ def check_harness_preset() -> Check:
     facts = harness_preset.record()["presets"]
     detail = ", ".join(f"{name}: {'a' if f['checks_cli_version'] else 'no'} version check" for name, f in facts.items())
     return Check(
-        "Polar's harness preset and the agent CLI version (polar-harness-presets.json)", not problems, detail, problems
+        "Polar's harness preset: the agent CLI version and the turn cap (polar-harness-presets.json)",
+        not problems,
+        detail,
+        problems,
     )
 
 

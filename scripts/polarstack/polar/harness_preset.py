@@ -8,7 +8,11 @@ the code index) and hands agent.env to the CLI. So:
   ({"version": AGENT_CLI_VERSION} for a preset that checks, {} for claude_code);
 - `version_problem(output)`: the in-trainer sandbox probe compares the CLI's `--version` in the sandbox (the pinned
   CLI prints "<version> (Claude Code)", measured: its first field) with AGENT_CLI_VERSION and refuses a mismatch either way;
-- `problems(agent)`: `make verify-offline`'s check of the rendered agent spec against the record.
+- `problems(agent)`: `make verify-offline`'s check of the rendered agent spec against the record;
+- `turn_cap_settings(harness, cap)` / `turn_cap_problems(agent, cap)` (issue 26 point 4): the per-session turn cap as
+  the preset's own setting: claude_code's run_steps turns agent.settings.max_turns into the CLI's `--max-turns`, which
+  the pinned CLI documents as "Stop after this many turns (only works with --print)" (the record's
+  `max_turns_in_cli`, found in the binary); the preset runs it with -p.
 """
 
 from __future__ import annotations
@@ -83,4 +87,44 @@ def problems(agent: dict[str, Any], facts: dict[str, Any] | None = None) -> list
     return out
 
 
-__all__ = ["RECORD", "cli_version", "pinned_version", "problems", "record", "settings_for", "version_problem"]
+def turn_cap_settings(harness: str, cap: int, facts: dict[str, Any] | None = None) -> dict[str, int]:
+    """agent.settings that cap a session at `cap` turns, when the preset maps a setting to the CLI's max turns."""
+    preset = (facts or record())["presets"].get(harness) or {}
+    return {"max_turns": cap} if (preset.get("settings_flags") or {}).get("max_turns") and cap > 0 else {}
+
+
+def turn_cap_problems(agent: dict[str, Any], cap: int, facts: dict[str, Any] | None = None) -> list[str]:
+    """The rendered agent spec caps each session at `cap` turns through a setting the preset and the CLI honour."""
+    facts = facts or record()
+    harness = agent.get("harness")
+    preset = facts["presets"].get(harness) or {}
+    out = []
+    flag = (preset.get("settings_flags") or {}).get("max_turns")
+    if not flag:
+        return [f"{RECORD} records no setting of Polar's {harness!r} preset that caps a session's turns"]
+    cli = preset.get("max_turns_in_cli") or {}
+    if flag not in str(cli.get("text", "")) or cli.get("cli_version") != pinned_version():
+        out.append(
+            f"{RECORD} does not show the agent CLI {pinned_version()} taking {flag} (max_turns_in_cli); find it in "
+            "the pinned CLI again"
+        )
+    got = (agent.get("settings") or {}).get("max_turns")
+    if got != cap:
+        out.append(
+            f"the task template caps a session at max_turns={got!r}, not {cap} turns, the most whose last request "
+            "fits the engine context (polarstack.checks.budget.turn_cap)"
+        )
+    return out
+
+
+__all__ = [
+    "turn_cap_problems",
+    "turn_cap_settings",
+    "RECORD",
+    "cli_version",
+    "pinned_version",
+    "problems",
+    "record",
+    "settings_for",
+    "version_problem",
+]

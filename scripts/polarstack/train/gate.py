@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from polarstack.checks import smoke
+from polarstack.checks import smoke, tool_exchange
 from polarstack.checks.retokenize import configured_name
 from polarstack.errors import ExitCode
 from polarstack.train import learning_signal
@@ -353,11 +353,18 @@ def first_rollout_check(args: Any) -> None:
         base_url,
         route=getattr(args, "polar_gate_route", "base") or "base",
         model=getattr(args, "polar_served_model_name", None),
-        timeout=30.0,
+        timeout=tool_exchange.smoke_deadline(),  # the host gate's rule; the knobs reach the job's env (plan.py)
         tokenizer_name=tokenizer_name,
         allow_retokenized=bool(getattr(args, "polar_gate_allow_retokenized", False)),
         agent_env=_agent_env(args),  # the agent's per-request max_tokens as the job renders it (issue 18 point 2)
     )
+    if not report.ok and report.code == ExitCode.UNREACHABLE:
+        # No answer within the deadline, or the connection lost: not a defect of the path, so not a gate stop (no
+        # abort file): the job fails as a crash, and `make train`'s supervisor restarts it by its rules.
+        raise RuntimeError(
+            f"polarstack gate: the first-rollout smoke got no answer ({report.message}); not a gate stop, the "
+            f"supervisor may restart the job (raise {tool_exchange.TIMEOUT_ENV} if the engines are slow)"
+        )
     if not report.ok:
         raise _abort(f"polarstack gate: refusing to train, the inference path fails the smoke: {report.message}", args)
     logger.info("polarstack gate: %s", report.message)
@@ -413,8 +420,9 @@ def watch_learning_signal(
     the metrics slime logs), and the zero-advantage watch, whose stop is a GATE stop like every other."""
     key = str(getattr(args, "polar_reward_key", None) or getattr(args, "reward_key", None) or "score")
     summaries = [learning_signal.group_summary(g, lambda s: sample_reward(s, key), trainable_tokens) for g in groups]
-    summary = learning_signal.rollout_summary(rollout_id, summaries, dropped, seconds)
+    summary = learning_signal.rollout_summary(rollout_id, summaries, dropped, seconds, polar_drops(metrics_of(output)))
     learning_signal.write_summary(args, summary)
+    watch_context_limit(args, rollout_id, summaries)
     if isinstance(getattr(output, "metrics", None), dict):
         output.metrics.update(learning_signal.metrics(summary))
     verdict = _zero_advantage.observe(args, rollout_id, summaries)
@@ -423,3 +431,52 @@ def watch_learning_signal(
     if verdict:
         logger.warning(verdict[1])
         print(verdict[1], file=sys.stderr, flush=True)
+
+
+# Polar's worker counts every group it drops by reason (rollout.py at POLAR_COMMIT, `_submit_and_collect`: zero
+# trainable tokens, PolarLowCompleteAcceptFractionError "low complete accept fraction", RolloutLogprobError, any other
+# task failure; `mark_dynamic_filter_drop`) and exports each as `<key>_delta` per returned rollout (snapshot_metrics).
+POLAR_DROP_COUNTERS = {
+    "zero_trainable": "polar/dropped_zero_trainable_groups",
+    "low_complete_fraction": "polar/dropped_low_complete_fraction_groups",
+    "logprob_error": "polar/dropped_logprob_error_groups",
+    "failed": "polar/dropped_failed_groups",
+    "dynamic_filter": "polar/dropped_dynamic_filter_groups",
+    "sessions": "polar/dropped_sessions",
+}
+DEFAULT_CONTEXT_LIMIT_WARN_SHARE = 0.1
+
+
+def metrics_of(output: Any) -> dict[str, Any]:
+    metrics = getattr(output, "metrics", None)
+    return metrics if isinstance(metrics, dict) else {}
+
+
+def polar_drops(metrics: dict[str, Any]) -> dict[str, float]:
+    """This rollout's drops by reason from Polar's exported `_delta` counters (absent counters are 0)."""
+    out = {}
+    for name, key in POLAR_DROP_COUNTERS.items():
+        try:
+            out[name] = float(metrics.get(f"{key}_delta") or 0.0)
+        except (TypeError, ValueError):
+            out[name] = 0.0
+    return out
+
+
+def watch_context_limit(args: Any, rollout_id: int, summaries: list[dict[str, Any]]) -> str | None:
+    """The share of this rollout's sessions that ended at the engine's context (sglang refused a turn: issue 26
+    point 4): a loud warning above `polar_gate_context_limit_warn_share`, since their last turns are lost and the
+    per-session turn cap (agent.settings.max_turns) did not keep them inside. Returns the warning, if any."""
+    share = learning_signal.session_shares(summaries)["at_context_limit"]
+    limit = float(getattr(args, "polar_gate_context_limit_warn_share", None) or DEFAULT_CONTEXT_LIMIT_WARN_SHARE)
+    if share <= limit:
+        return None
+    ended = sum(int(g.get("sessions_at_context_limit", 0)) for g in summaries)
+    message = (
+        f"polarstack gate: WARNING {ended} sessions of rollout {rollout_id} ({share:.0%}, above {limit:.0%}) ended "
+        "at the engine's context (sglang refused a turn: input + max_tokens over the context), so their last turns "
+        'are lost; lower context.agent_max_output_tokens or the turn cap (docs/gpu-node.md, "Sequence length").'
+    )
+    logger.warning(message)
+    print(message, file=sys.stderr, flush=True)
+    return message

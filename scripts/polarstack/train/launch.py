@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from polarstack.checks import sandbox_probe, smoke
+from polarstack.checks import sandbox_probe, smoke, tool_exchange
 from polarstack.checks.retokenize import configured_name
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import train_run_dir
@@ -98,9 +98,11 @@ def _gate(request: TrainRequest, target, plan, profile) -> None:
     import yaml
 
     polar_values = yaml.safe_load(plan.files["polar_config.yaml"])
+    options = dict(local.smoke_options(target))  # a local stack of real engines: its scripted tool answer and timeout
+    options["timeout"] = tool_exchange.smoke_deadline(options.get("timeout"))  # the rule the in-job check uses too
     report = smoke.run_smoke(
         target.base_url,
-        **local.smoke_options(target),  # a local stack of real engines: its scripted tool answer and timeout
+        **options,
         route=target.route or profile.route,
         model=target.served_model(),
         register=target.register,

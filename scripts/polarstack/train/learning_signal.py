@@ -17,6 +17,15 @@ metadata["polar"] with "session_id", "trace_debug"."response_messages" (the engi
 "token_clipping" when it kept only a causal prefix for length, "training_filter"."reason"
 "parser_invalid_tool_call" when the tool call did not parse; `_build_dummy_sample` a "placeholder" with
 remove_sample when a session had no usable trace; status TRUNCATED when clipped or finish_reason "length".
+
+Sessions that kill learning (issue 26 point 2, configs/upstream/rehearsal-keys.json `session_outcomes`): `_sample_status`
+makes a TIMEOUT session ABORTED and an ERROR session (or one with an error) FAILED; `_build_sample` then zeroes the
+loss mask, sets remove_sample and training_filter.reason "session_timeout" / "session_error"; an agent-budget timeout
+stays trainable with reason "agent_timeout" and reward 0. Every sample also carries "session_status" (the session's).
+A session that ran into the engine's context (issue 26 point 4) carries sglang's refusal sentence
+(srt/managers/tokenizer_manager.py `_validate_one_request` at SGLANG_VERSION, CONTEXT_LIMIT_MARKERS) in one of the
+strings of its metadata: where Polar puts the failed request's error (result_error, trajectory_error, the trajectory's
+metadata) is not confirmed, so every string of metadata["polar"] except the trace's own messages is searched.
 """
 
 from __future__ import annotations
@@ -36,6 +45,13 @@ DEFAULT_ZERO_ADVANTAGE_ROLLOUTS = 10
 DEFAULT_ZERO_ADVANTAGE_WARN_SHARE = 0.75
 METRIC_PREFIX = "polarstack/"
 PARSER_INVALID = "parser_invalid_tool_call"  # adapter.py _build_sample: training_filter reason
+SESSION_ERROR, SESSION_TIMEOUT, AGENT_TIMEOUT = "session_error", "session_timeout", "agent_timeout"  # ... reasons too
+# sglang's two refusals for length (tokenizer_manager.py `_validate_one_request`; polarstack.engine.emulator.
+# tokenizer_manager.length_problem says them in full); `make verify-offline` finds both in the pinned wheel.
+CONTEXT_LIMIT_MARKERS = (
+    "Requested token count exceeds the model's maximum context length",
+    "is longer than the model's context length",
+)
 
 
 def _polar(sample: Any) -> dict[str, Any]:
@@ -62,6 +78,34 @@ def tool_calls_in(messages: Any) -> int:
     return count
 
 
+def _texts(value: Any, depth: int = 0):
+    if depth > 6:
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key != "trace_debug":  # the model's own messages: not where an engine refusal is reported
+                yield from _texts(item, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value[:50]:
+            yield from _texts(item, depth + 1)
+
+
+def session_outcome(sample: Any) -> str:
+    """'failed', 'timed_out', 'context_limit' or 'ok' for the session a sample came from (Polar's adapter marks)."""
+    polar = _polar(sample)
+    if any(marker in text for text in _texts(polar) for marker in CONTEXT_LIMIT_MARKERS):
+        return "context_limit"
+    reason = (polar.get("training_filter") or {}).get("reason")
+    status = str(polar.get("session_status") or "").upper().rpartition(".")[2]
+    if reason == SESSION_ERROR or status == "ERROR" or _status(sample) == "failed":
+        return "failed"
+    if reason in (SESSION_TIMEOUT, AGENT_TIMEOUT) or status == "TIMEOUT":
+        return "timed_out"
+    return "ok"
+
+
 def group_summary(
     group: list[Any], reward_of: Callable[[Any], float], tokens_of: Callable[[list[Any]], int]
 ) -> dict[str, Any]:
@@ -69,12 +113,16 @@ def group_summary(
     kept = [s for s in group if not getattr(s, "remove_sample", False)]
     rewards = [reward_of(s) for s in kept]
     sessions: dict[str, int] = {}
+    outcomes: dict[str, str] = {}
     parser_invalid = clipped = placeholders = truncated = 0
     for index, sample in enumerate(group):
         polar = _polar(sample)
         session = str(polar.get("session_id") or f"sample-{index}")
         calls = tool_calls_in((polar.get("trace_debug") or {}).get("response_messages"))
         sessions[session] = sessions.get(session, 0) + calls
+        outcome = session_outcome(sample)
+        if outcomes.get(session, "ok") == "ok":  # a session's traces share its outcome; the first mark wins
+            outcomes[session] = outcome
         if (polar.get("training_filter") or {}).get("reason") == PARSER_INVALID:
             parser_invalid += 1
         clipped += 1 if polar.get("token_clipping") else 0
@@ -87,6 +135,9 @@ def group_summary(
         "zero_advantage": len(set(rewards)) <= 1,
         "sessions": len(sessions),
         "sessions_with_tool_calls": sum(1 for calls in sessions.values() if calls),
+        "sessions_failed": sum(1 for o in outcomes.values() if o == "failed"),
+        "sessions_timed_out": sum(1 for o in outcomes.values() if o == "timed_out"),
+        "sessions_at_context_limit": sum(1 for o in outcomes.values() if o == "context_limit"),
         "tool_calls": sum(sessions.values()),
         "parser_invalid_tool_calls": parser_invalid,
         "clipped": clipped,
@@ -97,8 +148,32 @@ def group_summary(
     }
 
 
-def rollout_summary(rollout_id: int, groups: list[dict[str, Any]], dropped: int, seconds: float) -> dict[str, Any]:
-    return {"rollout_id": rollout_id, "time": time.time(), "seconds": seconds, "dropped": dropped, "groups": groups}
+def rollout_summary(
+    rollout_id: int,
+    groups: list[dict[str, Any]],
+    dropped: int,
+    seconds: float,
+    polar_dropped: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """`dropped`: groups Polar dropped for zero trainable tokens; `polar_dropped`: every drop counter Polar's worker
+    exported for this rollout (polarstack.train.gate.polar_drops), by reason."""
+    return {
+        "rollout_id": rollout_id,
+        "time": time.time(),
+        "seconds": seconds,
+        "dropped": dropped,
+        "polar_dropped": dict(polar_dropped or {}),
+        "groups": groups,
+    }
+
+
+def session_shares(groups: list[dict[str, Any]]) -> dict[str, float]:
+    """Shares of a rollout's sessions that failed, timed out, or ended at the engine's context."""
+    sessions = sum(g["sessions"] for g in groups) or 1
+    return {
+        key: sum(int(g.get(f"sessions_{key}", 0)) for g in groups) / sessions
+        for key in ("failed", "timed_out", "at_context_limit")
+    }
 
 
 def metrics(summary: dict[str, Any]) -> dict[str, float]:
@@ -117,6 +192,7 @@ def metrics(summary: dict[str, Any]) -> dict[str, float]:
         "sessions_with_tool_calls_share": sum(g["sessions_with_tool_calls"] for g in groups)
         / (sum(g["sessions"] for g in groups) or 1),
         "dropped_zero_trainable_groups": float(summary["dropped"]),
+        **{f"sessions_{key}_share": value for key, value in session_shares(groups).items()},
     }
     return {METRIC_PREFIX + key: float(value) for key, value in values.items()}
 
@@ -171,4 +247,13 @@ class ZeroAdvantageWatch:
         return None
 
 
-__all__ = ["group_summary", "rollout_summary", "metrics", "write_summary", "ZeroAdvantageWatch", "tool_calls_in"]
+__all__ = [
+    "group_summary",
+    "rollout_summary",
+    "session_outcome",
+    "session_shares",
+    "metrics",
+    "write_summary",
+    "ZeroAdvantageWatch",
+    "tool_calls_in",
+]

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from polarstack.checks import budget
+from polarstack.checks import budget, tool_exchange
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import TRAINER_RUN_DIR, load_defaults  # noqa: F401 (train.plan is where callers read them)
 from polarstack.polar import harness_preset
@@ -306,6 +306,21 @@ def watch_lines(plan: LaunchPlan) -> list[str]:
         "bridge data source: slime's RolloutDataSourceWithBuffer; Polar's polar/reservations/* metrics stay absent "
         "(no at-least-once replay of in-flight groups on resume).",
         *([plan.cost.sentence()] if plan.cost else []),
+        *_turn_cap_line(plan),
+    ]
+
+
+def _turn_cap_line(plan: LaunchPlan) -> list[str]:
+    """The per-session turn cap the task template carries (issue 26 point 4), and where the node shows its effect."""
+    agent = (yaml.safe_load(plan.files.get("polar_config.yaml") or "{}") or {}).get("polar_task_template") or {}
+    cap = ((agent.get("agent") or {}).get("settings") or {}).get("max_turns")
+    if not cap:
+        return []
+    return [
+        f"sessions: at most {cap} turns each (agent.settings.max_turns, the agent CLI's --max-turns), chosen so the "
+        "last request still fits the engine context when every turn writes the per-request max_tokens "
+        "(polarstack.checks.budget.turn_cap; tool output is not bounded); the share of sessions that still ended at "
+        "the context is polarstack/sessions_at_context_limit_share, and the gate warns above 10%."
     ]
 
 
@@ -355,7 +370,10 @@ def build_plan(
     # The agent's output-token cap (polarstack.checks.budget): Polar's claude_code preset hands agent.env to the CLI.
     polar["polar_task_template"]["agent"].setdefault("env", {}).update(budget.agent_env(config))
     # A preset that checks the CLI version must be told AGENT_CLI_VERSION (polarstack.polar.harness_preset; claude_code: none).
-    agent_settings = harness_preset.settings_for(polar["polar_task_template"]["agent"]["harness"])
+    agent_settings = dict(harness_preset.settings_for(polar["polar_task_template"]["agent"]["harness"]))
+    turn_cap = budget.turn_cap(config)
+    # The per-session turn cap chosen from the budget (issue 26 point 4): the preset's max_turns, the CLI's --max-turns.
+    agent_settings.update(harness_preset.turn_cap_settings(polar["polar_task_template"]["agent"]["harness"], turn_cap))
     if agent_settings:
         polar["polar_task_template"]["agent"].setdefault("settings", {}).update(agent_settings)
     plan.files["polar_config.yaml"] = yaml.safe_dump(polar, sort_keys=False)
@@ -470,6 +488,8 @@ def build_plan(
             "POLAR_WORKER_DISCOVERY": profile.values["POLAR_WORKER_DISCOVERY"],
             **sandbox_mode_env(),
             **tracker_env,
+            # The documented smoke knobs (docs/tool-calls.md), for the in-job first-rollout check (issue 26 point 7).
+            **tool_exchange.smoke_knobs(),
         }
     }  # Polar's direct-exec apptainer mode (polarstack.stack.assets)
     dashboard = f"http://127.0.0.1:{config['ray']['dashboard_port']}"

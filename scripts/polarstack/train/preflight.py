@@ -252,7 +252,9 @@ def steps(plan: PreflightPlan) -> list[str]:
         "the sandbox probe in the trainer; the weights' config.json against slime's model script (stop on a difference)",
         f"job 1 (launch-train.sh): rollouts 0-{_rollouts(plan.phases[0][1]) - 1}, saves a checkpoint",
         f"job 2 (launch-resume.sh): --load of the same checkpoint directory, rollouts "
-        f"{_rollouts(plan.phases[0][1])}-{_rollouts(plan.phases[1][1]) - 1}",
+        f"{_rollouts(plan.phases[0][1])}-{_rollouts(plan.phases[1][1]) - 1}, through the supervisor "
+        "(polarstack.train.supervise), its first attempt made to crash after the job ended so that the supervisor "
+        "resumes it once from its checkpoint",
         f"GET /model_info weight_version of every engine before job 1 and after each job; the checkpoint tracker "
         f"after each job; the report in {plan.report_path}",
         "make down: the real run starts with `make up` of the real model",
@@ -349,7 +351,9 @@ def checks(plan: PreflightPlan) -> list[str]:
         problems.append("job 1 passes no --save-interval: slime would not save the checkpoint job 2 resumes")
     # slime restarts its weight-version counter in every job (slime/backends/megatron_utils/actor.py l.176,
     # update_weight_start_version defaults to 0) and updates once at start and after each rollout: job 1 ends at
-    # 1 + first, job 2 at 1 + after_resume, and the report's weight_sync verdict tells them apart only if they differ.
+    # 1 + first, job 2's first attempt at 1 + after_resume, and the report's weight_sync verdict tells them apart only if
+    # they differ. (Job 2's restart by the supervisor, rehearsal_run, updates once at its start and trains nothing, so
+    # the version read after job 2 is 1, apart from job 1's 1 + first >= 2 either way.)
     if _rollouts(first) == _rollouts(second) - _rollouts(first):
         problems.append(
             "phases.first equals phases.after_resume: the engines' weight_version would end both jobs alike"

@@ -26,11 +26,17 @@ from polarstack.stack import assets, compose, docker_state
 from polarstack.stack.profiles import Profile
 from polarstack.stack.target import resolve_target
 from polarstack.train import launch as train_launch
-from polarstack.train import preflight, rehearsal_record
+from polarstack.train import preflight, rehearsal_record, supervise
 from polarstack.train.plan import TRAINER_RUN_DIR
 from polarstack.train.preflight import SUMMARY_NAME, PreflightPlan
 
 UP_ARGS = ["up", "--detach", "--wait"]  # as `make up` (cli_docker.COMPOSE_VERBS)
+# Job 2 runs through the supervisor (polarstack.train.supervise) as `make train` runs its job, and its first attempt
+# is made to crash once after the job ended (this exit code, a line in job-resume.log): the supervisor sees a
+# checkpoint newer than before and resumes from it. slime's train_async.py starts generating rollout
+# start_rollout_id before its loop, so the restart costs one rollout's generation and trains nothing more.
+INJECTED_EXIT = 75
+INJECTED_LINE = "polarstack rehearsal: crash injected after attempt 1 of job resume (the supervisor must resume it)"
 
 # Read inside the trainer (host network): every engine's weight_version from sglang's GET /model_info
 # (srt/entrypoints/http_server.py l.665-679 at SGLANG_VERSION).
@@ -144,6 +150,9 @@ def run(
         for file_name, text in plan.files.items():
             (out / file_name).write_text(text)
         sandbox_probe.check_in_trainer(profile)
+        # The probe passed: the verifier, run through the agent sandbox as Polar's evaluator runs it, printed PASSED
+        # for the canonical HumanEval/0 (reward 1) and FAILED for a wrong answer (reward 0); no_mixed_rewards uses it.
+        evidence["reward_path"] = {"task": "HumanEval/0", "canonical_reward": 1.0, "wrong_reward": 0.0}
         mismatched = preflight.config_mismatches(plan.model, hf_config(node, plan.stack_env["MODEL_PATH"]))
         if mismatched:
             raise StackError(
@@ -160,7 +169,10 @@ def run(
             node.release_workers()
             began = clock()
             run_dir = f"{TRAINER_RUN_DIR}/{plan.run_id}"
-            code, _ = node.trainer(f"bash {run_dir}/launch-{name}.sh > {run_dir}/job-{name}.log 2>&1")
+            if name == "resume":
+                code = _supervised(node, plan, phase, run_dir, evidence)
+            else:
+                code, _ = node.trainer(f"bash {run_dir}/launch-{name}.sh > {run_dir}/job-{name}.log 2>&1")
             phases[name] = clock() - began
             log = out / f"job-{name}.log"
             logs.append(log.read_text(errors="replace") if log.is_file() else "")
@@ -192,6 +204,47 @@ def run(
     (out / "rehearsal-report.json").write_text(json.dumps({**result, "evidence": evidence}, indent=1) + "\n")
     rehearsal_record.write(profile, result, plan.report_path, sets=plan.sets)
     return result
+
+
+def _supervised(node: Node, plan: PreflightPlan, phase: Any, run_dir: str, evidence: dict[str, Any]) -> int:
+    """Job 2 under polarstack.train.supervise (max_restarts 1), its first attempt made to crash after the job ended;
+    the attempts and any stop go into evidence["supervisor"]. Returns 0 or the last attempt's exit code."""
+    log = f"{run_dir}/job-resume.log"
+    abort = train_run_dir() / plan.run_id / "gate-abort.txt"
+    attempts: list[int] = []
+    record: dict[str, Any] = {"injected_exit": INJECTED_EXIT, "attempts": []}
+    evidence["supervisor"] = record
+
+    def attempt(resume: bool) -> int:
+        first = not attempts
+        if not first:
+            node.release_workers()  # slime registers the engines again at every job's start
+        inject = (
+            f"; rc=$?; if [ $rc -eq 0 ]; then echo {shlex.quote(INJECTED_LINE)} >> {log}; exit {INJECTED_EXIT}; fi; "
+            "exit $rc"
+            if first
+            else ""
+        )
+        code, _ = node.trainer(f"bash {run_dir}/launch-resume.sh {'>' if first else '>>'} {log} 2>&1{inject}")
+        attempts.append(code)
+        record["attempts"].append({"resume": resume, "exit": code, "checkpoint": None})  # until the supervisor's own
+        return code
+
+    try:
+        outcome = supervise.supervise(
+            attempt,
+            lambda: supervise.parse_iteration(tracker(node, phase.checkpoint_dir) or ""),
+            lambda: abort.read_text().strip() if abort.is_file() else None,
+            max_restarts=1,
+            resume=True,
+            describe=f"job resume of rehearsal {plan.run_id}",
+            log=lambda m: None,
+        )
+        record["attempts"] = outcome.attempts
+        return 0
+    except StackError as exc:
+        record["error"] = exc.message
+        return attempts[-1] if attempts and attempts[-1] else 1
 
 
 def _rollouts(plan: PreflightPlan, index: int) -> int:

@@ -101,13 +101,83 @@ def test_a_model_that_never_calls_a_tool_is_a_warning():
     assert result["passed"] and v.verdict == "warn" and "model shortfall" in v.change
 
 
-def test_no_mixed_rewards_is_a_model_shortfall_warning_not_a_failure():
+def test_no_mixed_rewards_is_a_model_shortfall_when_the_canonical_answer_gets_reward_one():
+    """Issue 26 point 2: "no group with mixed rewards in any step" is its own class: a model shortfall (a warning)
+    when the verifier gave the canonical answer reward 1 through the same sandbox, and the zero gradient of those
+    steps is that class, not a loss defect."""
     e = fakes.passing_evidence()
     e["rollouts"] = _rollouts([[fakes.sample(0.0) for _ in range(4)]] * 3)
-    v = verdicts(e)["reward_spread"]
-    assert v.verdict == "warn" and "never solved a task" in v.change and "0/9 groups" in v.figure
+    e["slime"] = rehearsal_report.parse_slime_log("\n".join(fakes.step_line(s, grad=0.0) for s in range(3)))
+    v = verdicts(e)
+    assert v["no_mixed_rewards"].verdict == "warn" and "never solved a task" in v["no_mixed_rewards"].change
+    assert "reward 1" in v["no_mixed_rewards"].change and "0/3 rollouts" in v["no_mixed_rewards"].figure
+    assert v["reward_spread"].verdict == "warn" and "no_mixed_rewards" in v["reward_spread"].change
+    assert v["loss_and_grad"].verdict == "pass" and "zero advantages" in v["loss_and_grad"].figure
     assert rehearsal_report.report(e)["passed"]
     assert verdicts(fakes.passing_evidence())["reward_spread"].verdict == "pass"
+
+
+def test_no_mixed_rewards_without_a_working_reward_path_fails_as_its_own_class():
+    e = fakes.passing_evidence()
+    e["rollouts"] = _rollouts([[fakes.sample(0.0) for _ in range(4)]] * 3)
+    e["slime"] = rehearsal_report.parse_slime_log("\n".join(fakes.step_line(s, grad=0.0) for s in range(3)))
+    for path in (None, {"task": "HumanEval/0", "canonical_reward": 0.0, "wrong_reward": 0.0}):
+        e["reward_path"] = path
+        result = rehearsal_report.report(e)
+        assert result["first_failure"] == "no_mixed_rewards", result
+        assert "reward path is broken" in verdicts(e)["no_mixed_rewards"].change
+
+
+def test_a_non_zero_gradient_with_no_mixed_rewards_is_a_defect():
+    e = fakes.passing_evidence()
+    e["rollouts"] = _rollouts([[fakes.sample(1.0) for _ in range(4)]] * 3)  # solved alike: every advantage 0
+    result = rehearsal_report.report(e)  # the fakes' steps log grad norm 0.5
+    assert result["first_failure"] == "loss_and_grad"
+    assert "with no mixed rewards" in verdicts(e)["loss_and_grad"].figure
+
+
+def test_a_zero_gradient_with_mixed_rewards_is_a_defect():
+    e = broken("grad_zero")
+    assert "zero gradient norm with mixed rewards" in verdicts(e)["loss_and_grad"].figure
+
+
+def test_failed_and_timed_out_sessions_fail_the_sessions_class():
+    e = fakes.passing_evidence()
+    bad = [fakes.sample(1.0), fakes.sample(0.0), fakes.sample(outcome="failed"), fakes.sample(outcome="timed_out")]
+    e["rollouts"] = _rollouts([bad] * 3)
+    result = rehearsal_report.report(e)
+    assert result["first_failure"] == "sessions"
+    assert "9/36 sessions failed, 9 timed out (50%" in verdicts(e)["sessions"].figure
+    e["max_failed_session_share"] = 0.6
+    assert verdicts(e)["sessions"].verdict == "pass"
+
+
+def test_groups_polar_dropped_for_too_few_completed_sessions_fail_the_sessions_class():
+    e = fakes.passing_evidence()
+    metrics = {"polar/dropped_low_complete_fraction_groups_delta": 1.0, "polar/dropped_sessions_delta": 4.0}
+    e["rollouts"][1] = {**fakes.summary(1, fakes.mixed_groups(), polar_metrics=metrics), "phase": "train"}
+    result = rehearsal_report.report(e)
+    assert result["first_failure"] == "sessions"
+    assert "PolarLowCompleteAcceptFractionError" in verdicts(e)["sessions"].figure
+
+
+def test_sessions_ended_at_the_context_limit_warn_then_fail():
+    e = fakes.passing_evidence()
+    few = [fakes.sample(1.0), fakes.sample(0.0), fakes.sample(1.0), fakes.sample(0.0), fakes.sample(0.0)]
+    e["rollouts"] = _rollouts([few, few[:4], few[:4] + [fakes.sample(outcome="context_limit")]])
+    v = verdicts(e)["context_limit"]
+    assert v.verdict == "warn" and v.figure.startswith("3/42 sessions ended at the engine's context")
+    e["max_failed_session_share"] = 1.0
+    e["rollouts"] = _rollouts([[fakes.sample(1.0), fakes.sample(0.0), fakes.sample(outcome="context_limit")]] * 3)
+    assert rehearsal_report.report(e)["first_failure"] == "context_limit"
+
+
+def test_a_supervisor_that_did_not_restart_fails_its_class():
+    e = fakes.passing_evidence()
+    e["supervisor"] = {"injected_exit": 75, "attempts": [{"resume": True, "exit": 0, "checkpoint": None}]}
+    assert rehearsal_report.report(e)["first_failure"] == "supervisor"
+    del e["supervisor"]
+    assert "did not run through the supervisor" in verdicts(e)["supervisor"].figure
 
 
 def test_a_rehearsal_over_the_time_goal_warns():
@@ -177,3 +247,17 @@ def test_local_outcome_names_are_toolchecks():
         tool_exchange.PARSED,
         tool_exchange.RAW_TEXT,
     )
+
+
+def test_a_drifted_record_of_polars_session_marks_and_counters_fails_the_key_check(monkeypatch):
+    """Issue 26 points 2 and 4: verify-offline fails when the readers no longer read what the record says Polar's
+    adapter and worker, and sglang's refusal, write."""
+    data = rehearsal_keys.record()
+    data["polar"]["facts"]["session_timeout"]["key"] = "timeout"
+    data["polar_worker"]["facts"]["low_complete_fraction"]["key"] = "polar/dropped_low_fraction_groups"
+    data["sglang"]["facts"]["context_limit_total"]["key"] = "exceeds the context"
+    monkeypatch.setattr(rehearsal_keys, "record", lambda: data)
+    problems, _ = rehearsal_keys.check()
+    assert any("timed_out" in p for p in problems)
+    assert any("polar/dropped_low_fraction_groups" in p for p in problems)
+    assert any("exceeds the context" in p for p in problems)

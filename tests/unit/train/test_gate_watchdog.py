@@ -25,6 +25,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from polarstack.errors import ExitCode
 from polarstack.train import gate
 
 pytestmark = pytest.mark.unit
@@ -351,7 +352,9 @@ def _run_the_job_in_process(tmp_path, monkeypatch, stop_path):
             monkeypatch.setattr(
                 smoke,
                 "run_smoke",
-                lambda *a, **k: SimpleNamespace(ok=False, message="the router drops return_meta_info"),
+                lambda *a, **k: SimpleNamespace(
+                    ok=False, code=ExitCode.TOKENS_MISSING, message="the router drops return_meta_info"
+                ),
             )
         elif stop_path == "zero_tokens":
             bridge.generate_rollout_polar_async = lambda *a, **k: [group(False)]

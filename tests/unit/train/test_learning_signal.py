@@ -117,3 +117,48 @@ def test_knobs_are_documented_defaults_and_reach_the_job():
     assert config["polar_gate_zero_advantage_rollouts"] == 10 and config["polar_gate_summary_file"].endswith(
         "/x/rollouts.jsonl"
     )
+
+
+def test_sessions_polar_masks_and_those_ended_at_the_context_are_counted_once_each():
+    """Issue 26 points 2 and 4: Polar's adapter marks a failed session (session_error, FAILED) and a timed-out one
+    (session_timeout, ABORTED); a session whose error is sglang's context refusal ended at the limit."""
+    group = [
+        fakes.sample(1.0, session="a"),
+        fakes.sample(outcome="failed", session="b"),
+        fakes.sample(0.0, session="b"),  # a second trace of b: the session still failed
+        fakes.sample(outcome="timed_out", session="c"),
+        fakes.sample(outcome="context_limit", session="d"),
+    ]
+    row = learning_signal.group_summary(group, gate.sample_reward, gate.trainable_tokens)
+    assert (row["sessions_failed"], row["sessions_timed_out"], row["sessions_at_context_limit"]) == (1, 1, 1)
+    assert learning_signal.session_shares([row]) == {"failed": 0.25, "timed_out": 0.25, "at_context_limit": 0.25}
+    # the model's own text quoting the sentence is not a refusal
+    quoting = fakes.sample(1.0)
+    quoting.metadata["polar"]["trace_debug"]["response_messages"][0]["content"] = fakes.CONTEXT_REFUSAL
+    assert learning_signal.session_outcome(quoting) == "ok"
+
+
+def test_the_in_job_watch_records_polar_drops_and_warns_at_the_context_limit(tmp_path, monkeypatch, capsys):
+    import json
+    import sys
+    import types
+
+    a = args(tmp_path, polar_gate_context_limit_warn_share=0.2)
+    module = types.ModuleType("fake_bridge")
+    monkeypatch.setitem(sys.modules, "fake_bridge", module)
+    groups = [[fakes.sample(1.0), fakes.sample(0.0), fakes.sample(outcome="context_limit")]]
+    metrics = {"polar/dropped_low_complete_fraction_groups_delta": 2.0, "polar/dropped_failed_groups_delta": 1.0}
+    output = SimpleNamespace(samples=groups, metrics=dict(metrics))
+    module.rollout = lambda *x, **k: output
+    out = gate.generate_rollout_gated(a, 0, None)
+    assert out.metrics["polarstack/sessions_at_context_limit_share"] == pytest.approx(1 / 3)
+    err = capsys.readouterr().err
+    assert "WARNING 1 sessions of rollout 0 (33%, above 20%) ended at the engine's context" in err
+    row = json.loads((tmp_path / "rollouts.jsonl").read_text().splitlines()[0])
+    assert row["polar_dropped"]["low_complete_fraction"] == 2.0 and row["polar_dropped"]["failed"] == 1.0
+    assert not (tmp_path / "gate-abort.txt").exists()  # a warning, not a stop
+    a.polar_gate_context_limit_warn_share = 0.5
+    gate.reset()
+    gate._state.checked = True
+    gate.generate_rollout_gated(a, 1, None)
+    assert "ended at the engine's context" not in capsys.readouterr().err

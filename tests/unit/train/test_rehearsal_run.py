@@ -8,69 +8,13 @@ import os
 
 import pytest
 
-import rehearsal_fakes as fakes
 from polarstack.checks import sandbox_probe
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import assets, docker_state, profiles
 from polarstack.train import preflight, rehearsal_record, rehearsal_run
+from rehearsal_fakes import FakeNode
 
 pytestmark = pytest.mark.unit
-
-
-class FakeNode:
-    """The trainer as the jobs would leave it: slime's log lines, the gate's rollouts.jsonl, versions, tracker."""
-
-    # Qwen2.5-3B-Instruct's config.json keys as slime's qwen2.5-3B.sh describes them (a fake, not the Hub's file)
-    CONFIG = {
-        "vocab_size": 151936,
-        "tie_word_embeddings": True,
-        "num_key_value_heads": 2,
-        "hidden_size": 2048,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 16,
-        "intermediate_size": 11008,
-        "rope_theta": 1000000.0,
-    }
-
-    def __init__(self, host_dir, fail_job=None, config=None):
-        self.host_dir, self.fail_job, self.config = host_dir, fail_job, config or dict(self.CONFIG)
-        self.jobs = 0
-        self.compose_calls, self.version, self.tracker, self.env_at_up = [], 0, None, None
-        self.releases = 0
-
-    def compose(self, args):
-        self.compose_calls.append(args[0])
-        if args[0] == "up":
-            self.env_at_up = os.environ.get("MODEL_PATH")
-        return 0
-
-    def release_workers(self):
-        self.releases += 1
-
-    def gate(self, plan):
-        pass
-
-    def trainer(self, command):
-        if "/model_info" in command:
-            return 0, json.dumps({"http://127.0.0.1:30000": str(self.version) if self.version else "default"})
-        if command.startswith("cat ") and command.endswith("config.json"):
-            return 0, json.dumps(self.config)
-        if command.startswith("cat "):
-            return (0, f"{self.tracker}\n") if self.tracker is not None else (1, "")
-        self.jobs += 1
-        name = "train" if "launch-train.sh" in command else "resume"
-        rollouts = range(0, 2) if name == "train" else range(2, 3)
-        lines = []
-        with (self.host_dir / "rollouts.jsonl").open("a") as out:
-            for r in rollouts:
-                out.write(json.dumps(fakes.summary(r, fakes.mixed_groups())) + "\n")
-                lines += [fakes.perf_line(r), fakes.step_line(r)]
-        (self.host_dir / f"job-{name}.log").write_text("\n".join(lines) + "\n")
-        if name == self.fail_job:
-            return 1, ""
-        self.version += 1
-        self.tracker = max(rollouts)
-        return 0, ""
 
 
 @pytest.fixture
@@ -91,10 +35,16 @@ def test_a_full_rehearsal_passes_records_and_takes_the_stack_down(setup):
     result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
     assert result["passed"], result
     assert node.compose_calls == ["up", "down"] and node.env_at_up == "/models/Qwen2.5-3B-Instruct"
-    assert node.releases == 2  # the router lists no engine when each job starts (slime registers them again)
+    assert node.releases == 3  # the router lists no engine when each job (and the restart) starts
     saved = json.loads((host / "rehearsal-report.json").read_text())
     assert saved["evidence"]["checkpoint"] == {"after_train": "1", "after_resume": "2"}
-    assert [r["phase"] for r in saved["evidence"]["rollouts"]] == ["train", "train", "resume"]
+    # the restart of job 2 generates one more rollout (3) and trains none
+    assert [(r["phase"], r["rollout_id"]) for r in saved["evidence"]["rollouts"]] == [
+        ("train", 0),
+        ("train", 1),
+        ("resume", 2),
+        ("resume", 3),
+    ]
     assert (host / "tasks" / "train.jsonl").read_text().count("\n") == 9
     assert "passed" in rehearsal_record.require(profile, override=False)
     assert docker_state.read() is None
@@ -161,3 +111,28 @@ def test_weights_that_slimes_script_does_not_describe_stop_before_any_job(setup)
         rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
     assert info.value.code == ExitCode.REHEARSAL_FAILED and "rope_theta=10000.0" in info.value.message
     assert node.jobs == 0 and node.compose_calls == ["up", "down"]
+
+
+def test_job_two_runs_through_the_supervisor_which_restarts_it_once(setup):
+    """Issue 26 point 2: the rehearsal's second job runs as `make train` runs its job, under
+    polarstack.train.supervise, and is made to crash once; the supervisor resumes it from its checkpoint."""
+    profile, plan, host = setup
+    node = FakeNode(host)
+    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    assert result["passed"], result
+    resume_jobs = [c for c in node.commands if "launch-resume.sh" in c]
+    assert len(resume_jobs) == 2 and f"exit {rehearsal_run.INJECTED_EXIT}" in resume_jobs[0]
+    assert f"exit {rehearsal_run.INJECTED_EXIT}" not in resume_jobs[1] and ">>" in resume_jobs[1]
+    saved = json.loads((host / "rehearsal-report.json").read_text())
+    attempts = saved["evidence"]["supervisor"]["attempts"]
+    assert [(a["exit"], a["checkpoint"]) for a in attempts] == [(rehearsal_run.INJECTED_EXIT, 2), (0, None)]
+    assert next(v for v in result["verdicts"] if v["class"] == "supervisor")["verdict"] == "pass"
+    assert saved["evidence"]["reward_path"]["canonical_reward"] == 1.0
+
+
+def test_a_resumed_job_that_crashes_before_its_checkpoint_fails_the_supervisor_class(setup):
+    profile, plan, host = setup
+    node = FakeNode(host, fail_job="resume")
+    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    sup = next(v for v in result["verdicts"] if v["class"] == "supervisor")
+    assert sup["verdict"] == "fail" and "the supervisor stopped" in sup["figure"]
