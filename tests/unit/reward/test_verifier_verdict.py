@@ -78,3 +78,11 @@ def test_a_crash_after_the_candidate_ran_ends_in_one_failed_line(tmp_path, monke
 def test_the_status_words_are_the_recorded_ones():
     assert list(verdict.STATUS_WORDS) == RECORD["parse"]["statuses"]
     assert RECORD["grade"]["output"].startswith("stdout + stderr")
+
+
+def test_the_offline_check_passes_and_fails_on_a_raw_detail(monkeypatch):
+    from polarstack.offline import verifier_output
+
+    assert verifier_output.problems() == []
+    monkeypatch.setattr(verdict, "escape", lambda text, limit=0: str(text))  # the detail printed raw, as before
+    assert any("which Polar's reader splits" in p for p in verifier_output.problems())
