@@ -147,3 +147,33 @@ def test_no_humaneval_task_has_control_flow_that_depends_on_answers(judge_side):
         if judge_side["answer_dependent"](ast.parse(p["test"]), {p["entry_point"]})
     ]
     assert flagged == []
+
+
+# --- issue 25, finding 4: a task whose tests branch on the answers is not graded, before any call -----------
+# The page cache of the read-only binds survives a run and can carry bits to the next one (docs/tasks.md); it is
+# harmless only while no run learns, from the calls it receives, which of its answers was right. For every task,
+# including any MBPP file a user brings: tests whose control flow depends on the answers are refused before the
+# first call, so the right and the wrong candidate receive the same calls (none).
+BRANCHING_HUMANEVAL = {
+    "kind": "humaneval",
+    "task_id": "synthetic/branching",
+    "prompt": "def f(x):\n",
+    "entry_point": "f",
+    "test": "def check(candidate):\n    if candidate(1) == 2:\n        assert candidate(3) == 4\n",
+}
+BRANCHING_MBPP = _mbpp(["x = f(1)", "for v in x: assert f(v) == [v + 1]"])
+
+
+@pytest.mark.parametrize(
+    "problem, right, wrong",
+    [
+        (BRANCHING_HUMANEVAL, "    return x + 1\n", "    return 0\n"),
+        (BRANCHING_MBPP, "def f(x):\n    return [x + 1]\n", "def f(x):\n    return []\n"),
+    ],
+    ids=["humaneval", "mbpp"],
+)
+def test_tests_that_branch_on_answers_are_refused_before_the_first_call(problem, right, wrong):
+    ran = [verifier.verify(problem, code, verifier.Limits(timeout=10)) for code in (right, wrong)]
+    for outcome in ran:
+        assert not outcome.passed and outcome.calls == 0, outcome
+        assert outcome.detail.startswith("the task's tests branch on the solution's answers"), outcome.detail

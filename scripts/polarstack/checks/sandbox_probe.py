@@ -12,6 +12,7 @@ from polarstack.polar import harness_preset
 from polarstack.reward import tasks
 from polarstack.reward.tasks import task_template
 from polarstack.reward.verifier import bundle
+from polarstack.reward.verifier.verdict import refusal_note_text, refused
 from polarstack.stack import assets, compose, host_check
 
 # Polar's direct-exec apptainer mode, the sandbox's paths (SIF_PATH, AGENT_CLI_DIR, ...) and the sentence naming
@@ -129,13 +130,10 @@ def _probe_script(probe_dir: str) -> str:
 
 
 def _not_verified(outputs: dict[str, list[str]]) -> str | None:
+    """The verifier's reason when it refused in either case (verifier/verdict.py's rule, the one it writes by)."""
     for case in PROBE_CASES:
-        if any(line.startswith(f"FAILED {PROBE_NAME} (not verified)") for line in outputs[case]):
-            why = [
-                line.removeprefix("polarstack-verifier:").strip()
-                for line in outputs[case]
-                if line.startswith("polarstack-verifier:")
-            ]
+        if any(refused(line, PROBE_NAME) for line in outputs[case]):
+            why = [text for text in map(refusal_note_text, outputs[case]) if text is not None]
             return why[0] if why else "no reason given"
     return None
 

@@ -37,7 +37,7 @@ from polarstack.engine import tool_parser
 from polarstack.engine.emulator import tokenizer_manager as context_check
 from polarstack.engine.protocol import source_dir
 from polarstack.errors import ExitCode, StackError
-from polarstack.offline import flags, meaning, real_sglang_facts, rehearsal_keys
+from polarstack.offline import flags, meaning, real_sglang_facts, rehearsal_keys, verifier_output
 from polarstack.offline.check import Check
 from polarstack.paths import cache_dir
 from polarstack.pins import pins, repo_root
@@ -608,6 +608,15 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
         Check(f"the real sglang on the CPU ({real_sglang_facts.RECORD})", not real_problems, "", real_problems)
     )
 
+    output_problems = verifier_output.problems()  # issue 25: one status line, the verifier's own
+    checks.append(
+        Check(
+            f"the verifier's output under Polar's grading ({verifier_output.RECORD})",
+            not output_problems,
+            "",
+            output_problems,
+        )
+    )
     tool_problems = recorded_fact_problems()
     checks.append(
         Check(f"Polar's harness tool request ({RECORD}) mirrored by the smoke", not tool_problems, "", tool_problems)

@@ -49,6 +49,7 @@ from typing import Any
 from polarstack.checks import smoke, tool_exchange
 from polarstack.checks.retokenize import configured_name
 from polarstack.errors import ExitCode
+from polarstack.reward.verifier.verdict import is_refusal
 from polarstack.train import learning_signal
 
 logger = logging.getLogger(__name__)
@@ -61,9 +62,9 @@ COMPLETED_COUNTER = "polar/completed_groups"  # _emit_completed: a trainable gro
 DROPPED_COUNTER = "polar/dropped_groups"  # every drop, whatever the reason
 DEFAULT_WATCHDOG_SECONDS = 3600.0
 DEFAULT_ZERO_REWARD_ROLLOUTS = 3
-# This project's verifier when it refuses to verify (scripts/polarstack/reward/verifier.py): slime's reward_func sets
-# metadata["verifier_error"]; the evaluator command line prints `FAILED <name> (not verified)` and exits 8.
-REFUSAL_MARKERS = ("(not verified)", "polarstack-verifier:")
+# This project's verifier when it refuses to verify (scripts/polarstack/reward/verifier/): slime's reward_func sets
+# metadata["verifier_error"]; the evaluator command line prints `FAILED <name> (not verified)` and its reason on
+# stderr, and exits 8. Which output line says so is verifier/verdict.py's rule (`is_refusal`), the one it writes by.
 REFUSAL_EXIT_CODE = 8
 
 
@@ -290,7 +291,7 @@ def refusal_reason(sample: Any) -> str | None:
         return f"the verifier exited {REFUSAL_EXIT_CODE} (not verified)"
     for text in _strings(evaluation):
         for line in text.splitlines():
-            if any(marker in line for marker in REFUSAL_MARKERS):
+            if is_refusal(line):
                 return line.strip()[:300]
     return None
 

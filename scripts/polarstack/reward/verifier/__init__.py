@@ -84,6 +84,13 @@ from polarstack.reward.verifier.limits import (
     isolation_mode,
 )
 from polarstack.reward.verifier.supervisor import _SUPERVISOR
+from polarstack.reward.verifier.verdict import (
+    failed_line,
+    limits_note,
+    passed_line,
+    refusal_line,
+    refusal_note,
+)
 
 # --- running: one supervisor per run, every wait bounded by the deadline ---------------------
 
@@ -396,17 +403,20 @@ def main(argv: list[str] | None = None) -> int:
         problem = json.loads(Path(args.problem).read_text(encoding="utf-8"))
         completion = Path(args.solution).read_text(encoding="utf-8")
     except (OSError, ValueError) as exc:
-        print(f"FAILED {args.name} (cannot read the task files: {exc})")
+        print(failed_line(args.name, "cannot read the task files", exc))
         return 1
     try:
         outcome = verify(problem, completion, Limits(timeout=args.timeout, isolation=args.isolation))
     except (IsolationUnavailable, RuntimeError, ValueError) as exc:
-        print(f"FAILED {args.name} (not verified)")
-        print(f"polarstack-verifier: {exc}", file=sys.stderr)
+        print(refusal_line(args.name))
+        print(refusal_note(exc), file=sys.stderr)
         return 8
-    print(f"polarstack-verifier: limits: {outcome.limits}", file=sys.stderr)  # the in-trainer probe reports it
+    except Exception as exc:  # a crash after the candidate ran: still one FAILED line, never a traceback
+        print(failed_line(args.name, "error", f"the verifier failed: {type(exc).__name__}"))
+        return 1
+    print(limits_note(outcome.limits), file=sys.stderr)  # the in-trainer probe reports it
     if outcome.passed:
-        print(f"PASSED {args.name}")
+        print(passed_line(args.name))
         return 0
-    print(f"FAILED {args.name} ({outcome.reason}: {outcome.detail[:200]})")
+    print(failed_line(args.name, outcome.reason, outcome.detail))
     return 1

@@ -26,6 +26,7 @@ MODULES = (
     "supervisor",
     "host",
     "cgroup",
+    "verdict",
     "__init__",
 )
 NOT_BUNDLED = ("bundle", "__main__")  # this file and `python -m polarstack.reward.verifier`

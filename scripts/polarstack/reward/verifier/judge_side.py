@@ -400,6 +400,15 @@ def load(channel, source, name, namespace, prelude=None):
     return compile(ast.fix_missing_locations(Strict(callers).visit(tree)), name, "exec")
 
 
+def refuse_answer_dependent():
+    """Before the first call: tests whose control flow depends on the solution's answers would tell the candidate,
+    through the calls it receives, which answer was right, and a channel across runs (the page cache of the
+    read-only binds, docs/tasks.md) could carry that to the next run; such a task is not graded at all."""
+    if state["answer_dependent"]:
+        raise Verdict("failed", "the task's tests branch on the solution's answers, so their calls would tell "
+                                "right from wrong; the task is not graded (rewrite its tests)")
+
+
 def judge(task, channel):
     """Run the task's tests against the solution behind `channel`; returns normally only if every check held."""
     hello = channel.recv()
@@ -413,10 +422,14 @@ def judge(task, channel):
                  "any": eager_any}
     if task["kind"] == "humaneval":
         namespace[task["entry_point"]] = Proxy(channel, task["entry_point"])  # tests may call it by name
-        exec(load(channel, task["test"], "test.py", namespace, prelude=task["prompt"]), namespace)
+        code = load(channel, task["test"], "test.py", namespace, prelude=task["prompt"])
+        refuse_answer_dependent()
+        exec(code, namespace)
         namespace["check"](Proxy(channel, task["entry_point"]))
     else:
         exec(compile(task["setup"], "setup.py", "exec"), namespace)
+        load(channel, "\n".join(task["tests"]), "tests.py", dict(namespace))  # all lines' control flow, no call
+        refuse_answer_dependent()
         for number, line in enumerate(task["tests"], 1):
             exec(load(channel, line, "test_%d.py" % number, namespace), namespace)
     if state["failures"]:

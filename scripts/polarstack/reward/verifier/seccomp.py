@@ -14,7 +14,9 @@ one) with full rights. So, in the candidate's process, after no_new_privs and be
 Denied (the survey in docs/tasks.md, "What the sandbox isolates", gives the reason for each): the keyring calls
 add_key, request_key and keyctl; inotify and fanotify (watches on the read-only binds shared with the host and
 other runs); perf_event_open, bpf and userfaultfd (kernel attack surface and timing side channels); io_uring
-(its operations bypass system-call filtering); ptrace (no debugger is needed to answer calls).
+(its operations bypass system-call filtering); ptrace (no debugger is needed to answer calls); shmget, memfd_create
+and memfd_secret (memory no file system of the sandbox holds: a System V segment or a memfd lives without any
+mapping, where neither the watchdog's look at the processes nor at the sandbox's tmpfs would count it).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ SECCOMP_ARCHES = {
     "x86_64": (0xC000003E, True, {
         "add_key": 248, "request_key": 249, "keyctl": 250, "inotify_init": 253, "inotify_init1": 294,
         "fanotify_init": 300, "perf_event_open": 298, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
-        "io_uring_enter": 426, "io_uring_register": 427, "ptrace": 101}),
+        "io_uring_enter": 426, "io_uring_register": 427, "ptrace": 101, "shmget": 29, "memfd_create": 319,
+        "memfd_secret": 447}),
     "aarch64": (0xC00000B7, False, {
         "add_key": 217, "request_key": 218, "keyctl": 219, "inotify_init1": 26, "fanotify_init": 262,
         "perf_event_open": 241, "bpf": 280, "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426,
-        "io_uring_register": 427, "ptrace": 117}),
+        "io_uring_register": 427, "ptrace": 117, "shmget": 194, "memfd_create": 279, "memfd_secret": 447}),
 }
 X32_SYSCALL_BIT = 0x40000000
 

@@ -1,6 +1,7 @@
 """The supervisor's watchdog (an embedded part of the supervisor program): where no cgroup bounds the sandbox, a
-thread sums, every 20 ms, the memory of the sandbox's whole process tree (each process's resident memory less what
-it shares with files, plus the sandbox's tmpfs, looked at every 80 ms), its CPU time (the live processes' and, through their `cutime`, the
+thread sums, every 20 ms, the memory of the sandbox's whole process tree (each process's anonymous and shared-memory
+pages, private or shared, each page divided among the processes mapping it (Pss), so that memory shared by many
+counts once; plus the sandbox's tmpfs, looked at every 80 ms), its CPU time (the live processes' and, through their `cutime`, the
 reaped ones') and its process count, and kills the whole sandbox (its namespace's init) past the budget. Between two
 looks a process can grow by at most what RLIMIT_AS leaves it, so the total stays within budget + one look's growth.
 """
@@ -51,6 +52,24 @@ def sandbox_tree(root):
     return pids
 
 
+def process_memory(pid):
+    """Bytes of `pid`'s anonymous and shared-memory pages (MAP_SHARED|MAP_ANONYMOUS, /dev/zero, tmpfs files mapped
+    shared, in memory or swapped), each divided among the processes that map it: smaps_rollup's Pss_Anon +
+    Pss_Shmem + SwapPss (Linux 5.7+). Where that file is unreadable or older, /proc/PID/status's RssAnon +
+    RssShmem + VmSwap, which counts a shared page once per process that maps it (more, never less); before Linux
+    4.5, statm's whole resident size (file pages included)."""
+    try:
+        fields = dict(line.split()[:2] for line in read_proc("/proc/%d/smaps_rollup" % pid).splitlines()[1:])
+        return (int(fields[b"Pss_Anon:"]) + int(fields[b"Pss_Shmem:"]) + int(fields.get(b"SwapPss:", 0))) << 10
+    except (OSError, KeyError, ValueError):
+        pass
+    fields = dict(line.split()[:2] for line in read_proc("/proc/%d/status" % pid).splitlines() if line.count(b":") == 1
+                  and len(line.split()) >= 2)
+    if b"RssAnon:" in fields and b"RssShmem:" in fields:
+        return (int(fields[b"RssAnon:"]) + int(fields[b"RssShmem:"]) + int(fields.get(b"VmSwap:", 0))) << 10
+    return int(read_proc("/proc/%d/statm" % pid).split()[1]) * PAGE
+
+
 def sandbox_usage(root, with_files=True):
     """(bytes in processes, CPU seconds, processes, bytes in its tmpfs or None) of the sandbox whose first process
     is `root`; the tmpfs is looked at only `with_files` (a statvfs per process)."""
@@ -58,8 +77,7 @@ def sandbox_usage(root, with_files=True):
     pids = sandbox_tree(root)
     for pid in pids:
         try:
-            fields = read_proc("/proc/%d/statm" % pid).split()
-            memory += (int(fields[1]) - int(fields[2])) * PAGE  # resident less file-backed and shared
+            memory += process_memory(pid)
             text = read_proc("/proc/%d/stat" % pid)
             ticks += sum(int(v) for v in text[text.rindex(b")") + 2:].split()[11:15])  # utime stime cutime cstime
             if with_files:
