@@ -441,7 +441,7 @@ def decide(config: dict[str, Any], profile: Profile, tp: int, capacity: Capacity
         tried = "" if mode != "auto" or chosen is plain else f"; without offload {plain.problems()[0]}"
         raise StackError(
             f"profile {profile.name} does not fit this node's memory ({capacity.source}): {problems[0]} "
-            f"({'with' if chosen.offload else 'without'} optimizer offload{tried}; `make train DRY_RUN=1` prints "
+            f"({'with' if chosen.offload else 'without'} optimizer offload{tried}; docs/gpu-node.md, Memory, has "
             "every term); use larger cards, or lower grpo.max_tokens_per_gpu with context.seq_length.",
             ExitCode.ENVIRONMENT,
         )

@@ -239,3 +239,21 @@ def test_the_chunk_size_is_one_slimes_scripts_use():
     data = copy.deepcopy(memory.record())
     data["slime"]["offload_flags"]["found"] = data["slime"]["offload_flags"]["found"][:2]
     assert any("offload flags" in p for p in memory_facts.fact_problems(data))
+
+
+def test_the_docs_table_shows_the_computed_totals():
+    from polarstack.pins import repo_root
+
+    text = (repo_root() / "docs" / "gpu-node.md").read_text()
+    section = text[text.index("## Memory") : text.index("### Checkpoints on disk")]
+    config = load_defaults()
+    small = preflight.train_config(preflight.preflight_config())
+    totals = [
+        est(config).trainer_gb,
+        est(config, offload=True).trainer_gb,
+        est(config, "patched-router", tp=2).trainer_gb,
+        est(small).trainer_gb,
+    ]
+    row = next(line for line in section.splitlines() if line.startswith("| **total"))
+    assert [f"{t:.1f}" for t in totals] == [c.split(":")[0].strip("* ") for c in row.split("|")[2:6]]
+    assert "computed" in section and "not measured" in section.replace("none is measured", "not measured")
