@@ -24,6 +24,7 @@ optimizer states with the fp32 gradient copy the CPU optimizer steps on, and an 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -54,7 +55,9 @@ OPTIMIZER_STATE = 12  # fp32 master weights + Adam exp_avg + exp_avg_sq
 CHECKPOINT_BYTES = BF16 + OPTIMIZER_STATE  # what one save holds per parameter (bf16 weights + fp32 master + moments)
 
 
+@functools.lru_cache(maxsize=1)
 def record() -> dict[str, Any]:
+    """configs/upstream/memory-facts.json (read once; callers must not change it)."""
     return json.loads((repo_root() / RECORD).read_text())
 
 
