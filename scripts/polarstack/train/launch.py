@@ -69,10 +69,6 @@ def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> 
         compose.check_node("train", profile, need_gpus=True)
         # A passing `make preflight` of these pins, this profile and this plan (polarstack.train.rehearsal_record).
         print(rehearsal_record.require(profile, override=request.without_rehearsal), file=sys.stderr)
-    if (
-        plan.memory is not None
-    ):  # computed per GPU and per host (polarstack.train.memory); a plan that cannot fit refused
-        print("\n".join(plan.memory.lines()), file=sys.stderr)
     _gate(request, target, plan, profile)
     if target.local:
         raise StackError(
@@ -151,6 +147,8 @@ def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts
 
     run_id = plan.run_id
     sandbox_probe.check_in_trainer(profile)  # apptainer, the SIF and the agent CLI dir, looked up inside the trainer
+    if plan.memory is not None:  # computed per GPU and per host (polarstack.train.memory)
+        print("\n".join(plan.memory.lines()), file=sys.stderr)
     check_checkpoint_space(profile, plan, request.resume)
     out = train_run_dir() / run_id
     tasks.prepare(
