@@ -97,6 +97,7 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("POLARSTACK_PROC_SYS", str(tmp_path / "proc-sys"))
     (tmp_path / "meminfo").write_text("MemTotal:       976562500 kB\n")  # 1 TB host (polarstack.train.memory)
     monkeypatch.setenv("POLARSTACK_PROC_MEMINFO", str(tmp_path / "meminfo"))
+    monkeypatch.setenv("POLARSTACK_NVIDIA_SMI", str(bin_dir / "nvidia-smi"))
     for knob in (
         "FAKE_VOLUME",
         "FAKE_IMAGES",

@@ -45,6 +45,7 @@ MIB = 1024**2
 KIB = 1024
 DEFAULT_GPU_MEMORY_GB = 140.0  # the seed's node: 4 x L20X, 140 GB each (../shared/reference/upstream-issue-52.txt)
 MEMINFO_ENV = "POLARSTACK_PROC_MEMINFO"  # tests point it at a fake /proc/meminfo
+NVIDIA_SMI_ENV = "POLARSTACK_NVIDIA_SMI"  # tests point it at tests/fake_node.py's nvidia-smi (or at none)
 OFFLOAD_ARGS = ["--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer"]
 OFFLOAD_MODES = ("auto", "on", "off")
 
@@ -361,10 +362,11 @@ def _knob_gb(values: dict[str, str], key: str) -> float | None:
 
 def gpu_memory_mib(gpus: list[int]) -> list[float] | None:
     """nvidia-smi's memory.total (MiB) of the given GPUs, or None when no GPU is visible."""
-    if shutil.which("nvidia-smi") is None:
+    binary = shutil.which(os.environ.get(NVIDIA_SMI_ENV) or "nvidia-smi")
+    if binary is None:
         return None
     proc = subprocess.run(
-        ["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+        [binary, "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
         capture_output=True,
         text=True,
     )

@@ -12,7 +12,6 @@ pytestmark = pytest.mark.unit
 @pytest.fixture(autouse=True)
 def no_state(tmp_path, monkeypatch):
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
 
 
 @pytest.mark.parametrize("dry_run", [["--dry-run"], []])

@@ -30,7 +30,6 @@ WORKING = [n for n in profiles.available() if profiles.load(n).expect == "pass"]
 @pytest.fixture(autouse=True)
 def no_node(tmp_path, monkeypatch):
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no nvidia-smi: GPU_MEMORY_GB decides
     for knob in ("GPU_MEMORY_GB", "HOST_MEMORY_GB", "MODEL_DIR"):
         monkeypatch.delenv(knob, raising=False)
 

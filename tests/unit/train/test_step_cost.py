@@ -15,7 +15,6 @@ P7 = 7_615_616_512
 @pytest.fixture(autouse=True)
 def no_node(tmp_path, monkeypatch):
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.delenv("GPU_MEMORY_GB", raising=False)
 
 
