@@ -27,6 +27,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.paths import configs_dir, repo_root
 from polarstack.pins import pins
 from polarstack.stack.profiles import Profile
+from polarstack.train import memory
 from polarstack.train.model_size import model_facts
 from polarstack.train.plan import TRAINER_RUN_DIR, LaunchPlan, build_plan, load_defaults
 
@@ -232,6 +233,10 @@ def _rollouts(plan: LaunchPlan) -> int:
 def build(profile: Profile, *, run_id: str | None = None, sets: list[str] | None = None) -> PreflightPlan:
     rehearsal = copy.deepcopy(preflight_config())
     config = train_config(rehearsal, sets)
+    # The real run's optimizer offload is rehearsed too (polarstack.train.memory): slime's offload flags change how the
+    # optimizer steps and saves, and the small model alone would fit without them.
+    if config["memory"]["optimizer_offload"] == "auto" and memory.check_up(profile).offload:
+        config["memory"]["optimizer_offload"] = "on"
     run_id = run_id or f"preflight-{profile.name}-{time.strftime('%Y%m%dT%H%M%S')}"
     config["checkpoint"]["run_name"] = run_id  # a fresh checkpoint directory per rehearsal
     first, more = int(rehearsal["phases"]["first"]), int(rehearsal["phases"]["after_resume"])

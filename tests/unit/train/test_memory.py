@@ -256,3 +256,15 @@ def test_the_docs_table_shows_the_computed_totals():
     row = next(line for line in section.splitlines() if line.startswith("| **total"))
     assert [f"{t:.1f}" for t in totals] == [c.split(":")[0].strip("* ") for c in row.split("|")[2:6]]
     assert "computed" in section and "not measured" in section.replace("none is measured", "not measured")
+
+
+def test_the_rehearsal_uses_the_real_runs_offload():
+    """slime's offload flags change how the optimizer steps and saves, so the rehearsal (which fits without them on
+    140 GB) runs them wherever the real run needs them: engine-direct, not the router profiles."""
+    direct = preflight.build(profiles.load("engine-direct"), run_id="r")
+    for _, phase in direct.phases:
+        assert phase.memory.offload and all(flag in phase.train_args for flag in memory.OFFLOAD_ARGS)
+    assert "memory.optimizer_offload=on" in direct.phases[0][1].memory.decision
+    router = preflight.build(profiles.load("patched-router"), run_id="r")
+    assert not router.phases[0][1].memory.offload
+    assert not set(memory.OFFLOAD_ARGS) & set(router.phases[0][1].train_args)
