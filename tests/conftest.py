@@ -56,6 +56,16 @@ class Engine:
         httpx.post(f"{self.url}/_emulator/fault", json={"mode": mode, **extra}).raise_for_status()
 
 
+@pytest.fixture(autouse=True)
+def _no_machine_memory(monkeypatch) -> None:
+    """No test reads this machine's GPUs or host memory (polarstack.train.memory): plans see no GPU, so
+    GPU_MEMORY_GB's default (140) and no host figure, on any machine; tests/fake_node.py installs its own."""
+    monkeypatch.setenv("POLARSTACK_NVIDIA_SMI", "polarstack-test-no-nvidia-smi")
+    monkeypatch.setenv("POLARSTACK_PROC_MEMINFO", "/nonexistent/polarstack-test-meminfo")
+    for knob in ("GPU_MEMORY_GB", "HOST_MEMORY_GB"):
+        monkeypatch.delenv(knob, raising=False)
+
+
 @pytest.fixture(scope="session")
 def engine() -> Iterator[Engine]:
     """One emulator for read-only tests (tests must not change its fault mode)."""

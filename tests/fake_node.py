@@ -16,6 +16,10 @@ Knobs (environment of the test process, read by the fakes at call time):
   FAKE_EXITED="a b"    ... and these as exited
   FAKE_TRAINER_SMOKE=x `compose exec -T trainer polarstack smoke ...` prints x (the trainer's JSON report) ...
   FAKE_TRAINER_SMOKE_RC=N  ... and exits with N
+  FAKE_GPU_MEMORY_MIB=N  `nvidia-smi --query-gpu=index,memory.total` reports N MiB per GPU (default 133514, a
+                       140 GB card in decimal GB); the host's /proc/meminfo is a file (POLARSTACK_PROC_MEMINFO, 1 TB by
+                       default); `set_memory` sets both
+  FAKE_CHECKPOINT_FREE=N  `compose exec -T trainer df -B1 --output=avail ...` reports N bytes free (default 10 TB)
 """
 
 from __future__ import annotations
@@ -45,8 +49,12 @@ exit 0
 """
 
 NVIDIA_SMI = r"""#!/usr/bin/env bash
-for i in 0 1 2 3; do echo "GPU $i: NVIDIA L20X (UUID: GPU-$i)"; done
+case "$*" in
+  *--query-gpu=index,memory.total*) for i in 0 1 2 3; do echo "$i, ${FAKE_GPU_MEMORY_MIB:-133514}"; done ;;
+  *) for i in 0 1 2 3; do echo "GPU $i: NVIDIA L20X (UUID: GPU-$i)"; done ;;
+esac
 """
+MIB = 1024**2
 
 COMPOSE = r"""#!/usr/bin/env bash
 echo "compose $*" >> "$FAKE_LOG"
@@ -62,6 +70,7 @@ case "$*" in
   *"exec -T trainer polarstack smoke"*)
     [ -n "${FAKE_TRAINER_SMOKE:-}" ] && printf '%s\n' "$FAKE_TRAINER_SMOKE"
     exit "${FAKE_TRAINER_SMOKE_RC:-0}" ;;
+  *"exec -T trainer df -B1 --output=avail"*) printf 'Avail\n%s\n' "${FAKE_CHECKPOINT_FREE:-10000000000000}" ;;
   *" ps "*"--format json"*)
     for s in ${FAKE_RUNNING:-}; do printf '{"Service":"%s","State":"running","Health":"healthy"}\n' "$s"; done
     for s in ${FAKE_EXITED:-}; do printf '{"Service":"%s","State":"exited","Health":""}\n' "$s"; done ;;
@@ -86,6 +95,9 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     (tmp_path / "proc-sys").mkdir()  # a host /proc/sys that blocks nothing (polarstack.stack.host_check)
     monkeypatch.setenv("POLARSTACK_PROC_SYS", str(tmp_path / "proc-sys"))
+    (tmp_path / "meminfo").write_text("MemTotal:       976562500 kB\n")  # 1 TB host (polarstack.train.memory)
+    monkeypatch.setenv("POLARSTACK_PROC_MEMINFO", str(tmp_path / "meminfo"))
+    monkeypatch.setenv("POLARSTACK_NVIDIA_SMI", str(bin_dir / "nvidia-smi"))
     for knob in (
         "FAKE_VOLUME",
         "FAKE_IMAGES",
@@ -102,6 +114,16 @@ def install(tmp_path: Path, monkeypatch) -> Path:
         "FAKE_VERIFIER_GOOD",
         "FAKE_VERIFIER_BAD",
         "FAKE_CLI_VERSION",
+        "FAKE_GPU_MEMORY_MIB",
+        "FAKE_CHECKPOINT_FREE",
+        "GPU_MEMORY_GB",
+        "HOST_MEMORY_GB",
     ):
         monkeypatch.delenv(knob, raising=False)
     return log
+
+
+def set_memory(tmp_path: Path, monkeypatch, *, gpu_gb: float, host_gb: float = 1000.0) -> None:
+    """The fake node's cards (nvidia-smi memory.total, MiB) and host (/proc/meminfo MemTotal, kB) in decimal GB."""
+    monkeypatch.setenv("FAKE_GPU_MEMORY_MIB", str(int(gpu_gb * 1e9 / MIB)))
+    (tmp_path / "meminfo").write_text(f"MemTotal:       {int(host_gb * 1e9 / 1024)} kB\n")

@@ -11,6 +11,7 @@ import sys
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import assets, compose, docker_state, profiles
+from polarstack.train import memory
 
 COMPOSE_VERBS = {  # verb: (compose arguments, needs GPUs)
     "up": (["up", "--detach", "--wait"], True),
@@ -78,6 +79,7 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         docker_state.guard_other_profile(args.verb, profile)
     if args.verb == "up":  # weights, sandbox image and agent CLI before any engine starts (one sentence each)
         assets.check_before_up(profile)
+        print("\n".join(memory.check_up(profile).lines()), file=sys.stderr)  # refuses a node too small for make train
     proc = compose.run_compose(profile, [*compose_args, *args.service])
     if proc.returncode != 0:
         raise StackError(

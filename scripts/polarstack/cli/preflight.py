@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from polarstack.checks import rehearsal_report
 from polarstack.cli.render import print_json, render_preflight_plan, render_rehearsal_report
 from polarstack.errors import ExitCode, StackError
-from polarstack.stack import compose, docker_state, profiles
+from polarstack.stack import assets, compose, docker_state, profiles
 from polarstack.train import preflight, rehearsal_run
 
 
@@ -41,6 +42,7 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
         rehearsal_report.raise_on_failure(result)
         return 0
     profile = profiles.load(docker_state.profile_name(args.profile))
+    refuse_model_dir()
     if profile.expect != "pass":
         raise StackError(
             f"profile {profile.name} is diagnostic (its smoke fails by design); rehearse a working profile.",
@@ -57,10 +59,24 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
             render_preflight_plan(plan)
         return 0
     compose.check_node("preflight", profile, need_gpus=True)
+    print("\n".join(plan.phases[0][1].memory.lines()), file=sys.stderr)  # computed (polarstack.train.memory)
     result = rehearsal_run.run(profile, plan)
     _show(result, args.json)
     rehearsal_report.raise_on_failure(result)
     return 0
+
+
+def refuse_model_dir() -> None:
+    """MODEL_DIR binds the host's weights at MODEL_PATH for `make up`, and `make model` downloads nothing while it is
+    set: the rehearsal's engines would load them (the 7B) where the small model belongs (issue 26 point 6)."""
+    host = assets.model_dir()
+    if host is not None:
+        raise StackError(
+            f"make preflight rehearses with the small model from the models volume, but MODEL_DIR={host} would mount "
+            "the host's weights in its place and make model would not download it: unset MODEL_DIR for make "
+            "preflight and its make model, and set it again for make up and make train.",
+            ExitCode.USAGE,
+        )
 
 
 def _show(result: dict, as_json: bool) -> None:

@@ -170,6 +170,14 @@ def render_train_plan(plan, task: str, profile_name: str, runtime: str, run_dir_
         print(text.rstrip())
     for line in described["watch"]:
         print(f"# on the GPU node, watch: {line}")
+    render_memory(plan)
+
+
+def render_memory(plan) -> None:
+    """The memory estimate per GPU and per host, term by term (polarstack.train.memory; computed, not measured)."""
+    if plan.memory is not None:
+        for line in plan.memory.lines():
+            print(f"# {line}")
 
 
 def render_verify(result: dict[str, Any], elapsed: float) -> None:
@@ -286,6 +294,7 @@ def render_preflight_plan(plan) -> None:
     print(f"# report: {plan.report_path}")
     for number, step in enumerate(plan.as_dict()["steps"], 1):
         print(f"# step {number}: {step}")
+    render_memory(plan.phases[0][1])
     for name, phase in plan.phases:
         print(f"# --- job {name} ---")
         print(phase.as_dict()["commands"][-1])

@@ -37,7 +37,7 @@ from polarstack.engine import tool_parser
 from polarstack.engine.emulator import tokenizer_manager as context_check
 from polarstack.engine.protocol import source_dir
 from polarstack.errors import ExitCode, StackError
-from polarstack.offline import flags, meaning, real_sglang_facts, rehearsal_keys, verifier_output
+from polarstack.offline import flags, meaning, memory_facts, real_sglang_facts, rehearsal_keys, verifier_output
 from polarstack.offline.check import Check
 from polarstack.paths import cache_dir
 from polarstack.pins import pins, repo_root
@@ -621,6 +621,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     checks.append(
         Check(f"Polar's harness tool request ({RECORD}) mirrored by the smoke", not tool_problems, "", tool_problems)
     )
+    checks.append(memory_facts.check())  # issue 26: memory per GPU and host from the recorded upstream lines
     key_problems, key_detail = rehearsal_keys.check()
     checks.append(
         Check(

@@ -22,7 +22,7 @@ from polarstack.reward import tasks
 from polarstack.routers import worker_api
 from polarstack.stack import compose, local, profiles
 from polarstack.stack.target import resolve_target
-from polarstack.train import rehearsal_record, supervise
+from polarstack.train import rehearsal_record, retention, supervise
 from polarstack.train.plan import RESUME_REFUSED, TRAINER_RUN_DIR, LaunchPlan, build_plan, load_defaults, watch_lines
 
 
@@ -123,11 +123,35 @@ def release_router_workers(profile) -> list[str]:
     return worker_api.release_all(f"http://127.0.0.1:{profile.router_port}", timeout=30)
 
 
+def checkpoint_free_bytes(profile) -> int | None:
+    """Free bytes of the checkpoints volume, read inside the trainer (where it is mounted); None when unreadable."""
+    proc = compose.run_compose(
+        profile, ["exec", "-T", "trainer", "df", "-B1", "--output=avail", "/checkpoints"], capture=True
+    )
+    last = (proc.stdout or "").strip().splitlines()[-1:] if proc.returncode == 0 else []
+    return int(last[0]) if last and last[0].strip().isdigit() else None
+
+
+def check_checkpoint_space(profile, plan: LaunchPlan, resume: bool) -> None:
+    """Refuse (ENVIRONMENT) when the plan's saves cannot fit the volume (polarstack.train.retention)."""
+    free = checkpoint_free_bytes(profile)
+    if free is None:
+        print("polarstack: the checkpoints volume's free space could not be read; not checked", file=sys.stderr)
+        return
+    problem = retention.disk_problem(plan.config, free, resume)
+    if problem:
+        raise StackError(f"refusing to launch run {plan.run_id}: {problem}.", ExitCode.ENVIRONMENT)
+    print(f"polarstack: {retention.sentence(plan.config)}; {free / 1e9:,.1f} GB free", file=sys.stderr)
+
+
 def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts: int = 0) -> int:
     """Prepare .run/train/<run> and run launch.sh inside the trainer; its exits as one sentence each."""
 
     run_id = plan.run_id
     sandbox_probe.check_in_trainer(profile)  # apptainer, the SIF and the agent CLI dir, looked up inside the trainer
+    if plan.memory is not None:  # computed per GPU and per host (polarstack.train.memory)
+        print("\n".join(plan.memory.lines()), file=sys.stderr)
+    check_checkpoint_space(profile, plan, request.resume)
     out = train_run_dir() / run_id
     tasks.prepare(
         request.task,

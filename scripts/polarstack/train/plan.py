@@ -26,7 +26,7 @@ from polarstack.stack.assets import sandbox_mode_env
 from polarstack.stack.exposure import SLIME_ROUTER_ARGS, TRAINER_LOOPBACK_ENV
 from polarstack.stack.profiles import WEIGHT_SYNC_TRANSPORTS, Profile, knob
 from polarstack.stack.ray_head import head_command
-from polarstack.train import batch_layout, rollout_cost
+from polarstack.train import batch_layout, memory, retention, rollout_cost, step_cost
 from polarstack.train.tracker import tracker_for
 
 SLIME_DIR = "/root/slime"
@@ -46,6 +46,9 @@ class LaunchPlan:
     checkpoint_dir: str = ""  # --save (and --load when resuming): stable across runs of one run name
     resume: bool = False
     cost: rollout_cost.Estimate | None = None  # traces and tokens per rollout, estimated from the plan
+    memory: memory.MemoryPlan | None = None  # per GPU and per host, term by term (polarstack.train.memory)
+    step: step_cost.StepCost | None = None  # memory and computed time per step (polarstack.train.step_cost)
+    config: dict[str, Any] = field(default_factory=dict, repr=False)  # the merged configuration the plan rendered
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +63,8 @@ class LaunchPlan:
             "checkpoint_dir": self.checkpoint_dir,
             "resume": self.resume,
             "cost_per_rollout": self.cost.as_dict() if self.cost else None,
+            "memory": self.memory.as_dict() if self.memory else None,
+            "cost_per_step": self.step.as_dict() if self.step else None,
             "watch": watch_lines(self),
         }
 
@@ -84,6 +89,7 @@ NON_NEGATIVE_INTS = {
     "context": ("harness_margin_tokens", "agent_max_output_tokens"),
     "gate": ("zero_advantage_rollouts",),
     "supervise": ("max_restarts",),
+    "checkpoint": ("keep_last",),
 }
 FINITE_NUMBERS = {"grpo": ("lr", "kl_loss_coef", "eps_clip", "eps_clip_high"), "gate": ("zero_advantage_warn_share",)}
 
@@ -303,9 +309,11 @@ def watch_lines(plan: LaunchPlan) -> list[str]:
         ),
         f"checkpoints: {plan.checkpoint_dir}/latest_checkpointed_iteration.txt appears after the first save "
         f"(every --save-interval rollouts); `make train RESUME=1` continues from it.",
+        *([retention.sentence(plan.config)] if plan.config else []),
         "bridge data source: slime's RolloutDataSourceWithBuffer; Polar's polar/reservations/* metrics stay absent "
         "(no at-least-once replay of in-flight groups on resume).",
         *([plan.cost.sentence()] if plan.cost else []),
+        *([plan.step.sentence()] if plan.step else []),
         *_turn_cap_line(plan),
     ]
 
@@ -333,7 +341,9 @@ def build_plan(
     model_path: str | None = None,
     served_model_name: str | None = None,
     resume: bool = False,
+    capacity: memory.Capacity | None = None,
 ) -> LaunchPlan:
+    """`capacity`: the node's memory (default: nvidia-smi and /proc/meminfo, else GPU_MEMORY_GB; polarstack.train.memory)."""
     config = copy.deepcopy(config or load_defaults())
     tp = validate(task, profile, config, model_path)
     ckpt = checkpoint_dir(task, profile, config)
@@ -346,6 +356,7 @@ def build_plan(
     plan = LaunchPlan(
         task, profile.name, run_id, tp, profile.trainer_gpus, profile.base_url(), checkpoint_dir=ckpt, resume=resume
     )
+    plan.config = config
 
     gate = config["gate"]
     polar_values = {
@@ -477,7 +488,11 @@ def build_plan(
     problems = budget.check(args, config)
     if problems:
         raise StackError(problems[0] + ".", ExitCode.USAGE)
+    # Does it fit the node? slime's offload flags only where the offloaded estimate alone fits (polarstack.train.memory).
+    plan.memory = memory.decide(config, profile, tp, capacity)
+    args += memory.train_args(plan.memory, config)
     plan.cost = rollout_cost.estimate(config, int(budget.harness_record()["agent_turn"]["harness_prompt_tokens"]))
+    plan.step = step_cost.estimate(config, plan.cost, plan.memory, profile.engine_count)
 
     runtime_env = {
         "env_vars": {
@@ -544,6 +559,34 @@ def checkpoint_guard(plan: LaunchPlan) -> list[str]:
     ]
 
 
+def retention_lines(plan: LaunchPlan) -> list[str]:
+    """Lines of launch.sh that keep the newest checkpoint.keep_last saves beside the job (polarstack.train.retention),
+    never the iteration a resumed job started from; none with keep_last 0."""
+    keep = retention.keep_last(plan.config)
+    if keep == 0:
+        return []
+    tracker = shlex.quote(f"{plan.checkpoint_dir}/latest_checkpointed_iteration.txt")
+    prune = ["python3", "-m", "polarstack.train.retention", "--dir", plan.checkpoint_dir, "--keep-last", str(keep)]
+    return [
+        "# Checkpoint retention: the iteration this job resumes from is never removed.",
+        f"protect=$(cat {tracker} 2>/dev/null || echo -1)",
+        f'{shlex.join(prune)} --protect "$protect" --watch > retention.log 2>&1 & pids+=($!)',
+    ]
+
+
+def retention_after_job(plan: LaunchPlan) -> list[str]:
+    """The last save (after the last rollout) is pruned once the job has ended well."""
+    keep = retention.keep_last(plan.config)
+    if keep == 0:
+        return []
+    prune = ["python3", "-m", "polarstack.train.retention", "--dir", plan.checkpoint_dir, "--keep-last", str(keep)]
+    # A prune that fails must not turn a finished job into a failure: it is reported, and the saves stay.
+    return [
+        f'{shlex.join(prune)} --protect "$protect" >> retention.log 2>&1 '
+        "|| echo 'polarstack retention: the last prune failed (retention.log); older saves remain' >&2"
+    ]
+
+
 def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str:
     """The script `make train` runs inside the trainer container (the Ray head is already up there)."""
     rollout = f"http://127.0.0.1:{config['polar']['rollout_port']}/health"
@@ -566,6 +609,7 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
             "# The Ray head runs as the container's main process (compose.yaml); start one only if it is missing.",
             f"ray status >/dev/null 2>&1 || {shlex.join(ray_start)}",
             *checkpoint_guard(plan),
+            *retention_lines(plan),
             f"{shlex.join(serve_rollout)} > polar-rollout.log 2>&1 & pids+=($!)",
             f"{shlex.join(serve_gateway)} > polar-gateway.log 2>&1 & pids+=($!)",
             f"for url in {rollout} {gateway}; do",
@@ -573,6 +617,7 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
             '  python3 /usr/local/bin/polarstack-healthcheck "$url"',
             "done",
             shlex.join(submit),
+            *retention_after_job(plan),
             "",
         ]
     )

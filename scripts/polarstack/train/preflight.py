@@ -27,6 +27,8 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.paths import configs_dir, repo_root
 from polarstack.pins import pins
 from polarstack.stack.profiles import Profile
+from polarstack.train import memory
+from polarstack.train.model_size import model_facts
 from polarstack.train.plan import TRAINER_RUN_DIR, LaunchPlan, build_plan, load_defaults
 
 MODELS_RECORD = "configs/upstream/slime-models.json"
@@ -54,41 +56,6 @@ def slime_model_args(size: str) -> list[str]:
         sizes = ", ".join(k.removeprefix("qwen2.5-") for k in record["models"])
         raise StackError(f"model.size={size!r} has no slime model script; choose one of {sizes}.", ExitCode.USAGE)
     return list(record["models"][key]["args"])
-
-
-def _value(args: list[str], flag: str) -> str | None:
-    return args[args.index(flag) + 1] if flag in args else None
-
-
-def model_facts(args: list[str]) -> dict[str, Any]:
-    """What the Megatron arguments say about a model, and its parameter count computed from them (not measured)."""
-    hidden, layers = int(_value(args, "--hidden-size")), int(_value(args, "--num-layers"))
-    heads, ffn = int(_value(args, "--num-attention-heads")), int(_value(args, "--ffn-hidden-size"))
-    groups = int(_value(args, "--num-query-groups") or heads)
-    vocab = int(_value(args, "--vocab-size"))
-    tied = "--untie-embeddings-and-output-weights" not in args
-    kv = groups * (hidden // heads)
-    per_layer = (
-        hidden * hidden
-        + hidden  # query projection + bias (--add-qkv-bias)
-        + 2 * (hidden * kv + kv)  # key and value projections + biases
-        + hidden * hidden  # output projection (--disable-bias-linear)
-        + 3 * hidden * ffn  # SwiGLU: gate, up, down
-        + 2 * hidden  # two RMSNorms
-    )
-    params = vocab * hidden * (1 if tied else 2) + layers * per_layer + hidden
-    return {
-        "vocab_size": vocab,
-        "tied_embeddings": tied,
-        "num_query_groups": groups,
-        "hidden_size": hidden,
-        "num_layers": layers,
-        "num_attention_heads": heads,
-        "ffn_hidden_size": ffn,
-        "rotary_base": _value(args, "--rotary-base"),
-        "parameters": params,
-        "bf16_bytes": params * 2,
-    }
 
 
 # config.json keys (Hugging Face's Qwen2 config) for each Megatron fact; checked on the node before the jobs run.
@@ -268,6 +235,10 @@ def _rollouts(plan: LaunchPlan) -> int:
 def build(profile: Profile, *, run_id: str | None = None, sets: list[str] | None = None) -> PreflightPlan:
     rehearsal = copy.deepcopy(preflight_config())
     config = train_config(rehearsal, sets)
+    # The real run's optimizer offload is rehearsed too (polarstack.train.memory): slime's offload flags change how the
+    # optimizer steps and saves, and the small model alone would fit without them.
+    if config["memory"]["optimizer_offload"] == "auto" and memory.check_up(profile).offload:
+        config["memory"]["optimizer_offload"] = "on"
     run_id = run_id or f"preflight-{profile.name}-{time.strftime('%Y%m%dT%H%M%S')}"
     config["checkpoint"]["run_name"] = run_id  # a fresh checkpoint directory per rehearsal
     first, more = int(rehearsal["phases"]["first"]), int(rehearsal["phases"]["after_resume"])

@@ -1,0 +1,133 @@
+"""verify-offline, memory (issue 26 points 1 and 5): the recorded upstream lines say what the memory model assumes,
+and the estimate recomputed from them here, apart from polarstack.train.memory, agrees with what the plan prints.
+
+configs/upstream/memory-facts.json (scripts/tools/record_memory_facts.py) holds, at SLIME_COMMIT and SGLANG_VERSION:
+slime forcing the distributed optimizer and bf16, fp32 logits, the softmax saved for backward and reused in place as
+the gradient, --log-probs-chunk-size's default and the values slime's scripts use, slime's offload flags, the pinned
+host backups of the actor and reference weights, save_model saving the optimizer (what one checkpoint holds), the
+absence of a retention option, sglang's definition of mem_fraction_static and its KV bytes per token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from polarstack.errors import StackError
+from polarstack.offline.check import Check
+from polarstack.pins import pins
+from polarstack.stack import profiles
+from polarstack.train import memory, retention
+from polarstack.train.model_size import model_facts
+from polarstack.train.plan import build_plan, load_defaults
+
+# fact key -> what its recorded line must contain for the model to hold
+MEANING = {
+    "distributed_optimizer": ("use_distributed_optimizer = True", "optimizer states are sharded by DP"),
+    "bf16": ("args.bf16 = not args.fp16", "weights are bf16 (2 B) unless --fp16"),
+    "logits_fp32": ("logits.float()", "the output layer returns fp32 logits"),
+    "loss_asserts_fp32": ("torch.float32", "the loss requires fp32 logits"),
+    "softmax_saved_for_backward": ("log_prob_softmax", "the fp32 softmax is kept for backward"),
+    "gradient_reuses_softmax": ("log_prob_softmax.neg_()", "the logits' gradient is built in the softmax's buffer"),
+    "log_probs_chunk_size_default": ("default=-1", "slime computes log-probs in one piece by default"),
+    "backup_in_pinned_host_memory": (
+        'device=torch.device("cpu"), pin_memory=True',
+        "weight backups live in host memory",
+    ),
+    "actor_backup": ('backup("actor")', "slime backs up the actor's weights"),
+    "ref_backup": ('load_other_checkpoint("ref"', "slime loads (and backs up) the reference weights"),
+    "save_model": ("self.optimizer", "a save holds the optimizer's state as well as the weights"),
+    "mem_fraction_static": ("(model weights + KV cache pool) / GPU memory capacity", "sglang's reserved share"),
+    "kv_cell_size": ("(model_config.head_dim + model_config.v_head_dim)", "sglang's KV bytes per token"),
+}
+
+
+def _lines(data: dict[str, Any], key: str) -> list[str]:
+    side = "sglang" if key in data["sglang"] else "slime"
+    return [f.get("text", "") for f in data[side].get(key, {}).get("found", [])]
+
+
+def fact_problems(data: dict[str, Any] | None = None) -> list[str]:
+    data = data or memory.record()
+    problems = []
+    pinned = pins()
+    if data.get("slime_commit") != pinned["SLIME_COMMIT"] or data.get("sglang_version") != pinned["SGLANG_VERSION"]:
+        problems.append(
+            f"{memory.RECORD} was recorded at other pins than SLIME_COMMIT / SGLANG_VERSION; rerun "
+            "scripts/tools/record_memory_facts.py"
+        )
+    for key, (needle, meaning) in MEANING.items():
+        lines = _lines(data, key)
+        if key == "kv_cell_size":  # the first match is the plain (not MLA, not fp4) branch the model uses
+            lines = lines[:1]
+        if not any(needle in line for line in lines):
+            problems.append(f"{memory.RECORD} {key}: no recorded line contains {needle!r}, so not: {meaning}")
+    flags = [line.strip() for line in _lines(data, "offload_flags")]
+    if flags != memory.OFFLOAD_ARGS:
+        problems.append(f"slime's offload flags are {flags}, the stack adds {memory.OFFLOAD_ARGS}")
+    used = {row["value"] for row in data["slime"]["log_probs_chunk_size_used"]["found"]}
+    chunk = load_defaults()["memory"]["log_probs_chunk_size"]
+    if chunk not in used:
+        problems.append(f"memory.log_probs_chunk_size={chunk} is not a value slime's scripts use ({sorted(used)})")
+    if data["slime"]["no_retention_option"]["matches"]:
+        problems.append(
+            f"slime now has a checkpoint retention option ({data['slime']['no_retention_option']['matches']}); "
+            "use it instead of polarstack.train.retention"
+        )
+    return problems
+
+
+def recomputed_trainer_gb(config: dict[str, Any], tp: int, dp: int, offload: bool) -> float:
+    """The trainer GPU's estimate from the recorded facts, written apart from polarstack.train.memory."""
+    f = model_facts([str(a) for a in config["model"]["args"]])
+    p, v, h, layers, ffn = f["parameters"], f["vocab_size"], f["hidden_size"], f["num_layers"], f["ffn_hidden_size"]
+    kv = f["num_query_groups"] * h // f["num_attention_heads"]
+    t = config["grpo"]["max_tokens_per_gpu"]
+    static = (2 + 4 + (0 if offload else 12 / dp)) * p / tp  # bf16 + fp32 grads + distributed optimizer
+    logits = 2 * t * v * 4 / tp  # fp32 logits + the softmax saved for backward (gradient in place)
+    checkpoints = layers * t * h * 2 / tp  # sequence parallel splits them whenever TP > 1 (TP 1: / 1)
+    layer = 2 * t * (4 * h + 2 * kv + 3 * ffn) * 2 / tp
+    mem = config["memory"]
+    computed = (static + logits + checkpoints + layer) / 1e9
+    return computed * (1 + mem["fragmentation_share"]) + mem["cuda_context_gb"]
+
+
+def check() -> Check:
+    problems = fact_problems()
+    detail = []
+    for name in profiles.available():
+        try:
+            profile = profiles.load(name)
+        except StackError:  # a profile that cannot load is reported by its own checks (offline.verify)
+            continue
+        if profile.expect != "pass":
+            continue
+        capacity = memory.Capacity(memory.DEFAULT_GPU_MEMORY_GB, None, "GPU_MEMORY_GB default")
+        try:
+            plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults(), capacity=capacity)
+        except StackError as exc:  # a plan refused for memory is this check's finding
+            problems.append(f"profile {name} on 140 GB cards: {exc.message}")
+            continue
+        mem = plan.memory
+        again = recomputed_trainer_gb(load_defaults(), mem.tensor_parallel, mem.data_parallel, mem.offload)
+        if abs(again - mem.trainer_gb) > 0.01:
+            problems.append(
+                f"profile {name}: the plan prints {mem.trainer_gb:.2f} GB per trainer GPU, the recorded facts give "
+                f"{again:.2f} GB"
+            )
+        offload_args = [a for a in plan.train_args if a in memory.OFFLOAD_ARGS]
+        if offload_args and offload_args != memory.OFFLOAD_ARGS or bool(offload_args) != mem.offload:
+            problems.append(f"profile {name}: offload flags {offload_args} do not match the estimate's choice")
+        detail.append(
+            f"{name}: {mem.trainer_gb:.1f} GB per trainer GPU (offload {'on' if mem.offload else 'off'}), "
+            f"host {mem.host_gb:.1f} GB"
+        )
+    detail.append(f"one save {retention.save_gb(load_defaults()):.1f} GB (14 B x parameters)")
+    return Check(
+        f"memory per GPU and host from recorded upstream facts ({memory.RECORD})",
+        not problems,
+        "; ".join(detail),
+        problems,
+    )
+
+
+__all__ = ["check", "fact_problems", "recomputed_trainer_gb"]

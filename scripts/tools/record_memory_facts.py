@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Record the upstream lines the memory model (polarstack.train.memory) and checkpoint retention rely on.
+
+Run with a clone (or bare mirror) of THUDM/slime that has SLIME_COMMIT, and the pinned sglang wheel
+(`pip download --no-deps sglang==SGLANG_VERSION`):
+  python scripts/tools/record_memory_facts.py /path/to/slime.git /path/to/sglang-*.whl > configs/upstream/memory-facts.json
+
+Each fact is one line (or a few) found by a pattern in a file at the pinned revision, recorded with its line number
+and text. `make verify-offline` (polarstack.offline.memory_facts) checks that each recorded line still says what the
+model assumes (the distributed optimizer is forced on, logits are fp32, the softmax is kept for backward and reused in
+place as the gradient, ...), and recomputes the estimate from them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# key: (file, pattern, lines of context after the match to keep)
+SLIME_FACTS = {
+    "distributed_optimizer": (
+        "slime/backends/megatron_utils/arguments.py",
+        r"args\.use_distributed_optimizer = True",
+        0,
+    ),
+    "bf16": ("slime/backends/megatron_utils/arguments.py", r"args\.bf16 = not args\.fp16", 0),
+    "logits_fp32": ("slime/backends/megatron_utils/model_provider.py", r"logits = logits\.float\(\)", 0),
+    "loss_asserts_fp32": ("slime/backends/megatron_utils/loss.py", r"assert logits\.dtype == torch\.float32", 0),
+    "softmax_saved_for_backward": ("slime/utils/ppo_utils.py", r"ctx\.save_for_backward\(", 1),
+    "gradient_reuses_softmax": ("slime/utils/ppo_utils.py", r"grad_input = log_prob_softmax\.neg_\(\)", 0),
+    "log_probs_chunk_size_default": ("slime/utils/arguments.py", r'"--log-probs-chunk-size", type=int, default=', 0),
+    "offload_flags": (
+        "scripts/run-qwen3-30B-A3B.sh",
+        r"--optimizer-cpu-offload|--overlap-cpu-optimizer-d2h-h2d|--use-precision-aware-optimizer",
+        0,
+    ),
+    "backup_in_pinned_host_memory": (
+        "slime/utils/tensor_backper.py",
+        r'torch\.empty_like\(param, device=torch\.device\("cpu"\), pin_memory=True\)',
+        0,
+    ),
+    "actor_backup": ("slime/backends/megatron_utils/actor.py", r'self\.weights_backuper\.backup\("actor"\)', 0),
+    "ref_backup": (
+        "slime/backends/megatron_utils/actor.py",
+        r'self\.load_other_checkpoint\("ref", args\.ref_load\)',
+        0,
+    ),
+    "save_model": (
+        "slime/backends/megatron_utils/actor.py",
+        r"save\(rollout_id, self\.model, self\.optimizer, self\.opt_param_scheduler\)",
+        0,
+    ),
+}
+SGLANG_FACTS = {
+    "mem_fraction_static": (
+        "sglang/srt/server_args.py",
+        r"mem_fraction_static is defined as \(model weights \+ KV cache pool\) / GPU memory capacity",
+        0,
+    ),
+    "kv_cell_size": (
+        "sglang/srt/model_executor/pool_configurator.py",
+        r"model_config\.get_num_kv_heads\(tp_size\)$",
+        3,
+    ),
+}
+# slime has no option that bounds how many checkpoints a run keeps (retention is this stack's: polarstack.train.retention)
+RETENTION_OPTION = r'"--(?:keep|max|save-total)[-a-z]*(?:ckpt|checkpoint|save|limit)[-a-z]*"'
+
+
+def pin(name: str) -> str:
+    for line in (ROOT / "configs" / "pins.env").read_text().splitlines():
+        if line.startswith(f"{name}="):
+            return line.split("=", 1)[1].strip()
+    raise SystemExit(f"configs/pins.env has no {name}")
+
+
+def find(text: str, pattern: str, after: int) -> list[dict]:
+    lines = text.splitlines()
+    found = []
+    for number, line in enumerate(lines, 1):
+        if re.search(pattern, line):
+            found.append({"line": number, "text": "\n".join(x.strip() for x in lines[number - 1 : number + after])})
+    if not found:
+        raise SystemExit(f"pattern {pattern!r} not found")
+    return found
+
+
+def main() -> int:
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    repo, wheel = sys.argv[1], sys.argv[2]
+    commit = pin("SLIME_COMMIT")
+
+    def show(path: str) -> str:
+        return subprocess.run(
+            ["git", "-C", repo, "show", f"{commit}:{path}"], capture_output=True, text=True, check=True
+        ).stdout
+
+    slime = {key: {"file": f, "found": find(show(f), p, a)} for key, (f, p, a) in SLIME_FACTS.items()}
+    grep = subprocess.run(
+        [
+            "git",
+            "-C",
+            repo,
+            "grep",
+            "-n",
+            "-E",
+            "-e",
+            r"--log-probs-chunk-size [0-9]+",
+            commit,
+            "--",
+            "scripts",
+            "examples",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
+    used = []
+    for row in grep.splitlines():
+        _, path, line, text = row.split(":", 3)
+        used.append({"file": path, "line": int(line), "value": int(text.split()[-1])})
+    slime["log_probs_chunk_size_used"] = {"file": "scripts/, examples/", "found": used}
+    arguments = show("slime/utils/arguments.py") + show("slime/backends/megatron_utils/arguments.py")
+    slime["no_retention_option"] = {
+        "file": "slime/utils/arguments.py, slime/backends/megatron_utils/arguments.py",
+        "pattern": RETENTION_OPTION,
+        "matches": re.findall(RETENTION_OPTION, arguments),
+    }
+    with zipfile.ZipFile(wheel) as archive:
+        sglang = {
+            key: {"file": f, "found": find(archive.read(f).decode(), p, a)} for key, (f, p, a) in SGLANG_FACTS.items()
+        }
+    record = {
+        "what": "upstream lines the memory model and checkpoint retention rely on (record_memory_facts.py)",
+        "slime_commit": commit,
+        "sglang_version": pin("SGLANG_VERSION"),
+        "recorded_on": datetime.date.today().isoformat(),
+        "recorded_with": "scripts/tools/record_memory_facts.py",
+        "slime": slime,
+        "sglang": sglang,
+    }
+    json.dump(record, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Issue 26 point 5: checkpoints must not fill the disk.
+
+- One save is 14 B x parameters (bf16 weights + fp32 master + exp_avg + exp_avg_sq): 106.6 GB for the 7B, computed;
+  slime saves every save_interval rollouts and keeps them all (recorded: save_model, no retention option).
+- `checkpoint.keep_last` (default 2): launch.sh prunes older iter_* beside the job and once after it, never the
+  iteration a resumed job started from, never one newer than the tracker (a save being written).
+- `make train` refuses (exit 8) when keep_last + 1 saves do not fit the checkpoints volume's free space.
+"""
+
+import copy
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from polarstack.cli.main import main
+from polarstack.errors import ExitCode, StackError
+from polarstack.stack import profiles
+from polarstack.train import memory, retention
+from polarstack.train.plan import build_plan, load_defaults
+
+pytestmark = pytest.mark.unit
+P7 = 7_615_616_512
+
+
+def saves(tmp_path, *iterations, tracker=None):
+    for i in iterations:
+        (tmp_path / f"iter_{i:07d}").mkdir()
+    if tracker is not None:
+        (tmp_path / retention.TRACKER).write_text(f"{tracker}\n")
+    return tmp_path
+
+
+def left(directory):
+    return retention.iterations(directory)
+
+
+def test_one_save_and_the_plans_saves():
+    config = load_defaults()
+    assert retention.save_gb(config) == pytest.approx(14 * P7 / 1e9) and round(retention.save_gb(config), 1) == 106.6
+    assert retention.saves_in_plan(200, 5) == 40 and retention.saves_in_plan(3, 2) == 2
+    assert retention.peak_saves(config) == 3  # keep_last 2 + the one being written
+    assert retention.peak_saves(load_defaults(["checkpoint.keep_last=0"])) == 40
+
+
+def test_prune_keeps_the_newest_and_the_resumed_one(tmp_path):
+    directory = saves(tmp_path, 4, 9, 14, 19, 24, tracker=19)  # iter 24 is being written: newer than the tracker
+    assert retention.prune(directory, 2, protect=4) == [9]
+    assert left(directory) == [4, 14, 19, 24]
+    assert retention.prune(directory, 2) == [4]
+    assert left(directory) == [14, 19, 24]
+
+
+def test_prune_touches_nothing_without_a_complete_save(tmp_path):
+    directory = saves(tmp_path, 4, 9, 14)
+    assert retention.prune(directory, 1) == [] and left(directory) == [4, 9, 14]  # no tracker
+    (directory / retention.TRACKER).write_text("29\n")  # the tracker names a save that is not there
+    assert retention.prune(directory, 1) == [] and left(directory) == [4, 9, 14]
+    (directory / retention.TRACKER).write_text("14\n")
+    assert retention.prune(directory, 0) == []  # keep_last 0 keeps every save, as slime does
+    assert retention.main(["--dir", str(directory), "--keep-last", "1", "--protect", "4"]) == 0
+    assert left(directory) == [4, 14]
+
+
+def test_launch_sh_prunes_beside_the_job_and_after_it():
+    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults())
+    script = plan.files["launch.sh"]
+    tracker = f"{plan.checkpoint_dir}/latest_checkpointed_iteration.txt"
+    assert f"protect=$(cat {tracker} 2>/dev/null || echo -1)" in script
+    watch = f"python3 -m polarstack.train.retention --dir {plan.checkpoint_dir} --keep-last 2 --protect"
+    assert f'{watch} "$protect" --watch' in script
+    lines = script.splitlines()
+    submit = next(i for i, line in enumerate(lines) if line.startswith("ray job submit"))
+    assert lines[submit + 1].startswith(watch) and "--watch" not in lines[submit + 1]
+    assert lines.index(next(x for x in lines if x.startswith("protect="))) < submit  # read before the job saves
+    off = build_plan(
+        "humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults(["checkpoint.keep_last=0"])
+    )
+    assert "polarstack.train.retention" not in off.files["launch.sh"]
+    assert any("keep_last 2: at most 3 on the volume (319.9 GB)" in x for x in plan.as_dict()["watch"])
+
+
+def test_a_bad_keep_last_is_a_usage_error():
+    with pytest.raises(StackError) as exc:
+        build_plan(
+            "humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults(["checkpoint.keep_last=-1"])
+        )
+    assert exc.value.code == ExitCode.USAGE and "keep_last" in exc.value.message
+
+
+def test_the_disk_rule():
+    config = load_defaults()
+    assert retention.disk_problem(config, int(400e9), resume=False) is None
+    problem = retention.disk_problem(config, int(200e9), resume=False)
+    assert "200.0 GB free" in problem and "319.9 GB" in problem
+    assert retention.disk_problem(config, int(200e9), resume=True) is None  # the next save fits
+    assert "106.6 GB" in retention.disk_problem(config, int(50e9), resume=True)
+
+
+def _docker_train(tmp_path, monkeypatch, free: str):
+    from polarstack.checks import smoke
+    from polarstack.reward import tasks
+    from polarstack.stack import compose
+
+    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
+    monkeypatch.setattr("polarstack.stack.docker_state.usable", lambda requested: {"profile": "engine-direct"})
+    monkeypatch.setattr("polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None)
+    monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
+    monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
+    ran = []
+
+    def trainer(profile, args, **kw):
+        if "df" in args:
+            return subprocess.CompletedProcess(args, 0, f"     Avail\n{free}\n", "")
+        ran.append(args[-1])
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(compose, "run_compose", trainer)
+    return main(["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"]), ran
+
+
+def test_make_train_refuses_when_the_saves_cannot_fit_the_volume(tmp_path, monkeypatch, capsys):
+    code, ran = _docker_train(tmp_path, monkeypatch, "250000000000")
+    err = capsys.readouterr().err
+    assert code == ExitCode.ENVIRONMENT and "250.0 GB free" in err and "319.9 GB" in err
+    assert not [a for a in ran if a.endswith(".sh")]  # the job never started
+
+
+def test_make_train_launches_when_they_fit(tmp_path, monkeypatch, capsys):
+    code, ran = _docker_train(tmp_path, monkeypatch, "2000000000000")
+    assert code == 0, capsys.readouterr().err
+    assert any(a.endswith("launch.sh") for a in ran)
+
+
+def test_verify_offline_reads_that_slime_keeps_every_save():
+    from polarstack.offline import memory_facts
+
+    data = copy.deepcopy(memory.record())
+    assert data["slime"]["save_model"]["found"] and not data["slime"]["no_retention_option"]["matches"]
+    data["slime"]["no_retention_option"]["matches"] = ['"--keep-last-checkpoints"']
+    assert any("retention option" in p for p in memory_facts.fact_problems(data))
+    data = copy.deepcopy(memory.record())
+    data["slime"]["save_model"]["found"] = [{"line": 1, "text": "save(rollout_id, self.model)"}]
+    assert any("optimizer's state" in p for p in memory_facts.fact_problems(data))
