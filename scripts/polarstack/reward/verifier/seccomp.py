@@ -11,14 +11,14 @@ one) with full rights. So, in the candidate's process, after no_new_privs and be
   (moby profiles/seccomp/default.json, defaultErrnoRet 1), and it says "refused", not "this kernel lacks it", so
   no library falls back to an older path that may exist (inotify_init1 -> inotify_init, io_uring -> ...).
 
-Denied (the survey in docs/tasks.md, "What the sandbox isolates", gives the reason for each): the keyring calls
+Denied (the survey in docs/tasks.md, "Kernel state namespaces do not isolate", gives the reason for each): the keyring calls
 add_key, request_key and keyctl; inotify and fanotify (watches on the read-only binds shared with the host and
 other runs); perf_event_open, bpf and userfaultfd (kernel attack surface and timing side channels); io_uring
 (its operations bypass system-call filtering); ptrace (no debugger is needed to answer calls); shmget, memfd_create
 and memfd_secret (memory no file system of the sandbox holds: a System V segment or a memfd lives without any
 mapping, where neither the watchdog's look at the processes nor at the sandbox's tmpfs would count it); semget and
-msgget (System V semaphore sets and message queues: kernel memory no cgroup limit or look of the watchdog's
-counts, about 2 MiB per 32000-semaphore set); socketpair, and socket() for every address family but AF_INET and
+msgget (System V semaphore sets and message queues: kernel memory no look of the watchdog's counts, held
+in the IPC namespace until the run ends); socketpair, and socket() for every address family but AF_INET and
 AF_INET6 (the filter reads the first argument, seccomp_data.args[0]): a unix-domain socket's buffers (up to
 SO_SNDBUF each, queued in the peer) are unaccounted kernel memory too, and AF_UNIX (abstract names included),
 AF_NETLINK, AF_PACKET and the rest are nothing a solution needs; inet sockets stay, in the sandbox's empty
