@@ -11,9 +11,9 @@ one) with full rights. So, in the candidate's process, after no_new_privs and be
   (moby profiles/seccomp/default.json, defaultErrnoRet 1), and it says "refused", not "this kernel lacks it", so
   no library falls back to an older path that may exist (inotify_init1 -> inotify_init, io_uring -> ...).
 
-Denied (the survey in docs/tasks.md, "Kernel state namespaces do not isolate", gives the reason for each): the keyring calls
-add_key, request_key and keyctl; inotify and fanotify (watches on the read-only binds shared with the host and
-other runs); perf_event_open, bpf and userfaultfd (kernel attack surface and timing side channels); io_uring
+Denied (the survey in docs/tasks.md, "Kernel state namespaces do not isolate", gives the reason for each): the
+keyring calls add_key, request_key and keyctl; inotify and fanotify (watches on the read-only binds shared with
+the host and other runs); perf_event_open, bpf and userfaultfd (kernel attack surface and timing side channels); io_uring
 (its operations bypass system-call filtering); ptrace (no debugger is needed to answer calls); shmget, memfd_create
 and memfd_secret (memory no file system of the sandbox holds: a System V segment or a memfd lives without any
 mapping, where neither the watchdog's look at the processes nor at the sandbox's tmpfs would count it); semget and
