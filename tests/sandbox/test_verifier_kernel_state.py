@@ -3,9 +3,13 @@ the sandbox isolates"): no kernel object that outlives a verifier run or belongs
 the candidate. Keyrings: the keyring system calls are refused (through libc's syscall(), the x32 number and the
 i386 `int 0x80` entry), a key one run stores is not found by the next, a keyring oracle run again and again never
 earns the reward, and a launcher that has its own session keyring (as runc gives every container one) keeps its
-key unread and intact. The other blocked calls answer EPERM; System V IPC and the abstract unix socket namespace
-are the sandbox's own; 8 sandboxes side by side share nothing."""
+key unread and intact. The other blocked calls answer EPERM (System V creation of every kind, socketpair, socket()
+but for AF_INET and AF_INET6: issue 25's red-team); what IPC remains (POSIX message queues) and the host's System V
+objects are the sandbox's own or unseen; an abstract unix socket of the host is unreachable (no unix socket can be
+made); 8 sandboxes side by side share nothing."""
 
+import ctypes
+import errno
 import json
 import os
 import platform
@@ -261,7 +265,11 @@ BLOCKED_X86_64 = {
     "shmget": 29,  # issue 25: memory without a mapping (System V segments, memfds) is refused at creation
     "memfd_create": 319,
     "memfd_secret": 447,
+    "semget": 64,  # issue 25's red-team: semaphore sets and message queues are unaccounted kernel memory
+    "msgget": 68,
+    "socketpair": 53,  # and unix-domain socket buffers; socket() is refused by family (below)
 }
+SOCKET_FAMILIES = {"AF_UNIX": 1, "AF_NETLINK": 16, "AF_PACKET": 17, "AF_INET": 2, "AF_INET6": 10}
 
 
 @pytest.mark.skipif(not X86_64, reason="the raw numbers are x86_64's")
@@ -270,46 +278,83 @@ def test_the_other_surveyed_calls_answer_eperm():
         f"numbers = {BLOCKED_X86_64!r}\n"
         # arguments that would make each call succeed or fail for its own reason (EINVAL, EFAULT), never EPERM
         "got = {name: sc(nr, 0, 0, 0, 0, 0) for name, nr in numbers.items()}\n"
+        # socket(family, SOCK_DGRAM, 0) through the raw number 41, each fd closed again
+        f"got.update({{name: sc(41, family, 2, 0) for name, family in {SOCKET_FAMILIES!r}.items()}})\n"
         "print(__import__('json').dumps(got), file=sys.stderr)\n"
     )
     run = _run(program)
     assert run.returncode == 0, run
-    got = json.loads(run.stderr_tail.strip().splitlines()[-1])
-    assert {name: tuple(value) for name, value in got.items()} == {name: (-1, EPERM) for name in BLOCKED_X86_64}
+    got = {name: tuple(value) for name, value in json.loads(run.stderr_tail.strip().splitlines()[-1]).items()}
+    refused = [*BLOCKED_X86_64, "AF_UNIX", "AF_NETLINK", "AF_PACKET"]
+    assert {name: got[name] for name in refused} == {name: (-1, EPERM) for name in refused}
+    assert got["AF_INET"][0] >= 0 and got["AF_INET6"][0] >= 0, got  # inet stays, in the empty network namespace
 
 
 SYSV = r"""
-import ctypes, sys
+import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
-key = int(sys.argv[1]) if len(sys.argv) > 1 else %d
-if libc.semget(key, 1, 0o1000 | 0o666) < 0:  # IPC_CREAT (shmget itself is refused: issue 25)
-    sys.exit('semget: %%d' %% ctypes.get_errno())
+key = %d
+got = {}
+for name, args in (("shmget", (key, 4096, 0o1000 | 0o600)), ("semget", (key, 1, 0o1000 | 0o600)),
+                   ("msgget", (key, 0o1000 | 0o600))):  # IPC_CREAT: every System V creation is refused
+    got[name] = [getattr(libc, name)(*args), ctypes.get_errno()]
+got["host_sem_listed"] = any(line.split()[:1] == [str(key)] for line in open("/proc/sysvipc/sem"))
+# POSIX message queues remain (bounded by RLIMIT_MSGQUEUE): the host's queue is not found, and one made here is
+# gone with the run's IPC namespace
+libc.mq_open.restype = ctypes.c_int
+ctypes.set_errno(0)
+got["host_mq"] = [libc.mq_open(b"/polarstack-%d", os.O_RDWR), ctypes.get_errno()]
+got["own_mq"] = libc.mq_open(b"/polarstack-own-%d", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600, None)
+print(json.dumps(got), file=sys.stderr)
 """
 
 
-def test_system_v_ipc_is_the_sandboxs_own():
+def test_system_v_ipc_is_refused_and_what_ipc_remains_is_the_sandboxs_own():
     key = int.from_bytes(os.urandom(3), "big") + 1
-    run = _run(SYSV % key)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mq_open.restype = ctypes.c_int
+    sem = libc.semget(key, 1, 0o1000 | 0o2000 | 0o600)  # the host's own set and queue (IPC_CREAT | IPC_EXCL)
+    queue = libc.mq_open(f"/polarstack-{key}".encode(), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600, None)
+    assert sem >= 0 and queue >= 0, ctypes.get_errno()
+    try:
+        run = _run(SYSV % (key, key, key))
+    finally:
+        libc.semctl(sem, 0, 0)  # IPC_RMID
+        os.close(queue)
+        libc.mq_unlink(f"/polarstack-{key}".encode())
     assert run.returncode == 0, run
-    assert f"{key:>10}" not in Path("/proc/sysvipc/sem").read_text()  # gone with the run's IPC namespace
-    again = _run(SYSV.replace("0o1000 | 0o666", "0o666") % key)  # without IPC_CREAT: must not find it
-    assert again.returncode != 0, again
+    got = json.loads(run.stderr_tail.strip().splitlines()[-1])
+    assert {name: got[name] for name in ("shmget", "semget", "msgget")} == {
+        name: [-1, EPERM] for name in ("shmget", "semget", "msgget")
+    }, got
+    assert got["host_sem_listed"] is False and got["host_mq"] == [-1, errno.ENOENT], got
+    assert got["own_mq"] >= 0, got  # (a queue can be made: the lookup above is a real one)
+    host = ctypes.CDLL(None, use_errno=True)
+    host.mq_open.restype = ctypes.c_int
+    assert host.mq_open(f"/polarstack-own-{key}".encode(), os.O_RDWR) == -1  # gone with the run
+    assert ctypes.get_errno() == errno.ENOENT
 
 
-def test_abstract_unix_sockets_of_the_host_are_unreachable():
+def test_no_unix_socket_can_be_made_so_the_hosts_abstract_names_are_unreachable():
     name = f"\0polarstack-{uuid.uuid4().hex}"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(name)
     listener.listen(1)
     program = (
-        "import socket, sys\ns = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
-        f"try:\n    s.connect({name!r})\nexcept OSError:\n    sys.exit(0)\nsys.exit('connected')\n"
+        "import errno, socket, sys\ngot = []\n"
+        "for make in (lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), socket.socketpair):\n"
+        "    try:\n        made = make()\n    except PermissionError:\n        got.append('refused')\n"
+        "        continue\n    got.append('made')\n"
+        f"    try:\n        made.connect({name!r})\n        got.append('connected')\n"
+        "    except (OSError, AttributeError):\n        pass\n"
+        "print(' '.join(got), file=sys.stderr)\n"
     )
     try:
         run = _run(program)
     finally:
         listener.close()
     assert run.returncode == 0, run
+    assert run.stderr_tail.strip().splitlines()[-1] == "refused refused", run
 
 
 # --- point 4: eight verifications side by side share nothing ----------------------------------------------
@@ -320,17 +365,25 @@ token, key = sys.argv[1], int(sys.argv[2])
 libc = ctypes.CDLL(None, use_errno=True)
 for folder in ("/tmp", "/var/tmp", "/dev/shm", "/sandbox"):
     open(os.path.join(folder, "mark-" + token), "w").write(token)
-shm = libc.semget(0x5053, 1, 0o1000 | 0o2000 | 0o666)  # the same key in every sandbox, IPC_EXCL
-listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-listener.bind("\0polarstack-neighbour")  # the same abstract name in every sandbox
+libc.mq_open.restype = ctypes.c_int
+queue = libc.mq_open(b"/polarstack-neighbour", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600, None)  # same name
+sem = libc.semget(0x5053, 1, 0o1000 | 0o2000 | 0o666)  # the same key in every sandbox, IPC_EXCL: refused
+sem_errno = ctypes.get_errno()
+try:
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).bind("\0polarstack-neighbour")  # refused too
+    sys.exit("made a unix socket")
+except PermissionError:
+    pass
 time.sleep(1.0)  # all eight are up now
 others = [p for f in ("/tmp", "/var/tmp", "/dev/shm", "/sandbox") for p in glob.glob(f + "/mark-*")
           if not p.endswith(token)]
 if others:
     sys.exit("sees a neighbour's files: %s" % others)
-if shm < 0:
-    sys.exit("semget: %d" % ctypes.get_errno())
-print("uid %d shm %d" % (os.getuid(), shm), file=sys.stderr)
+if queue < 0:  # a neighbour's queue of the same name would make O_EXCL fail: the IPC namespaces are apart
+    sys.exit("mq_open: %d" % ctypes.get_errno())
+if sem != -1 or sem_errno != 1:
+    sys.exit("semget: %d %d" % (sem, sem_errno))
+print("uid %d queue %d" % (os.getuid(), queue), file=sys.stderr)
 """
 
 

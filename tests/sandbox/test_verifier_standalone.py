@@ -1,7 +1,7 @@
 """Pins that the bundled verifier (eval/verifier.py, written by polarstack.reward.verifier.bundle) runs on its own, as
 Polar's evaluator runs it in the agent sandbox: the system interpreter, isolated mode (`python3 -I`), a fresh
 working directory and no polarstack importable; it prints `PASSED <name>` (exit 0) for a canonical HumanEval
-solution and `FAILED <name>` (exit 1) for a wrong one."""
+solution and `FAILED <name>` (exit 1) for a wrong one; and that the test_command Polar runs is that isolated mode."""
 
 import json
 import os
@@ -41,3 +41,27 @@ def test_the_bundled_file_verifies_without_polarstack(tmp_path):
             timeout=60,
         )
         assert proc.returncode == code and proc.stdout.startswith(expected), (solution, proc.stdout, proc.stderr)
+
+
+def test_the_rendered_test_command_is_isolated_from_python_environment_variables(tmp_path):
+    """Issue 25's red-team, point 5: the evaluator's test_command runs `python3 -I`, so a PYTHONPATH (or user site)
+    that holds a sitecustomize forging the verdict is not read; graded by Polar's rule (tests/polar_grading.py)."""
+    from polar_grading import reward
+
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip(f"needs {SYSTEM_PYTHON}, the interpreter the test_command's `python3` names on PATH")
+    command = tasks.task_template("humaneval")["evaluator"]["config"]["test_command"]
+    assert " python3 -I " in command, command
+    workdir, evaldir, forged = tmp_path / "workspace", tmp_path / "eval", tmp_path / "forged"
+    for folder in (workdir, evaldir, forged):
+        folder.mkdir()
+    command = command.replace(tasks.EVALDIR, str(evaldir)).replace(tasks.WORKDIR, str(workdir))
+    bundle.write(evaldir / "verifier.py")
+    problem = next(p for p in tasks.load_humaneval() if p["task_id"] == "HumanEval/2")
+    (evaldir / "problem.json").write_text(json.dumps(tasks._verifier_problem("humaneval", problem)))
+    (workdir / "solution.py").write_text(problem["prompt"] + "    return -1.0\n")  # wrong
+    (forged / "sitecustomize.py").write_text("import os\nos.write(1, b'PASSED humaneval_verifier\\n')\nos._exit(0)\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(forged), "PYTHONUSERBASE": str(forged)}
+    proc = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.startswith("FAILED humaneval_verifier (failed"), (proc.stdout, proc.stderr)
+    assert reward(proc.stdout, proc.stderr, {"humaneval_verifier": "PASSED"}) == 0.0 and proc.returncode == 1

@@ -236,7 +236,7 @@ def task_template(task: str, timeout_seconds: int = 900) -> dict[str, Any]:
                 "repo_dir": WORKDIR,
                 "patch_command": f"cd {WORKDIR} && git add -A && git diff --cached --binary",
                 "test_command": (
-                    f"cd {WORKDIR} && python3 {EVALDIR}/verifier.py --problem {EVALDIR}/problem.json "
+                    f"cd {WORKDIR} && python3 -I {EVALDIR}/verifier.py --problem {EVALDIR}/problem.json "
                     f"--solution solution.py --name {test_name}"
                 ),
                 "test_timeout": 120.0,

@@ -1,6 +1,6 @@
 """The verifier as one self-contained file (eval/verifier.py): the package's modules concatenated, deterministically.
 
-Polar's `test_on_output` evaluator runs `python3 verifier.py --problem ... --solution ... --name ...` inside the
+Polar's `test_on_output` evaluator runs `python3 -I verifier.py --problem ... --solution ... --name ...` inside the
 agent sandbox, where polarstack is not installed: the file it runs must hold the whole verifier and import only the
 standard library. `source()` builds it from the modules below, in order: the package's docstring, one
 `from __future__` line, the modules' standard-library imports (merged and sorted), then each module's body (the

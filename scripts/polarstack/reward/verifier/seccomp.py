@@ -11,12 +11,18 @@ one) with full rights. So, in the candidate's process, after no_new_privs and be
   (moby profiles/seccomp/default.json, defaultErrnoRet 1), and it says "refused", not "this kernel lacks it", so
   no library falls back to an older path that may exist (inotify_init1 -> inotify_init, io_uring -> ...).
 
-Denied (the survey in docs/tasks.md, "What the sandbox isolates", gives the reason for each): the keyring calls
-add_key, request_key and keyctl; inotify and fanotify (watches on the read-only binds shared with the host and
-other runs); perf_event_open, bpf and userfaultfd (kernel attack surface and timing side channels); io_uring
+Denied (the survey in docs/tasks.md, "Kernel state namespaces do not isolate", gives the reason for each): the
+keyring calls add_key, request_key and keyctl; inotify and fanotify (watches on the read-only binds shared with
+the host and other runs); perf_event_open, bpf and userfaultfd (kernel attack surface and timing side channels); io_uring
 (its operations bypass system-call filtering); ptrace (no debugger is needed to answer calls); shmget, memfd_create
 and memfd_secret (memory no file system of the sandbox holds: a System V segment or a memfd lives without any
-mapping, where neither the watchdog's look at the processes nor at the sandbox's tmpfs would count it).
+mapping, where neither the watchdog's look at the processes nor at the sandbox's tmpfs would count it); semget and
+msgget (System V semaphore sets and message queues: kernel memory no look of the watchdog's counts, held
+in the IPC namespace until the run ends); socketpair, and socket() for every address family but AF_INET and
+AF_INET6 (the filter reads the first argument, seccomp_data.args[0]): a unix-domain socket's buffers (up to
+SO_SNDBUF each, queued in the peer) are unaccounted kernel memory too, and AF_UNIX (abstract names included),
+AF_NETLINK, AF_PACKET and the rest are nothing a solution needs; inet sockets stay, in the sandbox's empty
+network namespace (no interface but a down loopback), so that layer stays what the network tests pin.
 """
 
 from __future__ import annotations
@@ -29,13 +35,15 @@ SECCOMP_ARCHES = {
         "add_key": 248, "request_key": 249, "keyctl": 250, "inotify_init": 253, "inotify_init1": 294,
         "fanotify_init": 300, "perf_event_open": 298, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "ptrace": 101, "shmget": 29, "memfd_create": 319,
-        "memfd_secret": 447}),
+        "memfd_secret": 447, "semget": 64, "msgget": 68, "socketpair": 53}, 41),
     "aarch64": (0xC00000B7, False, {
         "add_key": 217, "request_key": 218, "keyctl": 219, "inotify_init1": 26, "fanotify_init": 262,
         "perf_event_open": 241, "bpf": 280, "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426,
-        "io_uring_register": 427, "ptrace": 117, "shmget": 194, "memfd_create": 279, "memfd_secret": 447}),
+        "io_uring_register": 427, "ptrace": 117, "shmget": 194, "memfd_create": 279, "memfd_secret": 447,
+        "semget": 190, "msgget": 186, "socketpair": 199}, 198),
 }
 X32_SYSCALL_BIT = 0x40000000
+SOCKET_FAMILIES = (2, 10)  # AF_INET, AF_INET6 (include/linux/socket.h): the only ones socket() may create
 
 
 class SockFilter(ctypes.Structure):
@@ -47,21 +55,30 @@ class SockFprog(ctypes.Structure):
 
 
 def seccomp_arch():
-    """(audit arch, has an x32 entry, denied numbers) of this machine, or None where the filter has no numbers."""
+    """(audit arch, has an x32 entry, denied numbers, socket's number) of this machine, or None where the filter
+    has no numbers."""
     return SECCOMP_ARCHES.get(os.uname().machine)
 
 
-def seccomp_program(audit_arch, x32, numbers):
-    """Classic BPF over struct seccomp_data {int nr; u32 arch; ...}: another architecture -> kill the process;
-    x32 or a denied number -> EPERM; anything else -> allow."""
+def seccomp_program(audit_arch, x32, numbers, socket_nr):
+    """Classic BPF over struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}: another architecture -> kill
+    the process; x32 or a denied number -> EPERM; socket() -> EPERM unless its first argument (the family, an int:
+    the low word of args[0] at offset 16, both architectures being little-endian) is in SOCKET_FAMILIES; anything
+    else -> allow."""
     ld_w_abs, jeq_k, jge_k, ret_k = 0x20, 0x15, 0x35, 0x06
     allow, kill_process, errno_ret = 0x7FFF0000, 0x80000000, 0x00050000 | errno.EPERM
     program = [(ld_w_abs, 0, 0, 4), (jeq_k, 1, 0, audit_arch), (ret_k, 0, 0, kill_process), (ld_w_abs, 0, 0, 0)]
     tests = ([(jge_k, X32_SYSCALL_BIT)] if x32 else []) + [(jeq_k, n) for n in sorted(set(numbers.values()))]
-    deny_at = len(program) + len(tests) + 1
+    # After the tests: [socket? -> family check | allow], [load family], [one test per family], deny, allow.
+    deny_at = len(program) + len(tests) + 3 + len(SOCKET_FAMILIES)
     for code, k in tests:
         program.append((code, deny_at - len(program) - 1, 0, k))
-    program += [(ret_k, 0, 0, allow), (ret_k, 0, 0, errno_ret)]
+    program += [(jeq_k, 1, 0, socket_nr), (ret_k, 0, 0, allow), (ld_w_abs, 0, 0, 16)]
+    for family in SOCKET_FAMILIES:
+        program.append((jeq_k, deny_at + 1 - len(program) - 1, 0, family))
+    program += [(ret_k, 0, 0, errno_ret), (ret_k, 0, 0, allow)]
+    if len(program) != deny_at + 2 or not all(0 <= jt < 256 for _, jt, _, _ in program):
+        fail("the seccomp program's jumps do not add up")
     return program
 
 
