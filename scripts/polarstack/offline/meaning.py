@@ -9,17 +9,23 @@ Each check reads the Compose model `docker compose config` renders for a profile
 - hygiene: --save with --save-interval (slime never saves without it), dropout 0.0, a resume loads the run's own
   save directory;
 - weight sync: disk transport => the directory is one volume mounted at the same path in trainer and every engine;
-  nccl => trainer and engines share the host network and IPC namespace.
+  nccl => trainer and engines share the host network and IPC namespace;
+- sampling: the engines sample from the distribution slime's loss scores (configs/upstream/sampling-defaults.json):
+  where the pinned sglang's `--sampling-defaults` default is "model" (every field a request leaves out comes from the
+  weights' generation_config.json: Qwen2.5's top_p/top_k/repetition_penalty), every engine passes "openai", and the
+  launch's `--rollout-temperature` is the OpenAI default 1.0 the engines then use.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from polarstack.checks import bridge as bridge_check
 from polarstack.checks.bridge import facts
 from polarstack.engine import tool_parser
 from polarstack.offline.check import Check
+from polarstack.pins import repo_root
 from polarstack.reward import tasks
 from polarstack.stack.profiles import Profile
 from polarstack.train.plan import build_plan, load_defaults
@@ -134,6 +140,41 @@ def weight_sync_problems(args: list[str], services: dict[str, dict[str, Any]]) -
     return problems
 
 
+def sampling_facts() -> dict[str, Any]:
+    return json.loads((repo_root() / "configs" / "upstream" / "sampling-defaults.json").read_text())
+
+
+def sampling_problems(engines: dict[str, list[str]], train_args: list[str], recorded: dict[str, Any]) -> list[str]:
+    """Why the engines would sample from another distribution than the one slime's loss scores, or []."""
+    sglang, slime = recorded["sglang"], recorded["slime"]
+    flag, default = sglang["flag"], sglang["default"]
+    problems = []
+    for name, args in sorted(engines.items()):
+        values = [args[i + 1] for i, token in enumerate(args[:-1]) if token == flag]
+        value = values[-1] if values else default
+        if value not in sglang["choices"]:
+            problems.append(
+                f"{name}: {flag} {value} is not a choice of the pinned sglang ({', '.join(sglang['choices'])})"
+            )
+        elif value != "openai":
+            problems.append(
+                f"{name}: {flag} is {value!r}{'' if values else ' (the default, ' + sglang['source'] + ')'}: every "
+                f"field a request leaves out ({', '.join(sglang['model_keys'])}) comes from the weights' "
+                f"generation_config.json, so the rollout log-probs are not those slime's loss scores "
+                f"({slime['loss_source']}); pass {flag} openai"
+            )
+    temperature = _opt(train_args, "--rollout-temperature")
+    expected = float(slime["rollout_temperature_default"])
+    if temperature is not None and float(temperature) != 1.0:
+        problems.append(
+            f"--rollout-temperature {temperature}: the engines sample at the OpenAI default 1.0 unless the agent's "
+            f"requests say otherwise, so slime's loss would score another distribution ({slime['loss_source']})"
+        )
+    elif temperature is None and expected != 1.0:
+        problems.append(f"slime's --rollout-temperature default is {expected} ({slime['source']}), not 1.0: pass 1.0")
+    return problems
+
+
 def check_profile(profile: Profile, model: dict[str, Any]) -> list[Any]:
     services = model.get("services") or {}
     checks = []
@@ -162,6 +203,16 @@ def check_profile(profile: Profile, model: dict[str, Any]) -> list[Any]:
                 checks.append(
                     Check(f"{label}: weight sync reaches the engines across containers", not problems, "", problems)
                 )
+                problems = sampling_problems(engines, plan.train_args, sampling_facts())
+                checks.append(
+                    Check(
+                        f"{label}: engines sample from the distribution slime's loss scores (temperature 1.0, no "
+                        "generation_config defaults)",
+                        not problems,
+                        "",
+                        problems,
+                    )
+                )
             problems = hygiene_problems(plan.train_args)
             checks.append(
                 Check(
@@ -171,4 +222,11 @@ def check_profile(profile: Profile, model: dict[str, Any]) -> list[Any]:
     return checks
 
 
-__all__ = ["check_profile", "tool_parser_problems", "hygiene_problems", "weight_sync_problems", "engine_tokens"]
+__all__ = [
+    "check_profile",
+    "tool_parser_problems",
+    "hygiene_problems",
+    "weight_sync_problems",
+    "sampling_problems",
+    "engine_tokens",
+]
