@@ -100,13 +100,19 @@ def router_factory() -> Iterator:
 LONG_CACHE_CHARS = 120
 
 
+def long_cache_path(cache: Path, chars: int = LONG_CACHE_CHARS) -> Path:
+    """A folder under `cache` whose path is at least `chars` characters long: padded up to `chars` when the cache
+    path is short, one padding character past it when the cache itself is already that deep (a long HOME, issue 27
+    point 8), so the test's path never depends on the length of HOME or POLARSTACK_CACHE."""
+    base = str(cache / "long-cache-path-")
+    return Path(base + "x" * max(chars - len(base), 1))
+
+
 @pytest.fixture(scope="session")
 def ray_bin() -> Path:
     """The pinned Ray (ray[default]==RAY_VERSION), installed once per session into a venv under a cache path of
-    LONG_CACHE_CHARS characters (the install takes its lock, so parallel workers share one install)."""
-    base = str(paths.cache_dir() / "long-cache-path-")
-    long_cache = Path(base + "x" * (LONG_CACHE_CHARS - len(base)))
-    assert len(str(long_cache)) == LONG_CACHE_CHARS, "the cache path is already longer than the test's path"
+    at least LONG_CACHE_CHARS characters (the install takes its lock, so parallel workers share one install)."""
+    long_cache = long_cache_path(paths.cache_dir())
     patch = pytest.MonkeyPatch()
     patch.setenv("POLARSTACK_CACHE", str(long_cache))
     try:
