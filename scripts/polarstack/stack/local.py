@@ -24,7 +24,7 @@ from polarstack import paths
 from polarstack.engine import tool_parser
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client as http_client
-from polarstack.processes import child_env, free_port, shielded, stop_pid, wait_http
+from polarstack.processes import child_env, free_port, shielded, start_time, stop_pid, wait_http
 from polarstack.routers import worker_api
 from polarstack.routers.harness import install
 from polarstack.stack import real_sglang
@@ -35,22 +35,6 @@ ENGINES = ("emulator", "sglang")  # what `up --engine` starts: the stand-in (def
 
 
 run_dir = paths.run_dir  # kept for old imports; the rule lives in polarstack.paths
-
-
-def start_time(pid: int) -> int | None:
-    """The kernel's start time of `pid` (clock ticks since boot), or None if there is no such process.
-
-    Routers retitle themselves (smg shows as `smg::router`, sglang-router 0.3.2 as `sglang::router`), so
-    command lines cannot identify them; (pid, start time) does, and a recycled pid has another start time.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":  # a zombie has finished
-        return None
-    return int(fields[19])
 
 
 def _owned(entry: dict[str, Any]) -> bool:
