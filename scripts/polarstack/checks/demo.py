@@ -21,6 +21,8 @@ from polarstack.polar.contract import POLAR_REQUEST_FLAGS
 from polarstack.routers.harness import install
 from polarstack.stack import local, profiles, real_sglang
 
+ROUTER_STOP_SECONDS = 2.0
+
 
 @dataclass
 class ProfileUp:
@@ -95,7 +97,9 @@ class LocalDemo:
 
     def down(self) -> None:
         if self.directory is not None:
-            local.down(directory=self.directory)  # shielded: a second Ctrl-C cannot interrupt it
+            # shielded: a second Ctrl-C cannot interrupt it; the smoke has ended, so a router still draining is
+            # killed after ROUTER_STOP_SECONDS (smg drains for about 5 s on SIGTERM)
+            local.down(directory=self.directory, router_timeout=ROUTER_STOP_SECONDS)
         self.directory = self.state = None
 
     def stop_engines(self) -> None:
