@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.paths import compose_file, run_dir
+from polarstack.paths import compose_file, load_yaml, run_dir
 from polarstack.processes import start_time
 from polarstack.stack import compose, profiles
 
@@ -107,9 +107,8 @@ def profile_name(explicit: str | None, directory: Path | None = None) -> str:
 
 def expected_services(profile_name: str) -> list[str]:
     """The long-running services compose.yaml starts in `profile_name` (engines, router, trainer)."""
-    import yaml
 
-    spec = yaml.safe_load(compose_file().read_text())
+    spec = load_yaml(compose_file().read_text())
     return [
         name
         for name, svc in spec["services"].items()
