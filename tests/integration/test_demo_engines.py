@@ -21,7 +21,9 @@ pytestmark = [pytest.mark.emulator, pytest.mark.router]
 def run_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     yield tmp_path / "run"
-    local.down_all()  # never leave processes behind, even when a test fails
+    local.down_all()  # never leave processes behind, even when a test fails ...
+    for path in sorted((tmp_path / "run").rglob(local.STATE_FILE)):  # ... wherever a test kept its run state
+        local.down(directory=path.parent)
 
 
 def _ask(url: str, text: str) -> dict:
