@@ -12,7 +12,8 @@ PYTHON ?= python3
 VENV ?= .venv
 # Extra arguments for pytest (for example PYTEST_ARGS="-m 'not router'").
 PYTEST_ARGS ?=
-# Parallel pytest workers (pytest-xdist): the suite mostly waits on processes it starts, so 4 on 2 cores.
+# Parallel pytest workers (pytest-xdist): the suite mostly waits on processes it starts, so 4 on 2 cores. They take
+# at most 2 tests at a time (--maxschedchunk 2), the slowest files first (tests/conftest.py HEAVY_FIRST).
 PYTEST_WORKERS ?= 4
 # Base URL `make smoke` checks when no profile is up (empty: read it from the run state).
 BASE_URL ?=
@@ -64,7 +65,7 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 test: _venv ## the whole suite: tiers in parallel, then the real-engine tier (skipped until `polarstack sglang-install`); no GPU or Docker
-	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -n $(PYTEST_WORKERS) -m "not sglang" $(PYTEST_ARGS) || rc=$$?; \
+	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -n $(PYTEST_WORKERS) --maxschedchunk 2 -m "not sglang" $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test: tiers without the real engine took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 	@# The real-engine tier in one process: its two shared sglang servers (about 4 GB each) are session fixtures.
 	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m sglang $(PYTEST_ARGS) || rc=$$?; \

@@ -86,6 +86,22 @@ def sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, interrupted)
 
 
+def start_time(pid: int) -> int | None:
+    """The kernel's start time of `pid` (clock ticks since boot), or None if there is no such process.
+
+    Routers retitle themselves (smg shows as `smg::router`, sglang-router 0.3.2 as `sglang::router`), so
+    command lines cannot identify them; (pid, start time) does, and a recycled pid has another start time.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":  # a zombie has finished
+        return None
+    return int(fields[19])
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

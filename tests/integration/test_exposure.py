@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import LONG_CACHE_CHARS, long_cache_path
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins
 from polarstack.processes import free_port
@@ -175,3 +176,14 @@ def test_slime_started_router_is_kept_on_loopback():
             assert args[args.index("--router-prometheus-host") + 1] == "127.0.0.1", name
     problems = exposure.slime_problems({}, ["--rollout-external-engine-addrs", "127.0.0.1:30000"], "t")
     assert len(problems) == 2, problems  # no SLIME_HOST_IP and no --router-prometheus-host: each named
+
+
+@pytest.mark.unit
+def test_the_long_cache_path_never_depends_on_the_length_of_home():
+    """Issue 27 point 8: a 90-character HOME put the cache itself past LONG_CACHE_CHARS, and ray_bin failed its own
+    assertion; the Ray head's path is now at least that long, and longer than whatever cache it sits in."""
+    for depth in (1, 60, LONG_CACHE_CHARS, 200):
+        cache = Path("/" + "h" * depth) / ".cache" / "polarstack"
+        path = long_cache_path(cache)
+        assert path.parent == cache and len(str(path)) >= LONG_CACHE_CHARS and len(str(path)) > len(str(cache))
+    assert len(str(long_cache_path(Path("/root/.cache/polarstack")))) == LONG_CACHE_CHARS

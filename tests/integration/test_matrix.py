@@ -25,6 +25,8 @@ def test_matrix_over_three_releases(tmp_path, capsys):
             "sglang-router==0.1.4",
             "sglang-router==0.3.2",
             "smg==1.13.0",
+            "--latency-requests",  # the default (200 each way, test below) measures the same columns, slower
+            "20",
             "--json",
             str(out_json),
             "--markdown",
@@ -43,9 +45,24 @@ def test_matrix_over_three_releases(tmp_path, capsys):
     assert all(r["generate_keeps_tokens"] for r in rows.values())
     assert rows["sglang-router==0.1.4"]["post_workers"] is False
     assert rows["sglang-router==0.3.2"]["post_workers"] is True and rows["smg==1.13.0"]["post_workers"] is True
-    assert all(r["latency_requests"] == 200 and "added_median_ms" in r for r in rows.values())
+    assert all(r["latency_requests"] == 20 and "added_median_ms" in r for r in rows.values())
     text = out_md.read_text()
     assert "polarstack routers matrix" in text and "| sglang-router==0.3.2 | yes | yes | no | no |" in text
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("engine,default", [("emulator", 200), ("sglang", 20)])
+def test_latency_requests_default_to_200_each_way_or_20_with_the_real_engine(monkeypatch, tmp_path, engine, default):
+    asked = []
+
+    def run_matrix(releases, latency_requests, **_kwargs):
+        asked.append(latency_requests)
+        return []
+
+    monkeypatch.setattr(matrix, "run_matrix", run_matrix)
+    monkeypatch.setattr(matrix, "write_outputs", lambda *args: None)
+    assert main(["routers", "matrix", "--releases", "smg==1.13.0", "--engine", engine]) == 0
+    assert asked == [default]
 
 
 def test_uninstallable_release_is_a_row(tmp_path, capsys):

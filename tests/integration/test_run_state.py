@@ -245,13 +245,16 @@ def test_second_ctrl_c_during_demo_teardown_orphans_nothing(tmp_path, survivors)
 
     deadline = time.monotonic() + 60
     complete = False  # wait until the profile is up (its state has base_url): the smoke runs next
+    recorded: list[tuple[int, int | None]] = []
     while time.monotonic() < deadline and not complete:
         for path in states():
             try:
-                complete = "base_url" in json.loads(path.read_text())
+                data = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
-            recorded = _recorded(path)
+            # the profile's own state (the shared engines' state of .run/demo/engines is complete first)
+            complete = complete or ("base_url" in data and data.get("profile") == "patched-router")
+            recorded = sorted(set(recorded) | set(_recorded(path)))  # the engines' pids and the router's
         time.sleep(0.005)
     assert complete, "the demo never brought patched-router up"
     survivors.extend(recorded)

@@ -29,9 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import yaml
-
-from polarstack.paths import train_defaults
+from polarstack.paths import load_yaml, train_defaults
 from polarstack.pins import pins, repo_root
 
 HARNESS_RECORD = "configs/upstream/harness-prompt.json"
@@ -77,7 +75,7 @@ def harness_request_shape() -> tuple[int, int]:
     """(prompt tokens, max_tokens) of the agent's first request under configs/train/defaults.yaml: what the smoke's
     tool exchange sends (polarstack.checks.tool_exchange), so a configuration the engine would refuse fails the smoke."""
     record = harness_record()
-    config = yaml.safe_load(train_defaults().read_text(encoding="utf-8"))
+    config = load_yaml(train_defaults().read_text(encoding="utf-8"))
     return int(record["agent_turn"]["harness_prompt_tokens"]), request_max_tokens(config, record)
 
 

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import json
+import os
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 from polarstack.engine.protocol import SERVER_ARGS_PATH, sglang_version, source_dir
 from polarstack.errors import ExitCode, StackError
+from polarstack.paths import cache_dir
 from polarstack.pins import repo_root
 from polarstack.routers.harness import RouterRelease, install
 
@@ -195,15 +199,12 @@ def router_check(release: RouterRelease, args: list[str], *, command: str) -> li
         python = install(release)
     except StackError as exc:
         return [FlagProblem(command, release.spec, release.spec, f"cannot check the router's arguments: {exc.message}")]
-    code = "import sys\nfrom {mod} import parse_router_args\nparse_router_args(sys.argv[1:])\n".format(
-        mod=release.module
-    )
-    proc = subprocess.run([str(python), "-c", code, *args], capture_output=True, text=True, timeout=60)
-    if proc.returncode == 0:
+    returncode, stderr = _parse_router_args(release, python, args)
+    if returncode == 0:
         return []
     line = next(
-        (ln for ln in reversed(proc.stderr.strip().splitlines()) if "error" in ln.lower()),
-        proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}",
+        (ln for ln in reversed(stderr.strip().splitlines()) if "error" in ln.lower()),
+        stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {returncode}",
     )
     flag = next((tok for tok in args if tok.startswith("--") and tok in line), line)
     return [
@@ -214,6 +215,36 @@ def router_check(release: RouterRelease, args: list[str], *, command: str) -> li
             f"the router's own parser refuses the arguments: {line.strip()}",
         )
     ]
+
+
+def _parse_router_args(release: RouterRelease, python: Path, args: list[str]) -> tuple[int, str]:
+    """(exit code, stderr) of the release's parse_router_args on `args`, run in its venv. The verdict is remembered
+    under the cache, keyed by the release, the exact arguments and that venv's install marker (a reinstall makes a new
+    key): a router's import takes seconds and `make verify-offline` (and the tests running it) parse the same
+    arguments again and again."""
+    marker = python.parent.parent / ".installed"
+    try:
+        installed = f"{marker.stat().st_mtime_ns}:{marker.read_text()}"
+    except OSError:
+        installed = None
+    key = hashlib.sha256(json.dumps([release.spec, str(python), installed, args]).encode()).hexdigest()[:32]
+    memo = cache_dir() / "router-args" / f"{key}.json"
+    if installed is not None:
+        try:
+            known = json.loads(memo.read_text())
+            return int(known["returncode"]), str(known["stderr"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    code = "import sys\nfrom {mod} import parse_router_args\nparse_router_args(sys.argv[1:])\n".format(
+        mod=release.module
+    )
+    proc = subprocess.run([str(python), "-c", code, *args], capture_output=True, text=True, timeout=60)
+    if installed is not None and proc.returncode in (0, 2):  # accepted, or argparse's refusal: never a crash
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"returncode": proc.returncode, "stderr": proc.stderr}))
+        tmp.replace(memo)
+    return proc.returncode, proc.stderr
 
 
 # --- recorded tables --------------------------------------------------------------------------------------

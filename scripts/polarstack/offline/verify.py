@@ -26,10 +26,9 @@ import shlex
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
-
-import yaml
 
 from polarstack.checks import budget, retokenize
 from polarstack.checks.tool_exchange import RECORD, recorded_fact_problems
@@ -39,7 +38,7 @@ from polarstack.engine.protocol import source_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.offline import flags, meaning, memory_facts, real_sglang_facts, rehearsal_keys, verifier_output
 from polarstack.offline.check import Check
-from polarstack.paths import cache_dir
+from polarstack.paths import cache_dir, load_yaml
 from polarstack.pins import pins, repo_root
 from polarstack.polar import harness_preset
 from polarstack.polar import model as polar_model
@@ -157,8 +156,6 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     """Weights source, sandbox image, agent CLI and their mounts are all in the rendered plan (docs/gpu-node.md)."""
     import json
 
-    import yaml
-
     label = f"profile {profile.name}: weights source, agent sandbox, agent CLI and Polar's apptainer mode in the plan"
     binary = compose.bundled_compose()
     command = [str(binary)] if binary else compose.compose_command()
@@ -209,7 +206,7 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     if trainer.get("privileged") or trainer.get("cap_add"):
         problems.append("the trainer is privileged or has added capabilities: apptainer needs neither")
     plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
-    config = yaml.safe_load(plan.files["polar_config.yaml"])
+    config = load_yaml(plan.files["polar_config.yaml"])
     runtime = config["polar_task_template"]["runtime"]
     if runtime.get("backend") != "apptainer" or not runtime.get("image", "").endswith(assets.SIF_NAME):
         problems.append(f"the task template does not run {assets.SIF_NAME} with the apptainer backend")
@@ -265,7 +262,7 @@ def check_request_budget(profile: profiles.Profile) -> Check:
     except StackError as exc:
         return Check(label, False, "", [exc.message])
     problems = context_check.upstream_problems(tool_parser._wheel_text(context_check.TOKENIZER_MANAGER))
-    agent = yaml.safe_load(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
+    agent = load_yaml(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
     if (agent.get("env") or {}) != {**(agent.get("env") or {}), **budget.agent_env(config)}:
         problems.append(f"the task template's agent.env does not carry {budget.agent_env(config)}")
     problems += budget.request_problems(plan.train_args, config)
@@ -280,7 +277,7 @@ def check_harness_preset() -> Check:
     problems = []
     for task in TASKS:
         plan = build_plan(task, profiles.load("engine-direct"), run_id="verify", config=load_defaults())
-        agent = yaml.safe_load(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
+        agent = load_yaml(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
         problems += [f"make train TASK={task}: {p}" for p in harness_preset.problems(agent)]
         cap = budget.turn_cap(load_defaults())  # issue 26 point 4: the per-session turn cap from the budget
         problems += [f"make train TASK={task}: {p}" for p in harness_preset.turn_cap_problems(agent, cap)]
@@ -467,10 +464,16 @@ def check_pins(skip_downloads: bool = False) -> list[Check]:
                 [f"sglang=={table['SGLANG_VERSION']} does not resolve on the package index: {exc.message}"],
             )
         )
-    for requirement, python, why in pin_requirements():
-        if skip_downloads:
-            continue
-        ok, detail = check_pin(requirement, python)
+    wanted = [] if skip_downloads else pin_requirements()
+    # each check is one `pip download` (an index round trip, seconds each): all at once, reported in order
+    with ThreadPoolExecutor(max(len(wanted), 1) + 1) as pool:
+        npm = (
+            None
+            if skip_downloads
+            else pool.submit(check_npm_pin, table["AGENT_CLI_PACKAGE"], table["AGENT_CLI_VERSION"])
+        )
+        found = list(pool.map(lambda item: check_pin(item[0], item[1]), wanted))
+    for (requirement, python, why), (ok, detail) in zip(wanted, found, strict=True):
         checks.append(
             Check(
                 f"{requirement} for CPython {python} x86_64 ({why})",
@@ -483,8 +486,8 @@ def check_pins(skip_downloads: bool = False) -> list[Check]:
                 ],
             )
         )
-    if not skip_downloads:
-        checks.append(check_npm_pin(table["AGENT_CLI_PACKAGE"], table["AGENT_CLI_VERSION"]))
+    if npm is not None:
+        checks.append(npm.result())
     readme = (repo_root() / "images" / "README.md").read_text()
     missing = [f"{k}={v}" for k, v in table.items() if v and v not in readme]
     checks.append(

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.paths import compose_file, load_defaults
+from polarstack.paths import compose_file, load_defaults, load_yaml
 from polarstack.pins import pins, repo_root
 from polarstack.reward.sandbox import (  # noqa: F401 (the sandbox's paths on the node, read here by callers)
     AGENT_CLI_BIN,
@@ -65,7 +65,7 @@ def image(service: str) -> str:
 
 def engine_services(profile_name: str) -> list[str]:
     """engine-N services of compose.yaml active in `profile_name`, in order."""
-    spec = yaml.safe_load(compose_file().read_text())
+    spec = load_yaml(compose_file().read_text())
     names = [
         name
         for name, svc in spec["services"].items()

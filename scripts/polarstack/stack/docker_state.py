@@ -11,19 +11,23 @@ when the record is half-written or its profile file changed since `make up`, and
 the recorded profile is not running (`compose ps --all --format json`). Every profile shares the Compose project
 `polarstack` and the service names engine-0 / trainer, so `make up` / `make down` of another profile would act on
 the stack that is up: `guard_other_profile` refuses them while any of its containers runs, and replaces a record
-none of whose containers runs.
+none of whose containers runs. A `make demo` keeps its engines running between profiles (issue 27 point 5): its
+records carry a `demo` block (`demo_owner`), so the guard lets that demo swap only the router and refuses everyone
+else while the demo runs.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.paths import compose_file, run_dir
+from polarstack.paths import compose_file, load_yaml, run_dir
+from polarstack.processes import start_time
 from polarstack.stack import compose, profiles
 
 STATE_FILE = "docker-state.json"
@@ -64,8 +68,9 @@ def read(directory: Path | None = None) -> dict[str, Any] | None:
     return data
 
 
-def write(profile, directory: Path | None = None) -> Path:
-    """Record that `profile` (a polarstack.stack.profiles.Profile) is up under Compose."""
+def write(profile, directory: Path | None = None, *, demo: dict[str, Any] | None = None) -> Path:
+    """Record that `profile` (a polarstack.stack.profiles.Profile) is up under Compose; `demo` (`demo_owner`):
+    a `make demo` brought it up on engines it shares between profiles."""
     path = state_path(directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
@@ -74,6 +79,7 @@ def write(profile, directory: Path | None = None) -> Path:
         "started_at": time.time(),
         "base_url": profile.base_url(),
         "route": profile.route,
+        **({"demo": demo} if demo else {}),
     }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -101,9 +107,8 @@ def profile_name(explicit: str | None, directory: Path | None = None) -> str:
 
 def expected_services(profile_name: str) -> list[str]:
     """The long-running services compose.yaml starts in `profile_name` (engines, router, trainer)."""
-    import yaml
 
-    spec = yaml.safe_load(compose_file().read_text())
+    spec = load_yaml(compose_file().read_text())
     return [
         name
         for name, svc in spec["services"].items()
@@ -206,19 +211,72 @@ def usable(profile_requested: str | None, directory: Path | None = None) -> dict
     return state
 
 
-def guard_other_profile(verb: str, profile, directory: Path | None = None) -> dict[str, Any] | None:
+# --- a demo's shared engines (issue 27 point 5) --------------------------------------------------------------
+
+
+def demo_owner(shared_engines: list[str]) -> dict[str, Any]:
+    """The `demo` block of a record `make demo` writes: this process (pid and its kernel start time, so a recycled
+    pid is no owner) and the engine services it keeps running from one profile to the next."""
+    pid = os.getpid()
+    return {"pid": pid, "start_time": start_time(pid), "shared_engines": sorted(shared_engines)}
+
+
+def _demo_running(owner: dict[str, Any]) -> bool:
+    return isinstance(owner.get("pid"), int) and owner.get("start_time") == start_time(owner["pid"]) is not None
+
+
+def _same_demo(owner: dict[str, Any], demo: dict[str, Any] | None) -> bool:
+    return demo is not None and (owner.get("pid"), owner.get("start_time")) == (demo.get("pid"), demo.get("start_time"))
+
+
+def _guard_demo(verb: str, profile, state: dict[str, Any], running: list[str], demo: dict[str, Any] | None) -> bool:
+    """The part of `guard_other_profile` for a record a demo wrote. True: the demo itself swaps profiles and may go on
+    (only its shared engines still run). Refuses a user's command (or another demo's) while that demo runs; a record
+    an ended demo left is judged like a user's (False)."""
+    owner, up = state["demo"], state["profile"]
+    shared = set(owner.get("shared_engines") or [])
+    if _same_demo(owner, demo):
+        others = [name for name in running if name not in shared]
+        if others:
+            raise StackError(
+                f"the demo's previous profile {up} still runs {', '.join(others)} beside the shared engines; "
+                f"stop them (`make down PROFILE={up}`) before profile {profile.name} starts.",
+                ExitCode.STATE,
+            )
+        return True
+    if _demo_running(owner):
+        raise StackError(
+            f"`make demo` (pid {owner['pid']}) runs profile {up} under Docker on engines it shares between profiles "
+            f"({', '.join(sorted(shared)) or 'none'}); wait for it to finish or stop it with Ctrl-C, then "
+            f"`make {verb} PROFILE={profile.name}`.",
+            ExitCode.STATE,
+        )
+    return False
+
+
+def guard_other_profile(
+    verb: str, profile, directory: Path | None = None, *, demo: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
     """Before `make up|down|clean PROFILE=X`: refuse while another profile's containers run; forget it when none does.
 
     Returns the record of `profile` itself, if it is the one up. Profiles share the project and service names,
-    so acting on X while Y runs would recreate or stop Y's engines and trainer.
+    so acting on X while Y runs would recreate or stop Y's engines and trainer. `demo` (`demo_owner`): the caller
+    is that `make demo`, which keeps its shared engines running from one profile to the next; a record of a
+    running demo refuses everyone else, even for the same profile.
     """
     state = read(directory)
+    owner = state.get("demo") if state else None
+    if isinstance(owner, dict) and not _same_demo(owner, demo) and _demo_running(owner):
+        _guard_demo(verb, profile, state, [], demo)  # refuses: the stack is that demo's
     if state is None or state["profile"] == profile.name:
         return state
 
     up = state["profile"]
     states = service_states(profiles.load(up))
     running = sorted(name for name, value in states.items() if value in ("running", "unhealthy", "restarting"))
+    if isinstance(owner, dict) and _guard_demo(verb, profile, state, running, demo):
+        clear(directory)  # the demo's own swap: its engines stay, the next profile writes its record
+        return None
     if running:
         raise StackError(
             f"profile {up} is up under Docker ({', '.join(running)} running) and stays recorded; run "

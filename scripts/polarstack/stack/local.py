@@ -14,14 +14,18 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from polarstack import paths
 from polarstack.engine import tool_parser
 from polarstack.errors import ExitCode, StackError
-from polarstack.processes import child_env, free_port, shielded, stop_pid, wait_http
+from polarstack.http import client as http_client
+from polarstack.processes import child_env, free_port, shielded, start_time, stop_pid, wait_http
 from polarstack.routers import worker_api
 from polarstack.routers.harness import install
 from polarstack.stack import real_sglang
@@ -32,22 +36,6 @@ ENGINES = ("emulator", "sglang")  # what `up --engine` starts: the stand-in (def
 
 
 run_dir = paths.run_dir  # kept for old imports; the rule lives in polarstack.paths
-
-
-def start_time(pid: int) -> int | None:
-    """The kernel's start time of `pid` (clock ticks since boot), or None if there is no such process.
-
-    Routers retitle themselves (smg shows as `smg::router`, sglang-router 0.3.2 as `sglang::router`), so
-    command lines cannot identify them; (pid, start time) does, and a recycled pid has another start time.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":  # a zombie has finished
-        return None
-    return int(fields[19])
 
 
 def _owned(entry: dict[str, Any]) -> bool:
@@ -183,6 +171,219 @@ def smoke_options(target: Any) -> dict[str, Any]:
     }
 
 
+def _engine_command(
+    profile: Profile, engine: str, port: int | str, index: int, engine_args: list[str] | None
+) -> list[str]:
+    """The command line of engine `index` of `profile` on `port`, as both runtimes run it (compose.yaml)."""
+    parser = knob(profile, "ENGINE_TOOL_CALL_PARSER")
+    if engine == "sglang":
+        served = knob(profile, "SERVED_MODEL_NAME")
+        return real_sglang.command(port, served_model_name=served, tool_call_parser=parser or None)
+    cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(index)]
+    if parser:
+        cmd += ["--tool-call-parser", parser]
+    return cmd + list(engine_args or [])  # e.g. the service-time flags of `emulate-engine`
+
+
+def engine_signature(profile: Profile, engine: str, engine_args: list[str] | None = None) -> list[str]:
+    """What makes engines interchangeable between profiles: engine 0's command line without its port. Shared
+    engines (`start_engines`) serve a profile only when its own engines would have this same command line."""
+    return _engine_command(profile, engine, "{port}", 0, engine_args)[1:]
+
+
+def _check_engine_options(engine: str, engine_args: list[str] | None) -> None:
+    if engine not in ENGINES:
+        raise StackError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}.", ExitCode.USAGE)
+    if engine == "sglang" and engine_args:
+        raise StackError("the service-time flags apply to the emulator only, not to ENGINE=sglang.", ExitCode.USAGE)
+
+
+def _fresh_state(directory: Path, data: dict[str, Any]) -> LocalState:
+    """A new run state in `directory`; refused while a topology recorded there still runs (a shared engine a
+    profile's state merely borrows does not count: `start_engines`' own state owns it)."""
+    existing = read_state(directory)
+    if existing is not None:
+        alive = [p for p in existing.live() if not p.get("shared")]
+        if alive:
+            raise StackError(
+                f"profile {existing.data['profile']} is already up locally (pids "
+                f"{', '.join(str(p['pid']) for p in alive)}); run `make down RUNTIME=local` first.",
+                ExitCode.STATE,
+            )
+        existing.path.unlink()  # stale: every recorded process is gone
+    (directory / "logs").mkdir(parents=True, exist_ok=True)
+    return LocalState(directory / STATE_FILE, {**data, "started_at": time.time(), "processes": []})
+
+
+def _launch_engines(
+    state: LocalState,
+    profile: Profile,
+    count: int,
+    engine: str,
+    engine_args: list[str] | None,
+    timeout: float,
+    progress,
+) -> list[str]:
+    """Start `count` engines as `profile` runs them, each recorded in `state` as it starts; their URLs once ready.
+    With the real engine, also the scripted tool answer's request fields (`tool_fields`)."""
+    if engine == "sglang":  # refuses before anything starts without the disk or memory; installs once
+        real_sglang.prepare(progress, servers=count)
+        timeout = max(timeout, real_sglang.READY_TIMEOUT)
+    logs = state.path.parent / "logs"
+    began = time.monotonic()
+    engines: list[tuple[subprocess.Popen, int]] = []
+    for index in range(count):
+        port = real_sglang.free_server_port() if engine == "sglang" else free_port()
+        cmd = _engine_command(profile, engine, port, index, engine_args)
+        process = _spawn(cmd, logs / f"engine-{index}.log", real_sglang.server_env() if engine == "sglang" else None)
+        state.processes.append(
+            {
+                "role": f"engine-{index}",
+                "pid": process.pid,
+                "port": port,
+                "cmd": cmd[1:],
+                "start_time": start_time(process.pid),
+                "url": f"http://127.0.0.1:{port}",
+                "log": str(logs / f"engine-{index}.log"),
+                **({"engine": real_sglang.spec()} if engine == "sglang" else {}),
+            }
+        )
+        engines.append((process, port))
+        _save(state)
+    for index, (process, port) in enumerate(engines):
+        if engine == "sglang":
+            real_sglang.wait_ready(f"http://127.0.0.1:{port}", timeout, process, logs / f"engine-{index}.log")
+        else:
+            wait_http(f"http://127.0.0.1:{port}", timeout, process)
+    kind = f"real {real_sglang.spec()}" if engine == "sglang" else "emulated"
+    ports = ", ".join(str(p) for _, p in engines)
+    progress(f"up: {len(engines)} {kind} engine(s) on {ports}, ready in {time.monotonic() - began:.0f} s")
+    if engine == "sglang":  # a random model never calls a tool: the smoke's tool request scripts the answer
+        state.data["tool_fields"] = real_sglang.scripted_answer(tool_parser.tool_call_text([tool_parser.SMOKE_TOOL]))
+    return [f"http://127.0.0.1:{port}" for _, port in engines]
+
+
+SHARED_ENGINES_PROFILE = "shared engines"  # the `profile` of start_engines' run state (`down` prints it)
+
+
+def start_engines(
+    profile: Profile,
+    count: int,
+    *,
+    directory: Path,
+    engine: str = "emulator",
+    engine_args: list[str] | None = None,
+    timeout: float = 60.0,
+    progress=print,
+) -> LocalState:
+    """Start `count` engines once, as `profile` (any profile: they differ in their router, not their engines) runs
+    them, for several profiles to use in turn (`up(..., shared=...)`, `make demo`). Their run state in `directory`
+    owns them: `down(directory=...)` (and `polarstack down`) stops them; a profile's `down` leaves them running.
+    `reset_engines` clears what one profile's traffic leaves in them."""
+    _check_engine_options(engine, engine_args)
+    state = _fresh_state(
+        directory,
+        {
+            "profile": SHARED_ENGINES_PROFILE,
+            "runtime": "local",
+            "engine": engine,
+            "shared_engines": True,
+        },
+    )
+    try:
+        state.data["engine_urls"] = _launch_engines(state, profile, count, engine, engine_args, timeout, progress)
+        state.data["engine_signature"] = engine_signature(profile, engine, engine_args)  # the real one: once installed
+        state.data["base_url"] = state.data["engine_urls"][0]  # complete: `usable` checks every engine still runs
+        _save(state)
+        return state
+    except BaseException:
+        with shielded():  # a second Ctrl-C must not leave half the engines running
+            _stop_all(state.processes)
+            state.path.unlink(missing_ok=True)
+        raise
+
+
+def _borrow(state: LocalState, profile: Profile, shared: LocalState, engine: str, engine_args) -> list[str]:
+    """Record `shared`'s first engines as `profile`'s (marked shared, so this profile's `down` leaves them)."""
+    if shared.engine != engine or shared.data.get("engine_signature") != engine_signature(profile, engine, engine_args):
+        raise StackError(
+            f"the shared engines in {shared.path} run another command line than profile {profile.name}'s engines "
+            f"would ({' '.join(shared.data.get('engine_signature') or [])}); start the profile on its own engines.",
+            ExitCode.USAGE,
+        )
+    if len(shared.engine_urls) < profile.engine_count:
+        raise StackError(
+            f"profile {profile.name} needs {profile.engine_count} engines and {shared.path} shares only "
+            f"{len(shared.engine_urls)}.",
+            ExitCode.USAGE,
+        )
+    shared.usable()  # every shared engine still runs (else STATE, naming the one gone)
+    entries = [p for p in shared.processes if p.get("role", "").startswith("engine-")][: profile.engine_count]
+    state.processes.extend({**entry, "shared": str(shared.path)} for entry in entries)
+    if engine == "sglang":
+        state.data["tool_fields"] = shared.tool_fields
+    _save(state)
+    return [entry["url"] for entry in entries]
+
+
+FLUSH_RETRY_SECONDS = 10.0  # sglang refuses /flush_cache while a request runs or waits (an aborted smoke request)
+
+
+def reset_engines(state: LocalState) -> list[str]:
+    """Clear what one profile's traffic left in shared engines before the next profile uses them; what still
+    carries over afterwards, one phrase each (empty: a clean slate).
+
+    Both engines: the prefix (radix) cache through sglang's own `/flush_cache` (sglang/srt/entrypoints/http_server.py
+    `flush_cache`: 200 once flushed, 400 while requests run or wait, so it is retried). The emulator also keeps a
+    request log and a fault mode: both are reset, then read back (/_emulator/requests empty, /_emulator/stats zero).
+    The real engine keeps no request log; registrations live in the routers, which each profile starts afresh."""
+    left: list[str] = []
+    with httpx.Client(timeout=5.0, trust_env=False) as http:
+        for url in state.engine_urls:
+            deadline = time.monotonic() + FLUSH_RETRY_SECONDS
+            while True:
+                try:
+                    flushed = http.post(f"{url}/flush_cache").status_code == 200
+                except httpx.HTTPError:
+                    flushed = False
+                if flushed or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            if not flushed:
+                left.append(
+                    f"{url}'s prefix cache (POST /flush_cache did not answer 200 within {FLUSH_RETRY_SECONDS:g} s)"
+                )
+                continue
+            if state.engine != "emulator":
+                continue
+            try:
+                http.delete(f"{url}/_emulator/requests").raise_for_status()
+                http.post(f"{url}/_emulator/fault", json={"mode": "none"}).raise_for_status()
+                logged = http.get(f"{url}/_emulator/requests").json()["requests"]
+                stats = http.get(f"{url}/_emulator/stats").json()
+            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                left.append(f"{url}'s request log ({exc})")
+                continue
+            if logged:
+                left.append(f"{len(logged)} request(s) in {url}'s request log")
+            if stats.get("prompt_tokens") or stats.get("cached_tokens"):
+                left.append(f"{url}'s prefix cache ({stats.get('cached_tokens')} cached tokens counted)")
+    return left
+
+
+def stale_registrations(state: LocalState, profile: Profile) -> list[str]:
+    """Workers the router `up` started for `profile` lists beyond the engines it was given (GET /workers, on
+    releases with the worker API): a registration carried over from another profile would make the smoke judge
+    engines this profile does not use. Empty without a router or the API."""
+    release = profile.router
+    router = next((p for p in state.processes if p.get("role") == "router"), None)
+    if release is None or router is None or not release.has_worker_api:
+        return []
+    with http_client(5.0) as http:
+        listed = worker_api.list_workers(http, router["url"])
+    return sorted(set(listed) - set(state.engine_urls))
+
+
 def up(
     profile: Profile,
     *,
@@ -191,90 +392,38 @@ def up(
     progress=print,
     engine_args: list[str] | None = None,
     engine: str = "emulator",
+    shared: LocalState | None = None,
 ) -> LocalState:
     """Start the profile's topology; `engine_args` go to every `emulate-engine` (e.g. its service-time flags).
-    `engine`: emulator (the default), or sglang: the real pinned sglang on the CPU (polarstack.stack.real_sglang)."""
-    if engine not in ENGINES:
-        raise StackError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}.", ExitCode.USAGE)
-    if engine == "sglang" and engine_args:
-        raise StackError("the service-time flags apply to the emulator only, not to ENGINE=sglang.", ExitCode.USAGE)
+    `engine`: emulator (the default), or sglang: the real pinned sglang on the CPU (polarstack.stack.real_sglang).
+    `shared`: engines `start_engines` started, used instead of starting the profile's own (only its router starts)."""
+    _check_engine_options(engine, engine_args)
     directory = directory or run_dir()
-    existing = read_state(directory)
-    if existing is not None:
-        alive = existing.live()
-        if alive:
-            raise StackError(
-                f"profile {existing.data['profile']} is already up locally (pids "
-                f"{', '.join(str(p['pid']) for p in alive)}); run `make down RUNTIME=local` first.",
-                ExitCode.STATE,
-            )
-        existing.path.unlink()  # stale: every recorded process is gone
-    logs = directory / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    started: list[dict[str, Any]] = []
-    state = LocalState(
-        directory / STATE_FILE,
+    state = _fresh_state(
+        directory,
         {
             "profile": profile.name,
             "runtime": "local",
-            "started_at": time.time(),
-            "processes": started,
             "route": profile.route,
             "expect": profile.expect,
             "polar_worker_discovery": profile.values["POLAR_WORKER_DISCOVERY"],
             "engine": engine,
         },
     )
+    started = state.processes
+    logs = directory / "logs"
     try:
-        if engine == "sglang":  # refuses before anything starts without the disk or memory; installs once
-            real_sglang.prepare(progress, servers=profile.engine_count)
-            timeout = max(timeout, real_sglang.READY_TIMEOUT)
         release = profile.router
-        if release is not None:
+        if release is not None and shared is None:
             install(release, quiet=False)  # before any engine starts: a cold install can take seconds
-        engines: list[tuple[subprocess.Popen, int]] = []
-        parser = knob(profile, "ENGINE_TOOL_CALL_PARSER")  # as the docker engines run (compose.yaml)
-        for index in range(profile.engine_count):
-            port = real_sglang.free_server_port() if engine == "sglang" else free_port()
-            env = None
-            if engine == "sglang":
-                served = knob(profile, "SERVED_MODEL_NAME")
-                cmd = real_sglang.command(port, served_model_name=served, tool_call_parser=parser or None)
-                env = real_sglang.server_env()
-            else:
-                cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(index)]
-                if parser:
-                    cmd += ["--tool-call-parser", parser]
-                cmd += list(engine_args or [])  # e.g. the service-time flags of `emulate-engine`
-            process = _spawn(cmd, logs / f"engine-{index}.log", env)
-            started.append(
-                {
-                    "role": f"engine-{index}",
-                    "pid": process.pid,
-                    "port": port,
-                    "cmd": cmd[1:],
-                    "start_time": start_time(process.pid),
-                    "url": f"http://127.0.0.1:{port}",
-                    "log": str(logs / f"engine-{index}.log"),
-                    **({"engine": real_sglang.spec()} if engine == "sglang" else {}),
-                }
-            )
-            engines.append((process, port))
-            _save(state)
-        for index, (process, port) in enumerate(engines):
-            if engine == "sglang":
-                real_sglang.wait_ready(f"http://127.0.0.1:{port}", timeout, process, logs / f"engine-{index}.log")
-            else:
-                wait_http(f"http://127.0.0.1:{port}", timeout, process)
-        kind = f"real {real_sglang.spec()}" if engine == "sglang" else "emulated"
-        progress(f"up: {len(engines)} {kind} engine(s) on {', '.join(str(p) for _, p in engines)}")
-        if engine == "sglang":  # a random model never calls a tool: the smoke's tool request scripts the answer
-            state.data["tool_fields"] = real_sglang.scripted_answer(
-                tool_parser.tool_call_text([tool_parser.SMOKE_TOOL])
-            )
-            # ... in fields this router may drop; the script still reaches the engines when Polar bypasses it
+        if shared is not None:
+            engine_urls = _borrow(state, profile, shared, engine, engine_args)
+        else:
+            engine_urls = _launch_engines(state, profile, profile.engine_count, engine, engine_args, timeout, progress)
+        if engine == "sglang":
+            timeout = max(timeout, real_sglang.READY_TIMEOUT)
+            # the script still reaches the engines when Polar bypasses the router; this router may drop its fields
             state.data["tool_unscripted"] = real_sglang.script_unreachable(release)
-        engine_urls = [f"http://127.0.0.1:{port}" for _, port in engines]
         if release is not None:
             port, prom = free_port(), free_port()
             static = engine_urls if profile.registration == "static" else []
@@ -322,27 +471,40 @@ def _save(state: LocalState) -> None:
     tmp.replace(state.path)
 
 
-def _stop_all(entries: list[dict[str, Any]]) -> list[int]:
-    stopped = []
-    for entry in reversed(entries):  # router first, then engines
-        if _owned(entry):
-            if entry.get("engine"):  # a real sglang server: its scheduler and detokenizer go with it
-                real_sglang.stop_tree(entry["pid"])
-            else:
-                stop_pid(entry["pid"])
-            stopped.append(entry["pid"])
-    return stopped
+def _stop_all(entries: list[dict[str, Any]], router_timeout: float = 10.0) -> list[int]:
+    """Stop the entries we own (never a shared one): the router first, then the engines, all at once (a real sglang
+    server takes seconds to stop its scheduler and detokenizer: one after the other, two took twice as long)."""
+    own = [entry for entry in reversed(entries) if not entry.get("shared") and _owned(entry)]
+    for entry in own:
+        if entry.get("role") == "router":
+            stop_pid(entry["pid"], timeout=router_timeout)
+    engines = [entry for entry in own if entry.get("role") != "router"]
+
+    def stop(entry: dict[str, Any]) -> None:
+        if entry.get("engine"):  # a real sglang server: its scheduler and detokenizer go with it
+            real_sglang.stop_tree(entry["pid"])
+        else:
+            stop_pid(entry["pid"])
+
+    if len(engines) > 1:
+        with ThreadPoolExecutor(len(engines)) as pool:
+            list(pool.map(stop, engines))
+    else:
+        for entry in engines:
+            stop(entry)
+    return [entry["pid"] for entry in own]
 
 
-def down(*, directory: Path | None = None) -> tuple[str | None, list[int]]:
-    """Stop what `up` recorded; (profile or None when nothing was up, pids stopped).
+def down(*, directory: Path | None = None, router_timeout: float = 10.0) -> tuple[str | None, list[int]]:
+    """Stop what `up` recorded; (profile or None when nothing was up, pids stopped). `router_timeout`: seconds
+    before a router still draining on SIGTERM is killed (`make demo`, whose smoke has ended, waits less).
 
     Survives further Ctrl-C / SIGTERM while it stops processes (they are deferred until it is done)."""
     with shielded():
         state = read_state(directory)
         if state is None:
             return None, []
-        stopped = _stop_all(state.processes)
+        stopped = _stop_all(state.processes, router_timeout)
         state.path.unlink(missing_ok=True)
         return state.data.get("profile"), stopped
 

@@ -395,3 +395,37 @@ def test_dockerignore_keeps_venv_run_and_git_out_of_every_build_context():
     for source in copied:
         assert not ignored(source, patterns), f"{source} is COPYed by a Dockerfile but excluded by .dockerignore"
         assert (ROOT / source).exists(), source
+
+
+def test_a_demo_swaps_profiles_on_its_shared_engines_and_refuses_everyone_else(node, monkeypatch):
+    """Issue 27 point 5: `make demo` keeps its engines running from one profile to the next; the guard tells that
+    demo's own swap from a user's `make up` (or another stack's) while it runs, and an ended demo's leftovers."""
+    from polarstack.errors import StackError
+    from polarstack.stack import profiles
+
+    patched, stock = profiles.load("patched-router"), profiles.load("stock-router")
+    owner = docker_state.demo_owner(["engine-0", "engine-1"])
+    monkeypatch.setenv("FAKE_RUNNING", "engine-0 engine-1")  # the previous profile's router is already down
+    docker_state.write(patched, demo=owner)
+    assert docker_state.guard_other_profile("up", stock, demo=owner) is None  # the demo's own swap
+    assert docker_state.read() is None
+
+    docker_state.write(patched, demo=owner)
+    for wanted in (stock, patched):  # a user's command, even for the profile the demo runs
+        with pytest.raises(StackError) as refused_:
+            docker_state.guard_other_profile("up", wanted)
+        assert refused_.value.code == ExitCode.STATE and f"`make demo` (pid {owner['pid']})" in refused_.value.message
+    assert docker_state.read()["profile"] == "patched-router"
+
+    monkeypatch.setenv("FAKE_RUNNING", "engine-0 engine-1 router")  # the demo forgot to stop the last router
+    with pytest.raises(StackError) as refused_:
+        docker_state.guard_other_profile("up", stock, demo=owner)
+    assert "still runs router beside the shared engines" in refused_.value.message
+
+    ended = {**owner, "start_time": -1}  # the demo's pid now names another process: the demo has ended
+    docker_state.write(patched, demo=ended)
+    with pytest.raises(StackError) as refused_:  # its containers still run: refused like any other stack
+        docker_state.guard_other_profile("up", stock, demo=owner)
+    assert "make down PROFILE=patched-router" in refused_.value.message
+    monkeypatch.setenv("FAKE_RUNNING", "")
+    assert docker_state.guard_other_profile("up", stock) is None  # none runs: forgotten
