@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.stack import assets, compose, docker_state, profiles
+from polarstack.stack import assets, bases, compose, device, docker_state, dockerd, profiles
 
 COMPOSE_VERBS = {  # verb: (compose arguments, needs GPUs)
     "up": (["up", "--detach", "--wait"], True),
@@ -41,6 +41,12 @@ def _add_compose(sub) -> None:
 
 def _cmd_compose(args: argparse.Namespace) -> int:
     profile = profiles.load(docker_state.profile_name(args.profile))
+    if args.verb == "sif" and device.is_cpu():
+        raise StackError(
+            "make sif runs only on the node (the sandbox needs node 22 and apptainer from GitHub); DEVICE=cpu's "
+            "`make up` skips the sandbox check by name.",
+            ExitCode.USAGE,
+        )
     if args.verb in ("model", "sif"):
         return compose.run_oneshot(args.verb, profile)
     if args.verb == "env":
@@ -73,9 +79,11 @@ def _cmd_compose(args: argparse.Namespace) -> int:
             docker_state.clear()
         return code
     compose_args, need_gpus = COMPOSE_VERBS[args.verb]
-    compose.check_node(args.verb, profile, need_gpus=need_gpus)
+    compose.check_node(args.verb, profile, need_gpus=need_gpus and not device.is_cpu())
     if args.verb in ("up", "down"):  # profiles share service names: never act on X while Y runs
         docker_state.guard_other_profile(args.verb, profile)
+    if args.verb in ("build", "up") and device.is_cpu():  # the CPU bases and the tiny model (cached)
+        device.prepare(lambda line: print(line, file=sys.stderr))
     if args.verb == "up":  # weights, sandbox image and agent CLI before any engine starts (one sentence each)
         assets.check_before_up(profile)
     proc = compose.run_compose(profile, [*compose_args, *args.service])
@@ -86,10 +94,49 @@ def _cmd_compose(args: argparse.Namespace) -> int:
             ExitCode.ENVIRONMENT,
         )
     if args.verb == "up":
+        extra = device.tool_record(profile.router) if device.is_cpu() else None  # real engines: a scripted tool answer
         print(
-            f"{profile.name} is up (state in {docker_state.write(profile)}); `make smoke` and `make train` use it.",
+            f"{profile.name} is up (state in {docker_state.write(profile, extra=extra)}); `make smoke` and "
+            "`make train` use it.",
             file=sys.stderr,
         )
     elif args.verb == "down" and (docker_state.read() or {}).get("profile") in (None, profile.name):
         docker_state.clear()
+    return 0
+
+
+def _add_bases(sub) -> None:
+    p = sub.add_parser("bases", help="DEVICE=cpu: make the CPU base images here (Debian + PyPI), never pulled")
+    p.add_argument("--rebuild", action="store_true", help="rebuild even the bases that exist (and the Debian tree)")
+    p.set_defaults(handler=_cmd_bases)
+
+
+def _cmd_bases(args: argparse.Namespace) -> int:
+    if not device.is_cpu():
+        raise StackError(
+            "make bases is for DEVICE=cpu (the node pulls its pinned bases, PYTHON_IMAGE and SLIME_IMAGE); run "
+            "`make bases DEVICE=cpu`.",
+            ExitCode.USAGE,
+        )
+    compose.check_node("bases", None, need_gpus=False)
+    for ref in bases.make_all(rebuild=args.rebuild):
+        print(ref)
+    return 0
+
+
+def _add_dockerd(sub) -> None:
+    p = sub.add_parser("dockerd", help="a private Docker engine for this machine (never the system daemon)")
+    p.add_argument("action", choices=("start", "stop", "env"), help="env: print its DOCKER_HOST=... line")
+    p.set_defaults(handler=_cmd_dockerd)
+
+
+def _cmd_dockerd(args: argparse.Namespace) -> int:
+    if args.action == "start":
+        d = dockerd.start()
+    elif args.action == "stop":
+        dockerd.stop()
+        return 0
+    else:
+        d = dockerd.daemon()
+    print(f"DOCKER_HOST={d.host}")
     return 0

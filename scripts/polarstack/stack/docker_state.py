@@ -24,7 +24,7 @@ from typing import Any
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import compose_file, run_dir
-from polarstack.stack import compose, profiles
+from polarstack.stack import compose, device, profiles
 
 STATE_FILE = "docker-state.json"
 DEFAULT_PROFILE = "engine-direct"
@@ -46,7 +46,8 @@ class DockerRecord:
 
 
 def state_path(directory: Path | None = None) -> Path:
-    return (directory or run_dir()) / STATE_FILE
+    # DEVICE=cpu keeps its own record (docker-state.cpu.json): the CPU stack is another Compose project.
+    return (directory or run_dir()) / (device.state_file() if device.is_cpu() else STATE_FILE)
 
 
 def read(directory: Path | None = None) -> dict[str, Any] | None:
@@ -64,8 +65,9 @@ def read(directory: Path | None = None) -> dict[str, Any] | None:
     return data
 
 
-def write(profile, directory: Path | None = None) -> Path:
-    """Record that `profile` (a polarstack.stack.profiles.Profile) is up under Compose."""
+def write(profile, directory: Path | None = None, extra: dict[str, Any] | None = None) -> Path:
+    """Record that `profile` (a polarstack.stack.profiles.Profile) is up under Compose (`extra`: DEVICE=cpu's
+    scripted tool answer, polarstack.stack.cpu_stack)."""
     path = state_path(directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
@@ -74,6 +76,7 @@ def write(profile, directory: Path | None = None) -> Path:
         "started_at": time.time(),
         "base_url": profile.base_url(),
         "route": profile.route,
+        **(extra or {}),
     }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
