@@ -110,7 +110,7 @@ def test_the_trainer_github_steps_sit_in_the_upstream_stage_only():
     stages = re.split(r"^FROM .*$", text, flags=re.M)
     names = re.findall(r"^FROM \S+ AS (\S+)$", text, re.M)
     assert names == ["base", "upstream", "trainer"]
-    by_name = dict(zip(names, stages[1:]))
+    by_name = dict(zip(names, stages[1:], strict=True))
     for stage, body in by_name.items():
         github = bool(re.search(r"SLIME_REPO|POLAR_REPO|github\.com|git -C", body))
         assert github == (stage == "upstream"), stage
