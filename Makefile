@@ -54,7 +54,7 @@ _ENGINE_ARG = $(if $(ENGINE),--engine "$(ENGINE)")
 # Run a command and print its wall-clock time (GPU-node steps take minutes to hours; see README "On the GPU node").
 _timed = started=$$(date +%s); rc=0; $(1) || rc=$$?; echo "make $@: $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
-.PHONY: bases dockerd dockerd-stop verify-offline bench train preflight verify help test lint smoke demo up down ps logs status build pin clean router-matrix model sif _venv _runtime
+.PHONY: bases dockerd dockerd-stop test-docker verify-offline bench train preflight verify help test lint smoke demo up down ps logs status build pin clean router-matrix model sif _venv _runtime
 
 help: ## list the public targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -67,11 +67,15 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 test: _venv ## the whole suite: tiers in parallel, then the real-engine tier (skipped until `polarstack sglang-install`); no GPU or Docker
-	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -n $(PYTEST_WORKERS) -m "not sglang" $(PYTEST_ARGS) || rc=$$?; \
+	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -n $(PYTEST_WORKERS) -m "not sglang and not docker" $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test: tiers without the real engine took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 	@# The real-engine tier in one process: its two shared sglang servers (about 4 GB each) are session fixtures.
 	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m sglang $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test: the real-engine tier (sglang) took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
+
+test-docker: _venv ## the docker tier: faults of the Docker runtime on a real engine (DEVICE=cpu; needs DOCKER_HOST or `make dockerd`)
+	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m docker tests/docker $(PYTEST_ARGS) || rc=$$?; \
+	  echo "make test-docker: the docker tier took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
 lint: _venv ## ruff (check and format) and the package's import layers (import-linter); no network needed
 	@$(VENV)/bin/ruff check scripts tests

@@ -3,7 +3,8 @@
 Each runtime dependency pyproject.toml pins is installed at that pin only where the base has no distribution of
 that name: slime's image keeps the httpx/pydantic/fastapi versions slime and SGLang were built with, and a bare
 base (DEVICE=cpu's trainer base) gets every one at the pin. Then the package itself, editable, without touching
-them. Prints what it kept and what it installed. Usage: python3 install-polarstack.py /opt/polarstack
+them. Prints what it kept and what it installed.
+Usage: python3 install-polarstack.py /opt/polarstack --dependencies | --package
 """
 
 import importlib.metadata
@@ -12,7 +13,11 @@ import subprocess
 import sys
 import tomllib
 
-root = sys.argv[1]
+root, step = sys.argv[1], sys.argv[2]
+pip = [sys.executable, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check"]
+if step == "--package":
+    subprocess.run([*pip, "--no-deps", "-e", root], check=True)
+    sys.exit(0)
 with open(f"{root}/pyproject.toml", "rb") as handle:
     requirements = tomllib.load(handle)["project"]["dependencies"]
 missing = []
@@ -22,8 +27,6 @@ for requirement in requirements:
         print(f"install-polarstack: {name} {importlib.metadata.version(name)} kept from the base ({requirement} pinned)")
     except importlib.metadata.PackageNotFoundError:
         missing.append(requirement)
-pip = [sys.executable, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check"]
 if missing:
     print(f"install-polarstack: installing {' '.join(missing)}")
     subprocess.run([*pip, *missing], check=True)
-subprocess.run([*pip, "--no-deps", "-e", root], check=True)

@@ -156,7 +156,8 @@ def run_demo(names: list[str] | None = None, progress: Callable[[str], None] = p
         # The engines once, under a two-engine profile so engine-1 exists for every profile: the same `up --wait`
         # as `make up`, healthchecks included.
         progress("demo: engines up (once for every profile)")
-        _compose(base, ["up", "--detach", "--wait", "--no-deps", "engine-0", "engine-1"], progress)
+        # With their dependency: model-download checks the bound model and makes its mount point in the volume.
+        _compose(base, ["up", "--detach", "--wait", "engine-0", "engine-1"], progress)
         progress(f"demo: engines healthy after {time.perf_counter() - started - build_seconds:.0f} s")
         for index, name in enumerate(order):
             progress(f"demo: {name}")

@@ -10,7 +10,8 @@ import argparse
 import sys
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.stack import assets, bases, compose, device, docker_state, dockerd, profiles
+from polarstack.processes import sigterm_as_interrupt
+from polarstack.stack import assets, bases, compose, device, docker_state, dockerd, profiles, stack_faults
 
 COMPOSE_VERBS = {  # verb: (compose arguments, needs GPUs)
     "up": (["up", "--detach", "--wait"], True),
@@ -80,13 +81,33 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         return code
     compose_args, need_gpus = COMPOSE_VERBS[args.verb]
     compose.check_node(args.verb, profile, need_gpus=need_gpus and not device.is_cpu())
+    record = None
     if args.verb in ("up", "down"):  # profiles share service names: never act on X while Y runs
-        docker_state.guard_other_profile(args.verb, profile)
+        record = docker_state.guard_other_profile(args.verb, profile)
+    if args.verb == "up":
+        if stack_faults.already_up(profile, record):  # `make up` twice: nothing started or recreated
+            return 0
+        stack_faults.refuse_taken_ports(profile)  # STATE: a port of the stack is taken (host networking)
     if args.verb in ("build", "up") and device.is_cpu():  # the CPU bases and the tiny model (cached)
         device.prepare(lambda line: print(line, file=sys.stderr))
     if args.verb == "up":  # weights, sandbox image and agent CLI before any engine starts (one sentence each)
         assets.check_before_up(profile)
-    proc = compose.run_compose(profile, [*compose_args, *args.service])
+        sigterm_as_interrupt()  # a SIGTERM takes down what this `up` started, like Ctrl-C
+        try:
+            proc = compose.run_compose(profile, [*compose_args, *args.service])
+        except KeyboardInterrupt:  # Ctrl-C half-way: nothing of this profile is left running or recorded
+            stack_faults.take_down_after_interrupt(profile)
+            raise
+        if proc.returncode != 0:
+            raise stack_faults.why_up_failed(profile, proc.returncode)
+    elif args.verb == "down" and record is None and not docker_state.service_states(profile):
+        print(
+            f"nothing of profile {profile.name} is up under Docker ({device.project()}); nothing to stop.",
+            file=sys.stderr,
+        )
+        return 0
+    else:
+        proc = compose.run_compose(profile, [*compose_args, *args.service])
     if proc.returncode != 0:
         raise StackError(
             f"docker compose {args.verb} failed for profile {profile.name} (exit {proc.returncode}); "

@@ -64,7 +64,10 @@ def project() -> str:
 
 
 def state_file() -> str:
-    return CPU_STATE_FILE if is_cpu() else "docker-state.json"
+    """The run-state file's name: one per Compose project on DEVICE=cpu (the demo and the test tier have their own)."""
+    if not is_cpu():
+        return "docker-state.json"
+    return CPU_STATE_FILE if project() == CPU_PROJECT else f"docker-state.{project()}.json"
 
 
 def apply_cpu_defaults() -> None:
