@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 from polarstack.engine import tool_parser
@@ -94,7 +95,13 @@ def tool_record(release) -> dict:
     """The smoke's scripted tool answer for real engines (as the local real-engine runtime records it,
     polarstack.stack.local.up): a random model never calls a tool unless its answer is scripted."""
     return {
-        "tool_fields": real_sglang.scripted_answer(tool_parser.tool_call_text([tool_parser.SMOKE_TOOL])),
+        "tool_fields": _scripted_tool_answer(),
         "tool_unscripted": real_sglang.script_unreachable(release),
         "device": "cpu",
     }
+
+
+@functools.cache
+def _scripted_tool_answer() -> dict:
+    """Computed once per process (two runs of the sglang venv's python): the demo records it for every profile."""
+    return real_sglang.scripted_answer(tool_parser.tool_call_text([tool_parser.SMOKE_TOOL]))
