@@ -141,6 +141,8 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group: SIGINT to the group is what Ctrl-C in a terminal sends
+        # ... to processes that did not inherit SIGINT ignored (a shell's background job would have; a terminal's not)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
@@ -150,6 +152,8 @@ def test_ctrl_c_during_up_leaves_nothing_behind(docker_engine, monkeypatch):
     process = _cli(dict(os.environ), "compose", "up", "--profile", "engine-direct")
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not any("engine-0" in c for c in containers(project)):
+        if process.poll() is not None:
+            pytest.fail(f"make up ended ({process.returncode}) before its engine started: {process.communicate()[1]}")
         time.sleep(0.5)
     assert any("engine-0" in c for c in containers(project)), "make up never created its engine container"
     time.sleep(2)

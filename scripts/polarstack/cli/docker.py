@@ -98,6 +98,9 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:  # Ctrl-C half-way: nothing of this profile is left running or recorded
             stack_faults.take_down_after_interrupt(profile)
             raise
+        if proc.returncode in (130, -2):  # Compose got the Ctrl-C (this process may have SIGINT ignored): the same
+            stack_faults.take_down_after_interrupt(profile)
+            raise KeyboardInterrupt
         if proc.returncode != 0:
             raise stack_faults.why_up_failed(profile, proc.returncode)
     elif args.verb == "down" and record is None and not docker_state.service_states(profile):
