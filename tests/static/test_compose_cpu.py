@@ -24,11 +24,13 @@ NODE_PORTS = {30000, 30010, 30080, 6379, 8265}
 def cpu_rendered(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv(device.DEVICE_ENV, "cpu")
-    for key in (*device.CPU_PORTS, "MODEL_DIR", "MODEL_PATH", "ENGINE_START_PERIOD"):
-        mp.delenv(key, raising=False)
+    # what main()'s device.apply_cpu_defaults() sets, set through the monkeypatch so that it is undone afterwards
+    for key, value in device.CPU_PORTS.items():
+        mp.setenv(key, value)
+    mp.setenv("MODEL_PATH", device.CPU_MODEL_PATH)
+    mp.setenv("ENGINE_START_PERIOD", device.CPU_ENGINE_START_PERIOD)
     model = tmp_path_factory.mktemp("tiny-model")
     mp.setenv("MODEL_DIR", str(model))
-    device.apply_cpu_defaults()
     out = {}
     try:
         for name in profiles.PROFILE_ORDER:
