@@ -40,19 +40,22 @@ ALLOW_NO_PREFLIGHT ?=
 ENGINE ?=
 # Router releases for `make router-matrix` (empty: sglang-router 0.1.0-0.3.2 and every smg release).
 RELEASES ?=
+# Device of the docker runtime: empty (the GPU node) or cpu (a machine without GPU or registry: bases made here by
+# `make bases DEVICE=cpu`, compose/compose.cpu.yaml, the tiny model, its own Compose project, run state and ports).
+DEVICE ?=
 # Requests each way for the matrix's latency columns (empty: 200, or 20 with ENGINE=sglang).
 LATENCY_REQUESTS ?=
 
 VENV_PY := $(VENV)/bin/python
 # POLARSTACK_VIA_MAKE: on failure the CLI prints its real exit code (make itself always exits 2).
-CLI := POLARSTACK_VIA_MAKE=1 $(VENV)/bin/polarstack
+CLI := POLARSTACK_VIA_MAKE=1 $(if $(DEVICE),POLARSTACK_DEVICE="$(DEVICE)") $(VENV)/bin/polarstack
 _PROFILE_ARG = $(if $(PROFILE),--profile "$(PROFILE)")
 _RUNTIME_ARG = $(if $(RUNTIME),--runtime "$(RUNTIME)")
 _ENGINE_ARG = $(if $(ENGINE),--engine "$(ENGINE)")
 # Run a command and print its wall-clock time (GPU-node steps take minutes to hours; see README "On the GPU node").
 _timed = started=$$(date +%s); rc=0; $(1) || rc=$$?; echo "make $@: $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
-.PHONY: verify-offline bench train preflight verify help test lint smoke demo up down ps logs status build pin clean router-matrix model sif _venv _runtime
+.PHONY: bases dockerd dockerd-stop test-docker verify-offline bench train preflight verify help test lint smoke demo up down ps logs status build pin clean router-matrix model sif _venv _runtime
 
 help: ## list the public targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -65,19 +68,23 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 test: _venv ## the whole suite: tiers in parallel, then the real-engine tier (skipped until `polarstack sglang-install`); no GPU or Docker
-	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -n $(PYTEST_WORKERS) --maxschedchunk 2 -m "not sglang" $(PYTEST_ARGS) || rc=$$?; \
+	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -n $(PYTEST_WORKERS) --maxschedchunk 2 -m "not sglang and not docker" $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test: tiers without the real engine took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 	@# The real-engine tier in one process: its two shared sglang servers (about 4 GB each) are session fixtures.
 	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m sglang $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test: the real-engine tier (sglang) took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
+
+test-docker: _venv ## the docker tier: faults of the Docker runtime on a real engine (DEVICE=cpu; needs DOCKER_HOST or `make dockerd`)
+	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m docker tests/docker $(PYTEST_ARGS) || rc=$$?; \
+	  echo "make test-docker: the docker tier took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
 lint: _venv ## ruff (check and format) and the package's import layers (import-linter); no network needed
 	@$(VENV)/bin/ruff check scripts tests
 	@$(VENV)/bin/ruff format --check scripts tests
 	@$(VENV)/bin/lint-imports
 
-demo: _venv ## every profile up locally in turn, smoke, a table; exit 0 only if all behave as expected (ENGINE=sglang: real engine)
-	@$(CLI) demo $(_ENGINE_ARG)
+demo: _venv _runtime ## every profile up in turn, smoke, a table; exit 0 only if all behave as expected (ENGINE=sglang: real engine; RUNTIME=docker: real engines in containers)
+	@if [ "$(RUNTIME)" = docker ]; then $(call _timed,$(CLI) demo --runtime docker); else $(CLI) demo $(_ENGINE_ARG); fi
 
 up: _venv _runtime ## start PROFILE (RUNTIME=docker: the GPU stack; RUNTIME=local: emulated engines, or ENGINE=sglang real ones, + real router)
 	@if [ "$(RUNTIME)" = local ]; then $(CLI) up --profile "$(or $(PROFILE),engine-direct)" $(_ENGINE_ARG); else $(call _timed,$(CLI) compose up $(_PROFILE_ARG)); fi
@@ -102,6 +109,15 @@ model: _venv ## download MODEL_NAME into the models volume (hf download, resumab
 
 sif: _venv ## build the agent sandbox (polarstack-code.sif + the pinned agent CLI dir) into the models volume
 	@$(call _timed,$(CLI) compose sif $(_PROFILE_ARG))
+
+bases: _venv ## DEVICE=cpu: make the CPU base images here from Debian and PyPI (cached; never pulled)
+	@$(call _timed,$(CLI) bases)
+
+dockerd: _venv ## start a private Docker engine (data root under the cache, socket under /tmp; prints DOCKER_HOST=...)
+	@$(CLI) dockerd start
+
+dockerd-stop: _venv ## stop the private Docker engine by its pid and remove its mounts
+	@$(CLI) dockerd stop
 
 pin: _venv ## resolve base-image tags to digests in configs/pins.env (needs a registry; else changes nothing)
 	@$(CLI) pin

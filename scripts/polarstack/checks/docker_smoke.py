@@ -17,12 +17,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
+from pathlib import Path
 from typing import Any
 
 from polarstack import paths
 from polarstack.errors import ExitCode, StackError
 from polarstack.polar import opinion as polar_opinion
-from polarstack.stack import compose
+from polarstack.stack import compose, device, docker_state, real_sglang
 
 TRAINER_SMOKE_DIR = "smoke"  # under .run/train (mounted at train.TRAINER_RUN_DIR): the --polar-config handed over
 
@@ -57,7 +59,35 @@ def trainer_command(args, profile_name: str) -> list[str]:
         cmd.append("--allow-retokenized")
     if args.polar_config:
         cmd += ["--polar-config", _hand_over(args.polar_config)]
+    record = docker_state.read() or {}
+    if record.get("tool_fields"):  # DEVICE=cpu: real engines, the scripted tool answer `make up` recorded
+        target = paths.train_run_dir() / TRAINER_SMOKE_DIR / "tool_fields.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(record["tool_fields"]))
+        cmd += ["--tool-fields", f"{paths.TRAINER_RUN_DIR}/{TRAINER_SMOKE_DIR}/tool_fields.json"]
+    if record.get("tool_unscripted"):
+        cmd += ["--tool-unscripted", record["tool_unscripted"]]
     return cmd
+
+
+def real_engine_options(args) -> dict[str, Any]:
+    """DEVICE=cpu: the smoke's options for real engines (the scripted tool answer and the real engine's timeout),
+    from the record of `make up` on the host, or from what the host handed over inside the trainer; {} elsewhere."""
+    if args.in_trainer:
+        if not args.tool_fields:
+            return {}
+        try:
+            fields = json.loads(Path(args.tool_fields).read_text())
+        except (OSError, ValueError):
+            raise StackError(
+                f"--tool-fields {args.tool_fields} is not a readable JSON file; rerun `make smoke` on the host.",
+                ExitCode.USAGE,
+            ) from None
+        return {"tool_fields": fields, "tool_unscripted": args.tool_unscripted, "timeout": real_sglang.SMOKE_TIMEOUT}
+    record = docker_state.read() or {}
+    if not record.get("tool_fields"):
+        return {}
+    return {"timeout": real_sglang.SMOKE_TIMEOUT}
 
 
 def _hand_over(path: str) -> str:
@@ -91,6 +121,9 @@ def run_in_trainer(args, profile) -> dict[str, Any]:
         and report.get("exit_code") in codes
         and isinstance(report.get("message"), str)
     ):
+        if device.is_cpu():  # named, in the report and on stderr: the CPU trainer has no Polar
+            report["skipped"] = [device.SKIPPED_ON_CPU["polar"]]
+            print(f"polarstack: skipped: {device.SKIPPED_ON_CPU['polar']}", file=sys.stderr)
         return report
     lines = [line for line in (proc.stderr or "").splitlines() if line.strip()]
     said = lines[-1].removeprefix("polarstack: ").strip() if lines else ""
@@ -106,7 +139,9 @@ def run_in_trainer(args, profile) -> dict[str, Any]:
 def check_inside_trainer(profile) -> None:
     """--in-trainer: Polar importable, and the trainer's rendered environment agrees with the image's profile file."""
 
-    if not polar_opinion.available():
+    if not polar_opinion.available() and device.is_cpu():  # the CPU trainer has no Polar (GitHub only): say so
+        print(f"polarstack: skipped: {device.SKIPPED_ON_CPU['polar']}", file=sys.stderr)
+    elif not polar_opinion.available():
         raise StackError(
             "the smoke runs inside the trainer for the installed Polar's second opinion, and `polar` is "
             "not importable here; rebuild the trainer image with `make build`.",

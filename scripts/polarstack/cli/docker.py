@@ -10,7 +10,8 @@ import argparse
 import sys
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.stack import assets, compose, docker_state, profiles
+from polarstack.processes import sigterm_as_interrupt
+from polarstack.stack import assets, bases, compose, device, docker_state, dockerd, profiles, stack_faults
 from polarstack.train import memory
 
 COMPOSE_VERBS = {  # verb: (compose arguments, needs GPUs)
@@ -42,6 +43,12 @@ def _add_compose(sub) -> None:
 
 def _cmd_compose(args: argparse.Namespace) -> int:
     profile = profiles.load(docker_state.profile_name(args.profile))
+    if args.verb == "sif" and device.is_cpu():
+        raise StackError(
+            "make sif runs only on the node (the sandbox needs node 22 and apptainer from GitHub); DEVICE=cpu's "
+            "`make up` skips the sandbox check by name.",
+            ExitCode.USAGE,
+        )
     if args.verb in ("model", "sif"):
         return compose.run_oneshot(args.verb, profile)
     if args.verb == "env":
@@ -74,13 +81,46 @@ def _cmd_compose(args: argparse.Namespace) -> int:
             docker_state.clear()
         return code
     compose_args, need_gpus = COMPOSE_VERBS[args.verb]
-    compose.check_node(args.verb, profile, need_gpus=need_gpus)
+    compose.check_node(args.verb, profile, need_gpus=need_gpus and not device.is_cpu())
+    record = None
     if args.verb in ("up", "down"):  # profiles share service names: never act on X while Y runs
-        docker_state.guard_other_profile(args.verb, profile)
+        record = docker_state.guard_other_profile(args.verb, profile)
+    if args.verb == "up":
+        if stack_faults.already_up(profile, record):  # `make up` twice: nothing started or recreated
+            return 0
+        stack_faults.refuse_taken_ports(profile)  # STATE: a port of the stack is taken (host networking)
+    if args.verb in ("build", "up") and device.is_cpu():  # the CPU bases and the tiny model (cached)
+        device.prepare(lambda line: print(line, file=sys.stderr))
     if args.verb == "up":  # weights, sandbox image and agent CLI before any engine starts (one sentence each)
         assets.check_before_up(profile)
-        print("\n".join(memory.check_up(profile).lines()), file=sys.stderr)  # refuses a node too small for make train
-    proc = compose.run_compose(profile, [*compose_args, *args.service])
+        if device.is_cpu():  # the tiny model on the CPU: the estimate is the GPU node's, not this stack's
+            print(
+                "memory: not estimated for DEVICE=cpu (the tiny model on the CPU; the node's estimate: make train DRY_RUN=1)",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                "\n".join(memory.check_up(profile).lines()), file=sys.stderr
+            )  # refuses a node too small for make train
+        sigterm_as_interrupt()  # a SIGTERM takes down what this `up` started, like Ctrl-C
+        try:
+            proc = compose.run_compose(profile, [*compose_args, *args.service])
+        except KeyboardInterrupt:  # Ctrl-C half-way: nothing of this profile is left running or recorded
+            stack_faults.take_down_after_interrupt(profile)
+            raise
+        if proc.returncode in (130, -2):  # Compose got the Ctrl-C (this process may have SIGINT ignored): the same
+            stack_faults.take_down_after_interrupt(profile)
+            raise KeyboardInterrupt
+        if proc.returncode != 0:
+            raise stack_faults.why_up_failed(profile, proc.returncode)
+    elif args.verb == "down" and record is None and not docker_state.service_states(profile):
+        print(
+            f"nothing of profile {profile.name} is up under Docker ({device.project()}); nothing to stop.",
+            file=sys.stderr,
+        )
+        return 0
+    else:
+        proc = compose.run_compose(profile, [*compose_args, *args.service])
     if proc.returncode != 0:
         raise StackError(
             f"docker compose {args.verb} failed for profile {profile.name} (exit {proc.returncode}); "
@@ -88,10 +128,49 @@ def _cmd_compose(args: argparse.Namespace) -> int:
             ExitCode.ENVIRONMENT,
         )
     if args.verb == "up":
+        extra = device.tool_record(profile.router) if device.is_cpu() else None  # real engines: a scripted tool answer
         print(
-            f"{profile.name} is up (state in {docker_state.write(profile)}); `make smoke` and `make train` use it.",
+            f"{profile.name} is up (state in {docker_state.write(profile, extra=extra)}); `make smoke` and "
+            "`make train` use it.",
             file=sys.stderr,
         )
     elif args.verb == "down" and (docker_state.read() or {}).get("profile") in (None, profile.name):
         docker_state.clear()
+    return 0
+
+
+def _add_bases(sub) -> None:
+    p = sub.add_parser("bases", help="DEVICE=cpu: make the CPU base images here (Debian + PyPI), never pulled")
+    p.add_argument("--rebuild", action="store_true", help="rebuild even the bases that exist (and the Debian tree)")
+    p.set_defaults(handler=_cmd_bases)
+
+
+def _cmd_bases(args: argparse.Namespace) -> int:
+    if not device.is_cpu():
+        raise StackError(
+            "make bases is for DEVICE=cpu (the node pulls its pinned bases, PYTHON_IMAGE and SLIME_IMAGE); run "
+            "`make bases DEVICE=cpu`.",
+            ExitCode.USAGE,
+        )
+    compose.check_node("bases", None, need_gpus=False)
+    for ref in bases.make_all(rebuild=args.rebuild):
+        print(ref)
+    return 0
+
+
+def _add_dockerd(sub) -> None:
+    p = sub.add_parser("dockerd", help="a private Docker engine for this machine (never the system daemon)")
+    p.add_argument("action", choices=("start", "stop", "env"), help="env: print its DOCKER_HOST=... line")
+    p.set_defaults(handler=_cmd_dockerd)
+
+
+def _cmd_dockerd(args: argparse.Namespace) -> int:
+    if args.action == "start":
+        d = dockerd.start()
+    elif args.action == "stop":
+        dockerd.stop()
+        return 0
+    else:
+        d = dockerd.daemon()
+    print(f"DOCKER_HOST={d.host}")
     return 0

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from polarstack.checks import docker_demo
 from polarstack.checks.demo import run_demo
-from polarstack.cli.render import print_json, render_demo, render_status
+from polarstack.cli.render import print_json, render_demo, render_docker_demo_note, render_status
 from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import seconds
 from polarstack.processes import sigterm_as_interrupt
@@ -122,6 +123,13 @@ def _add_demo(sub) -> None:
     p = sub.add_parser("demo", help="every profile up locally in turn, smoke, a table; exit 0 if all as expected")
     p.add_argument("--profiles", nargs="+", default=None, help="subset of profiles (default: all four)")
     _add_engine(p)
+    p.add_argument(
+        "--runtime",
+        choices=("local", "docker"),
+        default="local",
+        help="local: processes on 127.0.0.1; docker: real sglang in containers (DEVICE=cpu, the Docker engine at "
+        "DOCKER_HOST)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=_cmd_demo)
 
@@ -129,6 +137,8 @@ def _add_demo(sub) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     import time
 
+    if args.runtime == "docker":
+        return _cmd_docker_demo(args)
     started = time.perf_counter()
     rows = run_demo(args.profiles, progress=lambda m: print(m, file=sys.stderr), engine=args.engine)
     elapsed = time.perf_counter() - started
@@ -136,6 +146,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         print_json({"rows": rows, "elapsed_seconds": round(elapsed, 2), "engine": args.engine})
     else:
         render_demo(rows, elapsed, engine=args.engine)
+    return _demo_verdict(rows)
+
+
+def _cmd_docker_demo(args: argparse.Namespace) -> int:
+    sigterm_as_interrupt()  # the demo's stack is taken down, like after Ctrl-C
+    result = docker_demo.run_demo(args.profiles, progress=lambda m: print(m, file=sys.stderr))
+    if args.json:
+        print_json(result)
+    else:
+        render_demo(result["rows"], result["elapsed_seconds"], engine=f"{real_sglang.spec()} in Docker containers")
+        render_docker_demo_note(result)
+    return _demo_verdict(result["rows"])
+
+
+def _demo_verdict(rows) -> int:
     wrong = [row for row in rows if not row["as_expected"]]
     if wrong:
         row = wrong[0]

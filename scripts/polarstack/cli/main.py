@@ -39,7 +39,7 @@ from polarstack.inputs import MAX_REQUESTS, MAX_TOKENS, MAX_TURNS, count, second
 from polarstack.offline import verify as verify_offline
 from polarstack.paths import TRAINER_RUN_DIR
 from polarstack.polar import switch as polar_switch
-from polarstack.stack import local, pin
+from polarstack.stack import device, local, pin
 from polarstack.stack import target as stack_target
 from polarstack.train import launch as train_launch
 
@@ -197,6 +197,8 @@ def _add_smoke(sub) -> None:
         help="run by `make smoke` inside the trainer container (docker runtime): check --profile's ports "
         "from there, with the installed Polar's second opinion; refused where Polar is not importable",
     )
+    p.add_argument("--tool-fields", default=None, metavar="PATH", help=argparse.SUPPRESS)  # docker_smoke hands over
+    p.add_argument("--tool-unscripted", default=None, help=argparse.SUPPRESS)  # ... DEVICE=cpu's scripted tool answer
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=_cmd_smoke)
 
@@ -215,6 +217,8 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
         args.runtime, args.profile, args.base_url, route=args.route, verb="smoke", in_trainer=args.in_trainer
     )
     local_options = local.smoke_options(target)  # a local stack of real engines: its script, its longer timeout
+    if target.runtime == "docker":  # DEVICE=cpu's real engines: the script `make up` recorded, or the one handed over
+        local_options = docker_smoke.real_engine_options(args) or local_options
     if args.timeout is None:  # the default depends on what answers (docker_smoke passes it on as a number)
         args.timeout = local_options.get("timeout", 10.0)
     if target.runtime == "docker":
@@ -412,6 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
         cli_local._add_demo,
         cli_local._add_sglang_install,
         cli_docker._add_compose,
+        cli_docker._add_bases,
+        cli_docker._add_dockerd,
         _add_pin,
         _add_polar_switch,
         cli_tasks._add_tasks,
@@ -472,6 +478,7 @@ def _main(argv: list[str] | None) -> int:
     if reconfigure is not None:
         reconfigure(line_buffering=True)
     try:
+        device.apply_cpu_defaults()  # DEVICE=cpu: the CPU stack's own ports and model (polarstack.stack.device)
         code = int(args.handler(args) or 0)
         # Output shorter than stdout's buffer reaches a closed pipe only at this flush: raise it here, where it is
         # turned into 141, not in the interpreter's flush at exit (exit 120 with "Exception ignored").

@@ -154,6 +154,18 @@ def render_demo(rows: list[dict[str, Any]], elapsed: float, engine: str = "emula
     out.print(f"demo finished in {elapsed:.1f} s")
 
 
+def render_docker_demo_note(result: dict[str, Any]) -> None:
+    """`make demo RUNTIME=docker`'s closing note: cold or warm, its time, the data root's disk use, peak memory."""
+    kind = "cold (bases or images built)" if result.get("cold") else "warm (bases and images cached)"
+    disk = result.get("data_root_bytes")
+    disk_text = f"{disk / 1e9:.1f} GB" if disk else "not measured (not the private engine of `make dockerd`)"
+    console().print(
+        f"docker demo, {kind}: {result['elapsed_seconds']:.0f} s, of which bases and images "
+        f"{result['build_seconds']:.0f} s; Docker data root {disk_text}; peak memory in use on this machine "
+        f"{result['peak_memory_bytes'] / 2**30:.1f} GiB"
+    )
+
+
 def _rehearsal_cell(verdict: dict[str, str]) -> str:
     return "node only" if verdict["verdict"] == "node" else f"{verdict['verdict']}: {verdict['figure']}"
 

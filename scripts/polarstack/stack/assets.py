@@ -16,6 +16,7 @@ in the trainer image. `make up` and `make train` refuse with one sentence naming
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -33,7 +34,7 @@ from polarstack.reward.sandbox import (  # noqa: F401 (the sandbox's paths on th
     SIF_NAME,
     SIF_PATH,
 )
-from polarstack.stack import host_check
+from polarstack.stack import device, host_check
 from polarstack.stack.profiles import stack_knobs
 
 MODEL_VOLUME = "polarstack_models"  # compose.yaml: project `polarstack`, volume `models`
@@ -222,6 +223,9 @@ def _check_context(host: Path) -> None:
 def check_before_up(profile) -> None:
     """Refuse `make up` (ExitCode.ASSETS_MISSING) when weights or the agent sandbox are absent."""
     host_check.check_before_up()  # the host's user-namespace sysctls first: ENVIRONMENT, before any long step
+    if device.is_cpu():
+        check_before_up_cpu()
+        return
     values = knobs()
     missing: list[str] = []
     host = model_dir(values)
@@ -267,6 +271,22 @@ def check_before_up(profile) -> None:
             missing.append("apptainer")
     if missing:
         raise StackError(missing_sentence("up", missing, values), ExitCode.ASSETS_MISSING, details=missing)
+
+
+def check_before_up_cpu(say=lambda s: print(f"polarstack: {s}", file=sys.stderr)) -> None:
+    """DEVICE=cpu: the checks that can run (the host's sysctls, MODEL_DIR's files and context), the others skipped
+    by name: the agent sandbox (`make sif` is node-only) and apptainer (a GitHub release asset)."""
+    values = knobs()
+    host = model_dir(values)
+    problems = check_model_files(host) if host is not None else ["MODEL_DIR is not set"]
+    if problems:
+        raise StackError(
+            f"make up DEVICE=cpu serves the tiny model bound as MODEL_DIR, and it is not usable ({problems[0]}); "
+            "rerun `make up DEVICE=cpu`, which builds it.",
+            ExitCode.ASSETS_MISSING,
+        )
+    for key in ("sandbox", "apptainer"):
+        say(f"skipped: {device.SKIPPED_ON_CPU[key]}")
 
 
 # --- the sandbox the way Polar starts it (the probe of it before `make train`: polarstack.checks.sandbox_probe) ----------

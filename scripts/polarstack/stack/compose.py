@@ -25,7 +25,7 @@ import yaml
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import compose_file, run_dir
 from polarstack.pins import pins
-from polarstack.stack import assets
+from polarstack.stack import assets, bases, device, real_sglang
 from polarstack.stack.assets import engine_services  # noqa: F401 (compose.yaml's engines, read here by callers)
 from polarstack.stack.profiles import Profile, docker_engine_urls, parse_node_gpus, stack_knobs  # noqa: F401
 
@@ -86,7 +86,33 @@ def render_values(profile: Profile) -> dict[str, str]:
                 "ROUTER_EXTRA_ARGS": "",
             }
         )
+    if device.is_cpu():
+        values.update(cpu_values(values))
     return values
+
+
+def cpu_values(values: dict[str, str]) -> dict[str, str]:
+    """DEVICE=cpu: what compose/compose.cpu.yaml interpolates (the CPU bases, the engines' CPU arguments, memlock)."""
+    import resource
+
+    python_image, _, python_tag = bases.python_base().partition(":")
+    engine_image, engine_tag = bases.engine_base()
+    trainer_image, trainer_tag = bases.trainer_base()
+    # real_sglang.launch_args without what compose.yaml's engine command already passes
+    given = {"--model-path", "--host", "--port", "--served-model-name", "--tool-call-parser"}
+    args = real_sglang.launch_args("-", 0, served_model_name="-", tool_call_parser=None)
+    cpu_args = [a for i, a in enumerate(args) if a not in given and (i == 0 or args[i - 1] not in given)]
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    return {
+        "CPU_PYTHON_BASE": python_image,
+        "CPU_PYTHON_BASE_TAG": python_tag,
+        "CPU_ENGINE_BASE": engine_image,
+        "CPU_ENGINE_BASE_TAG": engine_tag,
+        "CPU_TRAINER_BASE": trainer_image,
+        "CPU_TRAINER_BASE_TAG": trainer_tag,
+        "CPU_ENGINE_ARGS": " ".join(cpu_args),
+        "CPU_MEMLOCK_BYTES": str(-1 if hard == resource.RLIM_INFINITY else hard),
+    }
 
 
 def gpu_override(profile: Profile) -> dict[str, Any]:
@@ -114,7 +140,7 @@ def _quote(value: str) -> str:
 
 def render(profile: Profile, directory: Path | None = None) -> tuple[Path, Path]:
     """Write .run/compose/<profile>.env and .gpus.yaml; return their paths."""
-    directory = directory or (run_dir() / "compose")
+    directory = directory or (run_dir() / ("compose-cpu" if device.is_cpu() else "compose"))
     directory.mkdir(parents=True, exist_ok=True)
     values = render_values(profile)
     env_path = directory / f"{profile.name}.env"
@@ -135,10 +161,17 @@ def render(profile: Profile, directory: Path | None = None) -> tuple[Path, Path]
 def compose_args(profile: Profile, directory: Path | None = None) -> list[str]:
     env_path, gpus_path = render(profile, directory)
     files = ["-f", str(compose_file()), "-f", str(gpus_path)]
+    if device.is_cpu():  # no GPU reservations; the CPU override; the CPU stack's own project (polarstack.stack.device)
+        files = ["-p", device.project(), "-f", str(compose_file()), "-f", str(cpu_compose_file())]
     model = assets.model_override(profile, gpus_path.parent)  # MODEL_DIR: weights bind-mounted read-only
     if model is not None:
         files += ["-f", str(model)]
     return [*files, "--env-file", str(env_path), "--profile", profile.name]
+
+
+def cpu_compose_file() -> Path:
+    """compose/compose.cpu.yaml: DEVICE=cpu's override (what a machine without GPU and registry forces)."""
+    return compose_file().with_name("compose.cpu.yaml")
 
 
 # --- finding the binaries and checking the node -------------------------------------------------------

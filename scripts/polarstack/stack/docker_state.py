@@ -28,7 +28,7 @@ from typing import Any
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import compose_file, load_yaml, run_dir
 from polarstack.processes import start_time
-from polarstack.stack import compose, profiles
+from polarstack.stack import compose, device, profiles
 
 STATE_FILE = "docker-state.json"
 DEFAULT_PROFILE = "engine-direct"
@@ -50,7 +50,8 @@ class DockerRecord:
 
 
 def state_path(directory: Path | None = None) -> Path:
-    return (directory or run_dir()) / STATE_FILE
+    # DEVICE=cpu keeps its own record (docker-state.cpu.json): the CPU stack is another Compose project.
+    return (directory or run_dir()) / (device.state_file() if device.is_cpu() else STATE_FILE)
 
 
 def read(directory: Path | None = None) -> dict[str, Any] | None:
@@ -68,9 +69,12 @@ def read(directory: Path | None = None) -> dict[str, Any] | None:
     return data
 
 
-def write(profile, directory: Path | None = None, *, demo: dict[str, Any] | None = None) -> Path:
-    """Record that `profile` (a polarstack.stack.profiles.Profile) is up under Compose; `demo` (`demo_owner`):
-    a `make demo` brought it up on engines it shares between profiles."""
+def write(
+    profile, directory: Path | None = None, extra: dict[str, Any] | None = None, *, demo: dict[str, Any] | None = None
+) -> Path:
+    """Record that `profile` (a polarstack.stack.profiles.Profile) is up under Compose (`extra`: DEVICE=cpu's
+    scripted tool answer, polarstack.stack.cpu_stack); `demo` (`demo_owner`): a `make demo` brought it up on engines
+    it shares between profiles."""
     path = state_path(directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
@@ -80,6 +84,7 @@ def write(profile, directory: Path | None = None, *, demo: dict[str, Any] | None
         "base_url": profile.base_url(),
         "route": profile.route,
         **({"demo": demo} if demo else {}),
+        **(extra or {}),
     }
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")

@@ -1,0 +1,57 @@
+"""Pins `make up`'s fault sentences without Docker (polarstack.stack.stack_faults; the docker tier checks them on a
+real engine): a taken port names the port, the service and the knob that moves it (STATE); a failed `up --wait`
+names the service that never became healthy, with its start period, or the one that exited (ENVIRONMENT)."""
+
+import socket
+
+import pytest
+
+from polarstack.errors import ExitCode, StackError
+from polarstack.stack import docker_state, profiles, stack_faults
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_taken_port_is_named_with_its_knob(monkeypatch):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        monkeypatch.setenv("ENGINE_PORT_BASE", str(port))
+        monkeypatch.setenv("RAY_GCS_PORT", "0")
+        monkeypatch.setenv("RAY_DASHBOARD_PORT", "0")
+        profile = profiles.load("engine-direct")
+        with pytest.raises(StackError) as info:
+            stack_faults.refuse_taken_ports(profile)
+    assert info.value.code == ExitCode.STATE
+    assert f"port {port} (engine-0 of profile engine-direct) is already taken on 127.0.0.1" in info.value.message
+    assert "ENGINE_PORT_BASE=<another port>" in info.value.message
+
+
+def test_free_ports_pass(monkeypatch):
+    for key in ("ENGINE_PORT_BASE", "RAY_GCS_PORT", "RAY_DASHBOARD_PORT"):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            monkeypatch.setenv(key, str(probe.getsockname()[1]))
+    stack_faults.refuse_taken_ports(profiles.load("engine-direct"))
+
+
+@pytest.mark.parametrize(
+    ("states", "expected"),
+    [
+        (
+            {"engine-0": "unhealthy", "trainer": "created"},
+            "engine-0 of profile engine-direct never passed its healthcheck (start period ENGINE_START_PERIOD=5s",
+        ),
+        (
+            {"engine-0": "exited", "model-download": "exited"},
+            "engine-0 of profile engine-direct exited during `make up`",
+        ),
+        ({}, "docker compose up failed for profile engine-direct (exit 1)"),
+    ],
+)
+def test_a_failed_up_names_the_service(monkeypatch, states, expected):
+    monkeypatch.setenv("ENGINE_START_PERIOD", "5s")
+    monkeypatch.setattr(docker_state, "service_states", lambda profile: states)
+    error = stack_faults.why_up_failed(profiles.load("engine-direct"), 1)
+    assert error.code == ExitCode.ENVIRONMENT and expected in error.message
