@@ -23,7 +23,15 @@ from polarstack.routers import worker_api
 from polarstack.stack import compose, local, profiles
 from polarstack.stack.target import resolve_target
 from polarstack.train import rehearsal_record, retention, supervise
-from polarstack.train.plan import RESUME_REFUSED, TRAINER_RUN_DIR, LaunchPlan, build_plan, load_defaults, watch_lines
+from polarstack.train.plan import (
+    RESUME_REFUSED,
+    TRAINER_RUN_DIR,
+    LaunchPlan,
+    build_plan,
+    load_defaults,
+    watch_lines,
+    weight_sync_on_disk,
+)
 
 
 @dataclass(frozen=True)
@@ -125,11 +133,8 @@ def release_router_workers(profile) -> list[str]:
 
 def checkpoint_free_bytes(profile) -> int | None:
     """Free bytes of the checkpoints volume, read inside the trainer (where it is mounted); None when unreadable."""
-    proc = compose.run_compose(
-        profile, ["exec", "-T", "trainer", "df", "-B1", "--output=avail", "/checkpoints"], capture=True
-    )
-    last = (proc.stdout or "").strip().splitlines()[-1:] if proc.returncode == 0 else []
-    return int(last[0]) if last and last[0].strip().isdigit() else None
+    proc = compose.run_compose(profile, ["exec", "-T", "trainer", *retention.DF_AVAIL, "/checkpoints"], capture=True)
+    return retention.parse_df(proc.stdout) if proc.returncode == 0 else None
 
 
 def check_checkpoint_space(profile, plan: LaunchPlan, resume: bool) -> None:
@@ -138,7 +143,9 @@ def check_checkpoint_space(profile, plan: LaunchPlan, resume: bool) -> None:
     if free is None:
         print("polarstack: the checkpoints volume's free space could not be read; not checked", file=sys.stderr)
         return
-    problem = retention.disk_problem(plan.config, free, resume)
+    problem = retention.disk_problem(
+        plan.config, free, resume, weight_sync_on_disk=weight_sync_on_disk(plan.train_args)
+    )
     if problem:
         raise StackError(f"refusing to launch run {plan.run_id}: {problem}.", ExitCode.ENVIRONMENT)
     print(f"polarstack: {retention.sentence(plan.config)}; {free / 1e9:,.1f} GB free", file=sys.stderr)

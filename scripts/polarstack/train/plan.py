@@ -291,6 +291,12 @@ def weight_sync_args(profile: Profile) -> list[str]:
     return ["--update-weight-mode", "full", "--update-weight-transport", "nccl"]
 
 
+def weight_sync_on_disk(train_args: list[str]) -> bool:
+    """Whether slime's weight sync writes its HF copy to disk (weight_sync_args: --update-weight-transport disk)."""
+    flag = "--update-weight-transport"
+    return flag in train_args and train_args[train_args.index(flag) + 1] == "disk"
+
+
 def watch_lines(plan: LaunchPlan) -> list[str]:
     """What only the GPU node can confirm, and where to look (printed by `make train`)."""
     args = plan.train_args

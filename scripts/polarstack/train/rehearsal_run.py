@@ -26,8 +26,8 @@ from polarstack.stack import assets, compose, docker_state
 from polarstack.stack.profiles import Profile
 from polarstack.stack.target import resolve_target
 from polarstack.train import launch as train_launch
-from polarstack.train import preflight, rehearsal_record, supervise
-from polarstack.train.plan import TRAINER_RUN_DIR
+from polarstack.train import preflight, rehearsal_record, retention, supervise
+from polarstack.train.plan import TRAINER_RUN_DIR, weight_sync_on_disk
 from polarstack.train.preflight import SUMMARY_NAME, PreflightPlan
 
 UP_ARGS = ["up", "--detach", "--wait"]  # as `make up` (cli_docker.COMPOSE_VERBS)
@@ -150,6 +150,7 @@ def run(
         for file_name, text in plan.files.items():
             (out / file_name).write_text(text)
         sandbox_probe.check_in_trainer(profile)
+        check_space(node, plan, progress)
         # The probe passed: the verifier, run through the agent sandbox as Polar's evaluator runs it, printed PASSED
         # for the canonical HumanEval/0 (reward 1) and FAILED for a wrong answer (reward 0); no_mixed_rewards uses it.
         evidence["reward_path"] = {"task": "HumanEval/0", "canonical_reward": 1.0, "wrong_reward": 0.0}
@@ -196,14 +197,45 @@ def run(
             expected_steps=_rollouts(plan, 1),
             **plan.report_settings,
         )
+        result = {**rehearsal_report.report(evidence), "plan": plan.run_id, "profile": profile.name}
+        (out / "rehearsal-report.json").write_text(json.dumps({**result, "evidence": evidence}, indent=1) + "\n")
     finally:
+        remove_checkpoints(node, plan, progress)
         progress(f"taking {profile.name} down (the real run starts with `make up`)")
         node.compose(["down"])
         docker_state.clear()
-    result = {**rehearsal_report.report(evidence), "plan": plan.run_id, "profile": profile.name}
-    (out / "rehearsal-report.json").write_text(json.dumps({**result, "evidence": evidence}, indent=1) + "\n")
     rehearsal_record.write(profile, result, plan.report_path, sets=plan.sets)
     return result
+
+
+def check_space(node: Node, plan: PreflightPlan, progress: Callable[[str], None]) -> None:
+    """make train's disk check (polarstack.train.retention) for the rehearsal's saves and weight-sync copy, read
+    inside the trainer once it is up (the volumes are mounted there only)."""
+    last = plan.phases[-1][1]  # every rollout of both jobs: all the saves the rehearsal makes
+    code, out = node.trainer(shlex.join([*retention.DF_AVAIL, "/checkpoints"]))
+    free = retention.parse_df(out) if code == 0 else None
+    if free is None:
+        progress("the checkpoints volume's free space could not be read; not checked")
+        return
+    problem = retention.disk_problem(last.config, free, False, weight_sync_on_disk=weight_sync_on_disk(last.train_args))
+    if problem:
+        raise StackError(f"refusing to rehearse {plan.run_id}: {problem}.", ExitCode.ENVIRONMENT)
+    progress(f"{retention.sentence(last.config)}; {free / 1e9:,.1f} GB free")
+
+
+def remove_checkpoints(node: Node, plan: PreflightPlan, progress: Callable[[str], None]) -> None:
+    """Each rehearsal saves into a checkpoint run of its own (preflight.build: checkpoint.run_name = the run id) that
+    nothing resumes; its report and job logs stay under .run/train/<run>/, its saves (keep_last of them, 14 B x
+    parameters each) would stay on the checkpoints volume for good. Runs while the trainer is still up."""
+    for directory in sorted({phase.checkpoint_dir for _, phase in plan.phases}):
+        if not directory.rstrip("/").endswith(f"/{plan.run_id}"):  # only this rehearsal's own directory
+            continue
+        code, _ = node.trainer(f"rm -rf -- {shlex.quote(directory)}")
+        progress(
+            f"removed the rehearsal's checkpoints {directory}"
+            if code == 0
+            else f"could not remove {directory} (exit {code}); remove it inside the trainer to free its space"
+        )
 
 
 def _supervised(node: Node, plan: PreflightPlan, phase: Any, run_dir: str, evidence: dict[str, Any]) -> int:
