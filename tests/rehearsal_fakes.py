@@ -168,7 +168,7 @@ class FakeNode:
             self.env_at_up = os.environ.get("MODEL_PATH")
         return 0
 
-    def release_workers(self):
+    def release_workers(self, config):
         self.releases += 1
 
     def gate(self, plan):

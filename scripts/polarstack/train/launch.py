@@ -7,6 +7,7 @@ inside the trainer container, turning its exits into one sentence each.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -22,7 +23,7 @@ from polarstack.reward import tasks
 from polarstack.routers import worker_api
 from polarstack.stack import compose, local, profiles
 from polarstack.stack.target import resolve_target
-from polarstack.train import rehearsal_record, retention, supervise
+from polarstack.train import ray_job, rehearsal_record, retention, supervise
 from polarstack.train.plan import (
     RESUME_REFUSED,
     TRAINER_RUN_DIR,
@@ -131,6 +132,27 @@ def release_router_workers(profile) -> list[str]:
     return worker_api.release_all(f"http://127.0.0.1:{profile.router_port}", timeout=30)
 
 
+def refuse_active_job(profile, config: dict) -> None:
+    """Refuse (STATE) while the trainer's Ray cluster has a PENDING or RUNNING job (polarstack.train.ray_job): slime's
+    placement group would wait for its GPUs forever, and releasing the router's workers would take the engines from
+    under it. Runs before the router's workers are released and before launch.sh submits."""
+    address = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
+    proc = compose.run_compose(
+        profile,
+        ["exec", "-T", "trainer", "python3", "-m", "polarstack.train.ray_job", "--address", address],
+        capture=True,
+    )
+    try:
+        jobs = json.loads((proc.stdout or "").strip().splitlines()[-1]) if proc.returncode == 0 else None
+    except (IndexError, ValueError):
+        jobs = None
+    if not isinstance(jobs, list):
+        print(f"polarstack: the Ray jobs at {address} could not be listed; not checked", file=sys.stderr)
+        return
+    if jobs:
+        raise StackError(ray_job.active_sentence(jobs, address) + ".", ExitCode.STATE)
+
+
 def checkpoint_free_bytes(profile) -> int | None:
     """Free bytes of the checkpoints volume, read inside the trainer (where it is mounted); None when unreadable."""
     proc = compose.run_compose(profile, ["exec", "-T", "trainer", *retention.DF_AVAIL, "/checkpoints"], capture=True)
@@ -175,6 +197,7 @@ def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts
 
     def attempt(resume: bool) -> int:
         abort.unlink(missing_ok=True)  # a sentence left by an earlier attempt of this run is stale
+        refuse_active_job(profile, plan.config)  # one job at a time, checked before the engines are released
         release_router_workers(profile)  # slime registers the engines again at every job's start
         script = "launch.sh" if resume == request.resume else "launch-resume.sh"
         proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/{script}"])

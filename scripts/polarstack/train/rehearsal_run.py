@@ -65,7 +65,8 @@ class Node:
         proc = compose.run_compose(self.profile, ["exec", "-T", "trainer", "bash", "-c", command], capture=True)
         return proc.returncode, proc.stdout
 
-    def release_workers(self) -> None:  # before every job: slime registers the engines again (train.launch)
+    def release_workers(self, config: dict[str, Any]) -> None:  # before every job: slime registers the engines again
+        train_launch.refuse_active_job(self.profile, config)  # but never from under a job still running (train.launch)
         train_launch.release_router_workers(self.profile)
 
     def gate(self, plan: PreflightPlan) -> None:
@@ -167,7 +168,7 @@ def run(
         logs = []
         for name, phase in plan.phases:
             progress(f"job {name}")
-            node.release_workers()
+            node.release_workers(phase.config)
             began = clock()
             run_dir = f"{TRAINER_RUN_DIR}/{plan.run_id}"
             if name == "resume":
@@ -250,7 +251,7 @@ def _supervised(node: Node, plan: PreflightPlan, phase: Any, run_dir: str, evide
     def attempt(resume: bool) -> int:
         first = not attempts
         if not first:
-            node.release_workers()  # slime registers the engines again at every job's start
+            node.release_workers(phase.config)  # slime registers the engines again at every job's start
         inject = (
             f"; rc=$?; if [ $rc -eq 0 ]; then echo {shlex.quote(INJECTED_LINE)} >> {log}; exit {INJECTED_EXIT}; fi; "
             "exit $rc"

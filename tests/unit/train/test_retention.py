@@ -71,7 +71,8 @@ def test_launch_sh_prunes_beside_the_job_and_after_it():
     assert f'{watch} "$protect" --watch' in script
     lines = script.splitlines()
     submit = next(i for i, line in enumerate(lines) if line.startswith("ray job submit"))
-    assert lines[submit + 1].startswith(watch) and "--watch" not in lines[submit + 1]
+    assert lines[submit + 1] == 'wait "$submit_pid"'
+    assert lines[submit + 2].startswith(watch) and "--watch" not in lines[submit + 2]
     assert lines.index(next(x for x in lines if x.startswith("protect="))) < submit  # read before the job saves
     off = build_plan(
         "humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults(["checkpoint.keep_last=0"])
