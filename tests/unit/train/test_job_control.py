@@ -113,3 +113,48 @@ def test_the_trap_stops_this_attempts_job_on_a_signal(tmp_path, sig):
         )
         time.sleep(0.1)
         assert not os.path.exists(f"/proc/{sleeper}") or "Z" in open(f"/proc/{sleeper}/stat").read().split()[2]
+
+
+def _polar_script(tmp_path, serve: str) -> "os.PathLike":
+    """polar_lines rendered with fake servers (`serve`) and a fake health check: healthy while tmp/healthy exists."""
+    from polarstack.train.plan import polar_lines
+
+    check = tmp_path / "healthcheck"
+    check.write_text(f'import os, sys\nsys.exit(0 if os.path.exists("{tmp_path}/healthy") else 1)\n')
+    body = "\n".join(polar_lines(["bash", "-c", serve], ["bash", "-c", serve], ["http://a", "http://b"]))
+    script = tmp_path / "polar.sh"
+    script.write_text(
+        "\n".join(["set -euo pipefail", f"cd {tmp_path}", "pids=()", body, 'kill "${pids[@]}"', "echo started"])
+        .replace("/usr/local/bin/polarstack-healthcheck", str(check))
+        .replace("seq 1 60", "seq 1 3")
+        + "\n"
+    )
+    return script
+
+
+def test_a_polar_server_of_another_launch_refuses_the_attempt(tmp_path):
+    script = _polar_script(tmp_path, "sleep 30")
+    (tmp_path / "healthy").touch()  # something already answers on Polar's ports before this attempt starts any
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and "of another launch still answers at http://a" in proc.stderr
+    assert not (tmp_path / "polar-rollout.pid").exists()  # it started nothing
+
+
+def test_the_health_loop_fails_when_this_attempts_server_exited(tmp_path):
+    script = _polar_script(tmp_path, "touch healthy; exit 3")  # it "answers" once, then is gone
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and "a Polar server exited" in proc.stderr
+
+
+def test_servers_left_by_an_earlier_attempt_are_stopped_by_their_pids(tmp_path):
+    old = subprocess.Popen(["bash", "-c", "exec -a polar-serve-old sleep 60"])
+    try:
+        (tmp_path / "polar-rollout.pid").write_text(f"{old.pid}\n")
+        script = _polar_script(tmp_path, "touch healthy; sleep 30")
+        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0 and "started" in proc.stdout, proc.stderr
+        assert old.wait(timeout=5) == -signal.SIGTERM
+        assert int((tmp_path / "polar-rollout.pid").read_text()) != old.pid
+    finally:
+        if old.poll() is None:
+            old.kill()
