@@ -7,9 +7,12 @@ inside the trainer container, turning its exits into one sentence each.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -153,6 +156,26 @@ def refuse_active_job(profile, config: dict) -> None:
         raise StackError(ray_job.active_sentence(jobs, address) + ".", ExitCode.STATE)
 
 
+def stop_attempt_job(profile, config: dict, out: Path) -> None:
+    """The host's half of launch.sh's trap: `docker compose exec` passes no signal into the trainer, so when make is
+    interrupted (Ctrl-C, SIGTERM, a dropped session's SIGHUP) the job of the last attempt (job-id.txt, written by
+    launch.sh) is stopped here by its submission id; `ray job stop` waits until it is terminal (ray-job.json)."""
+    job_file = out / "job-id.txt"
+    job = job_file.read_text().strip() if job_file.is_file() else ""
+    if not job:
+        return
+    address = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
+    with contextlib.suppress(OSError):  # the terminal may be gone
+        print(f"polarstack: interrupted; stopping Ray job {job}", file=sys.stderr)
+    compose.run_compose(
+        profile, ["exec", "-T", "trainer", "ray", "job", "stop", f"--address={address}", job], capture=True
+    )
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def checkpoint_free_bytes(profile) -> int | None:
     """Free bytes of the checkpoints volume, read inside the trainer (where it is mounted); None when unreadable."""
     proc = compose.run_compose(profile, ["exec", "-T", "trainer", *retention.DF_AVAIL, "/checkpoints"], capture=True)
@@ -222,12 +245,21 @@ def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts
         )
         return supervise.parse_iteration(proc.stdout) if proc.returncode == 0 else None
 
-    supervise.supervise(
-        attempt,
-        checkpoint,
-        lambda: abort.read_text().strip() if abort.is_file() else None,  # every in-job gate stop writes its sentence
-        max_restarts=max_restarts,
-        resume=request.resume,
-        describe=f"the training job of run {run_id} (logs: {out})",
-    )
+    main_thread = threading.current_thread() is threading.main_thread()  # signal handlers are the main thread's
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)} if main_thread else {}
+    try:
+        supervise.supervise(
+            attempt,
+            checkpoint,
+            lambda: abort.read_text().strip() if abort.is_file() else None,  # every in-job gate stop writes one
+            max_restarts=max_restarts,
+            resume=request.resume,
+            describe=f"the training job of run {run_id} (logs: {out})",
+        )
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM / SIGHUP through _interrupt
+        stop_attempt_job(profile, plan.config, out)
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0

@@ -158,3 +158,43 @@ def test_servers_left_by_an_earlier_attempt_are_stopped_by_their_pids(tmp_path):
     finally:
         if old.poll() is None:
             old.kill()
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_make_train_stops_the_attempts_job(tmp_path, monkeypatch, capsys, how):
+    """docker exec passes no signal into the trainer: the host stops the job launch.sh recorded in job-id.txt."""
+    from polarstack.checks import smoke
+    from polarstack.reward import tasks
+    from polarstack.stack import compose
+
+    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
+    monkeypatch.setattr("polarstack.stack.docker_state.usable", lambda requested: {"profile": "engine-direct"})
+    monkeypatch.setattr("polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None)
+    monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
+    monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
+    calls = []
+
+    def trainer(profile, args, **kw):
+        calls.append(args)
+        if "df" in args:
+            return subprocess.CompletedProcess(args, 0, "     Avail\n10000000000000\n", "")
+        if "polarstack.train.ray_job" in args:
+            return subprocess.CompletedProcess(args, 0, "[]\n", "")
+        if args[-1].endswith("launch.sh"):  # the job is running when make is interrupted
+            run = tmp_path / "run" / "train" / args[-1].split("/")[-2]
+            (run / "job-id.txt").write_text(f"{run.name}-1\n")
+            if how == "SIGINT":
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGTERM)
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(compose, "run_compose", trainer)
+    before, before_hup = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
+    code = main(["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"])
+    assert code == 130, capsys.readouterr().err
+    stop = [a for a in calls if "stop" in a]
+    port = load_defaults()["ray"]["dashboard_port"]
+    assert stop and stop[-1][-5:] == ["ray", "job", "stop", f"--address=http://127.0.0.1:{port}", stop[-1][-1]]
+    assert stop[-1][-1].endswith("-1")
+    assert signal.getsignal(signal.SIGTERM) is before and signal.getsignal(signal.SIGHUP) is before_hup  # restored
