@@ -23,7 +23,8 @@ def setup(tmp_path, monkeypatch):
     monkeypatch.setattr(assets, "check_before_up", lambda profile: None)
     monkeypatch.setattr(sandbox_probe, "check_in_trainer", lambda profile: None)
     for key in ("MODEL_PATH", "MODEL_NAME", "SERVED_MODEL_NAME"):
-        monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, "")  # recorded as absent, so the values run() exports are undone after the test
+        monkeypatch.delenv(key)
     profile = profiles.load("engine-direct")
     plan = preflight.build(profile, run_id="preflight-test")
     return profile, plan, tmp_path / "run" / "train" / "preflight-test"
