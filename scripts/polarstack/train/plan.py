@@ -630,8 +630,8 @@ def polar_lines(serve_rollout: list[str], serve_gateway: list[str], urls: list[s
         '  if [ -n "$old" ] && grep -qa polar "/proc/$old/cmdline" 2>/dev/null; then kill "$old" 2>/dev/null || true; fi',
         '  rm -f "$f"',
         "done",
-        "sleep 1",
-        f"for url in {' '.join(urls)}; do",
+        f"for url in {' '.join(urls)}; do  # a server stopped just now may take a few seconds to let go of its port",
+        '  for _ in $(seq 1 10); do python3 /usr/local/bin/polarstack-healthcheck "$url" >/dev/null 2>&1 || break; sleep 1; done',
         '  if python3 /usr/local/bin/polarstack-healthcheck "$url" >/dev/null 2>&1; then',
         '    echo "polarstack: a Polar server of another launch still answers at $url; stop that launch (make down'
         ' stops the trainer) and rerun" >&2',

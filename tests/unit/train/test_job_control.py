@@ -127,6 +127,7 @@ def _polar_script(tmp_path, serve: str) -> "os.PathLike":
         "\n".join(["set -euo pipefail", f"cd {tmp_path}", "pids=()", body, 'kill "${pids[@]}"', "echo started"])
         .replace("/usr/local/bin/polarstack-healthcheck", str(check))
         .replace("seq 1 60", "seq 1 3")
+        .replace("seq 1 10", "seq 1 2")
         + "\n"
     )
     return script
