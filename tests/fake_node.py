@@ -20,6 +20,8 @@ Knobs (environment of the test process, read by the fakes at call time):
                        140 GB card in decimal GB); the host's /proc/meminfo is a file (POLARSTACK_PROC_MEMINFO, 1 TB by
                        default); `set_memory` sets both
   FAKE_CHECKPOINT_FREE=N  `compose exec -T trainer df -B1 --output=avail ...` reports N bytes free (default 10 TB)
+  FAKE_RAY_JOBS=json   `compose exec -T trainer python3 -m polarstack.train.ray_job ...` prints it (the PENDING or
+                       RUNNING jobs; default [])
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ case "$*" in
   *"exec -T trainer polarstack smoke"*)
     [ -n "${FAKE_TRAINER_SMOKE:-}" ] && printf '%s\n' "$FAKE_TRAINER_SMOKE"
     exit "${FAKE_TRAINER_SMOKE_RC:-0}" ;;
+  *"exec -T trainer python3 -m polarstack.train.ray_job"*) printf '%s\n' "${FAKE_RAY_JOBS:-[]}" ;;
   *"exec -T trainer df -B1 --output=avail"*) printf 'Avail\n%s\n' "${FAKE_CHECKPOINT_FREE:-10000000000000}" ;;
   *" ps "*"--format json"*)
     for s in ${FAKE_RUNNING:-}; do printf '{"Service":"%s","State":"running","Health":"healthy"}\n' "$s"; done

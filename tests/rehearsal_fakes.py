@@ -9,6 +9,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from polarstack.checks.rehearsal_report import parse_slime_log
@@ -151,13 +152,15 @@ class FakeNode:
         "rope_theta": 1000000.0,
     }
 
-    def __init__(self, host_dir=None, fail_job=None, config=None):
+    def __init__(self, host_dir=None, fail_job=None, config=None, free=2 * 10**12):
         """host_dir: the run's directory on the host; None: taken from each job's command (TRAINER_RUN_DIR/<run>)."""
         self._host_dir, self.fail_job, self.config = host_dir, fail_job, config or dict(self.CONFIG)
         self.jobs = 0
         self.compose_calls, self.version, self.tracker, self.env_at_up = [], 0, None, None
         self.releases = 0
         self.commands = []
+        self.free = free  # bytes free on the checkpoints volume (`df`); None: unreadable
+        self.removed = []  # (directory, whether the report was already written)
 
     def compose(self, args):
         self.compose_calls.append(args[0])
@@ -165,7 +168,7 @@ class FakeNode:
             self.env_at_up = os.environ.get("MODEL_PATH")
         return 0
 
-    def release_workers(self):
+    def release_workers(self, config):
         self.releases += 1
 
     def gate(self, plan):
@@ -178,6 +181,13 @@ class FakeNode:
             return 0, json.dumps(self.config)
         if command.startswith("cat "):
             return (0, f"{self.tracker}\n") if self.tracker is not None else (1, "")
+        if command.startswith("df -B1 --output=avail "):
+            return (0, f"    Avail\n{self.free}\n") if self.free is not None else (1, "")
+        if command.startswith("rm -rf -- "):
+            self.removed.append(
+                (command.split(" ", 3)[3], (self._host_dir or Path()).joinpath("rehearsal-report.json").is_file())
+            )
+            return 0, ""
         self.jobs += 1
         self.host_dir = self._host_dir or train_run_dir() / re.search(rf"{TRAINER_RUN_DIR}/([^/]+)/launch-", command)[1]
         name = "train" if "launch-train.sh" in command else "resume"

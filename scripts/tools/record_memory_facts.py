@@ -57,6 +57,14 @@ SLIME_FACTS = {
         r"save\(rollout_id, self\.model, self\.optimizer, self\.opt_param_scheduler\)",
         0,
     ),
+    # each weight sync over disk writes a full HF copy of the weights (bf16) under --update-weight-disk-dir ...
+    "weight_sync_full_hf_copy": (
+        "slime/backends/megatron_utils/update_weight/update_weight_from_disk.py",
+        r"save_hf_model_to_path\(",
+        1,
+    ),
+    # ... removed only after the engines reloaded it, unless --update-weight-disk-keep-files
+    "weight_sync_copy_removed": ("slime/ray/actor_group.py", r"if not self\.args\.update_weight_disk_keep_files:", 1),
 }
 SGLANG_FACTS = {
     "mem_fraction_static": (

@@ -65,6 +65,31 @@ def main() -> None:
             "uploaded again for every submitted job",
         },
     }
+    from ray.dashboard.modules.job import cli as job_cli
+    from ray.dashboard.modules.job.common import JobStatus
+    from ray.dashboard.modules.job.sdk import JobSubmissionClient
+
+    stop_callback = inspect.unwrap(job_cli.stop.callback)
+    stop_source = inspect.getsource(stop_callback)
+    _, stop_wait_line = line_of(stop_callback, "while True:")
+    record["job_status"] = {
+        "file": relative(inspect.getsourcefile(JobStatus)),
+        "line": inspect.getsourcelines(JobStatus)[1],
+        "statuses": [s.value for s in JobStatus],
+        "active": [s.value for s in JobStatus if not s.is_terminal()],
+        "list_jobs": "list_jobs" in dir(JobSubmissionClient),
+        "meaning": "a submitted job is PENDING (runtime env being set up) or RUNNING until it reaches a terminal "
+        "status (STOPPED, SUCCEEDED, FAILED); JobSubmissionClient.list_jobs lists every job the cluster ran, each "
+        "with submission_id and status",
+    }
+    record["job_stop"] = {
+        "file": relative(inspect.getsourcefile(stop_callback)),
+        "line": stop_wait_line,
+        "waits_for_terminal": "client.stop_job(job_id)" in stop_source
+        and "if no_wait:" in stop_source
+        and "JobStatus.STOPPED, JobStatus.SUCCEEDED, JobStatus.FAILED" in stop_source,
+        "meaning": "`ray job stop ID` asks the job to stop and, without --no-wait, polls until it is terminal",
+    }
     json.dump(record, sys.stdout, indent=2)
     sys.stdout.write("\n")
 

@@ -18,7 +18,7 @@ from polarstack.pins import pins
 from polarstack.stack import profiles
 from polarstack.train import memory, retention
 from polarstack.train.model_size import model_facts
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan, load_defaults, weight_sync_on_disk
 
 # fact key -> what its recorded line must contain for the model to hold
 MEANING = {
@@ -36,6 +36,11 @@ MEANING = {
     "actor_backup": ('backup("actor")', "slime backs up the actor's weights"),
     "ref_backup": ('load_other_checkpoint("ref"', "slime loads (and backs up) the reference weights"),
     "save_model": ("self.optimizer", "a save holds the optimizer's state as well as the weights"),
+    "weight_sync_full_hf_copy": ("save_hf_model_to_path(", "each disk weight sync writes a full HF copy"),
+    "weight_sync_copy_removed": (
+        "if not self.args.update_weight_disk_keep_files:\nshutil.rmtree(disk_weight_dir",
+        "the copy is removed after the reload unless --update-weight-disk-keep-files",
+    ),
     "mem_fraction_static": ("(model weights + KV cache pool) / GPU memory capacity", "sglang's reserved share"),
     "kv_cell_size": ("(model_config.head_dim + model_config.v_head_dim)", "sglang's KV bytes per token"),
 }
@@ -76,6 +81,22 @@ def fact_problems(data: dict[str, Any] | None = None) -> list[str]:
     return problems
 
 
+def weight_sync_problems(name: str, plan, config: dict[str, Any]) -> list[str]:
+    """With the disk transport the disk check must count one weight-sync copy (2 B x parameters, the recorded
+    save_hf_model_to_path), and the plan must not keep every copy (--update-weight-disk-keep-files)."""
+    if not weight_sync_on_disk(plan.train_args):
+        return []
+    problems = []
+    if "--update-weight-disk-keep-files" in plan.train_args:
+        problems.append(f"profile {name}: --update-weight-disk-keep-files keeps every weight-sync copy on disk")
+    copy = 2 * model_facts([str(a) for a in config["model"]["args"]])["parameters"]
+    saves = retention.peak_saves(config) * retention.save_gb(config) * 1e9
+    just_short = int(saves + copy) - 1
+    if retention.disk_problem(config, just_short, False, weight_sync_on_disk=True) is None:
+        problems.append(f"profile {name}: the disk check does not count the {copy / 1e9:.1f} GB weight-sync copy")
+    return problems
+
+
 def recomputed_trainer_gb(config: dict[str, Any], tp: int, dp: int, offload: bool) -> float:
     """The trainer GPU's estimate from the recorded facts, written apart from polarstack.train.memory."""
     f = model_facts([str(a) for a in config["model"]["args"]])
@@ -107,6 +128,7 @@ def check() -> Check:
         except StackError as exc:  # a plan refused for memory is this check's finding
             problems.append(f"profile {name} on 140 GB cards: {exc.message}")
             continue
+        problems += weight_sync_problems(name, plan, load_defaults())
         mem = plan.memory
         again = recomputed_trainer_gb(load_defaults(), mem.tensor_parallel, mem.data_parallel, mem.offload)
         if abs(again - mem.trainer_gb) > 0.01:

@@ -141,6 +141,15 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
             )
         )
         cwd_problems = ray_job.problems(submit)
+        job_problems = ray_job.job_control_problems(submit, plan.files["launch.sh"])
+        checks.append(
+            Check(
+                f"{label}: one Ray job per attempt, stopped with it (ray-job.json job_status, job_stop)",
+                not job_problems,
+                "",
+                job_problems,
+            )
+        )
         checks.append(
             Check(f"{label}: the Ray job needs no working directory (ray-job.json)", not cwd_problems, "", cwd_problems)
         )

@@ -23,8 +23,8 @@ from typing import Any
 import yaml
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.paths import compose_file, run_dir
-from polarstack.pins import pins
+from polarstack.paths import compose_file, run_dir, stack_env
+from polarstack.pins import parse_env_file, pins
 from polarstack.stack import assets, bases, device, real_sglang
 from polarstack.stack.assets import engine_services  # noqa: F401 (compose.yaml's engines, read here by callers)
 from polarstack.stack.profiles import Profile, docker_engine_urls, parse_node_gpus, stack_knobs  # noqa: F401
@@ -268,11 +268,26 @@ def run_compose(profile: Profile, args: list[str], *, capture: bool = False) -> 
 # --- make model / make sif -----------------------------------------------------------------------------------
 
 
+def refuse_model_dir_for_other_path(host: Path) -> None:
+    """MODEL_DIR stands for the weights at stack.env's MODEL_PATH: `make model` with another MODEL_PATH (the rehearsal's
+    small model) would check MODEL_DIR, download nothing and exit 0 (the third review's finding C)."""
+    asked = assets.model_path()
+    default = assets.model_path(parse_env_file(stack_env()))
+    if asked != default:
+        raise StackError(
+            f"make model MODEL_PATH={asked} downloads into the models volume, but MODEL_DIR={host} stands for the "
+            f"weights at {default} and would make it download nothing: unset MODEL_DIR for make model (it is for "
+            "make up and make train only).",
+            ExitCode.USAGE,
+        )
+
+
 def run_oneshot(verb: str, profile) -> int:
     check_node(verb, profile, need_gpus=False)
     if verb == "model":
         host = assets.model_dir()
         if host is not None:
+            refuse_model_dir_for_other_path(host)
             problems = assets.check_model_files(host)
             if problems:
                 raise StackError(

@@ -7,8 +7,12 @@ inside the trainer container, turning its exits into one sentence each.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,8 +26,16 @@ from polarstack.reward import tasks
 from polarstack.routers import worker_api
 from polarstack.stack import compose, local, profiles
 from polarstack.stack.target import resolve_target
-from polarstack.train import rehearsal_record, retention, supervise
-from polarstack.train.plan import RESUME_REFUSED, TRAINER_RUN_DIR, LaunchPlan, build_plan, load_defaults, watch_lines
+from polarstack.train import ray_job, rehearsal_record, retention, supervise
+from polarstack.train.plan import (
+    RESUME_REFUSED,
+    TRAINER_RUN_DIR,
+    LaunchPlan,
+    build_plan,
+    load_defaults,
+    watch_lines,
+    weight_sync_on_disk,
+)
 
 
 @dataclass(frozen=True)
@@ -123,13 +135,51 @@ def release_router_workers(profile) -> list[str]:
     return worker_api.release_all(f"http://127.0.0.1:{profile.router_port}", timeout=30)
 
 
+def refuse_active_job(profile, config: dict) -> None:
+    """Refuse (STATE) while the trainer's Ray cluster has a PENDING or RUNNING job (polarstack.train.ray_job): slime's
+    placement group would wait for its GPUs forever, and releasing the router's workers would take the engines from
+    under it. Runs before the router's workers are released and before launch.sh submits."""
+    address = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
+    proc = compose.run_compose(
+        profile,
+        ["exec", "-T", "trainer", "python3", "-m", "polarstack.train.ray_job", "--address", address],
+        capture=True,
+    )
+    try:
+        jobs = json.loads((proc.stdout or "").strip().splitlines()[-1]) if proc.returncode == 0 else None
+    except (IndexError, ValueError):
+        jobs = None
+    if not isinstance(jobs, list):
+        print(f"polarstack: the Ray jobs at {address} could not be listed; not checked", file=sys.stderr)
+        return
+    if jobs:
+        raise StackError(ray_job.active_sentence(jobs, address) + ".", ExitCode.STATE)
+
+
+def stop_attempt_job(profile, config: dict, out: Path) -> None:
+    """The host's half of launch.sh's trap: `docker compose exec` passes no signal into the trainer, so when make is
+    interrupted (Ctrl-C, SIGTERM, a dropped session's SIGHUP) the job of the last attempt (job-id.txt, written by
+    launch.sh) is stopped here by its submission id; `ray job stop` waits until it is terminal (ray-job.json)."""
+    job_file = out / "job-id.txt"
+    job = job_file.read_text().strip() if job_file.is_file() else ""
+    if not job:
+        return
+    address = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
+    with contextlib.suppress(OSError):  # the terminal may be gone
+        print(f"polarstack: interrupted; stopping Ray job {job}", file=sys.stderr)
+    compose.run_compose(
+        profile, ["exec", "-T", "trainer", "ray", "job", "stop", f"--address={address}", job], capture=True
+    )
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def checkpoint_free_bytes(profile) -> int | None:
     """Free bytes of the checkpoints volume, read inside the trainer (where it is mounted); None when unreadable."""
-    proc = compose.run_compose(
-        profile, ["exec", "-T", "trainer", "df", "-B1", "--output=avail", "/checkpoints"], capture=True
-    )
-    last = (proc.stdout or "").strip().splitlines()[-1:] if proc.returncode == 0 else []
-    return int(last[0]) if last and last[0].strip().isdigit() else None
+    proc = compose.run_compose(profile, ["exec", "-T", "trainer", *retention.DF_AVAIL, "/checkpoints"], capture=True)
+    return retention.parse_df(proc.stdout) if proc.returncode == 0 else None
 
 
 def check_checkpoint_space(profile, plan: LaunchPlan, resume: bool) -> None:
@@ -138,7 +188,9 @@ def check_checkpoint_space(profile, plan: LaunchPlan, resume: bool) -> None:
     if free is None:
         print("polarstack: the checkpoints volume's free space could not be read; not checked", file=sys.stderr)
         return
-    problem = retention.disk_problem(plan.config, free, resume)
+    problem = retention.disk_problem(
+        plan.config, free, resume, weight_sync_on_disk=weight_sync_on_disk(plan.train_args)
+    )
     if problem:
         raise StackError(f"refusing to launch run {plan.run_id}: {problem}.", ExitCode.ENVIRONMENT)
     print(f"polarstack: {retention.sentence(plan.config)}; {free / 1e9:,.1f} GB free", file=sys.stderr)
@@ -168,6 +220,7 @@ def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts
 
     def attempt(resume: bool) -> int:
         abort.unlink(missing_ok=True)  # a sentence left by an earlier attempt of this run is stale
+        refuse_active_job(profile, plan.config)  # one job at a time, checked before the engines are released
         release_router_workers(profile)  # slime registers the engines again at every job's start
         script = "launch.sh" if resume == request.resume else "launch-resume.sh"
         proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/{script}"])
@@ -192,12 +245,21 @@ def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts
         )
         return supervise.parse_iteration(proc.stdout) if proc.returncode == 0 else None
 
-    supervise.supervise(
-        attempt,
-        checkpoint,
-        lambda: abort.read_text().strip() if abort.is_file() else None,  # every in-job gate stop writes its sentence
-        max_restarts=max_restarts,
-        resume=request.resume,
-        describe=f"the training job of run {run_id} (logs: {out})",
-    )
+    main_thread = threading.current_thread() is threading.main_thread()  # signal handlers are the main thread's
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)} if main_thread else {}
+    try:
+        supervise.supervise(
+            attempt,
+            checkpoint,
+            lambda: abort.read_text().strip() if abort.is_file() else None,  # every in-job gate stop writes one
+            max_restarts=max_restarts,
+            resume=request.resume,
+            describe=f"the training job of run {run_id} (logs: {out})",
+        )
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM / SIGHUP through _interrupt
+        stop_attempt_job(profile, plan.config, out)
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0

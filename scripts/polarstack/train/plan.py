@@ -27,6 +27,7 @@ from polarstack.stack.exposure import SLIME_ROUTER_ARGS, TRAINER_LOOPBACK_ENV
 from polarstack.stack.profiles import WEIGHT_SYNC_TRANSPORTS, Profile, knob
 from polarstack.stack.ray_head import head_command
 from polarstack.train import batch_layout, memory, retention, rollout_cost, step_cost
+from polarstack.train.ray_job import SUBMISSION_ID
 from polarstack.train.tracker import tracker_for
 
 SLIME_DIR = "/root/slime"
@@ -291,6 +292,12 @@ def weight_sync_args(profile: Profile) -> list[str]:
     return ["--update-weight-mode", "full", "--update-weight-transport", "nccl"]
 
 
+def weight_sync_on_disk(train_args: list[str]) -> bool:
+    """Whether slime's weight sync writes its HF copy to disk (weight_sync_args: --update-weight-transport disk)."""
+    flag = "--update-weight-transport"
+    return flag in train_args and train_args[train_args.index(flag) + 1] == "disk"
+
+
 def watch_lines(plan: LaunchPlan) -> list[str]:
     """What only the GPU node can confirm, and where to look (printed by `make train`)."""
     args = plan.train_args
@@ -521,6 +528,8 @@ def build_plan(
             "job",
             "submit",
             f"--address={dashboard}",
+            # <run>-<attempt>, set by launch.sh: its EXIT trap stops this attempt's job by it (ray_job.py)
+            f"--submission-id={SUBMISSION_ID}",
             f"--runtime-env-json={json.dumps(runtime_env)}",
             # No --working-dir: Ray would zip and upload slime's whole clone for every job (configs/upstream/
             # ray-job.json), and slime is installed in the image. Ray runs the entrypoint without a cwd of its own,
@@ -587,6 +596,61 @@ def retention_after_job(plan: LaunchPlan) -> list[str]:
     ]
 
 
+def job_control_lines(plan: LaunchPlan, config: dict[str, Any]) -> list[str]:
+    """One job per attempt, stopped with the attempt (the third review's finding A): the attempt's submission id
+    <run>-<N> (N counted in attempts.txt), and an EXIT trap that `ray job stop`s it (without --no-wait it waits until
+    the job is terminal: ray-job.json job_stop) and then stops this script's own processes by pid. INT, TERM and HUP
+    exit through that trap; the submit runs in the background so that a signal is not held until it returns."""
+    dashboard = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
+    return [
+        "pids=()",
+        "submission_id=''",
+        f"attempt_id={shlex.quote(plan.run_id)}-$(( $(cat attempts.txt 2>/dev/null || echo 0) + 1 ))",
+        'echo "${attempt_id##*-}" > attempts.txt',
+        "cleanup() {",
+        '  if [ -n "$submission_id" ]; then',
+        f'    ray job stop --address={shlex.quote(dashboard)} "$submission_id" >> ray-job-stop.log 2>&1 || true',
+        "  fi",
+        '  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done',
+        "}",
+        "trap cleanup EXIT",
+        "trap 'exit 130' INT",
+        "trap 'exit 143' TERM",
+        "trap 'exit 129' HUP",
+    ]
+
+
+def polar_lines(serve_rollout: list[str], serve_gateway: list[str], urls: list[str]) -> list[str]:
+    """Polar's two servers, this attempt's own: those an earlier attempt of this run left (a launch.sh killed before its
+    trap ran) are stopped by their recorded pids, a server still answering on the ports refuses the attempt, and the
+    health loop passes only while this attempt's servers are alive."""
+    return [
+        "for f in polar-rollout.pid polar-gateway.pid; do",
+        '  old=$(cat "$f" 2>/dev/null || true)',
+        '  if [ -n "$old" ] && grep -qa polar "/proc/$old/cmdline" 2>/dev/null; then kill "$old" 2>/dev/null || true; fi',
+        '  rm -f "$f"',
+        "done",
+        f"for url in {' '.join(urls)}; do  # a server stopped just now may take a few seconds to let go of its port",
+        '  for _ in $(seq 1 10); do python3 /usr/local/bin/polarstack-healthcheck "$url" >/dev/null 2>&1 || break; sleep 1; done',
+        '  if python3 /usr/local/bin/polarstack-healthcheck "$url" >/dev/null 2>&1; then',
+        '    echo "polarstack: a Polar server of another launch still answers at $url; stop that launch (make down'
+        ' stops the trainer) and rerun" >&2',
+        "    exit 1",
+        "  fi",
+        "done",
+        f"{shlex.join(serve_rollout)} > polar-rollout.log 2>&1 & rollout_pid=$! pids+=($!); echo $! > polar-rollout.pid",
+        f"{shlex.join(serve_gateway)} > polar-gateway.log 2>&1 & gateway_pid=$! pids+=($!); echo $! > polar-gateway.pid",
+        f"for url in {' '.join(urls)}; do",
+        "  for _ in $(seq 1 60); do",
+        '    kill -0 "$rollout_pid" 2>/dev/null && kill -0 "$gateway_pid" 2>/dev/null'
+        ' || { echo "polarstack: a Polar server exited (polar-rollout.log, polar-gateway.log)" >&2; exit 1; }',
+        '    python3 /usr/local/bin/polarstack-healthcheck "$url" >/dev/null && break; sleep 2',
+        "  done",
+        '  python3 /usr/local/bin/polarstack-healthcheck "$url"',
+        "done",
+    ]
+
+
 def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str:
     """The script `make train` runs inside the trainer container (the Ray head is already up there)."""
     rollout = f"http://127.0.0.1:{config['polar']['rollout_port']}/health"
@@ -603,20 +667,15 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
             *(f"export {key}={shlex.quote(value)}" for key, value in TRAINER_LOOPBACK_ENV.items()),
             "# Polar's apptainer runtime in direct-exec mode: instance mode cannot nest here (polarstack/assets.py).",
             *(f"export {key}={shlex.quote(value)}" for key, value in sandbox_mode_env().items()),
-            "pids=()",
-            'cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }',
-            "trap cleanup EXIT",
+            *job_control_lines(plan, config),
             "# The Ray head runs as the container's main process (compose.yaml); start one only if it is missing.",
             f"ray status >/dev/null 2>&1 || {shlex.join(ray_start)}",
             *checkpoint_guard(plan),
             *retention_lines(plan),
-            f"{shlex.join(serve_rollout)} > polar-rollout.log 2>&1 & pids+=($!)",
-            f"{shlex.join(serve_gateway)} > polar-gateway.log 2>&1 & pids+=($!)",
-            f"for url in {rollout} {gateway}; do",
-            '  for _ in $(seq 1 60); do python3 /usr/local/bin/polarstack-healthcheck "$url" >/dev/null && break; sleep 2; done',
-            '  python3 /usr/local/bin/polarstack-healthcheck "$url"',
-            "done",
-            shlex.join(submit),
+            *polar_lines(serve_rollout, serve_gateway, [rollout, gateway]),
+            'submission_id="$attempt_id"; echo "$submission_id" > job-id.txt',
+            shlex.join(submit).replace(SUBMISSION_ID, '"$submission_id"') + " & submit_pid=$! pids+=($!)",
+            'wait "$submit_pid"',
             *retention_after_job(plan),
             "",
         ]

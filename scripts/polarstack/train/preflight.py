@@ -217,6 +217,7 @@ def steps(plan: PreflightPlan) -> list[str]:
         f"make up PROFILE={plan.profile} with {env}",
         "the smoke gate against that path (as make train)",
         "the sandbox probe in the trainer; the weights' config.json against slime's model script (stop on a difference)",
+        "the checkpoints volume's free space against the rehearsal's saves and weight-sync copy (as make train)",
         f"job 1 (launch-train.sh): rollouts 0-{_rollouts(plan.phases[0][1]) - 1}, saves a checkpoint",
         f"job 2 (launch-resume.sh): --load of the same checkpoint directory, rollouts "
         f"{_rollouts(plan.phases[0][1])}-{_rollouts(plan.phases[1][1]) - 1}, through the supervisor "
@@ -224,6 +225,7 @@ def steps(plan: PreflightPlan) -> list[str]:
         "resumes it once from its checkpoint",
         f"GET /model_info weight_version of every engine before job 1 and after each job; the checkpoint tracker "
         f"after each job; the report in {plan.report_path}",
+        f"remove the rehearsal's checkpoint directory {plan.phases[0][1].checkpoint_dir} (the report stays)",
         "make down: the real run starts with `make up` of the real model",
     ]
 

@@ -26,8 +26,8 @@ from polarstack.stack import assets, compose, docker_state
 from polarstack.stack.profiles import Profile
 from polarstack.stack.target import resolve_target
 from polarstack.train import launch as train_launch
-from polarstack.train import preflight, rehearsal_record, supervise
-from polarstack.train.plan import TRAINER_RUN_DIR
+from polarstack.train import preflight, rehearsal_record, retention, supervise
+from polarstack.train.plan import TRAINER_RUN_DIR, weight_sync_on_disk
 from polarstack.train.preflight import SUMMARY_NAME, PreflightPlan
 
 UP_ARGS = ["up", "--detach", "--wait"]  # as `make up` (cli_docker.COMPOSE_VERBS)
@@ -65,7 +65,8 @@ class Node:
         proc = compose.run_compose(self.profile, ["exec", "-T", "trainer", "bash", "-c", command], capture=True)
         return proc.returncode, proc.stdout
 
-    def release_workers(self) -> None:  # before every job: slime registers the engines again (train.launch)
+    def release_workers(self, config: dict[str, Any]) -> None:  # before every job: slime registers the engines again
+        train_launch.refuse_active_job(self.profile, config)  # but never from under a job still running (train.launch)
         train_launch.release_router_workers(self.profile)
 
     def gate(self, plan: PreflightPlan) -> None:
@@ -150,6 +151,7 @@ def run(
         for file_name, text in plan.files.items():
             (out / file_name).write_text(text)
         sandbox_probe.check_in_trainer(profile)
+        check_space(node, plan, progress)
         # The probe passed: the verifier, run through the agent sandbox as Polar's evaluator runs it, printed PASSED
         # for the canonical HumanEval/0 (reward 1) and FAILED for a wrong answer (reward 0); no_mixed_rewards uses it.
         evidence["reward_path"] = {"task": "HumanEval/0", "canonical_reward": 1.0, "wrong_reward": 0.0}
@@ -166,7 +168,7 @@ def run(
         logs = []
         for name, phase in plan.phases:
             progress(f"job {name}")
-            node.release_workers()
+            node.release_workers(phase.config)
             began = clock()
             run_dir = f"{TRAINER_RUN_DIR}/{plan.run_id}"
             if name == "resume":
@@ -196,14 +198,45 @@ def run(
             expected_steps=_rollouts(plan, 1),
             **plan.report_settings,
         )
+        result = {**rehearsal_report.report(evidence), "plan": plan.run_id, "profile": profile.name}
+        (out / "rehearsal-report.json").write_text(json.dumps({**result, "evidence": evidence}, indent=1) + "\n")
     finally:
+        remove_checkpoints(node, plan, progress)
         progress(f"taking {profile.name} down (the real run starts with `make up`)")
         node.compose(["down"])
         docker_state.clear()
-    result = {**rehearsal_report.report(evidence), "plan": plan.run_id, "profile": profile.name}
-    (out / "rehearsal-report.json").write_text(json.dumps({**result, "evidence": evidence}, indent=1) + "\n")
     rehearsal_record.write(profile, result, plan.report_path, sets=plan.sets)
     return result
+
+
+def check_space(node: Node, plan: PreflightPlan, progress: Callable[[str], None]) -> None:
+    """make train's disk check (polarstack.train.retention) for the rehearsal's saves and weight-sync copy, read
+    inside the trainer once it is up (the volumes are mounted there only)."""
+    last = plan.phases[-1][1]  # every rollout of both jobs: all the saves the rehearsal makes
+    code, out = node.trainer(shlex.join([*retention.DF_AVAIL, "/checkpoints"]))
+    free = retention.parse_df(out) if code == 0 else None
+    if free is None:
+        progress("the checkpoints volume's free space could not be read; not checked")
+        return
+    problem = retention.disk_problem(last.config, free, False, weight_sync_on_disk=weight_sync_on_disk(last.train_args))
+    if problem:
+        raise StackError(f"refusing to rehearse {plan.run_id}: {problem}.", ExitCode.ENVIRONMENT)
+    progress(f"{retention.sentence(last.config)}; {free / 1e9:,.1f} GB free")
+
+
+def remove_checkpoints(node: Node, plan: PreflightPlan, progress: Callable[[str], None]) -> None:
+    """Each rehearsal saves into a checkpoint run of its own (preflight.build: checkpoint.run_name = the run id) that
+    nothing resumes; its report and job logs stay under .run/train/<run>/, its saves (keep_last of them, 14 B x
+    parameters each) would stay on the checkpoints volume for good. Runs while the trainer is still up."""
+    for directory in sorted({phase.checkpoint_dir for _, phase in plan.phases}):
+        if not directory.rstrip("/").endswith(f"/{plan.run_id}"):  # only this rehearsal's own directory
+            continue
+        code, _ = node.trainer(f"rm -rf -- {shlex.quote(directory)}")
+        progress(
+            f"removed the rehearsal's checkpoints {directory}"
+            if code == 0
+            else f"could not remove {directory} (exit {code}); remove it inside the trainer to free its space"
+        )
 
 
 def _supervised(node: Node, plan: PreflightPlan, phase: Any, run_dir: str, evidence: dict[str, Any]) -> int:
@@ -218,7 +251,7 @@ def _supervised(node: Node, plan: PreflightPlan, phase: Any, run_dir: str, evide
     def attempt(resume: bool) -> int:
         first = not attempts
         if not first:
-            node.release_workers()  # slime registers the engines again at every job's start
+            node.release_workers(phase.config)  # slime registers the engines again at every job's start
         inject = (
             f"; rc=$?; if [ $rc -eq 0 ]; then echo {shlex.quote(INJECTED_LINE)} >> {log}; exit {INJECTED_EXIT}; fi; "
             "exit $rc"

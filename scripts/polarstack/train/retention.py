@@ -34,6 +34,13 @@ def save_gb(config: dict[str, Any]) -> float:
     return memory.CHECKPOINT_BYTES * model_facts([str(a) for a in config["model"]["args"]])["parameters"] / memory.GB
 
 
+def weight_sync_gb(config: dict[str, Any]) -> float:
+    """One weight sync over disk: slime writes a full HF copy of the weights (bf16, 2 B x parameters) under
+    --update-weight-disk-dir and removes it only once the engines reloaded it (memory-facts.json
+    weight_sync_full_hf_copy, weight_sync_copy_removed); decimal GB, computed."""
+    return memory.BF16 * model_facts([str(a) for a in config["model"]["args"]])["parameters"] / memory.GB
+
+
 def saves_in_plan(num_rollout: int, interval: int) -> int:
     """How many saves slime makes: after rollout r when (r + 1) % interval == 0, and after the last rollout
     (slime/utils/misc.py should_run_periodic_action, train_async.py; configs/train/defaults.yaml `checkpoint:`)."""
@@ -71,19 +78,33 @@ def sentence(config: dict[str, Any]) -> str:
     )
 
 
-def disk_problem(config: dict[str, Any], free_bytes: int, resume: bool) -> str | None:
-    """None when the plan's saves fit the free space; else one sentence naming the numbers. A resumed run's saves
-    already on the volume stay until pruned, so it needs room for the next one at least."""
+def disk_problem(config: dict[str, Any], free_bytes: int, resume: bool, *, weight_sync_on_disk: bool) -> str | None:
+    """None when the plan's saves (and, with the disk transport, one weight-sync copy: both volumes live on Docker's
+    disk) fit the free space; else one sentence naming the numbers. A resumed run's saves already on the volume stay
+    until pruned, so it needs room for the next one at least."""
     size = save_gb(config)
-    needed = size if resume else peak_saves(config) * size
+    saves = size if resume else peak_saves(config) * size
+    sync = weight_sync_gb(config) if weight_sync_on_disk else 0.0
+    needed = saves + sync
     free = free_bytes / memory.GB
     if free >= needed:
         return None
+    what = "the next save" if resume else f"{peak_saves(config)} saves"
     return (
         f"the checkpoints volume has {free:,.1f} GB free and this run needs {needed:,.1f} GB "
-        f"({'the next save' if resume else f'{peak_saves(config)} saves'} of {size:.1f} GB each, computed); free "
-        "space, or lower checkpoint.keep_last"
+        f"({what} of {size:.1f} GB each"
+        + (f", plus one weight-sync copy of {sync:.1f} GB (2 B x parameters)" if sync else "")
+        + ", computed); free space, or lower checkpoint.keep_last"
     )
+
+
+DF_AVAIL = ["df", "-B1", "--output=avail"]  # + the directory: free bytes of its filesystem, on the last line
+
+
+def parse_df(stdout: str) -> int | None:
+    """Free bytes from `df -B1 --output=avail DIR`; None when unreadable."""
+    last = (stdout or "").strip().splitlines()[-1:]
+    return int(last[0]) if last and last[0].strip().isdigit() else None
 
 
 def iterations(directory: Path) -> list[int]:
@@ -135,4 +156,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["disk_problem", "peak_saves", "prune", "save_gb", "saves_in_plan", "sentence"]
+__all__ = ["disk_problem", "peak_saves", "prune", "save_gb", "saves_in_plan", "sentence", "weight_sync_gb"]

@@ -188,6 +188,20 @@ def test_make_model_with_model_dir_downloads_nothing(tmp_path, monkeypatch, caps
     assert not [ln for ln in log.read_text().splitlines() if ln.startswith("compose ")]
 
 
+def test_make_model_with_model_dir_refuses_another_model_path(tmp_path, monkeypatch, capsys):
+    """Finding C: MODEL_DIR stands for stack.env's MODEL_PATH; `make model MODEL_PATH=<the 3B>` with it exported
+    used to print "nothing to download" and exit 0, so the rehearsal's model was never downloaded."""
+    log = fake_node.install(tmp_path, monkeypatch)
+    monkeypatch.setenv("MODEL_DIR", str(fake_weights(tmp_path / "weights")))
+    monkeypatch.setenv("MODEL_NAME", "Qwen/Qwen2.5-3B-Instruct")
+    monkeypatch.setenv("MODEL_PATH", "/models/Qwen2.5-3B-Instruct")
+    assert main(["compose", "model", "--profile", "engine-direct"]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "MODEL_DIR=" in err and "MODEL_PATH=/models/Qwen2.5-3B-Instruct" in err and "unset MODEL_DIR" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not [ln for ln in log.read_text().splitlines() if ln.startswith("compose ")]
+
+
 def test_make_model_runs_the_one_shot_service(tmp_path, monkeypatch):
     log = fake_node.install(tmp_path, monkeypatch)
     assert main(["compose", "model"]) == 0

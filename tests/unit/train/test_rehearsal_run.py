@@ -23,7 +23,8 @@ def setup(tmp_path, monkeypatch):
     monkeypatch.setattr(assets, "check_before_up", lambda profile: None)
     monkeypatch.setattr(sandbox_probe, "check_in_trainer", lambda profile: None)
     for key in ("MODEL_PATH", "MODEL_NAME", "SERVED_MODEL_NAME"):
-        monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, "")  # recorded as absent, so the values run() exports are undone after the test
+        monkeypatch.delenv(key)
     profile = profiles.load("engine-direct")
     plan = preflight.build(profile, run_id="preflight-test")
     return profile, plan, tmp_path / "run" / "train" / "preflight-test"
@@ -48,6 +49,35 @@ def test_a_full_rehearsal_passes_records_and_takes_the_stack_down(setup):
     assert (host / "tasks" / "train.jsonl").read_text().count("\n") == 9
     assert "passed" in rehearsal_record.require(profile, override=False)
     assert docker_state.read() is None
+
+
+def test_the_rehearsal_removes_its_checkpoints_once_the_report_is_written(setup):
+    """Finding B: each rehearsal saves into a checkpoint run of its own (keep_last saves of 14 B x parameters) that
+    nothing resumes; it used to stay on the checkpoints volume after every rehearsal."""
+    profile, plan, host = setup
+    node = FakeNode(host)
+    assert rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)["passed"]
+    assert node.removed == [
+        (f"/checkpoints/polarstack/{plan.run_id}", True)
+    ]  # after the report was written, before down
+    assert (host / "rehearsal-report.json").is_file()
+    failed = FakeNode(host, fail_job="resume")
+    rehearsal_run.run(profile, plan, node=failed, progress=lambda m: None)
+    assert [d for d, _ in failed.removed] == [f"/checkpoints/polarstack/{plan.run_id}"] and failed.compose_calls[
+        -1
+    ] == "down"
+
+
+def test_the_rehearsal_refuses_when_its_saves_cannot_fit_the_volume(setup):
+    """Finding B: make preflight ran no disk check (only make train did). The 3B rehearsal's saves (14 B x
+    3,085,938,688 parameters = 43.2 GB each) and its weight-sync copy (6.2 GB) are checked once the trainer is up."""
+    profile, plan, host = setup
+    node = FakeNode(host, free=int(50e9))
+    with pytest.raises(StackError) as info:
+        rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    assert info.value.code == ExitCode.ENVIRONMENT and "50.0 GB free" in info.value.message
+    assert "weight-sync copy of 6.2 GB" in info.value.message
+    assert node.jobs == 0 and node.compose_calls[-1] == "down"
 
 
 def test_a_failing_job_still_takes_the_stack_down_and_fails_the_report(setup):

@@ -71,7 +71,8 @@ def test_launch_sh_prunes_beside_the_job_and_after_it():
     assert f'{watch} "$protect" --watch' in script
     lines = script.splitlines()
     submit = next(i for i, line in enumerate(lines) if line.startswith("ray job submit"))
-    assert lines[submit + 1].startswith(watch) and "--watch" not in lines[submit + 1]
+    assert lines[submit + 1] == 'wait "$submit_pid"'
+    assert lines[submit + 2].startswith(watch) and "--watch" not in lines[submit + 2]
     assert lines.index(next(x for x in lines if x.startswith("protect="))) < submit  # read before the job saves
     off = build_plan(
         "humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults(["checkpoint.keep_last=0"])
@@ -90,11 +91,23 @@ def test_a_bad_keep_last_is_a_usage_error():
 
 def test_the_disk_rule():
     config = load_defaults()
-    assert retention.disk_problem(config, int(400e9), resume=False) is None
-    problem = retention.disk_problem(config, int(200e9), resume=False)
+    assert retention.disk_problem(config, int(400e9), resume=False, weight_sync_on_disk=False) is None
+    problem = retention.disk_problem(config, int(200e9), resume=False, weight_sync_on_disk=False)
     assert "200.0 GB free" in problem and "319.9 GB" in problem
-    assert retention.disk_problem(config, int(200e9), resume=True) is None  # the next save fits
-    assert "106.6 GB" in retention.disk_problem(config, int(50e9), resume=True)
+    assert retention.disk_problem(config, int(200e9), resume=True, weight_sync_on_disk=False) is None  # next save fits
+    assert "106.6 GB" in retention.disk_problem(config, int(50e9), resume=True, weight_sync_on_disk=False)
+
+
+def test_the_disk_rule_counts_the_weight_sync_copy():
+    """Finding B: each disk weight sync writes a full HF copy (2 B x 7,615,616,512 parameters = 15.2 GB) on the same
+    Docker disk; the rule used to count only the saves, so 330 GB free passed for 319.9 GB of saves + 15.2 GB."""
+    config = load_defaults()
+    assert round(retention.weight_sync_gb(config), 1) == 15.2
+    problem = retention.disk_problem(config, int(330e9), resume=False, weight_sync_on_disk=True)
+    assert problem is not None and "335.1 GB" in problem and "weight-sync copy of 15.2 GB" in problem
+    assert retention.disk_problem(config, int(330e9), resume=False, weight_sync_on_disk=False) is None
+    assert retention.disk_problem(config, int(110e9), resume=True, weight_sync_on_disk=True) is not None
+    assert retention.disk_problem(config, int(122e9), resume=True, weight_sync_on_disk=True) is None
 
 
 def _docker_train(tmp_path, monkeypatch, free: str):
@@ -123,7 +136,7 @@ def _docker_train(tmp_path, monkeypatch, free: str):
 def test_make_train_refuses_when_the_saves_cannot_fit_the_volume(tmp_path, monkeypatch, capsys):
     code, ran = _docker_train(tmp_path, monkeypatch, "250000000000")
     err = capsys.readouterr().err
-    assert code == ExitCode.ENVIRONMENT and "250.0 GB free" in err and "319.9 GB" in err
+    assert code == ExitCode.ENVIRONMENT and "250.0 GB free" in err and "335.1 GB" in err and "weight-sync copy" in err
     assert not [a for a in ran if a.endswith(".sh")]  # the job never started
 
 
@@ -143,3 +156,27 @@ def test_verify_offline_reads_that_slime_keeps_every_save():
     data = copy.deepcopy(memory.record())
     data["slime"]["save_model"]["found"] = [{"line": 1, "text": "save(rollout_id, self.model)"}]
     assert any("optimizer's state" in p for p in memory_facts.fact_problems(data))
+
+
+def test_verify_offline_reads_that_each_disk_weight_sync_writes_a_copy_removed_after_the_reload():
+    from polarstack.offline import memory_facts
+
+    assert not [p for p in memory_facts.fact_problems() if "weight_sync" in p]
+    data = copy.deepcopy(memory.record())
+    data["slime"]["weight_sync_full_hf_copy"]["found"] = [{"line": 1, "text": "save_delta_to_path("}]
+    assert any("full HF copy" in p for p in memory_facts.fact_problems(data))
+    data = copy.deepcopy(memory.record())
+    data["slime"]["weight_sync_copy_removed"]["found"] = [{"line": 1, "text": "pass"}]
+    assert any("removed after the reload" in p for p in memory_facts.fact_problems(data))
+
+
+def test_verify_offline_sees_a_disk_check_that_ignores_the_weight_sync_copy(monkeypatch):
+    from polarstack.offline import memory_facts
+
+    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults())
+    assert memory_facts.weight_sync_problems("engine-direct", plan, load_defaults()) == []
+    real = retention.disk_problem
+    monkeypatch.setattr(
+        retention, "disk_problem", lambda c, f, r, *, weight_sync_on_disk: real(c, f, r, weight_sync_on_disk=False)
+    )
+    assert memory_facts.weight_sync_problems("engine-direct", plan, load_defaults())
