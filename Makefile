@@ -74,7 +74,7 @@ test: _venv ## the whole suite: tiers in parallel, then the real-engine tier (sk
 	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m sglang $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test: the real-engine tier (sglang) took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
-test-docker: _venv ## the docker tier: faults of the Docker runtime on a real engine (DEVICE=cpu; needs DOCKER_HOST or `make dockerd`)
+test-docker: _venv ## the docker tier: faults of the Docker runtime and make demo RUNTIME=docker on a real engine (DEVICE=cpu; needs DOCKER_HOST or `make dockerd`)
 	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m docker tests/docker $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test-docker: the docker tier took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 

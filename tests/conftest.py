@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from polarstack.errors import ExitCode
 from polarstack.processes import stop_pid
 from polarstack.routers.harness import RouterRelease, RunningRouter
 from polarstack.routers.harness import start as start_router
-from polarstack.stack import ray_head
+from polarstack.stack import dockerd, ray_head
 from polarstack.stack.engines import start_emulator
 
 # The emulator's response faults that block training and the smoke's exit code for each (README, "Failure modes
@@ -156,3 +157,26 @@ def pytest_collection_modifyitems(config, items) -> None:
     rank = {path: index for index, path in enumerate(HEAVY_FIRST)}
     # a stable sort: within a file, and among the files not listed, the collection order stays
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
+# --- the docker tier (marker `docker`, tests/docker/): the Docker runtime on a real engine, DEVICE=cpu ------------
+# It needs a Docker engine at DOCKER_HOST (or the default socket): `make dockerd` starts this project's private one,
+# and `.ci/run` does. Without one the tier is skipped, naming what is missing; under CI=true (or
+# POLARSTACK_REQUIRE_DOCKER=1) it fails instead, so a CI machine whose engine cannot start never passes silently.
+# Here, not in tests/docker/conftest.py: a second module named conftest shadows this one for `from conftest import`.
+def _required() -> bool:
+    return os.environ.get("CI", "").lower() == "true" or os.environ.get("POLARSTACK_REQUIRE_DOCKER") == "1"
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> str:
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if not dockerd.answers(host):
+        message = (
+            f"no Docker engine answers at DOCKER_HOST={host}; start this project's private one with `make dockerd` "
+            "and export the DOCKER_HOST it prints"
+        )
+        if _required():
+            pytest.fail(f"the docker tier is required here (CI=true): {message}")
+        pytest.skip(message)
+    return host

@@ -88,9 +88,10 @@ def why_up_failed(profile, returncode: int) -> StackError:
         name = unhealthy[0]
         period = knob(profile, "ENGINE_START_PERIOD") or "900s"
         start = f"start period ENGINE_START_PERIOD={period}" if name.startswith("engine-") else "its start period"
+        interval = knob(profile, "HEALTHCHECK_INTERVAL") or "15s"  # compose.yaml's x-healthcheck-timing default
         return StackError(
             f"{', '.join(unhealthy)} of profile {profile.name} never passed its healthcheck ({start}, then 3 failed "
-            f"checks 15 s apart); see `make logs SERVICE={name}`, then `make down`.",
+            f"checks {interval.removesuffix('s')} s apart); see `make logs SERVICE={name}`, then `make down`.",
             ExitCode.ENVIRONMENT,
         )
     if exited:
