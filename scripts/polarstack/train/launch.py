@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from polarstack.checks import sandbox_probe, smoke, tool_exchange
 from polarstack.checks.retokenize import configured_name
 from polarstack.errors import ExitCode, StackError
@@ -33,6 +35,7 @@ from polarstack.train.plan import (
     LaunchPlan,
     build_plan,
     load_defaults,
+    ray_dashboard_port,
     watch_lines,
     weight_sync_on_disk,
 )
@@ -135,11 +138,28 @@ def release_router_workers(profile) -> list[str]:
     return worker_api.release_all(f"http://127.0.0.1:{profile.router_port}", timeout=30)
 
 
+def resume_engines(profile) -> list[str]:
+    """Before every job: POST /continue_generation to each engine (the call slime makes after a weight reload,
+    slime/backends/sglang_utils/sglang_engine.py continue_generation; slime/ray/actor_group.py pauses the engines
+    before the reload and resumes them after it). A job stopped between the two leaves the engines paused: every
+    request, /health's included, then waits (sglang tokenizer_manager pause_generation), so the next attempt's gate
+    and healthchecks would fail. Returns one warning per engine that did not accept it (the gate then says more)."""
+    warnings = []
+    for url in profiles.docker_engine_urls(profile):
+        try:
+            httpx.post(f"{url}/continue_generation", json={}, timeout=30).raise_for_status()
+        except httpx.HTTPError as exc:
+            warnings.append(f"polarstack: {url}/continue_generation failed ({exc}); the gate checks the engine next")
+    for line in warnings:
+        print(line, file=sys.stderr)
+    return warnings
+
+
 def refuse_active_job(profile, config: dict) -> None:
     """Refuse (STATE) while the trainer's Ray cluster has a PENDING or RUNNING job (polarstack.train.ray_job): slime's
     placement group would wait for its GPUs forever, and releasing the router's workers would take the engines from
     under it. Runs before the router's workers are released and before launch.sh submits."""
-    address = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
+    address = f"http://127.0.0.1:{ray_dashboard_port(profile, config)}"
     proc = compose.run_compose(
         profile,
         ["exec", "-T", "trainer", "python3", "-m", "polarstack.train.ray_job", "--address", address],
@@ -164,12 +184,23 @@ def stop_attempt_job(profile, config: dict, out: Path) -> None:
     job = job_file.read_text().strip() if job_file.is_file() else ""
     if not job:
         return
-    address = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
+    address = f"http://127.0.0.1:{ray_dashboard_port(profile, config)}"
     with contextlib.suppress(OSError):  # the terminal may be gone
         print(f"polarstack: interrupted; stopping Ray job {job}", file=sys.stderr)
     compose.run_compose(
         profile, ["exec", "-T", "trainer", "ray", "job", "stop", f"--address={address}", job], capture=True
     )
+
+
+def interrupt_on(*signals: signal.Signals) -> dict[signal.Signals, object]:
+    """SIGTERM / SIGHUP end `make train` like Ctrl-C (the job is stopped), except a signal this process inherited as
+    ignored: under `nohup make train` a dropped session's SIGHUP must not stop the job (docs/gpu-node.md). Returns the
+    handlers replaced, to restore."""
+    previous = {}
+    for sig in signals:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, _interrupt)
+    return previous
 
 
 def _interrupt(signum, frame) -> None:
@@ -222,6 +253,7 @@ def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts
         abort.unlink(missing_ok=True)  # a sentence left by an earlier attempt of this run is stale
         refuse_active_job(profile, plan.config)  # one job at a time, checked before the engines are released
         release_router_workers(profile)  # slime registers the engines again at every job's start
+        resume_engines(profile)  # an earlier job stopped mid weight-reload left them paused
         script = "launch.sh" if resume == request.resume else "launch-resume.sh"
         proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/{script}"])
         if proc.returncode == RESUME_REFUSED and not abort.is_file():  # launch.sh's checkpoint guard said why
@@ -246,7 +278,7 @@ def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts
         return supervise.parse_iteration(proc.stdout) if proc.returncode == 0 else None
 
     main_thread = threading.current_thread() is threading.main_thread()  # signal handlers are the main thread's
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)} if main_thread else {}
+    previous = interrupt_on(signal.SIGTERM, signal.SIGHUP) if main_thread else {}
     try:
         supervise.supervise(
             attempt,

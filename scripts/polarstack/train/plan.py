@@ -339,6 +339,14 @@ def _turn_cap_line(plan: LaunchPlan) -> list[str]:
     ]
 
 
+def ray_dashboard_port(profile: Profile, config: dict[str, Any]) -> int:
+    """The port of the trainer's Ray dashboard (its jobs API): the RAY_DASHBOARD_PORT knob compose.yaml gives `ray start
+    --dashboard-port`, else configs/train/defaults.yaml's ray.dashboard_port. One number for the head, the submit, the
+    active-job check and the stop, so moving the knob (make up's port check names it) moves them all."""
+    value = knob(profile, "RAY_DASHBOARD_PORT").strip()
+    return int(value) if value.isdigit() else int(config["ray"]["dashboard_port"])
+
+
 def build_plan(
     task: str,
     profile: Profile,
@@ -352,6 +360,7 @@ def build_plan(
 ) -> LaunchPlan:
     """`capacity`: the node's memory (default: nvidia-smi and /proc/meminfo, else GPU_MEMORY_GB; polarstack.train.memory)."""
     config = copy.deepcopy(config or load_defaults())
+    config["ray"]["dashboard_port"] = ray_dashboard_port(profile, config)
     tp = validate(task, profile, config, model_path)
     ckpt = checkpoint_dir(task, profile, config)
     model = config["model"]

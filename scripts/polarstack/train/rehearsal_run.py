@@ -68,6 +68,7 @@ class Node:
     def release_workers(self, config: dict[str, Any]) -> None:  # before every job: slime registers the engines again
         train_launch.refuse_active_job(self.profile, config)  # but never from under a job still running (train.launch)
         train_launch.release_router_workers(self.profile)
+        train_launch.resume_engines(self.profile)  # an earlier job stopped mid weight-reload left them paused
 
     def gate(self, plan: PreflightPlan) -> None:
         target = resolve_target("docker", self.profile.name, None, verb="train")
