@@ -15,6 +15,7 @@ import pytest
 
 from polarstack.pins import pin
 from polarstack.train import gate
+from train_fakes import fake_node_for_train
 
 pytestmark = pytest.mark.router
 STOCK = f"{pin('ROUTER_STOCK_PACKAGE')}=={pin('ROUTER_STOCK_VERSION')}"
@@ -127,22 +128,11 @@ def test_train_reports_the_watchdogs_sentence_with_the_gate_code(tmp_path, monke
     shares with the trainer and ends with that sentence and exit 11, not a generic job failure."""
     import subprocess
 
-    from polarstack.checks import smoke
     from polarstack.cli.main import main
-    from polarstack.reward import tasks
     from polarstack.stack import compose
 
-    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
-    monkeypatch.setattr(
-        "polarstack.stack.docker_state.usable", lambda requested: {"profile": "engine-direct"}
-    )  # `make up` ran
-    monkeypatch.setattr(
-        "polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None
-    )  # the sandbox probe passed
     passed = SimpleNamespace(ok=True, message="42 trainable tokens")
-    monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: passed)
-    monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
+    fake_node_for_train(monkeypatch, tmp_path, smoke_report=passed)
     sentence = "polarstack gate: stopping the job, no group with trainable tokens came back within 3600 s"
 
     def job(profile, args, **kw):

@@ -23,6 +23,7 @@ import pytest
 from polarstack.stack import compose, profiles
 from polarstack.train import launch
 from polarstack.train.plan import build_plan, load_defaults
+from train_fakes import fake_node_for_train
 
 pytestmark = pytest.mark.unit
 
@@ -137,19 +138,11 @@ class socket_closed_port:
 
 
 def test_each_attempt_resumes_the_engines_after_releasing_the_router(tmp_path, monkeypatch, capsys):
-    from types import SimpleNamespace
 
-    from polarstack.checks import smoke
     from polarstack.cli.main import main
-    from polarstack.reward import tasks
 
     order = []
-    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
-    monkeypatch.setattr("polarstack.stack.docker_state.usable", lambda requested: {"profile": "engine-direct"})
-    monkeypatch.setattr("polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None)
-    monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
-    monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
+    fake_node_for_train(monkeypatch, tmp_path)
     monkeypatch.setattr(launch, "release_router_workers", lambda profile: order.append("release") or [])
     monkeypatch.setattr(launch, "resume_engines", lambda profile: order.append("resume") or [])
 

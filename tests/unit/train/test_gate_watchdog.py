@@ -27,6 +27,7 @@ import pytest
 
 from polarstack.errors import ExitCode
 from polarstack.train import gate
+from train_fakes import fake_node_for_train
 
 pytestmark = pytest.mark.unit
 
@@ -390,21 +391,10 @@ def _run_the_job_in_process(tmp_path, monkeypatch, stop_path):
     ],
 )
 def test_every_gate_stop_reaches_train_as_the_gate_code(tmp_path, monkeypatch, capsys, stop_path, sentence):
-    from polarstack.checks import smoke
     from polarstack.cli.main import main
-    from polarstack.reward import tasks
     from polarstack.stack import compose
 
-    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
-    monkeypatch.setattr(
-        "polarstack.stack.docker_state.usable", lambda requested: {"profile": "engine-direct"}
-    )  # `make up` ran
-    monkeypatch.setattr(
-        "polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None
-    )  # the sandbox probe passed
-    monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
-    monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
+    fake_node_for_train(monkeypatch, tmp_path)
     monkeypatch.setattr(compose, "run_compose", _run_the_job_in_process(tmp_path, monkeypatch, stop_path))
     try:
         code = main(["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"])
@@ -417,25 +407,14 @@ def test_every_gate_stop_reaches_train_as_the_gate_code(tmp_path, monkeypatch, c
 
 
 def test_a_stale_abort_file_does_not_turn_a_job_failure_into_a_gate_stop(tmp_path, monkeypatch, capsys):
-    from polarstack.checks import smoke
     from polarstack.cli.main import main
-    from polarstack.reward import tasks
     from polarstack.stack import compose
 
     def prepare(task, out, **kw):
         out.mkdir(parents=True, exist_ok=True)
         (out.parent / "gate-abort.txt").write_text("polarstack gate: from an earlier attempt\n")
 
-    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
-    monkeypatch.setattr(
-        "polarstack.stack.docker_state.usable", lambda requested: {"profile": "engine-direct"}
-    )  # `make up` ran
-    monkeypatch.setattr(
-        "polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None
-    )  # the sandbox probe passed
-    monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
-    monkeypatch.setattr(tasks, "prepare", prepare)
+    fake_node_for_train(monkeypatch, tmp_path, prepare=prepare)
     monkeypatch.setattr(
         compose,
         "run_compose",

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -18,22 +17,16 @@ from polarstack.errors import ExitCode
 from polarstack.stack import profiles
 from polarstack.train import ray_job
 from polarstack.train.plan import build_plan, job_control_lines, load_defaults
+from train_fakes import fake_node_for_train
 
 pytestmark = pytest.mark.unit
 
 
 def _docker_train(tmp_path, monkeypatch, jobs: str):
-    from polarstack.checks import smoke
-    from polarstack.reward import tasks
     from polarstack.stack import compose
     from polarstack.train import launch
 
-    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
-    monkeypatch.setattr("polarstack.stack.docker_state.usable", lambda requested: {"profile": "engine-direct"})
-    monkeypatch.setattr("polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None)
-    monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
-    monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
+    fake_node_for_train(monkeypatch, tmp_path)
     released, ran = [], []
     monkeypatch.setattr(launch, "release_router_workers", lambda profile: released.append(profile.name) or [])
 
@@ -164,16 +157,9 @@ def test_servers_left_by_an_earlier_attempt_are_stopped_by_their_pids(tmp_path):
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
 def test_an_interrupted_make_train_stops_the_attempts_job(tmp_path, monkeypatch, capsys, how):
     """docker exec passes no signal into the trainer: the host stops the job launch.sh recorded in job-id.txt."""
-    from polarstack.checks import smoke
-    from polarstack.reward import tasks
     from polarstack.stack import compose
 
-    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
-    monkeypatch.setattr("polarstack.stack.docker_state.usable", lambda requested: {"profile": "engine-direct"})
-    monkeypatch.setattr("polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None)
-    monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
-    monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
+    fake_node_for_train(monkeypatch, tmp_path)
     calls = []
 
     def trainer(profile, args, **kw):

@@ -9,7 +9,6 @@
 
 import copy
 import subprocess
-from types import SimpleNamespace
 
 import pytest
 
@@ -18,6 +17,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.stack import profiles
 from polarstack.train import memory, retention
 from polarstack.train.plan import build_plan, load_defaults
+from train_fakes import fake_node_for_train
 
 pytestmark = pytest.mark.unit
 P7 = 7_615_616_512
@@ -111,16 +111,9 @@ def test_the_disk_rule_counts_the_weight_sync_copy():
 
 
 def _docker_train(tmp_path, monkeypatch, free: str):
-    from polarstack.checks import smoke
-    from polarstack.reward import tasks
     from polarstack.stack import compose
 
-    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
-    monkeypatch.setattr("polarstack.stack.docker_state.usable", lambda requested: {"profile": "engine-direct"})
-    monkeypatch.setattr("polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None)
-    monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
-    monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
+    fake_node_for_train(monkeypatch, tmp_path)
     ran = []
 
     def trainer(profile, args, **kw):

@@ -9,6 +9,7 @@ import pytest
 from polarstack.errors import ExitCode, StackError
 from polarstack.train import supervise
 from polarstack.train.plan import load_defaults
+from train_fakes import fake_node_for_train
 
 pytestmark = pytest.mark.unit
 
@@ -98,19 +99,11 @@ def test_make_train_resumes_with_the_resume_script_after_a_crash(tmp_path, monke
     """Through `polarstack train` on the docker runtime with a fake trainer: launch.sh crashes after a checkpoint,
     the supervisor reads the iteration inside the trainer and runs launch-resume.sh (--load), which succeeds."""
     import subprocess
-    from types import SimpleNamespace
 
-    from polarstack.checks import smoke
     from polarstack.cli.main import main
-    from polarstack.reward import tasks
     from polarstack.stack import compose
 
-    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
-    monkeypatch.setattr("polarstack.stack.docker_state.usable", lambda requested: {"profile": "engine-direct"})
-    monkeypatch.setattr("polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None)
-    monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: SimpleNamespace(ok=True, message="42 trainable tokens"))
-    monkeypatch.setattr(tasks, "prepare", lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True))
+    fake_node_for_train(monkeypatch, tmp_path)
     ran = []
 
     def trainer(profile, args, **kw):
