@@ -93,7 +93,11 @@ def test_the_trap_stops_this_attempts_job_on_a_signal(tmp_path, sig):
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RAY_LOG": str(tmp_path / "ray.log")}
     for attempt in (1, 2):
         (tmp_path / "submit.pid").unlink(missing_ok=True)
-        proc = subprocess.Popen(["bash", str(script)], env=env)
+        # SIGINT's default: a shell started in the background of a non-interactive one (a CI runner) inherits
+        # SIGINT ignored, and bash can neither trap nor reset a signal ignored on entry (bash(1), SIGNALS)
+        proc = subprocess.Popen(
+            ["bash", str(script)], env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+        )
         deadline = time.monotonic() + 10
         while not (tmp_path / "submit.pid").is_file() and time.monotonic() < deadline:
             time.sleep(0.05)
