@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from polarstack import http as stack_http
 from polarstack.errors import ExitCode, StackError
@@ -76,14 +77,26 @@ def shielded():
             os.kill(os.getpid(), received[0])  # SIGTERM: what the previous handler (default: exit) does
 
 
+def raise_interrupt(signum, _frame) -> None:
+    """A signal handler: the signal ends the command like Ctrl-C (KeyboardInterrupt), so its `finally` blocks run."""
+    raise KeyboardInterrupt
+
+
+def interrupt_on(*signals: signal.Signals) -> dict[signal.Signals, Any]:
+    """From now on each of `signals` raises KeyboardInterrupt, except one this process inherited as ignored: under
+    `nohup make train` a dropped session's SIGHUP must not stop the job (docs/gpu-node.md). Returns the handlers
+    replaced, to restore."""
+    previous = {}
+    for sig in signals:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, raise_interrupt)
+    return previous
+
+
 def sigterm_as_interrupt() -> None:
     """From now on SIGTERM (`kill`, `timeout`, a cancelled CI job) raises KeyboardInterrupt, so a command that
     started processes stops them in its `finally` as on Ctrl-C instead of dying and orphaning them."""
-
-    def interrupted(signum, _frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupted)
+    interrupt_on(signal.SIGTERM)
 
 
 def start_time(pid: int) -> int | None:

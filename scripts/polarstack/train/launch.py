@@ -24,6 +24,7 @@ from polarstack.checks import sandbox_probe, smoke, tool_exchange
 from polarstack.checks.retokenize import configured_name
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import train_run_dir
+from polarstack.processes import interrupt_on
 from polarstack.reward import tasks
 from polarstack.routers import worker_api
 from polarstack.stack import compose, local, profiles
@@ -192,21 +193,6 @@ def stop_attempt_job(profile, config: dict, out: Path) -> None:
     )
 
 
-def interrupt_on(*signals: signal.Signals) -> dict[signal.Signals, object]:
-    """SIGTERM / SIGHUP end `make train` like Ctrl-C (the job is stopped), except a signal this process inherited as
-    ignored: under `nohup make train` a dropped session's SIGHUP must not stop the job (docs/gpu-node.md). Returns the
-    handlers replaced, to restore."""
-    previous = {}
-    for sig in signals:
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            previous[sig] = signal.signal(sig, _interrupt)
-    return previous
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 def checkpoint_free_bytes(profile) -> int | None:
     """Free bytes of the checkpoints volume, read inside the trainer (where it is mounted); None when unreadable."""
     proc = compose.run_compose(profile, ["exec", "-T", "trainer", *retention.DF_AVAIL, "/checkpoints"], capture=True)
@@ -288,7 +274,7 @@ def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts
             resume=request.resume,
             describe=f"the training job of run {run_id} (logs: {out})",
         )
-    except KeyboardInterrupt:  # SIGINT, or SIGTERM / SIGHUP through _interrupt
+    except KeyboardInterrupt:  # SIGINT, or SIGTERM / SIGHUP through processes.interrupt_on
         stop_attempt_job(profile, plan.config, out)
         raise
     finally:

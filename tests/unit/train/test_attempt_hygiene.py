@@ -20,6 +20,7 @@ import threading
 
 import pytest
 
+from polarstack import processes
 from polarstack.stack import compose, profiles
 from polarstack.train import launch
 from polarstack.train.plan import build_plan, load_defaults
@@ -39,26 +40,26 @@ def restore_signals():
 def test_an_ignored_sighup_stays_ignored_and_sigterm_still_interrupts(restore_signals):
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup hands over
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    previous = launch.interrupt_on(signal.SIGTERM, signal.SIGHUP)
+    previous = processes.interrupt_on(signal.SIGTERM, signal.SIGHUP)
     assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
-    assert signal.getsignal(signal.SIGTERM) is launch._interrupt
+    assert signal.getsignal(signal.SIGTERM) is processes.raise_interrupt
     assert set(previous) == {signal.SIGTERM}
 
 
 def test_without_nohup_sighup_interrupts_like_ctrl_c(restore_signals):
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    launch.interrupt_on(signal.SIGTERM, signal.SIGHUP)
-    assert signal.getsignal(signal.SIGHUP) is launch._interrupt
+    processes.interrupt_on(signal.SIGTERM, signal.SIGHUP)
+    assert signal.getsignal(signal.SIGHUP) is processes.raise_interrupt
     with pytest.raises(KeyboardInterrupt):
-        launch._interrupt(signal.SIGHUP, None)
+        processes.raise_interrupt(signal.SIGHUP, None)
 
 
 def test_a_nohup_process_survives_the_sighup_of_a_dropped_session():
     program = (
         "import os, signal, time\n"
-        "from polarstack.train import launch\n"
+        "from polarstack import processes\n"
         "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
-        "launch.interrupt_on(signal.SIGTERM, signal.SIGHUP)\n"
+        "processes.interrupt_on(signal.SIGTERM, signal.SIGHUP)\n"
         "os.kill(os.getpid(), signal.SIGHUP)\n"
         "time.sleep(0.2)\n"
         "print('survived')\n"
