@@ -1,4 +1,4 @@
-"""Ray's token authentication (RAY_AUTH_MODE=token, in ray since 2.52; RAY_VERSION pins 2.57.1): the stack's token.
+"""Ray's token authentication (RAY_AUTH_MODE=token, in ray since 2.52; RAY_VERSION pins a release that has it): the stack's token.
 
 The project makes the token itself: 32 random bytes as 64 hex digits, the shape of ray's own
 `generate_new_authentication_token` (ray/_private/authentication/authentication_token_generator.py), written

@@ -40,18 +40,40 @@ LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
 def head_command(
-    *, gcs_port: int | str, dashboard_port: int | str, num_gpus: int | str, block: bool = False
+    *,
+    gcs_port: int | str,
+    dashboard_port: int | str,
+    num_gpus: int | str,
+    block: bool = False,
+    node_ip: str = "127.0.0.1",
 ) -> list[str]:
-    """`ray start --head ...` as the trainer runs it (compose.yaml's trainer command adds --block)."""
+    """`ray start --head ...` as the trainer runs it (compose.yaml's trainer command adds --block). `node_ip`: the
+    address every server of the head binds and other nodes reach it by (127.0.0.1 on one node; the head's address on
+    CLUSTER_IFACE at NODES>1, polarstack.stack.cluster)."""
     return [
         "ray",
         "start",
         "--head",
         *(["--block"] if block else []),
-        "--node-ip-address=127.0.0.1",
+        f"--node-ip-address={node_ip}",
         f"--port={gcs_port}",
-        "--dashboard-host=127.0.0.1",
+        f"--dashboard-host={node_ip}",
         f"--dashboard-port={dashboard_port}",
+        f"--num-gpus={num_gpus}",
+        "--disable-usage-stats",
+    ]
+
+
+def worker_command(
+    *, head_addr: str, gcs_port: int | str, node_ip: str, num_gpus: int | str, block: bool = False
+) -> list[str]:
+    """`ray start --address=<head>:<gcs port>` for a node of rank > 0: it joins the head's GCS and binds `node_ip`."""
+    return [
+        "ray",
+        "start",
+        f"--address={head_addr}:{gcs_port}",
+        *(["--block"] if block else []),
+        f"--node-ip-address={node_ip}",
         f"--num-gpus={num_gpus}",
         "--disable-usage-stats",
     ]
