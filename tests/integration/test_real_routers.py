@@ -115,3 +115,42 @@ def test_behind_sglang_router_0_1_5_the_tool_request_is_refused_and_named(engine
     assert report["fields_missing"] == ["return_prompt_token_ids", "return_meta_info"]
     assert "untagged enum ToolChoice" in err.strip().splitlines()[-1]
     assert [r["status"] for r in report["requests"] if r["kind"] == "tools"] == [400]
+
+
+def _held_port():
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    return sock, sock.getsockname()[1]
+
+
+def test_a_metrics_port_taken_after_the_choice_is_retried_on_fresh_ports(engine, router_factory, monkeypatch):
+    """The TOCTOU between free_port and the router's bind (seen once in make test): the harness chose the metrics port,
+    another process bound it, the router exits "Address already in use"; start retries on fresh ports."""
+    from polarstack.processes import free_port
+    from polarstack.routers import harness
+
+    holder, taken = _held_port()
+    chosen = iter([free_port(), taken])  # the first attempt: its HTTP port, then the metrics port someone holds
+    monkeypatch.setattr(harness, "free_port", lambda: next(chosen, None) or free_port())
+    try:
+        router = router_factory(PATCHED, [engine.url])
+    finally:
+        holder.close()
+    assert router.prometheus_port != taken
+    assert "Address already in use" not in router.log_path.read_text(errors="replace")
+
+
+def test_a_metrics_port_the_caller_passed_is_not_changed(engine, router_factory):
+    from polarstack.errors import StackError
+
+    holder, taken = _held_port()
+    try:
+        with pytest.raises(StackError) as caught:
+            router_factory(PATCHED, [engine.url], prometheus_port=taken)
+    finally:
+        holder.close()
+    assert caught.value.code == ExitCode.ENVIRONMENT
+    assert f"metrics {taken}" in caught.value.message and "already in use" in caught.value.message

@@ -93,11 +93,45 @@ def start(
     timeout: float = 30.0,
     extra_args: list[str] | None = None,
 ) -> RunningRouter:
-    """Start `release` on 127.0.0.1 in front of `worker_urls`; returns once it answers /health."""
+    """Start `release` on 127.0.0.1 in front of `worker_urls`; returns once it answers /health.
+
+    Ports this function chose itself (free_port) can be taken by another process between the choice and the router's
+    bind (seen once in `make test`: sglang-router 0.1.9's metrics exporter, "Address already in use"); such a start is
+    retried on fresh ports, at most PORT_RACE_ATTEMPTS times. Ports the caller passed are never changed."""
+    for attempt in range(1, PORT_RACE_ATTEMPTS + 1):
+        chosen = (port or free_port(), prometheus_port)
+        if release.accepts_prometheus_port and prometheus_port is None:
+            chosen = (chosen[0], free_port())
+        try:
+            return _start(release, worker_urls, chosen[0], chosen[1], log_dir, timeout, extra_args)
+        except _PortTaken:
+            if attempt == PORT_RACE_ATTEMPTS or (port is not None and prometheus_port is not None):
+                ports = f"HTTP {chosen[0]}" + (f", metrics {chosen[1]}" if chosen[1] is not None else "")
+                raise StackError(
+                    f"{release.spec} exited with a port already in use ({ports}, attempt {attempt}); free that port "
+                    "or pass other ones.",
+                    ExitCode.ENVIRONMENT,
+                ) from None
+    raise AssertionError("unreachable")
+
+
+PORT_RACE_ATTEMPTS = 3
+
+
+class _PortTaken(Exception):
+    """The router exited because a port it was given was bound by another process in the meantime."""
+
+
+def _start(
+    release: RouterRelease,
+    worker_urls: list[str],
+    port: int,
+    prometheus_port: int | None,
+    log_dir: Path | None,
+    timeout: float,
+    extra_args: list[str] | None,
+) -> RunningRouter:
     python = install(release)
-    port = port or free_port()
-    if release.accepts_prometheus_port and prometheus_port is None:
-        prometheus_port = free_port()
     log_dir = log_dir or (cache_dir() / "logs")
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"router-{release.package}-{release.version}-{port}.log"
@@ -117,6 +151,8 @@ def start(
     except StackError as exc:
         tail = router.log_tail()
         router.stop()
+        if process.poll() is not None and "Address already in use" in log_path.read_text(errors="replace"):
+            raise _PortTaken() from None
         raise StackError(
             f"{release.spec} did not start on {router.url}: {exc.message}"
             + (f" Last log lines: {tail}" if tail else ""),
