@@ -68,6 +68,18 @@ def _no_machine_memory(monkeypatch) -> None:
 
 
 @pytest.fixture(scope="session")
+def _ray_token_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("ray-token")
+
+
+@pytest.fixture(autouse=True)
+def _own_ray_token(monkeypatch, _ray_token_dir) -> None:
+    """No test writes or reads the user's Ray token (~/.config/polarstack/ray-auth-token): RAY_AUTH_TOKEN_FILE names a
+    file under the session's temporary directory (polarstack.stack.ray_auth writes it at the first `up`)."""
+    monkeypatch.setenv("RAY_AUTH_TOKEN_FILE", str(_ray_token_dir / "ray-auth-token"))
+
+
+@pytest.fixture(scope="session")
 def engine() -> Iterator[Engine]:
     """One emulator for read-only tests (tests must not change its fault mode)."""
     process, port = start_emulator(seed=0)
