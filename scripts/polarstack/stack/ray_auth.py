@@ -18,6 +18,7 @@ import stat
 from pathlib import Path
 
 from polarstack.errors import ExitCode, StackError
+from polarstack.paths import repo_root
 
 MODE_ENV = {"RAY_AUTH_MODE": "token"}
 # Where the trainer container (every node) sees the host's token file: a read-only bind mount (compose.yaml).
@@ -42,8 +43,6 @@ def token_path(configured: str | None = None) -> Path:
 
 
 def _inside_repository(path: Path) -> bool:
-    from polarstack.paths import repo_root
-
     try:
         path.resolve().relative_to(repo_root().resolve())
     except ValueError:
@@ -51,15 +50,19 @@ def _inside_repository(path: Path) -> bool:
     return True
 
 
-def check(path: Path) -> Path:
-    """`path` when it is a token file the stack accepts: a regular file of this user, mode 0600 (no group or other
-    bit), outside the repository, holding 64 hex digits. Else a USAGE/ENVIRONMENT StackError naming the fix."""
+def _refuse_inside_repository(path: Path) -> None:
     if _inside_repository(path):
         raise StackError(
             f"the Ray token file {path} is inside the repository, where a commit or an image build could take it; "
             "set RAY_AUTH_TOKEN_FILE to a path outside it.",
             ExitCode.USAGE,
         )
+
+
+def check(path: Path) -> Path:
+    """`path` when it is a token file the stack accepts: a regular file of this user, mode 0600 (no group or other
+    bit), outside the repository, holding 64 hex digits. Else a USAGE/STATE StackError naming the fix."""
+    _refuse_inside_repository(path)
     try:
         info = path.lstat()
     except FileNotFoundError:
@@ -94,6 +97,7 @@ def check(path: Path) -> Path:
 def ensure(path: Path | None = None) -> Path:
     """The token file, written (mode 0600, created exclusively) when missing; checked either way. Nothing printed."""
     path = path or token_path()
+    _refuse_inside_repository(path)  # before anything is written there
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
