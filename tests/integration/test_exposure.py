@@ -18,7 +18,6 @@ import json
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,7 +165,25 @@ def trainer_head(tmp_path_factory, ray_bin):
 
 
 @pytest.mark.ray
-def test_trainer_ray_head_listens_on_loopback_only(trainer_head):
+def test_trainer_ray_head_listens_on_loopback_only_and_asks_for_the_token(trainer_head):
+    """One test for everything the head shows: two heads on one machine cannot run at once (the second one's autoscaler
+    monitor finds its fixed metrics port taken and `ray start` waits out its 120 s), so these checks are not split
+    into tests that pytest-xdist could hand to different workers. The refusals run at once (about 20 s each)."""
+    _listens_on_loopback_only(trainer_head)
+    _http_needs_the_token(trainer_head)
+    clients, runtime_env = trainer_head.clients, trainer_head.runtime_env
+    with ThreadPoolExecutor(max_workers=7) as pool:
+        futures = {
+            **{("submit", w): pool.submit(clients.job_submit, w, runtime_env) for w in ("without", "wrong", "with")},
+            **{("gcs", w): pool.submit(clients.gcs_connect, w) for w in ("without", "wrong", "with")},
+            ("status", "with"): pool.submit(clients.ray_status, "with"),
+        }
+        found = {key: future.result() for key, future in futures.items()}
+    _job_submit_needs_the_token({w: found[("submit", w)] for w in ("without", "wrong", "with")})
+    _gcs_needs_the_token({w: found[("gcs", w)] for w in ("without", "wrong", "with")}, found[("status", "with")])
+
+
+def _listens_on_loopback_only(trainer_head: TrainerHead) -> None:
     """Every listener of the head (under a cache path of 120 characters: every server must still be found by its
     command line) is on loopback, with the token on as the trainer runs it."""
     found = trainer_head.head.listeners
@@ -178,15 +195,7 @@ def test_trainer_ray_head_listens_on_loopback_only(trainer_head):
     assert not exposed, f"the Ray head listens beyond loopback: {json.dumps(exposed, indent=1)}"
 
 
-def _parallel(calls: dict[str, Callable[[], dict]]) -> dict[str, dict]:
-    """The refusals wait on ray's own retries (about 20 s for the GCS): run the three ways at once."""
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        futures = {name: pool.submit(call) for name, call in calls.items()}
-        return {name: future.result() for name, future in futures.items()}
-
-
-@pytest.mark.ray
-def test_trainer_ray_http_needs_the_token(trainer_head):
+def _http_needs_the_token(trainer_head: TrainerHead) -> None:
     """Dashboard and jobs API: 401 without the token, 403 with a wrong one, 200 with it; the trainer's rendered
     healthcheck path answers 200 without any (it is public); the browser's login sets the HttpOnly cookie."""
     clients = trainer_head.clients
@@ -205,14 +214,9 @@ def test_trainer_ray_http_needs_the_token(trainer_head):
     assert login["GET /api/version with a wrong cookie"] == 403, login
 
 
-@pytest.mark.ray
-def test_trainer_ray_job_submit_needs_the_token(trainer_head):
+def _job_submit_needs_the_token(found: dict[str, dict]) -> None:
     """The pinned `ray job submit`: refused without the token (401, "Authentication required") and with a wrong one
     (403, "Authentication failed"); with it, the job's driver joins the cluster with ray.init() and runs."""
-    clients, runtime_env = trainer_head.clients, trainer_head.runtime_env
-    found = _parallel(
-        {way: lambda way=way: clients.job_submit(way, runtime_env) for way in ("without", "wrong", "with")}
-    )
     assert found["without"]["exit_code"] != 0 and not found["without"]["job_ran"], found
     assert "Authentication required" in (found["without"]["error"] or ""), found
     assert found["wrong"]["exit_code"] != 0 and not found["wrong"]["job_ran"], found
@@ -220,22 +224,14 @@ def test_trainer_ray_job_submit_needs_the_token(trainer_head):
     assert found["with"]["exit_code"] == 0 and found["with"]["job_ran"], found
 
 
-@pytest.mark.ray
-def test_trainer_ray_gcs_needs_the_token(trainer_head):
+def _gcs_needs_the_token(found: dict[str, dict], status: dict) -> None:
     """`ray.init(address=...)` to the GCS: refused without the token and with a wrong one (the GCS answers
     Unauthenticated); with it the driver connects, and `ray status` (launch.sh's probe) succeeds."""
-    clients = trainer_head.clients
-    found = _parallel(
-        {
-            **{way: lambda way=way: clients.gcs_connect(way) for way in ("without", "wrong", "with")},
-            "status": lambda: clients.ray_status("with"),
-        }
-    )
     for way in ("without", "wrong"):
         assert not found[way]["connected"] and found[way]["exit_code"] == 3, found
         assert found[way]["gcs_said_unauthenticated"], found
     assert found["with"]["connected"] and found["with"]["exit_code"] == 0, found
-    assert found["status"]["exit_code"] == 0, found
+    assert status["exit_code"] == 0, status
 
 
 @pytest.mark.unit
