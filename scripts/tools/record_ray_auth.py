@@ -34,7 +34,6 @@ import httpx
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pin
-from polarstack.processes import child_env
 from polarstack.stack import ray_auth, ray_auth_probe, ray_head
 
 # Run by the pinned ray's python: prints the source facts as JSON (file paths relative to site-packages).
@@ -201,29 +200,6 @@ def readiness(dashboard_port: int, token_file: Path, stop: threading.Event, out:
         time.sleep(0.1)
 
 
-def head_without_token(bin_dir: Path, tmp: Path) -> dict:
-    """`ray start --head` under RAY_AUTH_MODE=token with RAY_AUTH_TOKEN_PATH naming no file (and an empty HOME)."""
-    inputs = ray_auth_probe.trainer_head_inputs(tmp / "compose-missing")
-    env = {**inputs.env, "RAY_AUTH_TOKEN_PATH": str(tmp / "absent-token"), "HOME": str(tmp / "empty-home")}
-    (tmp / "empty-home").mkdir(exist_ok=True)
-    command = [a for a in inputs.command if a != "--block"]
-    full = {**child_env(), **env, "RAY_TMPDIR": str(tmp / "rt-missing")}
-    full["PATH"] = f"{bin_dir}:{full.get('PATH', '/usr/bin:/bin')}"
-    proc = subprocess.run(
-        [str(bin_dir / "ray"), *command[1:]],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=180,
-        start_new_session=True,
-    )
-    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
-    error = next((line for line in lines if "AuthenticationError" in line), None)
-    if error:  # its first sentence, the scratch path named by what it stands for
-        error = error.replace(str(tmp / "absent-token"), "<a path with no file>").split(". ", 1)[0]
-    return {"exit_code": proc.returncode, "error": error}
-
-
 def measure(bin_dir: Path) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="ps-rauth-", dir="/tmp"))  # AF_UNIX paths under RAY_TMPDIR: keep it short
     saved = os.environ.get("RAY_AUTH_TOKEN_FILE")
@@ -231,7 +207,7 @@ def measure(bin_dir: Path) -> dict:
     try:
         inputs = ray_auth_probe.trainer_head_inputs(tmp / "compose")
         ray_auth.ensure(inputs.token_file)
-        refused_start = head_without_token(bin_dir, tmp)
+        refused_start = ray_auth_probe.head_start_without_token(bin_dir, tmp / "no-token")
     finally:
         if saved is None:
             os.environ.pop("RAY_AUTH_TOKEN_FILE", None)

@@ -172,15 +172,21 @@ def test_trainer_ray_head_listens_on_loopback_only_and_asks_for_the_token(traine
     _listens_on_loopback_only(trainer_head)
     _http_needs_the_token(trainer_head)
     clients, runtime_env = trainer_head.clients, trainer_head.runtime_env
-    with ThreadPoolExecutor(max_workers=7) as pool:
+    with ThreadPoolExecutor(max_workers=9) as pool:
         futures = {
             **{("submit", w): pool.submit(clients.job_submit, w, runtime_env) for w in ("without", "wrong", "with")},
             **{("gcs", w): pool.submit(clients.gcs_connect, w) for w in ("without", "wrong", "with")},
-            ("status", "with"): pool.submit(clients.ray_status, "with"),
+            **{("status", w): pool.submit(clients.ray_status, w) for w in ("without", "with")},
+            ("start", "without"): pool.submit(
+                ray_auth_probe.head_start_without_token, clients.bin_dir, clients.scratch / "no-token"
+            ),
         }
         found = {key: future.result() for key, future in futures.items()}
     _job_submit_needs_the_token({w: found[("submit", w)] for w in ("without", "wrong", "with")})
-    _gcs_needs_the_token({w: found[("gcs", w)] for w in ("without", "wrong", "with")}, found[("status", "with")])
+    _gcs_needs_the_token({w: found[("gcs", w)] for w in ("without", "wrong", "with")})
+    assert found[("status", "without")]["exit_code"] != 0 and found[("status", "with")]["exit_code"] == 0, found
+    refused = found[("start", "without")]  # a head whose token file is missing does not start (and makes none)
+    assert refused["exit_code"] != 0 and "RAY_AUTH_TOKEN_PATH" in (refused["error"] or ""), refused
 
 
 def _listens_on_loopback_only(trainer_head: TrainerHead) -> None:
@@ -224,14 +230,13 @@ def _job_submit_needs_the_token(found: dict[str, dict]) -> None:
     assert found["with"]["exit_code"] == 0 and found["with"]["job_ran"], found
 
 
-def _gcs_needs_the_token(found: dict[str, dict], status: dict) -> None:
+def _gcs_needs_the_token(found: dict[str, dict]) -> None:
     """`ray.init(address=...)` to the GCS: refused without the token and with a wrong one (the GCS answers
-    Unauthenticated); with it the driver connects, and `ray status` (launch.sh's probe) succeeds."""
+    Unauthenticated); with it the driver connects."""
     for way in ("without", "wrong"):
         assert not found[way]["connected"] and found[way]["exit_code"] == 3, found
         assert found[way]["gcs_said_unauthenticated"], found
     assert found["with"]["connected"] and found["with"]["exit_code"] == 0, found
-    assert status["exit_code"] == 0, status
 
 
 @pytest.mark.unit

@@ -258,3 +258,28 @@ class Clients:
             [str(self.bin_dir / "ray"), "status", f"--address=127.0.0.1:{self.gcs_port}"], way, timeout
         )
         return {"exit_code": rc, "seconds": seconds}
+
+
+def head_start_without_token(bin_dir: Path, directory: Path, profile_name: str = "engine-direct") -> dict[str, object]:
+    """The trainer's `ray start --head` (without --block) under RAY_AUTH_MODE=token with RAY_AUTH_TOKEN_PATH naming no
+    file and an empty HOME: ray refuses before it starts any server (scripts.py `start`, ensure_token_if_auth_enabled
+    with create_token_if_missing=False), so this runs beside a live head without taking its ports."""
+    directory.mkdir(parents=True, exist_ok=True)
+    inputs = trainer_head_inputs(directory / "compose", profile_name)
+    absent = directory / "absent-token"
+    (directory / "home").mkdir(exist_ok=True)
+    env = {
+        **child_env(),
+        **inputs.env,
+        "RAY_AUTH_TOKEN_PATH": str(absent),
+        "HOME": str(directory / "home"),
+        "RAY_TMPDIR": str(directory / "rt"),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+    }
+    command = [str(bin_dir / "ray"), *[a for a in inputs.command[1:] if a != "--block"]]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=180, start_new_session=True)
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    error = next((line for line in lines if "AuthenticationError" in line), None)
+    if error:  # its first sentence, the scratch path named by what it stands for
+        error = error.replace(str(absent), "<a path with no file>").split(". ", 1)[0]
+    return {"exit_code": proc.returncode, "error": error}
