@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import fake_node
+from polarstack.cli.main import main
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import repo_root
 from polarstack.stack import compose, profiles, ray_auth
@@ -183,3 +185,20 @@ def test_up_on_a_worker_node_needs_the_heads_copy(tmp_path, monkeypatch):
     with pytest.raises(StackError) as info:
         compose.run_compose(profiles.load("patched-router"), ["up", "--detach", "--wait"], capture=True)
     assert info.value.code == ExitCode.STATE and "NODE_RANK=0" in info.value.message and not path.exists()
+
+
+def test_make_up_writes_the_token_and_names_only_its_file(tmp_path, monkeypatch, capsys):
+    """`polarstack compose up` on a fake node (tests/fake_node.py: no Docker, no GPU): the token is there afterwards,
+    and what the command prints names the file and the dashboard's route, never the token."""
+    fake_node.install(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_VOLUME", "1")
+    monkeypatch.setenv("FAKE_IMAGES", "model-download trainer")
+    monkeypatch.setenv("FAKE_RUNNING", "engine-0 engine-1 router trainer")
+    path = tmp_path / "cfg" / "ray-auth-token"
+    monkeypatch.setenv("RAY_AUTH_TOKEN_FILE", str(path))
+    assert main(["compose", "up", "--profile", "patched-router"]) == 0
+    token = ray_auth.check(path).read_text().strip()
+    out = capsys.readouterr()
+    assert str(path) in out.err and "ssh -L 8265:127.0.0.1:8265" in out.err
+    assert token not in out.out + out.err
+    assert main(["compose", "down"]) == 0
