@@ -67,6 +67,20 @@ def _no_machine_memory(monkeypatch) -> None:
         monkeypatch.delenv(knob, raising=False)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def ray_token_file(tmp_path_factory) -> Iterator[Path]:
+    """No test writes or reads the user's Ray token (~/.config/polarstack/ray-auth-token): RAY_AUTH_TOKEN_FILE names a
+    file under the session's temporary directory (polarstack.stack.ray_auth writes it at the first `up`). Session
+    scope, so that module fixtures which render the stack see it too."""
+    path = tmp_path_factory.mktemp("ray-token") / "ray-auth-token"
+    patch = pytest.MonkeyPatch()
+    patch.setenv("RAY_AUTH_TOKEN_FILE", str(path))
+    try:
+        yield path
+    finally:
+        patch.undo()
+
+
 @pytest.fixture(scope="session")
 def engine() -> Iterator[Engine]:
     """One emulator for read-only tests (tests must not change its fault mode)."""

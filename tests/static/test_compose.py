@@ -13,7 +13,7 @@ import pytest
 
 from polarstack.errors import StackError
 from polarstack.pins import repo_root
-from polarstack.stack import compose, profiles
+from polarstack.stack import compose, profiles, ray_auth, ray_head
 from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.static
@@ -238,3 +238,29 @@ def test_router_args_reach_the_compose_router(monkeypatch):
     values = render_values(profiles.load("stock-router"))
     assert values["ROUTER_EXTRA_ARGS"].endswith("--policy round_robin")
     assert "--prometheus-port" in values["ROUTER_EXTRA_ARGS"]
+
+
+@pytest.mark.parametrize("name", profiles.PROFILE_ORDER)
+def test_trainer_reads_the_ray_token_from_a_read_only_mount(rendered, name, ray_token_file):
+    """Issue 28 point 2: the trainer's Ray processes run with RAY_AUTH_MODE=token and read the token from a read-only
+    bind mount of the host's file (RAY_AUTH_TOKEN_FILE, rendered as a path), which Compose never creates; the
+    healthcheck polls the dashboard's public health path (/api/version would answer 401)."""
+    trainer = rendered[name]["services"]["trainer"]
+    assert {k: trainer["environment"][k] for k in ray_auth.TRAINER_ENV} == ray_auth.TRAINER_ENV
+    assert "RAY_AUTH_TOKEN" not in trainer["environment"]
+    binds = [v for v in trainer["volumes"] if v["target"] == ray_auth.CONTAINER_TOKEN_PATH]
+    assert len(binds) == 1, trainer["volumes"]
+    assert binds[0]["type"] == "bind" and binds[0]["read_only"] is True
+    assert binds[0]["source"] == str(ray_token_file) == str(compose.token_file())
+    assert not (binds[0].get("bind") or {}).get("create_host_path"), binds  # a missing file is an error, not a dir
+    url = trainer["healthcheck"]["test"][-1]
+    assert url.startswith("http://127.0.0.1:") and url.endswith(ray_head.HEALTH_PATH), url
+
+
+def test_the_env_file_names_the_token_file_and_never_holds_the_token(tmp_path, ray_token_file):
+    ray_auth.ensure(ray_token_file)
+    token = ray_token_file.read_text().strip()
+    env_path, gpus_path = compose.render(profiles.load("stock-router"), tmp_path)
+    lines = env_path.read_text().splitlines()
+    assert f"{ray_auth.MOUNT_SOURCE_KEY}={ray_token_file}" in lines
+    assert token not in env_path.read_text() and token not in gpus_path.read_text()

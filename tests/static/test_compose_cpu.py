@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from polarstack.pins import repo_root
-from polarstack.stack import compose, device, docker_state, profiles
+from polarstack.stack import compose, device, docker_state, profiles, ray_auth, ray_head
 
 pytestmark = pytest.mark.static
 ROOT = repo_root()
@@ -80,6 +80,12 @@ def test_cpu_stack_changes_only_what_the_machine_forces(cpu_rendered, name):
     assert trainer["build"]["network"] == "host"
     assert trainer["environment"]["POLARSTACK_DEVICE"] == "cpu"
     assert "--dashboard-port=31265" in trainer["command"]
+    # Ray's token as on the node (compose.yaml's trainer, not overridden here): the env, the read-only mount, the
+    # public healthcheck path on the CPU stack's own dashboard port (issue 28 point 2)
+    assert {k: trainer["environment"][k] for k in ray_auth.TRAINER_ENV} == ray_auth.TRAINER_ENV
+    binds = [v for v in trainer["volumes"] if v["target"] == ray_auth.CONTAINER_TOKEN_PATH]
+    assert len(binds) == 1 and binds[0]["read_only"] and binds[0]["source"] == str(compose.token_file())
+    assert trainer["healthcheck"]["test"][-1] == f"http://127.0.0.1:31265{ray_head.HEALTH_PATH}"
     assert set(config["volumes"]) and all(v["name"].startswith("polarstack-cpu_") for v in config["volumes"].values())
 
 

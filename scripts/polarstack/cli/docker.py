@@ -11,7 +11,7 @@ import sys
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import sigterm_as_interrupt
-from polarstack.stack import assets, bases, compose, device, docker_state, dockerd, profiles, stack_faults
+from polarstack.stack import assets, bases, compose, device, docker_state, dockerd, profiles, ray_auth, stack_faults
 from polarstack.train import memory
 
 COMPOSE_VERBS = {  # verb: (compose arguments, needs GPUs)
@@ -134,6 +134,8 @@ def _cmd_compose(args: argparse.Namespace) -> int:
             "`make train` use it.",
             file=sys.stderr,
         )
+        port = profiles.knob(profile, "RAY_DASHBOARD_PORT", "8265")
+        print("\n".join(ray_auth.login_lines(compose.token_file(), port)), file=sys.stderr)  # the file, not the token
     elif args.verb == "down" and (docker_state.read() or {}).get("profile") in (None, profile.name):
         docker_state.clear()
     return 0

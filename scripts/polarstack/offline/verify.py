@@ -16,6 +16,8 @@
 6. The routing flags each profile ships (ROUTER_ARGS) are the ones docs/routing.json measured.
 7. The rehearsal (`make preflight`, issue 19) per working profile, like the main plan (check_preflight), and its
    report's readers against what slime, Polar and sglang write (polarstack.offline.rehearsal_keys).
+8. Ray's token authentication (issue 28, polarstack.offline.ray_auth_facts): every rendered Ray process sends the
+   stack's token by the trainer's read-only mount, the healthchecks poll a public path, no rendered text holds it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,15 @@ from polarstack.engine import tool_parser
 from polarstack.engine.emulator import tokenizer_manager as context_check
 from polarstack.engine.protocol import source_dir
 from polarstack.errors import ExitCode, StackError
-from polarstack.offline import flags, meaning, memory_facts, real_sglang_facts, rehearsal_keys, verifier_output
+from polarstack.offline import (
+    flags,
+    meaning,
+    memory_facts,
+    ray_auth_facts,
+    real_sglang_facts,
+    rehearsal_keys,
+    verifier_output,
+)
 from polarstack.offline.check import Check
 from polarstack.paths import cache_dir, load_yaml
 from polarstack.pins import pins, repo_root
@@ -122,8 +132,10 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
             )
         )
     slime, slime_program = flags.slime_table()
+    plans = {}
     for task in TASKS:
         plan = build_plan(task, profile, run_id="verify", config=load_defaults())
+        plans[f"make train TASK={task}"] = plan
         label = f"profile {profile.name}, make train TASK={task}"
         problems = flags.check_tokens(plan.train_args, slime, command=label, program=slime_program)
         ray_start, _, _, submit = plan.commands
@@ -157,6 +169,7 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
         exposed = exposure.trainer_problems(job_env.get("env_vars") or {}, f"{label} (Ray job)", plan.train_args)
         checks.append(Check(f"{label}: Ray and slime listen on loopback only", not exposed, "", exposed))
 
+    checks += ray_auth_facts.check_profile(profile, model, tmp, plans)  # the Ray token, by the mounted file
     checks += meaning.check_profile(profile, model)
     return checks
 
@@ -548,6 +561,7 @@ def check_preflight(profile: profiles.Profile) -> Check:
         problems += [p.sentence() for p in flags.check_tokens(options, table, command=where, program=program)]
         job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
         problems += exposure.trainer_problems(job_env.get("env_vars") or {}, f"{where} (Ray job)", phase.train_args)
+        problems += ray_auth_facts.plan_problems(phase, where)  # its driver and launch script send the token
         problems += budget.check(phase.train_args, config)
     problems += preflight.batch_problems(profile, config, plan.phases[0][1].tensor_parallel)
     real = load_defaults()["model"]["args"]
@@ -643,7 +657,9 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
             key_problems,
         )
     )
+    checks.append(ray_auth_facts.check_record())  # issue 28: Ray's token authentication, measured
     with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:
+        checks.append(ray_auth_facts.check_cpu(Path(tmp) / "cpu"))
         for name in profiles.available():
             progress(f"profile {name}")
             try:

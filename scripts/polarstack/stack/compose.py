@@ -7,6 +7,8 @@ rendered, together with configs/stack.env and configs/pins.env, into:
 - .run/compose/<name>.gpus.yaml: the GPU device_ids of each GPU service (Compose cannot split a list);
 - .run/compose/<name>.model.yaml, only with MODEL_DIR set: the host's weights bind-mounted read-only
   (polarstack.stack.assets.model_override).
+The Ray token (polarstack.stack.ray_auth) enters the env file only as the PATH of the host's token file
+(RAY_AUTH_TOKEN_FILE, the source of the trainer's read-only mount); `up` writes that file first (`run_compose`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import yaml
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import compose_file, run_dir, stack_env
 from polarstack.pins import parse_env_file, pins
-from polarstack.stack import assets, bases, device, real_sglang
+from polarstack.stack import assets, bases, cluster, device, ray_auth, real_sglang
 from polarstack.stack.assets import engine_services  # noqa: F401 (compose.yaml's engines, read here by callers)
 from polarstack.stack.profiles import Profile, docker_engine_urls, parse_node_gpus, stack_knobs  # noqa: F401
 
@@ -63,6 +65,7 @@ def render_values(profile: Profile) -> dict[str, str]:
     values["TRAINER_NUM_GPUS"] = str(len(profile.trainer_gpus))
     values["TRAINER_GPUS"] = ",".join(map(str, profile.trainer_gpus))
     values["HF_HUB_VERSION"] = values.get("HF_HUB_REQUIREMENT", "").partition("==")[2]  # model-download image tag
+    values[ray_auth.MOUNT_SOURCE_KEY] = str(token_file())  # the mount's source: a path, never the token
     release = profile.router
     if release is not None:
         flags = release.launch_args(profile.router_port, [], profile.router_port + 1, profile.router_args)
@@ -89,6 +92,12 @@ def render_values(profile: Profile) -> dict[str, str]:
     if device.is_cpu():
         values.update(cpu_values(values))
     return values
+
+
+def token_file() -> Path:
+    """The host's Ray token file: RAY_AUTH_TOKEN_FILE (configs/cluster.env or the environment), else the default under
+    the config home (polarstack.stack.ray_auth.token_path)."""
+    return ray_auth.token_path(cluster.knobs()[ray_auth.MOUNT_SOURCE_KEY])
 
 
 def cpu_values(values: dict[str, str]) -> dict[str, str]:
@@ -259,6 +268,8 @@ def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
 
 
 def run_compose(profile: Profile, args: list[str], *, capture: bool = False) -> subprocess.CompletedProcess:
+    if args[:1] == ["up"]:  # every `up` (make up, make preflight, the docker demo) mounts the token file: have it first
+        ray_auth.prepare(token_file(), head=cluster.load().head)
     cmd = [*compose_command(), *compose_args(profile), *args]
     if capture:
         return subprocess.run(cmd, capture_output=True, text=True)

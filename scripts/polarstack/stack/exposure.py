@@ -2,6 +2,9 @@
 
 The trainer runs with host networking, so every server it starts must bind loopback itself (docs/exposure.md):
 - the Ray head: RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (polarstack.stack.ray_head; measured, configs/upstream/ray-listeners.json);
+  and on loopback too, every Ray process needs the stack's token (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH at the
+  trainer's read-only mount; polarstack.stack.ray_auth, measured in configs/upstream/ray-auth.json): the agent's
+  shell shares the trainer's network, and an unauthenticated jobs API runs anyone's code;
 - slime's own sglang_router, which slime v0.3.1 starts whenever the launch has no --sglang-router-ip (every
   profile without slime registration): its host is slime's get_host_info(), the machine's routable address
   unless SLIME_HOST_IP is set, and its Prometheus host is slime's --router-prometheus-host
@@ -14,12 +17,14 @@ import json
 from typing import Any
 
 from polarstack.pins import pin, repo_root
+from polarstack.stack import ray_auth
 from polarstack.stack.ray_head import LOOPBACK_ENV as RAY_LOOPBACK_ENV
 from polarstack.stack.ray_head import exposure_problems as ray_problems
 
 SLIME_LOOPBACK_ENV = {"SLIME_HOST_IP": "127.0.0.1"}
-# The environment of the trainer container, of `make train`'s launch.sh and of the Ray job (runtime_env).
-TRAINER_LOOPBACK_ENV = {**RAY_LOOPBACK_ENV, **SLIME_LOOPBACK_ENV}
+# The environment of the trainer container, of `make train`'s launch.sh and of the Ray job (runtime_env): Ray and
+# slime on loopback, and Ray's token by the trainer's mounted path (ray_auth.TRAINER_ENV, never the token itself).
+TRAINER_LOOPBACK_ENV = {**RAY_LOOPBACK_ENV, **SLIME_LOOPBACK_ENV, **ray_auth.TRAINER_ENV}
 # train_async.py arguments: the Prometheus port of the router slime starts itself stays on loopback.
 SLIME_ROUTER_ARGS = ["--router-prometheus-host", "127.0.0.1"]
 

@@ -18,11 +18,14 @@ import stat
 from pathlib import Path
 
 from polarstack.errors import ExitCode, StackError
+from polarstack.paths import repo_root
 
 MODE_ENV = {"RAY_AUTH_MODE": "token"}
 # Where the trainer container (every node) sees the host's token file: a read-only bind mount (compose.yaml).
 CONTAINER_TOKEN_PATH = "/run/polarstack-secrets/ray-auth-token"
 TOKEN_HEX_DIGITS = 64
+# The variable of .run/compose/<profile>.env that names the host's token file, the mount's source (never its text).
+MOUNT_SOURCE_KEY = "RAY_AUTH_TOKEN_FILE"
 
 
 def default_path() -> Path:
@@ -40,8 +43,6 @@ def token_path(configured: str | None = None) -> Path:
 
 
 def _inside_repository(path: Path) -> bool:
-    from polarstack.paths import repo_root
-
     try:
         path.resolve().relative_to(repo_root().resolve())
     except ValueError:
@@ -49,15 +50,19 @@ def _inside_repository(path: Path) -> bool:
     return True
 
 
-def check(path: Path) -> Path:
-    """`path` when it is a token file the stack accepts: a regular file of this user, mode 0600 (no group or other
-    bit), outside the repository, holding 64 hex digits. Else a USAGE/ENVIRONMENT StackError naming the fix."""
+def _refuse_inside_repository(path: Path) -> None:
     if _inside_repository(path):
         raise StackError(
             f"the Ray token file {path} is inside the repository, where a commit or an image build could take it; "
             "set RAY_AUTH_TOKEN_FILE to a path outside it.",
             ExitCode.USAGE,
         )
+
+
+def check(path: Path) -> Path:
+    """`path` when it is a token file the stack accepts: a regular file of this user, mode 0600 (no group or other
+    bit), outside the repository, holding 64 hex digits. Else a USAGE/STATE StackError naming the fix."""
+    _refuse_inside_repository(path)
     try:
         info = path.lstat()
     except FileNotFoundError:
@@ -92,6 +97,7 @@ def check(path: Path) -> Path:
 def ensure(path: Path | None = None) -> Path:
     """The token file, written (mode 0600, created exclusively) when missing; checked either way. Nothing printed."""
     path = path or token_path()
+    _refuse_inside_repository(path)  # before anything is written there
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
@@ -104,9 +110,31 @@ def ensure(path: Path | None = None) -> Path:
     return check(path)
 
 
+def prepare(path: Path, *, head: bool) -> Path:
+    """Before `make up`: the head (NODE_RANK=0, and every single node) writes the token when it is missing; any other
+    node only checks the copy it was given (check's sentence says to copy the head's file). Nothing printed."""
+    return ensure(path) if head else check(path)
+
+
 def process_env(path: str | Path) -> dict[str, str]:
     """The environment of a Ray process that reads its token from `path` (as that process sees it)."""
     return {**MODE_ENV, "RAY_AUTH_TOKEN_PATH": str(path)}
+
+
+# Every Ray process inside the trainer container (its `ray start`, launch.sh's Ray calls, the Ray job's runtime_env):
+# the token through the read-only mount. polarstack.stack.exposure merges it into the trainer's environment.
+TRAINER_ENV = process_env(CONTAINER_TOKEN_PATH)
+
+
+def login_lines(path: Path, dashboard_port: int | str) -> list[str]:
+    """How to open the trainer's dashboard in a browser, naming the token's FILE (never its text): the pinned ray's
+    page asks for the token (GET /api/authentication_mode, then POST /api/authenticate, which sets the HttpOnly
+    cookie ray-authentication-token; configs/upstream/ray-auth.json)."""
+    return [
+        f"Ray dashboard (token authentication): from your machine `ssh -L {dashboard_port}:127.0.0.1:{dashboard_port} "
+        f"<node>`, open http://127.0.0.1:{dashboard_port} and paste the token from {path} on the node when the page "
+        "asks (docs/exposure.md, Ray authentication)",
+    ]
 
 
 def auth_header(path: Path) -> dict[str, str]:

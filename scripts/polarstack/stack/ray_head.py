@@ -33,10 +33,18 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
 from polarstack.pins import pin, repo_root
 from polarstack.processes import child_env, file_lock
+from polarstack.stack import ray_auth
 from polarstack.stack.listeners import Listener, listening, session_pids
 
 # Keeps the Ray node IP at 127.0.0.1 (see the module docstring); set wherever a Ray process of the stack starts.
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+# What polls the head's readiness (the trainer's healthcheck in compose.yaml and the image, `start` below): a path the
+# pinned dashboard serves without the token (public_exact_paths in ray/dashboard/http_server_head.py, HttpServerHead.run;
+# /api/version, the poll before, answers 401 under RAY_AUTH_MODE=token, and /api/healthz is public but served only by
+# the dashboard agent: 404 on this port). The dashboard opens its HTTP port only after every module, the jobs API's
+# included, is ready (ray/dashboard/head.py, DashboardHead.run), and this route answers 503 while the GCS does not:
+# its 200 means `ray job submit` can be served. Measured: configs/upstream/ray-auth.json (record_ray_auth.py).
+HEALTH_PATH = "/api/gcs_healthz"
 
 
 def head_command(
@@ -192,6 +200,8 @@ def start(
     answers and the set of listening sockets has not changed for `settle` seconds (agents start late)."""
     if command[:2] != ["ray", "start"] or "--block" not in command:
         raise StackError(f"{command[:3]} is not a blocking `ray start` command.", ExitCode.USAGE)
+    if env.get("RAY_AUTH_MODE") == "token":  # the stack's token file as ray_auth accepts it (ray reads it itself)
+        ray_auth.check(Path(env.get("RAY_AUTH_TOKEN_PATH") or ray_auth.token_path()))
     full_env = {**child_env(), **env, "RAY_TMPDIR": str(temp_dir), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     temp_dir.mkdir(parents=True, exist_ok=True)
     log_path = temp_dir / "ray-start.log"
@@ -206,7 +216,7 @@ def start(
         )
     head = RunningHead(process, log_path, dashboard_port)
     deadline = time.monotonic() + timeout
-    url = f"http://127.0.0.1:{dashboard_port}/api/version"
+    url = f"http://127.0.0.1:{dashboard_port}{HEALTH_PATH}"
     try:
         while True:
             if process.poll() is not None:

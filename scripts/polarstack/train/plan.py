@@ -672,7 +672,8 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
             "set -euo pipefail",
             f"cd {shlex.quote(run_dir)}",
             f"export SGLANG_ROUTER_BASE_URL={shlex.quote(plan.base_url)}",
-            "# Keeps Ray's and slime's listeners on 127.0.0.1 (polarstack/exposure.py, docs/exposure.md).",
+            "# Keeps Ray's and slime's listeners on 127.0.0.1 and points every Ray call at the token's mounted file"
+            " (polarstack/exposure.py, docs/exposure.md).",
             *(f"export {key}={shlex.quote(value)}" for key, value in TRAINER_LOOPBACK_ENV.items()),
             "# Polar's apptainer runtime in direct-exec mode: instance mode cannot nest here (polarstack/assets.py).",
             *(f"export {key}={shlex.quote(value)}" for key, value in sandbox_mode_env().items()),

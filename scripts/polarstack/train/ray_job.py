@@ -82,7 +82,10 @@ SIGNALS = {"HUP": 1, "INT": 2, "TERM": 15}
 
 
 def active_jobs(address: str) -> list[dict[str, str]]:
-    """The jobs of the Ray cluster at `address` that are PENDING or RUNNING (inside the trainer)."""
+    """The jobs of the Ray cluster at `address` that are PENDING or RUNNING (inside the trainer). The client sends the
+    stack's token itself: under RAY_AUTH_MODE=token (the trainer's environment) the pinned SDK adds the Authorization
+    header read from RAY_AUTH_TOKEN_PATH (ray/dashboard/modules/dashboard_sdk.py, SubmissionClient.__init__ with
+    get_auth_headers_if_auth_enabled; configs/upstream/ray-auth.json)."""
     from ray.job_submission import JobSubmissionClient  # only the trainer image has ray (the host has none)
 
     jobs = JobSubmissionClient(address).list_jobs()
