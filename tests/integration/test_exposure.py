@@ -301,3 +301,57 @@ def test_the_long_cache_path_never_depends_on_the_length_of_home():
         path = long_cache_path(cache)
         assert path.parent == cache and len(str(path)) >= LONG_CACHE_CHARS and len(str(path)) > len(str(cache))
     assert len(str(long_cache_path(Path("/root/.cache/polarstack")))) == LONG_CACHE_CHARS
+
+
+@pytest.mark.unit
+def test_a_child_user_namespace_of_the_same_uid_cannot_read_a_file_through_proc_root(tmp_path):
+    """docs/exposure.md, "Ray authentication": the agent's shell runs in Polar's apptainer sandbox, a user namespace the
+    trainer's root creates, sharing its PID namespace. Measured here the way the kernel decides it (commoncap's
+    cap_ptrace_access_check: the caller needs CAP_SYS_PTRACE in the target's user namespace, or the same namespace and
+    a superset of its capabilities): a root process of a child user namespace, uid 0 mapped to 0, is refused
+    /proc/<pid>/root/... and /proc/<pid>/environ of a root process of the parent, where the token file is mounted.
+    Positive control: the parent namespace reads the same path."""
+    import os
+    import signal
+
+    unshare = shutil.which("unshare")
+    if os.geteuid() != 0 or unshare is None:
+        pytest.skip("needs root and util-linux's unshare (user and mount namespaces)")
+    secret = "planted-not-a-token"
+    holder = subprocess.Popen(
+        [
+            unshare,
+            "-m",
+            "--propagation",
+            "private",
+            "bash",
+            "-c",
+            f"mount -t tmpfs none {tmp_path} && echo {secret} > {tmp_path}/token && chmod 600 {tmp_path}/token"
+            " && exec sleep 60",
+        ],
+        start_new_session=True,
+    )
+    try:
+        target = Path(f"/proc/{holder.pid}/root{tmp_path}/token")
+        for _ in range(50):
+            try:
+                if target.read_text().strip() == secret:  # the positive control, from the parent namespace
+                    break
+            except OSError:
+                pass
+            __import__("time").sleep(0.1)
+        else:
+            pytest.fail("the holder never mounted its file (positive control failed)")
+        child = subprocess.run(
+            [unshare, "-U", "--map-user=0", "--map-group=0", "-m", "cat", str(target), f"/proc/{holder.pid}/environ"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        if "uid_map" in child.stderr:
+            pytest.skip(f"this kernel refuses a user namespace here: {child.stderr.strip()}")
+        assert secret not in child.stdout
+        assert child.stderr.count("Permission denied") == 2, child.stderr
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=10)
