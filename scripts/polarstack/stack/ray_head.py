@@ -65,9 +65,22 @@ def head_command(
 
 
 def worker_command(
-    *, head_addr: str, gcs_port: int | str, node_ip: str, num_gpus: int | str, block: bool = False
+    *,
+    head_addr: str,
+    gcs_port: int | str,
+    node_ip: str,
+    num_gpus: int | str,
+    block: bool = False,
+    num_cpus: int | str | None = None,
 ) -> list[str]:
-    """`ray start --address=<head>:<gcs port>` for a node of rank > 0: it joins the head's GCS and binds `node_ip`."""
+    """`ray start --address=<head>:<gcs port>` for a node of rank > 0: it joins the head's GCS and binds `node_ip`.
+
+    `num_cpus`: the CPUs this node offers Ray. The multi-node plan gives a worker node as many as it has trainer
+    GPUs: slime's placement group takes one CPU with each GPU bundle (slime/ray/placement_group.py
+    _create_placement_group, {"GPU": 1, "CPU": 1}) before anything else is scheduled (train_async.py creates it
+    first), so nothing else slime starts (the RolloutManager with Polar's worker, the in-job gate, slime's own
+    router, the engine handles) can land on that node: they stay on the head, next to Polar's servers and the run
+    directory (configs/upstream/multinode-facts.json, placement)."""
     return [
         "ray",
         "start",
@@ -75,6 +88,7 @@ def worker_command(
         *(["--block"] if block else []),
         f"--node-ip-address={node_ip}",
         f"--num-gpus={num_gpus}",
+        *([f"--num-cpus={num_cpus}"] if num_cpus is not None else []),
         "--disable-usage-stats",
     ]
 
