@@ -516,7 +516,9 @@ def check(
     """Every check above, in order; raises the first failure as a StackError (one sentence, its code)."""
     probe = probe or Probe()
     if not cluster.multi:
-        return ClusterReport(1, "", [NodeRow(0, cluster.addr, report="one node: nothing to compare")])
+        return ClusterReport(
+            1, "", [NodeRow(0, cluster.addr, report="one node")], message="NODES=1: one node, nothing to compare"
+        )
     nodes = layout(profile, cluster)
     session = read_session(cluster)["id"]
     rows = [NodeRow(n.rank, n.addr) for n in nodes]

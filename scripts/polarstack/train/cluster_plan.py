@@ -25,25 +25,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from polarstack.checks import nodes
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import ray_auth
-from polarstack.stack.cluster import LOOPBACK, Cluster
+from polarstack.stack.cluster import Cluster, interface_env
 from polarstack.stack.exposure import TRAINER_LOOPBACK_ENV
 
 WEIGHT_UPDATES = "weight-updates"  # SHARED_DIR/<this>: the disk weight sync at NODES>1
 CHECKPOINTS = "checkpoints"  # SHARED_DIR/<this>: model.save's /checkpoints at NODES>1
 NODE_REPORTS = "nodes"  # SHARED_DIR/<this>/rank-<N>.json: each node's report (polarstack.checks.nodes)
 CHECKPOINTS_VOLUME = "/checkpoints"  # where compose.yaml mounts the checkpoints volume in the trainer
-# Slime's own names for the two interfaces torch's NCCL and Gloo backends pick from (docs/multi-node.md).
-INTERFACE_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-
-
-def interface_env(cluster: Cluster) -> dict[str, str]:
-    """NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME = CLUSTER_IFACE at NODES>1; nothing on one node."""
-    if not cluster.multi:
-        return {}
-    assert cluster.iface is not None
-    return {key: cluster.iface for key in INTERFACE_VARS}
 
 
 def trainer_env(cluster: Cluster, *, node_addr: str | None = None) -> dict[str, str]:
@@ -144,15 +135,45 @@ def as_dict(cluster: Cluster, nodes: list[Any]) -> dict[str, Any]:
 
 
 __all__ = [
-    "LOOPBACK",
     "check_storage",
     "checkpoint_root",
     "checkpoint_volume",
     "dashboard_url",
-    "interface_env",
     "job_env",
     "launch_env",
     "polar_host",
     "trainer_env",
     "weight_update_dir",
 ]
+
+
+# --- the node checks' figures, from the plan (polarstack.checks.nodes) ----------------------------------------------
+
+
+def node_need(profile: Any, plan: Any) -> nodes.Need:
+    """What every node must hold (polarstack.checks.nodes.Need) from the plan's per-node memory (MemoryPlan): the
+    trainer GPU's total; the smallest card on which an engine's share (mem_fraction_static of it) holds its weights
+    and one full trace's KV cache; the host's total."""
+    gpus = sorted({*profile.engine_gpus, *profile.trainer_gpus})
+    fraction = plan.engine_share_gb / plan.capacity.gpu_gb if plan.capacity.gpu_gb else 1.0
+    pool = plan.engine[1].gb if len(plan.engine) > 1 else 0.0
+    per_token = pool / plan.kv_tokens if plan.kv_tokens else 0.0  # GB per token of the KV pool
+    engine_gb = (plan.engine[0].gb + plan.context_tokens * per_token) / fraction
+    return nodes.Need(
+        gpu_count=max(gpus) + 1,
+        trainer_gpus=tuple(profile.trainer_gpus),
+        engine_gpus=tuple(profile.engine_gpus),
+        trainer_gpu_gb=round(plan.trainer_gb, 1),
+        engine_gpu_gb=round(engine_gb, 1),
+        host_gb=round(plan.host_gb, 1),
+    )
+
+
+def require_nodes(
+    profile: Any, cluster: Cluster, plan: Any, dashboard_port: int, probe: nodes.Probe | None = None
+) -> nodes.ClusterReport | None:
+    """`make train` and `make preflight` at NODES>1, before anything long: every node checked (refuses like
+    polarstack.checks.nodes.check); nothing on one node. Returns the report."""
+    if not cluster.multi:
+        return None
+    return nodes.check(cluster, profile, need=node_need(profile, plan), dashboard_port=dashboard_port, probe=probe)
