@@ -16,6 +16,8 @@
 6. The routing flags each profile ships (ROUTER_ARGS) are the ones docs/routing.json measured.
 7. The rehearsal (`make preflight`, issue 19) per working profile, like the main plan (check_preflight), and its
    report's readers against what slime, Polar and sglang write (polarstack.offline.rehearsal_keys).
+8. Two nodes (issue 28, polarstack.offline.multinode): a 2-node plan, rehearsal and Compose override of every working
+   router profile against configs/upstream/multinode-facts.json.
 """
 
 from __future__ import annotations
@@ -36,7 +38,15 @@ from polarstack.engine import tool_parser
 from polarstack.engine.emulator import tokenizer_manager as context_check
 from polarstack.engine.protocol import source_dir
 from polarstack.errors import ExitCode, StackError
-from polarstack.offline import flags, meaning, memory_facts, real_sglang_facts, rehearsal_keys, verifier_output
+from polarstack.offline import (
+    flags,
+    meaning,
+    memory_facts,
+    multinode,
+    real_sglang_facts,
+    rehearsal_keys,
+    verifier_output,
+)
 from polarstack.offline.check import Check
 from polarstack.paths import cache_dir, load_yaml
 from polarstack.pins import pins, repo_root
@@ -658,6 +668,8 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
                     checks.append(check_routing_measurement(profiles.load(name)))
             except StackError as exc:  # a profile that cannot even be rendered is a failed check, not a crash
                 checks.append(Check(f"profile {name}", False, "", [exc.message]))
+    progress("2 nodes")
+    checks += multinode.check()  # issue 28: a 2-node plan of every working router profile, against the facts
     return checks, time.perf_counter() - started
 
 
