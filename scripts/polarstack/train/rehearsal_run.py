@@ -268,7 +268,7 @@ def prove_shared_dir(node: Node, plan: PreflightPlan, progress: Callable[[str], 
     cluster = plan.cluster
     run_dir = f"{TRAINER_RUN_DIR}/{plan.run_id}"
     first = plan.phases[0][1]
-    dashboard = cluster_plan.dashboard_url(cluster, ray_dashboard_port(node.profile, first.config))
+    dashboard = cluster_plan.dashboard_url(cluster, first.config["ray"]["dashboard_port"])  # set by build_plan
     directory = f"{cluster_plan.shared_dir(cluster, 'the rehearsal')}/{cluster_plan.NODE_REPORTS}/probe-{plan.run_id}"
     submit = ["ray", "job", "submit", f"--address={dashboard}", "--"]
     submit += ["python3", "-m", "polarstack.checks.shared_probe", "--dir", directory]
