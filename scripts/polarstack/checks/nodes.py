@@ -24,7 +24,9 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import socket
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +38,7 @@ import httpx
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import pins_env
 from polarstack.pins import pins
-from polarstack.stack import ray_auth
+from polarstack.stack import compose, ray_auth
 from polarstack.stack.cluster import Cluster, NodeLayout, layout
 
 REPORTS = "nodes"  # SHARED_DIR/<this>/
@@ -94,8 +96,6 @@ class Probe:
         return time.time()
 
     def image_id(self, image: str) -> str | None:
-        import subprocess
-
         try:
             proc = subprocess.run(
                 ["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True, timeout=30
@@ -105,8 +105,6 @@ class Probe:
         return proc.stdout.strip() or None if proc.returncode == 0 else None
 
     def model_fingerprint(self, profile: Any, model_path: str) -> str | None:
-        from polarstack.stack import compose
-
         proc = compose.run_compose(
             profile, ["exec", "-T", "trainer", "python3", "-c", MODEL_FINGERPRINT_SCRIPT, model_path], capture=True
         )
@@ -115,9 +113,6 @@ class Probe:
     def gpus(self) -> list[dict[str, float]] | None:
         """nvidia-smi's index and memory.total (MiB) of every GPU, or None where none is visible (the same query as
         polarstack.train.memory.gpu_memory_mib; POLARSTACK_NVIDIA_SMI points tests at a fake)."""
-        import shutil
-        import subprocess
-
         binary = shutil.which(os.environ.get("POLARSTACK_NVIDIA_SMI") or "nvidia-smi")
         if binary is None:
             return None

@@ -44,6 +44,7 @@ def node_side(directory: str, head_file: str, ip: str) -> dict[str, Any]:
 
 
 def probe(directory: Path, *, address: str | None = None) -> dict[str, Any]:
+    # Deferred: ray, installed in the trainer image (and the pinned ray's venv), not in the host's package
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -18,6 +18,7 @@ import stat
 from pathlib import Path
 
 from polarstack.errors import ExitCode, StackError
+from polarstack.paths import repo_root
 
 MODE_ENV = {"RAY_AUTH_MODE": "token"}
 # Where the trainer container (every node) sees the host's token file: a read-only bind mount (compose.yaml).
@@ -40,8 +41,6 @@ def token_path(configured: str | None = None) -> Path:
 
 
 def _inside_repository(path: Path) -> bool:
-    from polarstack.paths import repo_root
-
     try:
         path.resolve().relative_to(repo_root().resolve())
     except ValueError:
