@@ -15,6 +15,14 @@ regenerates them, in configs/upstream/ray-listeners.json):
 Measured with the pinned ray on this CPU machine (tests/integration/test_exposure.py): with the variable every
 listener of the head, its agents and its workers is on 127.0.0.1; without it, GCS, raylet, agents and the client
 server listen on every interface.
+
+At NODES>1 (polarstack.stack.cluster) the variable cannot stay: with it, `ray start --address=<head>` on every other
+node aborts ("Multi-node Ray clusters are not supported on Windows and OSX", ray/scripts/scripts.py `start`, the
+worker branch; configs/upstream/multinode-facts.json ray.join_refused_without_cluster). The multi-node Compose
+override sets it to 1 (its Linux default) and what replaces it is: --node-ip-address and --dashboard-host = the
+node's address on CLUSTER_IFACE (not loopback, so resolve_ip_for_localhost leaves it alone), Ray's token
+(RAY_AUTH_MODE=token, polarstack.stack.ray_auth) on everything Ray then opens, and the firewall docs/multi-node.md
+asks for; GCS and raylet still listen on every interface of the node (the record's without_loopback_env).
 """
 
 from __future__ import annotations
