@@ -55,7 +55,7 @@ _ENGINE_ARG = $(if $(ENGINE),--engine "$(ENGINE)")
 # Run a command and print its wall-clock time (GPU-node steps take minutes to hours; see README "On the GPU node").
 _timed = started=$$(date +%s); rc=0; $(1) || rc=$$?; echo "make $@: $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
-.PHONY: bases dockerd dockerd-stop test-docker verify-offline bench train preflight verify help test lint smoke demo up down ps logs status build pin clean router-matrix model sif _venv _runtime
+.PHONY: cluster-check bases dockerd dockerd-stop test-docker verify-offline bench train preflight verify help test lint smoke demo up down ps logs status build pin clean router-matrix model sif _venv _runtime
 
 help: ## list the public targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -134,6 +134,9 @@ train: _venv ## GRPO on TASK=humaneval|mbpp behind the smoke gate (DRY_RUN=1 val
 
 preflight: _venv ## rehearse the real stack at toy scale on the node: small model, 2 rollouts, save, resume, 1 more (DRY_RUN=1 validates only)
 	@$(call _timed,$(CLI) preflight $(_PROFILE_ARG) $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(foreach s,$(SET),--set "$(s)"))
+
+cluster-check: _venv ## NODES>1: every node's report, pins, Ray membership, ports, clock, GPUs and memory (docs/multi-node.md)
+	@$(CLI) cluster check $(_PROFILE_ARG)
 
 verify-offline: _venv ## check every rendered command line and image pin against the pinned upstreams (no GPU)
 	@$(CLI) verify-offline

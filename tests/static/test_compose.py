@@ -109,8 +109,11 @@ def test_everything_listens_on_loopback_only(rendered, name):
         for arg in command:
             if arg.startswith(("--dashboard-host=", "--node-ip-address=")):
                 assert arg.endswith("=127.0.0.1"), arg
+    # The router binds ROUTER_HOST, which only a NODES>1 rendering sets (tests/static/test_compose_cluster.py).
     entrypoint = (ROOT / "images/router/entrypoint.sh").read_text()
-    assert "--host 127.0.0.1" in entrypoint
+    assert '--host "${ROUTER_HOST:-127.0.0.1}"' in entrypoint
+    if "router" in rendered[name]["services"]:
+        assert "ROUTER_HOST" not in (rendered[name]["services"]["router"].get("environment") or {})
 
 
 @pytest.mark.parametrize("name", profiles.PROFILE_ORDER)

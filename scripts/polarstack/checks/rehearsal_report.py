@@ -372,7 +372,8 @@ def weight_sync(evidence: dict[str, Any]) -> Verdict:
     jobs run different numbers of rollouts (preflight.checks keeps them different)."""
     versions = evidence.get("weight_versions") or {}
     stages = [s for s in ("before", "after_train", "after_resume") if s in versions]
-    engines = sorted(versions.get("before") or {})
+    # Every engine the rehearsal asked (evidence["engines"]: every node's at NODES>1), read or not.
+    engines = sorted({*(versions.get("before") or {}), *(evidence.get("engines") or [])})
     if len(stages) < 3 or not engines:
         return Verdict(
             "weight_sync", "fail", f"weight_version read at {stages or 'no stage'}", "the engines' /model_info"

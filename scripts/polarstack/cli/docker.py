@@ -9,9 +9,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+from polarstack.cli import cluster as cli_cluster
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import sigterm_as_interrupt
-from polarstack.stack import assets, bases, compose, device, docker_state, dockerd, profiles, ray_auth, stack_faults
+from polarstack.stack import (
+    assets,
+    bases,
+    cluster,
+    compose,
+    device,
+    docker_state,
+    dockerd,
+    profiles,
+    ray_auth,
+    stack_faults,
+)
 from polarstack.train import memory
 
 COMPOSE_VERBS = {  # verb: (compose arguments, needs GPUs)
@@ -91,6 +103,9 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         stack_faults.refuse_taken_ports(profile)  # STATE: a port of the stack is taken (host networking)
     if args.verb in ("build", "up") and device.is_cpu():  # the CPU bases and the tiny model (cached)
         device.prepare(lambda line: print(line, file=sys.stderr))
+    found = cluster.load()
+    if args.verb == "up" and found.multi:  # the interface, Ray's token, SHARED_DIR (cli_cluster.before_up)
+        cli_cluster.before_up(found)
     if args.verb == "up":  # weights, sandbox image and agent CLI before any engine starts (one sentence each)
         assets.check_before_up(profile)
         if device.is_cpu():  # the tiny model on the CPU: the estimate is the GPU node's, not this stack's
@@ -100,8 +115,8 @@ def _cmd_compose(args: argparse.Namespace) -> int:
             )
         else:
             print(
-                "\n".join(memory.check_up(profile).lines()), file=sys.stderr
-            )  # refuses a node too small for make train
+                "\n".join(memory.check_up(profile, nodes=found.nodes).lines()), file=sys.stderr
+            )  # refuses a node too small for make train (per node at NODES>1)
         sigterm_as_interrupt()  # a SIGTERM takes down what this `up` started, like Ctrl-C
         try:
             proc = compose.run_compose(profile, [*compose_args, *args.service])
@@ -136,6 +151,8 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         )
         port = profiles.knob(profile, "RAY_DASHBOARD_PORT", "8265")
         print("\n".join(ray_auth.login_lines(compose.token_file(), port)), file=sys.stderr)  # the file, not the token
+        if found.multi:  # this node's report; the cluster check once every node is up
+            cli_cluster.after_up(profile, found)
     elif args.verb == "down" and (docker_state.read() or {}).get("profile") in (None, profile.name):
         docker_state.clear()
     return 0

@@ -20,6 +20,7 @@ from typing import Callable
 from polarstack import __version__
 from polarstack.checks import docker_smoke, probe, retokenize, smoke
 from polarstack.cli import bench as cli_bench
+from polarstack.cli import cluster as cli_cluster
 from polarstack.cli import docker as cli_docker
 from polarstack.cli import local as cli_local
 from polarstack.cli import preflight as cli_preflight
@@ -427,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
         cli_bench._add_bench,
         _add_verify_offline,
         cli_routers._add_routers,
+        cli_cluster._add_cluster,
     ):
         add(sub)
     return parser

@@ -175,6 +175,7 @@ def render_train_plan(plan, task: str, profile_name: str, runtime: str, run_dir_
     print(f"# dry run: {task} on profile {profile_name} ({runtime} runtime); nothing is launched")
     print(f"# tasks: polarstack tasks prepare {task} --out .run/train/{plan.run_id}/tasks")
     described = plan.as_dict()
+    render_cluster(plan)
     for command in described["commands"]:
         print(command)
     for file_name, text in plan.files.items():
@@ -183,6 +184,23 @@ def render_train_plan(plan, task: str, profile_name: str, runtime: str, run_dir_
     for line in described["watch"]:
         print(f"# on the GPU node, watch: {line}")
     render_memory(plan)
+
+
+def render_cluster(plan) -> None:
+    """At NODES>1: what each node runs (polarstack.stack.cluster.layout); nothing on one node."""
+    cluster = getattr(plan, "cluster", None)
+    if cluster is None or not cluster.multi:
+        return
+    print(
+        f"# cluster: {cluster.nodes} nodes on {cluster.iface}, head {cluster.head_addr}, shared {cluster.shared_dir}; "
+        f"the plan is run on rank 0"
+    )
+    for node in plan.nodes:
+        print(
+            f"# node {node.rank} ({node.addr}): {', '.join(node.roles)}; engine GPUs "
+            f"{','.join(map(str, node.engine_gpus))} ({' '.join(node.engine_urls)}), trainer GPUs "
+            f"{','.join(map(str, node.trainer_gpus))}"
+        )
 
 
 def render_memory(plan) -> None:
@@ -304,6 +322,7 @@ def render_preflight_plan(plan) -> None:
         f"{value('--global-batch-size')}, data-parallel size {plan.data_parallel}, tasks {', '.join(plan.task_ids)}"
     )
     print(f"# report: {plan.report_path}")
+    render_cluster(plan.phases[0][1])
     for number, step in enumerate(plan.as_dict()["steps"], 1):
         print(f"# step {number}: {step}")
     render_memory(plan.phases[0][1])

@@ -18,6 +18,8 @@
    report's readers against what slime, Polar and sglang write (polarstack.offline.rehearsal_keys).
 8. Ray's token authentication (issue 28, polarstack.offline.ray_auth_facts): every rendered Ray process sends the
    stack's token by the trainer's read-only mount, the healthchecks poll a public path, no rendered text holds it.
+9. Two nodes (issue 28, polarstack.offline.multinode): a 2-node plan, rehearsal and Compose override of every working
+   router profile against configs/upstream/multinode-facts.json.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from polarstack.offline import (
     flags,
     meaning,
     memory_facts,
+    multinode,
     ray_auth_facts,
     real_sglang_facts,
     rehearsal_keys,
@@ -674,6 +677,8 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
                     checks.append(check_routing_measurement(profiles.load(name)))
             except StackError as exc:  # a profile that cannot even be rendered is a failed check, not a crash
                 checks.append(Check(f"profile {name}", False, "", [exc.message]))
+    progress("2 nodes")
+    checks += multinode.check()  # issue 28: a 2-node plan of every working router profile, against the facts
     return checks, time.perf_counter() - started
 
 

@@ -248,6 +248,19 @@ def layout(profile: Any, cluster: Cluster) -> list[NodeLayout]:
     return nodes
 
 
+# What torch's NCCL and Gloo backends read to pick their interface; both name CLUSTER_IFACE at NODES>1 (the trainer
+# containers, the engines for slime's NCCL weight sync, launch.sh and the Ray job: polarstack.train.cluster_plan).
+INTERFACE_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+def interface_env(cluster: Cluster) -> dict[str, str]:
+    """NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME = CLUSTER_IFACE at NODES>1; nothing on one node."""
+    if not cluster.multi:
+        return {}
+    assert cluster.iface is not None
+    return {key: cluster.iface for key in INTERFACE_VARS}
+
+
 def engine_urls(profile: Any, cluster: Cluster) -> list[str]:
     """Every engine of the cluster, by the address other nodes reach it by, rank order then engine order."""
     return [url for node in layout(profile, cluster) for url in node.engine_urls]

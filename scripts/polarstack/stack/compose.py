@@ -6,7 +6,11 @@ rendered, together with configs/stack.env and configs/pins.env, into:
   ports and URLs, the router's launch flags from the router catalog, slime's router arguments);
 - .run/compose/<name>.gpus.yaml: the GPU device_ids of each GPU service (Compose cannot split a list);
 - .run/compose/<name>.model.yaml, only with MODEL_DIR set: the host's weights bind-mounted read-only
-  (polarstack.stack.assets.model_override).
+  (polarstack.stack.assets.model_override);
+- .run/compose/<name>.cluster.yaml, only at NODES>1 (polarstack.stack.cluster): this node's part of the cluster
+  (`cluster_override`): the engines bind this node's address, the router (head only) the head's with every node's
+  engines, the trainer runs the Ray head (rank 0) or joins it (rank > 0) with Ray's token mounted by path, and
+  SHARED_DIR is mounted at its own path in the trainer and every engine. At NODES=1 nothing of it is rendered.
 The Ray token (polarstack.stack.ray_auth) enters the env file only as the PATH of the host's token file
 (RAY_AUTH_TOKEN_FILE, the source of the trainer's read-only mount); `up` writes that file first (`run_compose`).
 """
@@ -27,15 +31,19 @@ import yaml
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import compose_file, run_dir, stack_env
 from polarstack.pins import parse_env_file, pins
-from polarstack.stack import assets, bases, cluster, device, ray_auth, real_sglang
+from polarstack.stack import assets, bases, device, ray_auth, ray_head, real_sglang
+from polarstack.stack import cluster as cluster_mod
 from polarstack.stack.assets import engine_services  # noqa: F401 (compose.yaml's engines, read here by callers)
+from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile, docker_engine_urls, parse_node_gpus, stack_knobs  # noqa: F401
 
 LOCAL_ALTERNATIVE = "on a machine without it use RUNTIME=local (emulated engines on 127.0.0.1) or `make demo`"
 
 
-def render_values(profile: Profile) -> dict[str, str]:
-    """Every variable compose.yaml needs for `profile`, as strings."""
+def render_values(profile: Profile, cluster: Cluster | None = None) -> dict[str, str]:
+    """Every variable compose.yaml needs for `profile`, as strings. At NODES>1 the engine list, the router's workers
+    and Polar's base URL name every node's engines and the head by their cluster addresses (one node: 127.0.0.1)."""
+    cluster = cluster if cluster is not None else cluster_mod.load()
     engines = engine_services(profile.name)
     if len(engines) != profile.engine_count:
         raise StackError(
@@ -55,13 +63,14 @@ def render_values(profile: Profile) -> dict[str, str]:
             f"{profile.path}: GPU {top} does not exist on a {node}-GPU node (NODE_GPUS in configs/stack.env).",
             ExitCode.USAGE,
         )
-    urls = docker_engine_urls(profile)  # the one rule for where the docker engines listen (polarstack.stack.target)
+    # The one rule for where the docker engines listen (polarstack.stack.target); every node's at NODES>1.
+    urls = docker_engine_urls(profile) if not cluster.multi else cluster_mod.engine_urls(profile, cluster)
     for index in range(profile.engine_count):
         values[f"ENGINE_{index}_PORT"] = str(profile.engine_port(index))
         values[f"ENGINE_{index}_GPU"] = str(profile.engine_gpus[index])
     values["ENGINE_URLS"] = " ".join(urls)
     values["ROLLOUT_EXTERNAL_ENGINE_ADDRS"] = " ".join(u.removeprefix("http://") for u in urls)
-    values["SGLANG_ROUTER_BASE_URL"] = profile.base_url()
+    values["SGLANG_ROUTER_BASE_URL"] = profile.base_url(cluster.head_addr)
     values["TRAINER_NUM_GPUS"] = str(len(profile.trainer_gpus))
     values["TRAINER_GPUS"] = ",".join(map(str, profile.trainer_gpus))
     values["HF_HUB_VERSION"] = values.get("HF_HUB_REQUIREMENT", "").partition("==")[2]  # model-download image tag
@@ -77,6 +86,8 @@ def render_values(profile: Profile) -> dict[str, str]:
                 "ROUTER_MODULE": release.module,
                 "ROUTER_WORKER_URLS": " ".join(urls) if profile.registration == "static" else "",
                 "ROUTER_EXTRA_ARGS": " ".join(extra),
+                # images/router/entrypoint.sh: --host (127.0.0.1 when unset, as on one node).
+                **({"ROUTER_HOST": cluster.head_addr} if cluster.multi else {}),
             }
         )
     else:
@@ -97,7 +108,7 @@ def render_values(profile: Profile) -> dict[str, str]:
 def token_file() -> Path:
     """The host's Ray token file: RAY_AUTH_TOKEN_FILE (configs/cluster.env or the environment), else the default under
     the config home (polarstack.stack.ray_auth.token_path)."""
-    return ray_auth.token_path(cluster.knobs()[ray_auth.MOUNT_SOURCE_KEY])
+    return ray_auth.token_path(cluster_mod.knobs()[ray_auth.MOUNT_SOURCE_KEY])
 
 
 def cpu_values(values: dict[str, str]) -> dict[str, str]:
@@ -147,11 +158,12 @@ def _quote(value: str) -> str:
     return value
 
 
-def render(profile: Profile, directory: Path | None = None) -> tuple[Path, Path]:
-    """Write .run/compose/<profile>.env and .gpus.yaml; return their paths."""
+def render(profile: Profile, directory: Path | None = None, cluster: Cluster | None = None) -> tuple[Path, Path]:
+    """Write .run/compose/<profile>.env and .gpus.yaml (and .cluster.yaml at NODES>1); return the first two."""
     directory = directory or (run_dir() / ("compose-cpu" if device.is_cpu() else "compose"))
     directory.mkdir(parents=True, exist_ok=True)
-    values = render_values(profile)
+    cluster = cluster if cluster is not None else cluster_mod.load()
+    values = render_values(profile, cluster)
     env_path = directory / f"{profile.name}.env"
     lines = [
         f"# Rendered by `polarstack compose env --profile {profile.name}` from configs/stack.env, "
@@ -164,18 +176,136 @@ def render(profile: Profile, directory: Path | None = None) -> tuple[Path, Path]
         "# Rendered from ENGINE_GPUS / TRAINER_GPUS of the profile. Do not edit.\n"
         + yaml.safe_dump(gpu_override(profile), sort_keys=False)
     )
+    cluster_path = cluster_file(profile, directory)
+    if cluster.multi:
+        cluster_path.write_text(
+            f"# Rendered for node {cluster.rank} of {cluster.nodes} ({cluster.addr} on {cluster.iface}) from "
+            "configs/cluster.env and the profile. Do not edit.\n"
+            + yaml.dump(cluster_override(profile, cluster), Dumper=_OverrideDumper, sort_keys=False)
+        )
+    else:
+        cluster_path.unlink(missing_ok=True)  # an earlier NODES>1 rendering must not leak into one node's stack
     return env_path, gpus_path
 
 
-def compose_args(profile: Profile, directory: Path | None = None) -> list[str]:
-    env_path, gpus_path = render(profile, directory)
+def cluster_file(profile: Profile, directory: Path) -> Path:
+    return directory / f"{profile.name}.cluster.yaml"
+
+
+def compose_args(profile: Profile, directory: Path | None = None, cluster: Cluster | None = None) -> list[str]:
+    cluster = cluster if cluster is not None else cluster_mod.load()
+    env_path, gpus_path = render(profile, directory, cluster)
     files = ["-f", str(compose_file()), "-f", str(gpus_path)]
     if device.is_cpu():  # no GPU reservations; the CPU override; the CPU stack's own project (polarstack.stack.device)
         files = ["-p", device.project(), "-f", str(compose_file()), "-f", str(cpu_compose_file())]
     model = assets.model_override(profile, gpus_path.parent)  # MODEL_DIR: weights bind-mounted read-only
     if model is not None:
         files += ["-f", str(model)]
+    if cluster.multi:  # this node's part of the cluster (cluster_override)
+        files += ["-f", str(cluster_file(profile, gpus_path.parent))]
     return [*files, "--env-file", str(env_path), "--profile", profile.name]
+
+
+# --- NODES > 1: this node's part of the cluster ----------------------------------------------------------------
+
+HEAD_ONLY_PROFILE = "polarstack-head-only"  # a Compose profile nothing activates: the router off rank 0
+
+
+class Replace(list):
+    """A list Compose must take instead of merging it with compose.yaml's (`!override`, Compose >= 2.24): a service's
+    `profiles`, which an override otherwise extends."""
+
+
+class _OverrideDumper(yaml.SafeDumper):
+    pass
+
+
+_OverrideDumper.add_representer(Replace, lambda dumper, data: dumper.represent_sequence("!override", list(data)))
+HEALTHCHECK = "/usr/local/bin/polarstack-healthcheck"
+# The Ray dashboard agent's HTTP port on every node (ray_constants DEFAULT_DASHBOARD_AGENT_LISTEN_PORT in the pinned
+# ray, configs/upstream/multinode-facts.json): its /api/local_raylet_healthz answers without Ray's token (measured).
+DASHBOARD_AGENT_PORT = 52365
+
+
+def _compose_services() -> dict[str, Any]:
+    """compose/compose.yaml's services, anchors and merge keys resolved (YAML's own rules), interpolation left as is."""
+    return (yaml.safe_load(compose_file().read_text()) or {}).get("services") or {}
+
+
+def _with_host(command: list[str], host: str) -> list[str]:
+    """`command` with the value after --host replaced (compose.yaml's engines bind 127.0.0.1 there)."""
+    if "--host" not in command:
+        raise StackError("internal: compose/compose.yaml's engine command has no --host.", ExitCode.INTERNAL)
+    out = list(command)
+    out[out.index("--host") + 1] = host
+    return out
+
+
+def cluster_override(profile: Profile, cluster: Cluster) -> dict[str, Any]:
+    """This node's Compose override at NODES>1 (nothing binds 0.0.0.0; each listener the address it is reached by):
+    - engines: `--host <this node's address>`, the healthcheck on it, NCCL/GLOO on CLUSTER_IFACE (slime's NCCL weight
+      sync joins them to the trainer's rank 0), SHARED_DIR at its own path (the disk weight sync reads it there);
+    - router, rank 0 only (a profile nothing activates elsewhere): ROUTER_HOST = the head's address, its healthcheck
+      there (its worker list, for static registration, is every node's engines: render_values);
+    - trainer: `ray start --head` bound to the head's address (rank 0) or `ray start --address=<head>` (rank > 0,
+      ray_head.worker_command with --num-cpus = its trainer GPUs), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 (0 would make
+      the join abort), SLIME_HOST_IP = this node's address, NCCL/GLOO, Ray's token by path (the host's file mounted
+      read-only at ray_auth.CONTAINER_TOKEN_PATH), SHARED_DIR, and a healthcheck that needs no token: the head's
+      /api/gcs_healthz (rank 0) or this node's dashboard agent's /api/local_raylet_healthz (rank > 0)."""
+    base = _compose_services()
+    addr, head = cluster.addr, cluster.head_addr
+    shared = cluster.shared_dir.rstrip("/")
+    shared_mount = [f"{shared}:{shared}"] if shared else []
+    interfaces = cluster_mod.interface_env(cluster)
+    services: dict[str, Any] = {}
+    for index in range(profile.engine_count):
+        name = f"engine-{index}"
+        port = profile.engine_port(index)
+        services[name] = {
+            "command": _with_host(list(base[name]["command"]), addr),
+            "environment": dict(interfaces),
+            "volumes": list(shared_mount),
+            "healthcheck": {"test": ["CMD", "python3", HEALTHCHECK, f"http://{addr}:{port}/health"]},
+        }
+    if profile.router is not None:
+        if cluster.head:
+            services["router"] = {
+                "environment": {"ROUTER_HOST": head},
+                "healthcheck": {"test": ["CMD", "python3", HEALTHCHECK, f"http://{head}:{profile.router_port}/health"]},
+            }
+        else:
+            services["router"] = {"profiles": Replace([HEAD_ONLY_PROFILE])}
+    gpus = "${TRAINER_NUM_GPUS:?rendered from the profile}"
+    gcs = "${RAY_GCS_PORT:-6379}"
+    dashboard = "${RAY_DASHBOARD_PORT:-8265}"
+    if cluster.head:
+        command = ray_head.head_command(gcs_port=gcs, dashboard_port=dashboard, num_gpus=gpus, block=True, node_ip=head)
+        health = f"http://{head}:{dashboard}/api/gcs_healthz"
+    else:
+        command = ray_head.worker_command(
+            head_addr=head,
+            gcs_port=gcs,
+            node_ip=addr,
+            num_gpus=gpus,
+            num_cpus=len(profile.trainer_gpus),
+            block=True,
+        )
+        health = f"http://{addr}:{DASHBOARD_AGENT_PORT}/api/local_raylet_healthz"
+    services["trainer"] = {
+        "command": command,
+        "environment": {
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
+            "SLIME_HOST_IP": addr,
+            **interfaces,
+            **ray_auth.process_env(ray_auth.CONTAINER_TOKEN_PATH),
+        },
+        "volumes": [
+            f"{ray_auth.token_path(cluster.token_file or None)}:{ray_auth.CONTAINER_TOKEN_PATH}:ro",
+            *shared_mount,
+        ],
+        "healthcheck": {"test": ["CMD", "python3", HEALTHCHECK, health]},
+    }
+    return {"services": services}
 
 
 def cpu_compose_file() -> Path:
@@ -269,7 +399,7 @@ def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
 
 def run_compose(profile: Profile, args: list[str], *, capture: bool = False) -> subprocess.CompletedProcess:
     if args[:1] == ["up"]:  # every `up` (make up, make preflight, the docker demo) mounts the token file: have it first
-        ray_auth.prepare(token_file(), head=cluster.load().head)
+        ray_auth.prepare(token_file(), head=cluster_mod.load().head)
     cmd = [*compose_command(), *compose_args(profile), *args]
     if capture:
         return subprocess.run(cmd, capture_output=True, text=True)

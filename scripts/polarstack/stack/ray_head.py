@@ -15,6 +15,14 @@ regenerates them, in configs/upstream/ray-listeners.json):
 Measured with the pinned ray on this CPU machine (tests/integration/test_exposure.py): with the variable every
 listener of the head, its agents and its workers is on 127.0.0.1; without it, GCS, raylet, agents and the client
 server listen on every interface.
+
+At NODES>1 (polarstack.stack.cluster) the variable cannot stay: with it, `ray start --address=<head>` on every other
+node aborts ("Multi-node Ray clusters are not supported on Windows and OSX", ray/scripts/scripts.py `start`, the
+worker branch; configs/upstream/multinode-facts.json ray.join_refused_without_cluster). The multi-node Compose
+override sets it to 1 (its Linux default) and what replaces it is: --node-ip-address and --dashboard-host = the
+node's address on CLUSTER_IFACE (not loopback, so resolve_ip_for_localhost leaves it alone), Ray's token
+(RAY_AUTH_MODE=token, polarstack.stack.ray_auth) on everything Ray then opens, and the firewall docs/multi-node.md
+asks for; GCS and raylet still listen on every interface of the node (the record's without_loopback_env).
 """
 
 from __future__ import annotations
@@ -73,9 +81,22 @@ def head_command(
 
 
 def worker_command(
-    *, head_addr: str, gcs_port: int | str, node_ip: str, num_gpus: int | str, block: bool = False
+    *,
+    head_addr: str,
+    gcs_port: int | str,
+    node_ip: str,
+    num_gpus: int | str,
+    block: bool = False,
+    num_cpus: int | str | None = None,
 ) -> list[str]:
-    """`ray start --address=<head>:<gcs port>` for a node of rank > 0: it joins the head's GCS and binds `node_ip`."""
+    """`ray start --address=<head>:<gcs port>` for a node of rank > 0: it joins the head's GCS and binds `node_ip`.
+
+    `num_cpus`: the CPUs this node offers Ray. The multi-node plan gives a worker node as many as it has trainer
+    GPUs: slime's placement group takes one CPU with each GPU bundle (slime/ray/placement_group.py
+    _create_placement_group, {"GPU": 1, "CPU": 1}) before anything else is scheduled (train_async.py creates it
+    first), so nothing else slime starts (the RolloutManager with Polar's worker, the in-job gate, slime's own
+    router, the engine handles) can land on that node: they stay on the head, next to Polar's servers and the run
+    directory (configs/upstream/multinode-facts.json, placement)."""
     return [
         "ray",
         "start",
@@ -83,6 +104,7 @@ def worker_command(
         *(["--block"] if block else []),
         f"--node-ip-address={node_ip}",
         f"--num-gpus={num_gpus}",
+        *([f"--num-cpus={num_cpus}"] if num_cpus is not None else []),
         "--disable-usage-stats",
     ]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.stack import docker_state, local, profiles
+from polarstack.stack import cluster, docker_state, local, profiles
 from polarstack.stack.profiles import (  # noqa: F401 (the rules of a profile's URLs, read here by callers)
     Profile,
     docker_engine_urls,
@@ -105,11 +105,13 @@ def resolve_target(
             record = docker_state.DockerRecord.of(docker_state.usable(profile))
         name = profile or (record.profile if record else docker_state.profile_name(None))
     loaded = profiles.load(name)
-    engines = docker_engine_urls(loaded)
+    # NODES>1: the router on the head's address and every node's engines by theirs (polarstack.stack.cluster).
+    found = cluster.load()
+    engines = docker_engine_urls(loaded) if not found.multi else cluster.engine_urls(loaded, found)
     return Target(
         "docker",
         loaded.name,
-        loaded.base_url(),
+        loaded.base_url(found.head_addr),
         route or loaded.route,
         engines,
         registered_engines(loaded, engines),

@@ -27,9 +27,11 @@ from polarstack.paths import train_run_dir
 from polarstack.processes import interrupt_on
 from polarstack.reward import tasks
 from polarstack.routers import worker_api
+from polarstack.stack import cluster as cluster_mod
 from polarstack.stack import compose, local, profiles
+from polarstack.stack.cluster import Cluster
 from polarstack.stack.target import resolve_target
-from polarstack.train import ray_job, rehearsal_record, retention, supervise
+from polarstack.train import cluster_plan, ray_job, rehearsal_record, retention, supervise
 from polarstack.train.plan import (
     RESUME_REFUSED,
     TRAINER_RUN_DIR,
@@ -83,6 +85,8 @@ def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> 
         return 0
     if target.runtime == "docker":
         compose.check_node("train", profile, need_gpus=True)
+        # NODES>1: every node's report, pins, Ray membership, ports, clock, GPUs and memory (polarstack.checks.nodes)
+        cluster_plan.require_nodes(profile, plan.cluster, plan.memory, ray_dashboard_port(profile, plan.config))
         # A passing `make preflight` of these pins, this profile and this plan (polarstack.train.rehearsal_record).
         print(rehearsal_record.require(profile, override=request.without_rehearsal), file=sys.stderr)
     _gate(request, target, plan, profile)
@@ -131,22 +135,27 @@ def _gate(request: TrainRequest, target, plan, profile) -> None:
     print(f"gate passed: {report.message}", file=sys.stderr)
 
 
-def release_router_workers(profile) -> list[str]:
+def release_router_workers(profile, cluster: Cluster | None = None) -> list[str]:
     """Where slime registers the engines with the router (ROUTER_REGISTRATION=register), the router must list none
-    of them when a job starts (routers.worker_api.release_all); elsewhere nothing to do."""
+    of them when a job starts (routers.worker_api.release_all); elsewhere nothing to do. The router is on the head's
+    address at NODES>1 (127.0.0.1 on one node)."""
     if profile.registration != "register" or profile.router is None:
         return []
-    return worker_api.release_all(f"http://127.0.0.1:{profile.router_port}", timeout=30)
+    cluster = cluster if cluster is not None else cluster_mod.load()
+    return worker_api.release_all(f"http://{cluster.head_addr}:{profile.router_port}", timeout=30)
 
 
-def resume_engines(profile) -> list[str]:
+def resume_engines(profile, cluster: Cluster | None = None) -> list[str]:
     """Before every job: POST /continue_generation to each engine (the call slime makes after a weight reload,
     slime/backends/sglang_utils/sglang_engine.py continue_generation; slime/ray/actor_group.py pauses the engines
     before the reload and resumes them after it). A job stopped between the two leaves the engines paused: every
     request, /health's included, then waits (sglang tokenizer_manager pause_generation), so the next attempt's gate
-    and healthchecks would fail. Returns one warning per engine that did not accept it (the gate then says more)."""
+    and healthchecks would fail. Returns one warning per engine that did not accept it (the gate then says more).
+    At NODES>1 every engine of every node, by its cluster address."""
+    cluster = cluster if cluster is not None else cluster_mod.load()
+    urls = profiles.docker_engine_urls(profile) if not cluster.multi else cluster_mod.engine_urls(profile, cluster)
     warnings = []
-    for url in profiles.docker_engine_urls(profile):
+    for url in urls:
         try:
             httpx.post(f"{url}/continue_generation", json={}, timeout=30).raise_for_status()
         except httpx.HTTPError as exc:
@@ -160,7 +169,7 @@ def refuse_active_job(profile, config: dict) -> None:
     """Refuse (STATE) while the trainer's Ray cluster has a PENDING or RUNNING job (polarstack.train.ray_job): slime's
     placement group would wait for its GPUs forever, and releasing the router's workers would take the engines from
     under it. Runs before the router's workers are released and before launch.sh submits."""
-    address = f"http://127.0.0.1:{ray_dashboard_port(profile, config)}"
+    address = cluster_plan.dashboard_url(cluster_mod.load(), ray_dashboard_port(profile, config))
     proc = compose.run_compose(
         profile,
         ["exec", "-T", "trainer", "python3", "-m", "polarstack.train.ray_job", "--address", address],
@@ -185,7 +194,7 @@ def stop_attempt_job(profile, config: dict, out: Path) -> None:
     job = job_file.read_text().strip() if job_file.is_file() else ""
     if not job:
         return
-    address = f"http://127.0.0.1:{ray_dashboard_port(profile, config)}"
+    address = cluster_plan.dashboard_url(cluster_mod.load(), ray_dashboard_port(profile, config))
     with contextlib.suppress(OSError):  # the terminal may be gone
         print(f"polarstack: interrupted; stopping Ray job {job}", file=sys.stderr)
     compose.run_compose(
@@ -193,15 +202,16 @@ def stop_attempt_job(profile, config: dict, out: Path) -> None:
     )
 
 
-def checkpoint_free_bytes(profile) -> int | None:
-    """Free bytes of the checkpoints volume, read inside the trainer (where it is mounted); None when unreadable."""
-    proc = compose.run_compose(profile, ["exec", "-T", "trainer", *retention.DF_AVAIL, "/checkpoints"], capture=True)
+def checkpoint_free_bytes(profile, volume: str = cluster_plan.CHECKPOINTS_VOLUME) -> int | None:
+    """Free bytes of the checkpoints volume (SHARED_DIR/checkpoints at NODES>1), read inside the trainer (where it is
+    mounted); None when unreadable."""
+    proc = compose.run_compose(profile, ["exec", "-T", "trainer", *retention.DF_AVAIL, volume], capture=True)
     return retention.parse_df(proc.stdout) if proc.returncode == 0 else None
 
 
 def check_checkpoint_space(profile, plan: LaunchPlan, resume: bool) -> None:
     """Refuse (ENVIRONMENT) when the plan's saves cannot fit the volume (polarstack.train.retention)."""
-    free = checkpoint_free_bytes(profile)
+    free = checkpoint_free_bytes(profile, cluster_plan.checkpoint_volume(plan.cluster))
     if free is None:
         print("polarstack: the checkpoints volume's free space could not be read; not checked", file=sys.stderr)
         return

@@ -20,6 +20,12 @@ The engine GPU (sglang SGLANG_VERSION): mem_fraction_static x card holds the wei
 must hold one full trace (seq_length tokens at kv heads x (head_dim + v_head_dim) x layers x 2 B per token).
 The host: slime's pinned-memory backups of the actor and reference weights (each rank's shard), the offloaded
 optimizer states with the fp32 gradient copy the CPU optimizer steps on, and an allowance for the other processes.
+
+At NODES > 1 (issue 28) the estimate is per node: each node holds len(TRAINER_GPUS) ranks and its engines, and DP is
+NODES x len(TRAINER_GPUS) / TP. What changes per trainer GPU is the one term divided by DP (the distributed
+optimizer's states); the weights, gradients, logits, softmax and activations are per rank and stay. Per host, the
+weight backups are per rank (the same per node); the offloaded optimizer states and their fp32 gradient copy are
+this node's ranks' shards, 1 / NODES of the whole. The engine GPU does not change (each engine holds the whole model).
 """
 
 from __future__ import annotations
@@ -93,7 +99,7 @@ class MemoryPlan:
     model: str
     tensor_parallel: int
     data_parallel: int
-    trainer_gpus: int
+    trainer_gpus: int  # per node
     offload: bool
     capacity: Capacity
     trainer: list[Term] = field(default_factory=list)
@@ -103,6 +109,7 @@ class MemoryPlan:
     engine_share_gb: float = 0.0  # mem_fraction_static x card: what sglang reserves for weights + KV pool
     context_tokens: int = 0  # one full trace
     decision: str = ""
+    nodes: int = 1  # NODES: the terms are per node (each node alike, polarstack.stack.cluster.layout)
 
     @property
     def trainer_gb(self) -> float:
@@ -139,9 +146,14 @@ class MemoryPlan:
         """The estimate as printed by `make train` / `make up` / `make preflight` (computed, never measured)."""
         cap = self.capacity
         host_cap = f"{cap.host_gb:.1f} GB" if cap.host_gb is not None else "not checked here (set HOST_MEMORY_GB)"
+        per_node = (
+            ""
+            if self.nodes == 1
+            else f", per node of {self.nodes} (each: {self.trainer_gpus} trainer GPUs, its engines)"
+        )
         out = [
-            f"memory (computed from the plan, not measured; decimal GB): {self.model}, profile {self.profile}, "
-            f"TP {self.tensor_parallel} x DP {self.data_parallel}, optimizer offload "
+            f"memory (computed from the plan, not measured; decimal GB): {self.model}, profile {self.profile}"
+            f"{per_node}, TP {self.tensor_parallel} x DP {self.data_parallel}, optimizer offload "
             f"{'on' if self.offload else 'off'} ({self.decision}); capacity: {cap.gpu_gb:.1f} GB per GPU, host "
             f"{host_cap} ({cap.source})"
         ]
@@ -162,11 +174,18 @@ class MemoryPlan:
         def terms(items: list[Term]) -> list[dict[str, Any]]:
             return [{"name": t.name, "gb": round(t.gb, 3), "source": t.source} for t in items]
 
+        # "nodes" and "per_node" only at NODES>1: the single-node --json keeps its keys.
+        multi = (
+            {"nodes": self.nodes, "per_node": True, "trainer_gpus_per_node": self.trainer_gpus}
+            if self.nodes > 1
+            else {}
+        )
         return {
             "profile": self.profile,
             "model": self.model,
             "tensor_parallel": self.tensor_parallel,
             "data_parallel": self.data_parallel,
+            **multi,
             "offload": self.offload,
             "decision": self.decision,
             "capacity": {
@@ -285,7 +304,10 @@ def engine_terms(facts: dict[str, Any], *, mem_fraction: float, gpu_gb: float) -
     )
 
 
-def host_terms(facts: dict[str, Any], *, tp: int, gpus: int, offload: bool, settings: dict[str, Any]) -> list[Term]:
+def host_terms(
+    facts: dict[str, Any], *, tp: int, gpus: int, offload: bool, settings: dict[str, Any], nodes: int = 1
+) -> list[Term]:
+    """`gpus`: this node's trainer ranks; `nodes`: NODES (the offloaded shards of the whole DP spread over them)."""
     p = facts["parameters"]
     terms = [
         Term(
@@ -295,16 +317,18 @@ def host_terms(facts: dict[str, Any], *, tp: int, gpus: int, offload: bool, sett
         )
     ]
     if offload:
+        share = "" if nodes == 1 else f" / {nodes} nodes"
+        whose = "all ranks' shards" if nodes == 1 else "this node's ranks' shards"
         terms += [
             Term(
-                "offloaded optimizer states: 12 B x parameters (all ranks' shards)",
-                OPTIMIZER_STATE * p / GB,
+                f"offloaded optimizer states: 12 B x parameters{share} ({whose})",
+                OPTIMIZER_STATE * p / nodes / GB,
                 source("offload_flags"),
             ),
             Term(
-                "fp32 gradient copy the CPU optimizer steps on: 4 B x parameters (stated: Megatron's "
+                f"fp32 gradient copy the CPU optimizer steps on: 4 B x parameters{share} (stated: Megatron's "
                 "HybridDeviceOptimizer pins CPU grads; not recorded)",
-                FP32 * p / GB,
+                FP32 * p / nodes / GB,
                 "Megatron HybridDeviceOptimizer (pin_cpu_grads), not recorded",
             ),
         ]
@@ -319,12 +343,20 @@ def host_terms(facts: dict[str, Any], *, tp: int, gpus: int, offload: bool, sett
 
 
 def estimate(
-    config: dict[str, Any], profile: Profile, tp: int, *, offload: bool, capacity: Capacity, mem_fraction: float
+    config: dict[str, Any],
+    profile: Profile,
+    tp: int,
+    *,
+    offload: bool,
+    capacity: Capacity,
+    mem_fraction: float,
+    nodes: int = 1,
 ) -> MemoryPlan:
+    """One node's memory; `nodes` (NODES) alike nodes share the data parallelism (DP = nodes x GPUs / TP)."""
     settings = _settings(config)
     facts = model_facts([str(a) for a in config["model"]["args"]])
     gpus = len(profile.trainer_gpus)
-    dp = gpus // tp
+    dp = nodes * gpus // tp
     plan = MemoryPlan(
         profile=profile.name,
         model=str(config["model"]["name"]),
@@ -334,13 +366,14 @@ def estimate(
         offload=offload,
         capacity=capacity,
         context_tokens=int(config["context"]["seq_length"]),
+        nodes=nodes,
     )
     plan.trainer = trainer_terms(
         facts, tp=tp, dp=dp, tokens=int(config["grpo"]["max_tokens_per_gpu"]), offload=offload, settings=settings
     )
     plan.engine, plan.kv_tokens = engine_terms(facts, mem_fraction=mem_fraction, gpu_gb=capacity.gpu_gb)
     plan.engine_share_gb = mem_fraction * capacity.gpu_gb
-    plan.host = host_terms(facts, tp=tp, gpus=gpus, offload=offload, settings=settings)
+    plan.host = host_terms(facts, tp=tp, gpus=gpus, offload=offload, settings=settings, nodes=nodes)
     return plan
 
 
@@ -423,14 +456,17 @@ def mem_fraction(values: dict[str, str] | None = None) -> float:
     return value
 
 
-def decide(config: dict[str, Any], profile: Profile, tp: int, capacity: Capacity | None = None) -> MemoryPlan:
+def decide(
+    config: dict[str, Any], profile: Profile, tp: int, capacity: Capacity | None = None, *, nodes: int = 1
+) -> MemoryPlan:
     """The plan's memory with the offload choice: without offload when it fits; with slime's offload flags when only
-    the offloaded estimate fits (memory.optimizer_offload auto); else refuse, naming the numbers."""
+    the offloaded estimate fits (memory.optimizer_offload auto); else refuse, naming the numbers. At NODES>1
+    (`nodes`) per node, against this node's capacity (the cluster check compares every node's report with it)."""
     capacity = capacity or node_capacity(profile)
     mode = _settings(config)["optimizer_offload"]
     fraction = mem_fraction()
-    plain = estimate(config, profile, tp, offload=False, capacity=capacity, mem_fraction=fraction)
-    offloaded = estimate(config, profile, tp, offload=True, capacity=capacity, mem_fraction=fraction)
+    plain = estimate(config, profile, tp, offload=False, capacity=capacity, mem_fraction=fraction, nodes=nodes)
+    offloaded = estimate(config, profile, tp, offload=True, capacity=capacity, mem_fraction=fraction, nodes=nodes)
     if mode == "off" or (mode == "auto" and not plain.problems()):
         chosen = plain
         chosen.decision = "fits without offload" if mode == "auto" else "memory.optimizer_offload=off"
@@ -453,12 +489,12 @@ def decide(config: dict[str, Any], profile: Profile, tp: int, capacity: Capacity
     return chosen
 
 
-def check_up(profile: Profile, config: dict[str, Any] | None = None) -> MemoryPlan:
+def check_up(profile: Profile, config: dict[str, Any] | None = None, *, nodes: int = 1) -> MemoryPlan:
     """`make up`: the memory of the run `make train` would launch on this profile (configs/train/defaults.yaml), so a
-    node that cannot hold it is refused before the engines load (refuses like `decide`)."""
+    node that cannot hold it is refused before the engines load (refuses like `decide`); per node at NODES>1."""
     config = config or load_defaults()
     section = config["parallel"].get(profile.name) or config["parallel"]["default"]
-    return decide(config, profile, int(section["tensor_model_parallel_size"]))
+    return decide(config, profile, int(section["tensor_model_parallel_size"]), nodes=nodes)
 
 
 def train_args(plan: MemoryPlan, config: dict[str, Any]) -> list[str]:

@@ -22,11 +22,13 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.paths import TRAINER_RUN_DIR, load_defaults  # noqa: F401 (train.plan is where callers read them)
 from polarstack.polar import harness_preset
 from polarstack.reward.tasks import TASKS, polar_config
+from polarstack.stack import cluster as cluster_mod
 from polarstack.stack.assets import sandbox_mode_env
-from polarstack.stack.exposure import SLIME_ROUTER_ARGS, TRAINER_LOOPBACK_ENV
+from polarstack.stack.cluster import Cluster
+from polarstack.stack.exposure import SLIME_ROUTER_ARGS
 from polarstack.stack.profiles import WEIGHT_SYNC_TRANSPORTS, Profile, knob
 from polarstack.stack.ray_head import head_command
-from polarstack.train import batch_layout, memory, retention, rollout_cost, step_cost
+from polarstack.train import batch_layout, cluster_plan, memory, retention, rollout_cost, step_cost
 from polarstack.train.ray_job import SUBMISSION_ID
 from polarstack.train.tracker import tracker_for
 
@@ -50,8 +52,12 @@ class LaunchPlan:
     memory: memory.MemoryPlan | None = None  # per GPU and per host, term by term (polarstack.train.memory)
     step: step_cost.StepCost | None = None  # memory and computed time per step (polarstack.train.step_cost)
     config: dict[str, Any] = field(default_factory=dict, repr=False)  # the merged configuration the plan rendered
+    cluster: Cluster = field(default=cluster_mod.SINGLE, repr=False)  # the nodes it runs on (polarstack.stack.cluster)
+    nodes: list[cluster_mod.NodeLayout] = field(default_factory=list, repr=False)  # what each node runs (NODES>1)
 
     def as_dict(self) -> dict[str, Any]:
+        # The single-node plan's keys are as they always were; the cluster's block appears at NODES>1 only.
+        multi = {"cluster": cluster_plan.as_dict(self.cluster, self.nodes)} if self.cluster.multi else {}
         return {
             "task": self.task,
             "profile": self.profile,
@@ -67,6 +73,7 @@ class LaunchPlan:
             "memory": self.memory.as_dict() if self.memory else None,
             "cost_per_step": self.step.as_dict() if self.step else None,
             "watch": watch_lines(self),
+            **multi,
         }
 
 
@@ -134,8 +141,9 @@ def _int(config: dict[str, Any], section: str, key: str) -> int:
     return value
 
 
-def validate(task: str, profile: Profile, config: dict[str, Any], model_path: str | None) -> int:
-    """Refuse, with one sentence each, what would fail or silently mistrain on the GPU node. Returns TP."""
+def validate(task: str, profile: Profile, config: dict[str, Any], model_path: str | None, nodes: int = 1) -> int:
+    """Refuse, with one sentence each, what would fail or silently mistrain on the GPU node. Returns TP.
+    `nodes`: every node runs len(TRAINER_GPUS) trainer ranks, so data parallelism is nodes x GPUs / TP."""
     if task not in TASKS:
         raise StackError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}.", ExitCode.USAGE)
     model = model_path if model_path is not None else config["model"].get("hf_checkpoint")
@@ -191,25 +199,28 @@ def validate(task: str, profile: Profile, config: dict[str, Any], model_path: st
         )
     # Megatron's micro-batch calculator and slime's step split (polarstack.train.batch_layout, configs/upstream/batch-rules.json)
     layout = batch_layout.Layout(
-        n, rollout, batch, batch_layout.micro_batch_default(), batch_layout.data_parallel_size(len(gpus), tp)
+        n, rollout, batch, batch_layout.micro_batch_default(), batch_layout.data_parallel_size(nodes * len(gpus), tp)
     )
     broken = batch_layout.problems(layout)
     if broken:
+        where = f"{len(gpus)} trainer GPUs" if nodes == 1 else f"{nodes} nodes x {len(gpus)} trainer GPUs"
         raise StackError(
-            f"profile {profile.name} (TP {tp} on {len(gpus)} trainer GPUs): {broken[0]}; a valid choice: "
+            f"profile {profile.name} (TP {tp} on {where}): {broken[0]}; a valid choice: "
             f'SET="{batch_layout.valid_choice(layout)}".',
             ExitCode.USAGE,
         )
     return tp
 
 
-def topology(profile: Profile, config: dict[str, Any], model_name: str) -> dict[str, Any]:
+def topology(profile: Profile, config: dict[str, Any], model_name: str, host: str = "127.0.0.1") -> dict[str, Any]:
+    """Polar's topology.yaml: its rollout server and gateway on `host` (the head's address at NODES>1, where they
+    bind and are reached), its inference base URL the router (or engine-0) on that host too."""
     polar = config["polar"]
     return {
         "rollout": {
-            "host": "127.0.0.1",
+            "host": host,
             "port": polar["rollout_port"],
-            "public_url": f"http://127.0.0.1:{polar['rollout_port']}",
+            "public_url": f"http://{host}:{polar['rollout_port']}",
             "save_dir": "/logs/polar-rollouts",
         },
         "gateway": {
@@ -217,15 +228,15 @@ def topology(profile: Profile, config: dict[str, Any], model_name: str) -> dict[
             "nodes": [
                 {
                     "id": polar["node_id"],
-                    "host": "127.0.0.1",
+                    "host": host,
                     "port": polar["gateway_port"],
-                    "public_url": f"http://127.0.0.1:{polar['gateway_port']}",
+                    "public_url": f"http://{host}:{polar['gateway_port']}",
                     "max_init_workers": polar["max_init_workers"],
                     "max_run_workers": polar["max_run_workers"],
                     "max_postrun_workers": polar["max_postrun_workers"],
                     "model_served": model_name,
                     # Polar's inference base URL: the router, or engine-0 for engine-direct (SGLANG_ROUTER_BASE_URL).
-                    "inference": {"engine": "sglang", "base_url": profile.base_url()},
+                    "inference": {"engine": "sglang", "base_url": profile.base_url(host)},
                 }
             ],
         },
@@ -265,13 +276,15 @@ def hygiene_args(config: dict[str, Any], ckpt: str, resume: bool) -> list[str]:
     return args
 
 
-def weight_sync_args(profile: Profile) -> list[str]:
+def weight_sync_args(profile: Profile, cluster: Cluster = cluster_mod.SINGLE) -> list[str]:
     """How slime sends weights to the external engines (WEIGHT_SYNC_TRANSPORT; docs/gpu-facts.md).
 
     disk: slime v0.3.1 UpdateWeightFromDisk writes an HF checkpoint to <dir>/weight_vNNNNNN and RayTrainGroup
     `_reload_rollout_weights_from_disk` asks each engine to `update_weights_from_disk` that same path, so the
     directory must be a volume mounted at the same path in trainer and engines (compose.yaml `weight-updates`).
-    nccl: slime's default; trainer and engines join one NCCL group (UpdateWeightFromDistributed)."""
+    nccl: slime's default; trainer and engines join one NCCL group (UpdateWeightFromDistributed).
+    At NODES>1 the disk directory is SHARED_DIR/weight-updates (polarstack.train.cluster_plan.weight_update_dir):
+    refused without SHARED_DIR, since every node writes part of each copy and every engine reads all of it."""
 
     transport = knob(profile, "WEIGHT_SYNC_TRANSPORT") or "disk"
     if transport not in WEIGHT_SYNC_TRANSPORTS:
@@ -287,7 +300,7 @@ def weight_sync_args(profile: Profile) -> list[str]:
             "--update-weight-transport",
             "disk",
             "--update-weight-disk-dir",
-            knob(profile, "WEIGHT_UPDATE_DIR") or "/shared/weight-updates",
+            cluster_plan.weight_update_dir(cluster, knob(profile, "WEIGHT_UPDATE_DIR") or "/shared/weight-updates"),
         ]
     return ["--update-weight-mode", "full", "--update-weight-transport", "nccl"]
 
@@ -322,6 +335,21 @@ def watch_lines(plan: LaunchPlan) -> list[str]:
         *([plan.cost.sentence()] if plan.cost else []),
         *([plan.step.sentence()] if plan.step else []),
         *_turn_cap_line(plan),
+        *_cluster_lines(plan),
+    ]
+
+
+def _cluster_lines(plan: LaunchPlan) -> list[str]:
+    """At NODES>1: what only the nodes confirm (argued from source here; docs/multi-node.md)."""
+    cluster = plan.cluster
+    if not cluster.multi:
+        return []
+    return [
+        f"nodes: `ray status` on the head lists {cluster.nodes} nodes and {cluster.nodes * len(plan.trainer_gpus)} "
+        f"trainer GPUs; slime logs one placement-group bundle per trainer GPU with its node address; Megatron's rank 0 "
+        "(MASTER_ADDR, its TCPStore on every interface) is on the node whose address sorts first.",
+        f"NCCL over {cluster.iface}: the trainer's log shows NCCL INFO lines naming {cluster.iface} (NCCL_DEBUG=INFO); "
+        "a hang at the first all-reduce across nodes means a firewall between the nodes on the ports NCCL picks.",
     ]
 
 
@@ -357,30 +385,47 @@ def build_plan(
     served_model_name: str | None = None,
     resume: bool = False,
     capacity: memory.Capacity | None = None,
+    cluster: Cluster | None = None,
 ) -> LaunchPlan:
-    """`capacity`: the node's memory (default: nvidia-smi and /proc/meminfo, else GPU_MEMORY_GB; polarstack.train.memory)."""
+    """`capacity`: the node's memory (default: nvidia-smi and /proc/meminfo, else GPU_MEMORY_GB; polarstack.train.memory).
+    `cluster`: the nodes (default: configs/cluster.env and the environment, polarstack.stack.cluster.load); at NODES>1
+    polarstack.train.cluster_plan says what changes. engine-direct is refused there before anything renders."""
+    cluster = cluster if cluster is not None else cluster_mod.load()
+    refused = cluster_mod.refusal(profile, cluster)
+    if refused:
+        raise StackError(refused, ExitCode.USAGE)
+    nodes = cluster_mod.layout(profile, cluster) if cluster.multi else []
+    cluster_plan.check_storage(cluster, knob(profile, "WEIGHT_SYNC_TRANSPORT") or "disk")
     config = copy.deepcopy(config or load_defaults())
     config["ray"]["dashboard_port"] = ray_dashboard_port(profile, config)
-    tp = validate(task, profile, config, model_path)
+    tp = validate(task, profile, config, model_path, nodes=cluster.nodes)
+    # At NODES>1 the checkpoints (and the TensorBoard files beside them) are on SHARED_DIR (cluster_plan).
+    config["model"]["save"] = cluster_plan.checkpoint_root(cluster, str(config["model"]["save"]))
     ckpt = checkpoint_dir(task, profile, config)
     model = config["model"]
     grpo = config["grpo"]
     hf = model_path or model["hf_checkpoint"]
     served = served_model_name or model["name"]
     run_dir = f"{TRAINER_RUN_DIR}/{run_id}"
-    engines = [f"127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
+    # Every engine of every node by the address the others reach it by (127.0.0.1 on one node): slime registers each
+    # with the router under exactly this address (sglang_engine.py _register_to_router).
+    engines = [url.removeprefix("http://") for url in cluster_mod.engine_urls(profile, cluster)]
+    host = cluster_plan.polar_host(cluster)
+    base_url = profile.base_url(host)
     plan = LaunchPlan(
-        task, profile.name, run_id, tp, profile.trainer_gpus, profile.base_url(), checkpoint_dir=ckpt, resume=resume
+        task, profile.name, run_id, tp, profile.trainer_gpus, base_url, checkpoint_dir=ckpt, resume=resume
     )
     plan.config = config
+    plan.cluster = cluster
+    plan.nodes = nodes
 
     gate = config["gate"]
     polar_values = {
-        "polar_rollout_url": f"http://127.0.0.1:{config['polar']['rollout_port']}",
-        "polar_gateway_url": f"http://127.0.0.1:{config['polar']['gateway_port']}",
+        "polar_rollout_url": f"http://{host}:{config['polar']['rollout_port']}",
+        "polar_gateway_url": f"http://{host}:{config['polar']['gateway_port']}",
         "polar_served_model_name": served,
         # Read by polarstack.train.gate (the rollout-function wrapper) inside the job.
-        "polar_gate_base_url": profile.base_url(),
+        "polar_gate_base_url": base_url,
         "polar_gate_route": profile.route,
         "polar_gate_max_zero_token_groups": gate["max_zero_token_groups"],
         "polar_gate_delegate": gate["delegate"],
@@ -404,11 +449,13 @@ def build_plan(
     if agent_settings:
         polar["polar_task_template"]["agent"].setdefault("settings", {}).update(agent_settings)
     plan.files["polar_config.yaml"] = yaml.safe_dump(polar, sort_keys=False)
-    plan.files["topology.yaml"] = yaml.safe_dump(topology(profile, config, served), sort_keys=False)
+    plan.files["topology.yaml"] = yaml.safe_dump(topology(profile, config, served, host), sort_keys=False)
 
     args = [
+        # slime's placement group spreads NODES x len(TRAINER_GPUS) bundles over the nodes (PACK: each node's Ray
+        # offers its trainer GPUs only), ranks sorted by node address then GPU (slime/ray/placement_group.py).
         "--actor-num-nodes",
-        "1",
+        str(cluster.nodes),
         "--actor-num-gpus-per-node",
         str(len(profile.trainer_gpus)),
         "--num-gpus-per-node",
@@ -417,7 +464,7 @@ def build_plan(
         *engines,
     ]
     if profile.registration == "register":  # slime registers the engines with this router (POST /workers)
-        args += ["--sglang-router-ip", "127.0.0.1", "--sglang-router-port", str(profile.router_port)]
+        args += ["--sglang-router-ip", cluster.head_addr, "--sglang-router-port", str(profile.router_port)]
     args += [
         "--hf-checkpoint",
         hf,
@@ -426,7 +473,7 @@ def build_plan(
         "--save",
         ckpt,
         *hygiene_args(config, ckpt, resume),
-        *weight_sync_args(profile),
+        *weight_sync_args(profile, cluster),
         *[str(a) for a in model["args"]],
         "--prompt-data",
         f"{run_dir}/tasks/train.jsonl",
@@ -505,17 +552,19 @@ def build_plan(
     if problems:
         raise StackError(problems[0] + ".", ExitCode.USAGE)
     # Does it fit the node? slime's offload flags only where the offloaded estimate alone fits (polarstack.train.memory).
-    plan.memory = memory.decide(config, profile, tp, capacity)
+    # Per node at NODES>1: every node holds len(TRAINER_GPUS) ranks of a DP that grows with the nodes.
+    plan.memory = memory.decide(config, profile, tp, capacity, nodes=cluster.nodes)
     args += memory.train_args(plan.memory, config)
     plan.cost = rollout_cost.estimate(config, int(budget.harness_record()["agent_turn"]["harness_prompt_tokens"]))
-    plan.step = step_cost.estimate(config, plan.cost, plan.memory, profile.engine_count)
+    plan.step = step_cost.estimate(config, plan.cost, plan.memory, profile.engine_count * cluster.nodes)
 
     runtime_env = {
         "env_vars": {
-            **TRAINER_LOOPBACK_ENV,
+            # One node: the loopback switches. NODES>1: the interfaces and Ray's token by path (cluster_plan.job_env).
+            **cluster_plan.job_env(cluster),
             "PYTHONPATH": "/root/Megatron-LM",
             "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-            "SGLANG_ROUTER_BASE_URL": profile.base_url(),
+            "SGLANG_ROUTER_BASE_URL": base_url,
             "POLAR_WORKER_DISCOVERY": profile.values["POLAR_WORKER_DISCOVERY"],
             **sandbox_mode_env(),
             **tracker_env,
@@ -523,12 +572,13 @@ def build_plan(
             **tool_exchange.smoke_knobs(),
         }
     }  # Polar's direct-exec apptainer mode (polarstack.stack.assets)
-    dashboard = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
+    dashboard = cluster_plan.dashboard_url(cluster, config["ray"]["dashboard_port"])
     plan.commands = [
         head_command(
             gcs_port=config["ray"].get("gcs_port", 6379),
             dashboard_port=config["ray"]["dashboard_port"],
             num_gpus=len(profile.trainer_gpus),
+            node_ip=cluster.head_addr,
         ),
         ["polar", "serve_rollout", "-c", f"{run_dir}/topology.yaml"],
         ["polar", "serve_gateway", "-c", f"{run_dir}/topology.yaml", "--node-id", config["polar"]["node_id"]],
@@ -610,7 +660,7 @@ def job_control_lines(plan: LaunchPlan, config: dict[str, Any]) -> list[str]:
     <run>-<N> (N counted in attempts.txt), and an EXIT trap that `ray job stop`s it (without --no-wait it waits until
     the job is terminal: ray-job.json job_stop) and then stops this script's own processes by pid. INT, TERM and HUP
     exit through that trap; the submit runs in the background so that a signal is not held until it returns."""
-    dashboard = f"http://127.0.0.1:{config['ray']['dashboard_port']}"
+    dashboard = cluster_plan.dashboard_url(plan.cluster, config["ray"]["dashboard_port"])
     return [
         "pids=()",
         "submission_id=''",
@@ -662,8 +712,9 @@ def polar_lines(serve_rollout: list[str], serve_gateway: list[str], urls: list[s
 
 def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str:
     """The script `make train` runs inside the trainer container (the Ray head is already up there)."""
-    rollout = f"http://127.0.0.1:{config['polar']['rollout_port']}/health"
-    gateway = f"http://127.0.0.1:{config['polar']['gateway_port']}/health"
+    host = cluster_plan.polar_host(plan.cluster)
+    rollout = f"http://{host}:{config['polar']['rollout_port']}/health"
+    gateway = f"http://{host}:{config['polar']['gateway_port']}/health"
     ray_start, serve_rollout, serve_gateway, submit = plan.commands
     return "\n".join(
         [
@@ -672,9 +723,14 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
             "set -euo pipefail",
             f"cd {shlex.quote(run_dir)}",
             f"export SGLANG_ROUTER_BASE_URL={shlex.quote(plan.base_url)}",
-            "# Keeps Ray's and slime's listeners on 127.0.0.1 and points every Ray call at the token's mounted file"
-            " (polarstack/exposure.py, docs/exposure.md).",
-            *(f"export {key}={shlex.quote(value)}" for key, value in TRAINER_LOOPBACK_ENV.items()),
+            (
+                "# Keeps Ray's and slime's listeners on 127.0.0.1 and points every Ray call at the token's mounted file"
+                " (polarstack/exposure.py, docs/exposure.md)."
+                if not plan.cluster.multi
+                else f"# NODES={plan.cluster.nodes}: this node's address, the cluster interface {plan.cluster.iface}, "
+                "Ray's token by path (polarstack/train/cluster_plan.py, docs/multi-node.md)."
+            ),
+            *(f"export {key}={shlex.quote(value)}" for key, value in cluster_plan.launch_env(plan.cluster).items()),
             "# Polar's apptainer runtime in direct-exec mode: instance mode cannot nest here (polarstack/assets.py).",
             *(f"export {key}={shlex.quote(value)}" for key, value in sandbox_mode_env().items()),
             *job_control_lines(plan, config),

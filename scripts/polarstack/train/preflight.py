@@ -26,6 +26,8 @@ import yaml
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import configs_dir, repo_root
 from polarstack.pins import pins
+from polarstack.stack import cluster as cluster_mod
+from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile
 from polarstack.train import memory
 from polarstack.train.model_size import model_facts
@@ -136,11 +138,12 @@ def train_config(rehearsal: dict[str, Any], sets: list[str] | None = None) -> di
     return config
 
 
-def data_parallel_size(profile: Profile, tp: int, pp: int = 1, cp: int = 1) -> int:
-    return len(profile.trainer_gpus) // (tp * pp * cp)
+def data_parallel_size(profile: Profile, tp: int, pp: int = 1, cp: int = 1, nodes: int = 1) -> int:
+    """DP: every node's trainer GPUs (len(TRAINER_GPUS) per node at NODES>1) over TP x PP x CP."""
+    return nodes * len(profile.trainer_gpus) // (tp * pp * cp)
 
 
-def batch_problems(profile: Profile, config: dict[str, Any], tp: int) -> list[str]:
+def batch_problems(profile: Profile, config: dict[str, Any], tp: int, nodes: int = 1) -> list[str]:
     """Megatron's and slime's batch rules on this profile (one sentence each, naming the numbers and a fix).
 
     - Megatron's constant microbatch calculator, which slime initialises even with dynamic batching
@@ -151,13 +154,13 @@ def batch_problems(profile: Profile, config: dict[str, Any], tp: int) -> list[st
     - the samples of one rollout (rollout_batch_size x n_samples_per_prompt) split into whole global batches."""
     grpo = config["grpo"]
     n, rollout, batch = grpo["n_samples_per_prompt"], grpo["rollout_batch_size"], grpo["global_batch_size"]
-    dp = data_parallel_size(profile, tp)
+    dp = data_parallel_size(profile, tp, nodes=nodes)
     problems = []
     if batch % (MICRO_BATCH_SIZE * dp):
         fit = next(b for b in range(batch, batch * dp * n + 1) if b % (dp * n) == 0)
         problems.append(
             f"global_batch_size={batch} is not a multiple of micro_batch_size {MICRO_BATCH_SIZE} x data-parallel "
-            f"size {dp} (profile {profile.name}: {len(profile.trainer_gpus)} trainer GPUs at TP {tp}); Megatron's "
+            f"size {dp} (profile {profile.name}: {nodes * len(profile.trainer_gpus)} trainer GPUs at TP {tp}); Megatron's "
             f"microbatch calculator refuses it: use grpo.global_batch_size={fit} with rollout_batch_size x "
             f"n_samples_per_prompt a multiple of it"
         )
@@ -189,6 +192,7 @@ class PreflightPlan:
     report_path: str
     summary_path: str
     data_parallel: int
+    cluster: Cluster = field(default=cluster_mod.SINGLE, repr=False)
     files: dict[str, str] = field(default_factory=dict)
     report_settings: dict[str, Any] = field(default_factory=dict)  # preflight.yaml `report:`
     sets: list[str] = field(default_factory=list)
@@ -210,12 +214,32 @@ class PreflightPlan:
 
 
 def steps(plan: PreflightPlan) -> list[str]:
-    """What `make preflight` does on the node, in order (docs/preflight.md)."""
+    """What `make preflight` does on the node, in order (docs/preflight.md; docs/multi-node.md at NODES>1)."""
     env = " ".join(f"{k}={v}" for k, v in plan.stack_env.items())
+    cluster = plan.cluster
+    up = (
+        [f"make up PROFILE={plan.profile} with {env}"]
+        if not cluster.multi
+        else [
+            f"make up PROFILE={plan.profile} with {env} here, on the head (rank 0); then the same on every other node "
+            f"({', '.join(cluster.addrs[1:])}) with NODE_RANK set, which the rehearsal waits for",
+            "the cluster check (polarstack.checks.nodes): every node's report, pins, Ray membership, ports, clock, "
+            "GPUs and memory",
+        ]
+    )
+    shared = (
+        [
+            f"SHARED_DIR ({cluster.shared_dir}) proven one directory: a Ray job writes a nonce on the head and one task "
+            "pinned to each node reads it and writes its own file back (polarstack.checks.shared_probe)"
+        ]
+        if cluster.multi
+        else []
+    )
     return [
         "refuse unless no profile is up (`make down` first): the engines load the model when they start",
-        f"make up PROFILE={plan.profile} with {env}",
+        *up,
         "the smoke gate against that path (as make train)",
+        *shared,
         "the sandbox probe in the trainer; the weights' config.json against slime's model script (stop on a difference)",
         "the checkpoints volume's free space against the rehearsal's saves and weight-sync copy (as make train)",
         f"job 1 (launch-train.sh): rollouts 0-{_rollouts(plan.phases[0][1]) - 1}, saves a checkpoint",
@@ -223,7 +247,8 @@ def steps(plan: PreflightPlan) -> list[str]:
         f"{_rollouts(plan.phases[0][1])}-{_rollouts(plan.phases[1][1]) - 1}, through the supervisor "
         "(polarstack.train.supervise), its first attempt made to crash after the job ended so that the supervisor "
         "resumes it once from its checkpoint",
-        f"GET /model_info weight_version of every engine before job 1 and after each job; the checkpoint tracker "
+        f"GET /model_info weight_version of every engine{' of every node' if cluster.multi else ''} before job 1 and "
+        "after each job; the checkpoint tracker "
         f"after each job; the report in {plan.report_path}",
         f"remove the rehearsal's checkpoint directory {plan.phases[0][1].checkpoint_dir} (the report stays)",
         "make down: the real run starts with `make up` of the real model",
@@ -234,12 +259,17 @@ def _rollouts(plan: LaunchPlan) -> int:
     return int(plan.train_args[plan.train_args.index("--num-rollout") + 1])
 
 
-def build(profile: Profile, *, run_id: str | None = None, sets: list[str] | None = None) -> PreflightPlan:
+def build(
+    profile: Profile, *, run_id: str | None = None, sets: list[str] | None = None, cluster: Cluster | None = None
+) -> PreflightPlan:
+    """`cluster`: the nodes (default: configs/cluster.env and the environment); at NODES>1 both jobs are the
+    multi-node launch (polarstack.train.cluster_plan) and the steps add the nodes' checks and SHARED_DIR's proof."""
+    cluster = cluster if cluster is not None else cluster_mod.load()
     rehearsal = copy.deepcopy(preflight_config())
     config = train_config(rehearsal, sets)
     # The real run's optimizer offload is rehearsed too (polarstack.train.memory): slime's offload flags change how the
     # optimizer steps and saves, and the small model alone would fit without them.
-    if config["memory"]["optimizer_offload"] == "auto" and memory.check_up(profile).offload:
+    if config["memory"]["optimizer_offload"] == "auto" and memory.check_up(profile, nodes=cluster.nodes).offload:
         config["memory"]["optimizer_offload"] = "on"
     run_id = run_id or f"preflight-{profile.name}-{time.strftime('%Y%m%dT%H%M%S')}"
     config["checkpoint"]["run_name"] = run_id  # a fresh checkpoint directory per rehearsal
@@ -268,10 +298,11 @@ def build(profile: Profile, *, run_id: str | None = None, sets: list[str] | None
             model_path=model_path,
             served_model_name=config["model"]["name"],
             resume=resume,
+            cluster=cluster,
         )
         phases.append((name, plan))
     tp = phases[0][1].tensor_parallel
-    problems = batch_problems(profile, config, tp)
+    problems = batch_problems(profile, config, tp, nodes=cluster.nodes)
     if problems:
         raise StackError(f"the rehearsal's settings break a batch rule: {problems[0]}.", ExitCode.USAGE)
     run_dir = f"{TRAINER_RUN_DIR}/{run_id}"
@@ -292,7 +323,8 @@ def build(profile: Profile, *, run_id: str | None = None, sets: list[str] | None
         },
         report_path=f".run/train/{run_id}/{REPORT_NAME}",
         summary_path=f"{run_dir}/{SUMMARY_NAME}",
-        data_parallel=data_parallel_size(profile, tp),
+        data_parallel=data_parallel_size(profile, tp, nodes=cluster.nodes),
+        cluster=cluster,
         report_settings=dict(rehearsal.get("report") or {}),
         sets=list(sets or []),
     )

@@ -18,16 +18,18 @@ import sys
 import time
 from typing import Any, Callable
 
-from polarstack.checks import rehearsal_report, sandbox_probe
+from polarstack.checks import nodes, rehearsal_report, sandbox_probe, shared_probe
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import train_run_dir
 from polarstack.reward import tasks
 from polarstack.stack import assets, compose, docker_state
+from polarstack.stack import cluster as cluster_mod
+from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile
 from polarstack.stack.target import resolve_target
+from polarstack.train import cluster_plan, preflight, rehearsal_record, retention, supervise
 from polarstack.train import launch as train_launch
-from polarstack.train import preflight, rehearsal_record, retention, supervise
-from polarstack.train.plan import TRAINER_RUN_DIR, weight_sync_on_disk
+from polarstack.train.plan import TRAINER_RUN_DIR, ray_dashboard_port, weight_sync_on_disk
 from polarstack.train.preflight import SUMMARY_NAME, PreflightPlan
 
 UP_ARGS = ["up", "--detach", "--wait"]  # as `make up` (cli_docker.COMPOSE_VERBS)
@@ -36,6 +38,9 @@ UP_ARGS = ["up", "--detach", "--wait"]  # as `make up` (cli_docker.COMPOSE_VERBS
 # checkpoint newer than before and resumes from it. slime's train_async.py starts generating rollout
 # start_rollout_id before its loop, so the restart costs one rollout's generation and trains nothing more.
 INJECTED_EXIT = 75
+# NODES>1: how long the rehearsal waits for the other nodes' `make up` (engines load the small model in minutes).
+JOIN_TIMEOUT_SECONDS = 1800
+JOIN_POLL_SECONDS = 10
 INJECTED_LINE = "polarstack rehearsal: crash injected after attempt 1 of job resume (the supervisor must resume it)"
 
 # Read inside the trainer (host network): every engine's weight_version from sglang's GET /model_info
@@ -70,17 +75,43 @@ class Node:
         train_launch.release_router_workers(self.profile)
         train_launch.resume_engines(self.profile)  # an earlier job stopped mid weight-reload left them paused
 
+    def join(self, plan: PreflightPlan, progress: Callable[[str], None]) -> None:
+        """NODES>1, once this node (the head) is up: its report opens the session, every other node's `make up`
+        (with the rehearsal's MODEL_* values) joins it, then the cluster check (polarstack.checks.nodes)."""
+        cluster = plan.cluster
+        nodes.write_report(cluster, self.profile, compose.render_values(self.profile, cluster))
+        deadline = time.monotonic() + JOIN_TIMEOUT_SECONDS
+        env = " ".join(f"{k}={v}" for k, v in plan.stack_env.items())
+        while waiting := nodes.pending(cluster):
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"node(s) {', '.join(cluster.addrs[r] for r in waiting)} did not come up within "
+                    f"{JOIN_TIMEOUT_SECONDS // 60} min: run `make up PROFILE={self.profile.name} {env}` with their "
+                    "NODE_RANK on each, then `make preflight` again.",
+                    ExitCode.STATE,
+                )
+            progress(
+                f"waiting for `make up PROFILE={self.profile.name} {env}` on "
+                f"{', '.join(f'node {r} ({cluster.addrs[r]})' for r in waiting)}"
+            )
+            time.sleep(JOIN_POLL_SECONDS)
+        first = plan.phases[0][1]
+        cluster_plan.require_nodes(self.profile, cluster, first.memory, ray_dashboard_port(self.profile, first.config))
+
     def gate(self, plan: PreflightPlan) -> None:
         target = resolve_target("docker", self.profile.name, None, verb="train")
         train_launch._gate(train_launch.TrainRequest(task=plan.task), target, plan.phases[0][1], self.profile)
 
 
-def _engine_urls(profile: Profile) -> list[str]:
+def _engine_urls(profile: Profile, cluster: Cluster = cluster_mod.SINGLE) -> list[str]:
+    """Every engine the weight sync must reach: this node's on one node, every node's (cluster address) at NODES>1."""
+    if cluster.multi:
+        return cluster_mod.engine_urls(profile, cluster)
     return [f"http://127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
 
 
-def weight_versions(node: Node, profile: Profile) -> dict[str, Any]:
-    code, out = node.trainer(shlex.join(["python3", "-c", VERSIONS_SCRIPT, *_engine_urls(profile)]))
+def weight_versions(node: Node, profile: Profile, cluster: Cluster = cluster_mod.SINGLE) -> dict[str, Any]:
+    code, out = node.trainer(shlex.join(["python3", "-c", VERSIONS_SCRIPT, *_engine_urls(profile, cluster)]))
     try:
         return json.loads(out.strip().splitlines()[-1]) if code == 0 else {}
     except (json.JSONDecodeError, IndexError):
@@ -144,6 +175,8 @@ def run(
         )
     docker_state.write(profile)
     try:
+        if plan.cluster.multi:  # every other node's `make up`, then the cluster check (Node.join)
+            node.join(plan, progress)
         phases["up"] = clock() - started
         node.gate(plan)
         tasks.prepare(
@@ -152,6 +185,8 @@ def run(
         for file_name, text in plan.files.items():
             (out / file_name).write_text(text)
         sandbox_probe.check_in_trainer(profile)
+        if plan.cluster.multi:  # SHARED_DIR is one directory on every node, before anything writes to it
+            evidence["shared_dir"] = prove_shared_dir(node, plan, progress)
         check_space(node, plan, progress)
         # The probe passed: the verifier, run through the agent sandbox as Polar's evaluator runs it, printed PASSED
         # for the canonical HumanEval/0 (reward 1) and FAILED for a wrong answer (reward 0); no_mixed_rewards uses it.
@@ -163,7 +198,7 @@ def run(
                 f"{'; '.join(mismatched)}; choose another model.size in configs/train/preflight.yaml.",
                 ExitCode.REHEARSAL_FAILED,
             )
-        versions = {"before": weight_versions(node, profile)}
+        versions = {"before": weight_versions(node, profile, plan.cluster)}
         checkpoint: dict[str, Any] = {}
         rollouts: list[dict[str, Any]] = []
         logs = []
@@ -181,7 +216,7 @@ def run(
             logs.append(log.read_text(errors="replace") if log.is_file() else "")
             seen = rehearsal_report.read_rollouts(out / SUMMARY_NAME)
             rollouts += [{**row, "phase": name} for row in seen[len(rollouts) :]]
-            versions[f"after_{name}"] = weight_versions(node, profile)
+            versions[f"after_{name}"] = weight_versions(node, profile, plan.cluster)
             checkpoint[f"after_{name}"] = tracker(node, phase.checkpoint_dir)
             if code != 0:
                 abort = out / "gate-abort.txt"
@@ -189,6 +224,7 @@ def run(
                 progress(f"job {name} failed ({reason}); judging what it left")
                 break
         evidence.update(
+            engines=_engine_urls(profile, plan.cluster),  # the weight_sync class judges every one of them
             rollouts=rollouts,
             slime=rehearsal_report.parse_slime_log("\n".join(logs)),
             weight_versions=versions,
@@ -214,7 +250,7 @@ def check_space(node: Node, plan: PreflightPlan, progress: Callable[[str], None]
     """make train's disk check (polarstack.train.retention) for the rehearsal's saves and weight-sync copy, read
     inside the trainer once it is up (the volumes are mounted there only)."""
     last = plan.phases[-1][1]  # every rollout of both jobs: all the saves the rehearsal makes
-    code, out = node.trainer(shlex.join([*retention.DF_AVAIL, "/checkpoints"]))
+    code, out = node.trainer(shlex.join([*retention.DF_AVAIL, cluster_plan.checkpoint_volume(plan.cluster)]))
     free = retention.parse_df(out) if code == 0 else None
     if free is None:
         progress("the checkpoints volume's free space could not be read; not checked")
@@ -223,6 +259,42 @@ def check_space(node: Node, plan: PreflightPlan, progress: Callable[[str], None]
     if problem:
         raise StackError(f"refusing to rehearse {plan.run_id}: {problem}.", ExitCode.ENVIRONMENT)
     progress(f"{retention.sentence(last.config)}; {free / 1e9:,.1f} GB free")
+
+
+def prove_shared_dir(node: Node, plan: PreflightPlan, progress: Callable[[str], None]) -> dict[str, Any]:
+    """At NODES>1: a Ray job from the head's trainer writes a nonce into SHARED_DIR and one task pinned to each node
+    reads it and writes its own file back (polarstack.checks.shared_probe); REHEARSAL_FAILED naming the first node that
+    does not share it. Returns the probe's result (no nonce in it, only its hash)."""
+    cluster = plan.cluster
+    run_dir = f"{TRAINER_RUN_DIR}/{plan.run_id}"
+    first = plan.phases[0][1]
+    dashboard = cluster_plan.dashboard_url(cluster, first.config["ray"]["dashboard_port"])  # set by build_plan
+    directory = f"{cluster_plan.shared_dir(cluster, 'the rehearsal')}/{cluster_plan.NODE_REPORTS}/probe-{plan.run_id}"
+    submit = ["ray", "job", "submit", f"--address={dashboard}", "--"]
+    submit += ["python3", "-m", "polarstack.checks.shared_probe", "--dir", directory]
+    progress(f"proving SHARED_DIR on {cluster.nodes} nodes")
+    code, out = node.trainer(f"{shlex.join(submit)} 2>&1 | tee {run_dir}/job-shared-dir.log")
+    result = None
+    for line in reversed(out.splitlines()):
+        if line.startswith("{") and '"nodes"' in line:
+            try:
+                result = json.loads(line)
+            except json.JSONDecodeError:
+                result = None
+            break
+    problems = (
+        shared_probe.problems(result, list(cluster.addrs))
+        if code == 0
+        else [f"the shared-directory probe job failed (exit {code}; {run_dir}/job-shared-dir.log)"]
+    )
+    if problems:
+        raise StackError(
+            f"SHARED_DIR={cluster.shared_dir} is not one directory on every node: {problems[0]}; mount the same "
+            "filesystem at the same path on every node (docs/multi-node.md, Weights and checkpoints).",
+            ExitCode.REHEARSAL_FAILED,
+        )
+    progress(f"SHARED_DIR is shared by {', '.join(cluster.addrs)}")
+    return result or {}
 
 
 def remove_checkpoints(node: Node, plan: PreflightPlan, progress: Callable[[str], None]) -> None:

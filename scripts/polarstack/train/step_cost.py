@@ -7,6 +7,7 @@ range polarstack.train.rollout_cost gives (one trace per trajectory, between the
   and causal attention's scores and values); backward twice that; full recompute one more forward; the reference and
   the old-policy log-probs one forward each: 6 forwards in all. Divided by the trainer GPUs x the assumed achieved
   TFLOPS per GPU.
+- At NODES>1 the trainer GPUs and the engines are every node's (the caller passes the engines of the cluster).
 - Generation: at most trajectories x rollout_max_response_len output tokens, divided by the engines x the assumed
   output tokens per second per engine (prefill and the agent's tool time not counted: a lower bound on that bound's
   cost, stated as such).
@@ -39,12 +40,14 @@ class StepCost:
     gpu_gb: float
     host_gb: float
     offload: bool
+    nodes: int = 1  # NODES: trainer_gpus and engines are the cluster's; the memory figures are per node
 
     def sentence(self) -> str:
         return (
             f"cost per step (computed from stated assumptions, not measured: `cost:` in configs/train/defaults.yaml): "
             f"memory {self.trainer_gb:.1f} GB per trainer GPU of {self.gpu_gb:.1f} (optimizer offload "
-            f"{'on' if self.offload else 'off'}), host {self.host_gb:.1f} GB; training "
+            f"{'on' if self.offload else 'off'}), host {self.host_gb:.1f} GB"
+            f"{'' if self.nodes == 1 else f' per node of {self.nodes}'}; training "
             f"{self.min_train_seconds:,.0f}-{self.max_train_seconds:,.0f} s over that token range at an assumed "
             f"{self.trainer_tflops:g} TFLOPS per trainer GPU x {self.trainer_gpus}; generation at most "
             f"{self.max_generation_seconds:,.0f} s at an assumed {self.engine_tokens_per_second:g} output tokens/s "
@@ -83,7 +86,7 @@ def estimate(config: dict[str, Any], rollout: Estimate, mem: MemoryPlan, engines
     tflops = _positive(config, "trainer_tflops_per_gpu")
     rate = _positive(config, "engine_output_tokens_per_second")
     facts = model_facts([str(a) for a in config["model"]["args"]])
-    per_second = mem.trainer_gpus * tflops * 1e12
+    per_second = mem.trainer_gpus * mem.nodes * tflops * 1e12  # every trainer GPU of every node
     response = rollout.trajectories * int(config["grpo"]["rollout_max_response_len"])
     return StepCost(
         min_train_seconds=rollout.trajectories * trace_flops(facts, rollout.min_tokens_per_trace) / per_second,
@@ -91,12 +94,13 @@ def estimate(config: dict[str, Any], rollout: Estimate, mem: MemoryPlan, engines
         max_generation_seconds=response / (max(1, engines) * rate),
         trainer_tflops=tflops,
         engine_tokens_per_second=rate,
-        trainer_gpus=mem.trainer_gpus,
+        trainer_gpus=mem.trainer_gpus * mem.nodes,
         engines=engines,
         trainer_gb=mem.trainer_gb,
         gpu_gb=mem.capacity.gpu_gb,
         host_gb=mem.host_gb,
         offload=mem.offload,
+        nodes=mem.nodes,
     )
 
 
