@@ -21,6 +21,8 @@ from typing import Any
 FIXED_ENV = {
     "POLARSTACK_NVIDIA_SMI": "polarstack-test-no-nvidia-smi",
     "POLARSTACK_PROC_MEMINFO": "/nonexistent/polarstack-test-meminfo",
+    # The host's token file (issue 28): a fixed path, since tests/conftest.py points every test at a temporary one.
+    "RAY_AUTH_TOKEN_FILE": "/nonexistent/polarstack-snapshot/ray-auth-token",
 }
 # Knobs the environment could set that would change the rendering (each is read by the code it names).
 CLEARED = (
