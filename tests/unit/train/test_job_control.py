@@ -99,7 +99,8 @@ def test_the_trap_stops_this_attempts_job_on_a_signal(tmp_path, sig):
             ["bash", str(script)], env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
         )
         deadline = time.monotonic() + 10
-        while not (tmp_path / "submit.pid").is_file() and time.monotonic() < deadline:
+        # the file exists before `echo` wrote it: wait for its digits
+        while time.monotonic() < deadline and not _read(tmp_path / "submit.pid").strip().isdigit():
             time.sleep(0.05)
         sleeper = int((tmp_path / "submit.pid").read_text())
         proc.send_signal(sig)
@@ -108,8 +109,25 @@ def test_the_trap_stops_this_attempts_job_on_a_signal(tmp_path, sig):
         assert (tmp_path / "ray.log").read_text().splitlines()[-1] == (
             f"ray job stop --address=http://127.0.0.1:{port} r-{attempt}"
         )
-        time.sleep(0.1)
-        assert not os.path.exists(f"/proc/{sleeper}") or "Z" in open(f"/proc/{sleeper}/stat").read().split()[2]
+        deadline = time.monotonic() + 10  # the killed client is gone (or a zombie) soon, later on a loaded machine
+        while _alive(sleeper) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(sleeper)
+
+
+def _read(path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    """pid exists and is not a zombie."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
 
 
 def _polar_script(tmp_path, serve: str) -> "os.PathLike":
