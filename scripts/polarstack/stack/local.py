@@ -76,6 +76,12 @@ class LocalState:
         return list(self.data.get("engine_urls") or [])
 
     @property
+    def nodes(self) -> list[dict[str, Any]] | None:
+        """NODES>1: every node's rank, address and engines (cluster.NodeLayout.as_dict); None on one node."""
+        nodes = self.data.get("nodes")
+        return nodes if isinstance(nodes, list) and nodes else None
+
+    @property
     def engine(self) -> str:
         """The engine `up` started: emulator (the default) or sglang (the real pinned engine on the CPU)."""
         return self.data.get("engine") or "emulator"
