@@ -10,8 +10,10 @@ base URL, is refused with STATE by `smoke`/`train` (`LocalState.usable`) rather 
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -490,15 +492,18 @@ def up(
 def _check_port_free(host: str, port: int, what: str, knob_name: str) -> None:
     """Refuse before anything starts when `host`:`port` is taken (at NODES>1 the ports are the profile's and
     configs/stack.env's, fixed so that other nodes know them)."""
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind((host, port))
         except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise StackError(
+                    f"{what} cannot listen on {host}:{port} ({exc.strerror}); check NODE_ADDRS and CLUSTER_IFACE "
+                    "(configs/cluster.env).",
+                    ExitCode.ENVIRONMENT,
+                ) from None
             raise StackError(
-                f"{what} needs {host}:{port}, which is taken ({exc.strerror}); stop what listens there or move "
-                f"{knob_name}.",
+                f"{what} needs {host}:{port}, which is taken; stop what listens there or move {knob_name}.",
                 ExitCode.STATE,
             ) from None
 
@@ -556,7 +561,8 @@ def up_node(
         )
     host = cluster.bind_host()  # checks that CLUSTER_IFACE holds this node's address
     path = ray_auth.token_path(cluster.token_file)
-    token_file = ray_auth.ensure(path) if cluster.head else ray_auth.check(path)
+    if not cluster.head:
+        ray_auth.check(path)  # the head's copy must be here before anything starts
     nodes = cluster_layout.layout(profile, cluster)
     mine = nodes[cluster.rank]
     all_urls = [url for node in nodes for url in node.engine_urls]
@@ -573,6 +579,7 @@ def up_node(
         _check_port_free(host, dashboard_port, "the Ray dashboard", "RAY_DASHBOARD_PORT (configs/stack.env)")
         if release is not None:
             _check_port_free(host, profile.router_port, "the router", f"ROUTER_PORT ({profile.path.name})")
+    token_file = ray_auth.ensure(path) if cluster.head else ray_auth.check(path)  # rank 0 writes it when missing
     directory = directory or run_dir()
     state = _fresh_state(
         directory,
