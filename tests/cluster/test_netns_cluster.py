@@ -431,7 +431,15 @@ def _check_refusals(run: ClusterRun, head: dict) -> None:
 
 @pytest.mark.parametrize("cluster_run", ["router-passthrough"], indirect=True)
 def test_two_nodes_static_router(cluster_run):
+    """Also: rank 0 alone gives up naming the silent node and leaves nothing; an engine of B without token fields
+    fails the smoke, and the smoke says which node and engine."""
     run = cluster_run
+    alone = run.cli("node-a", "up", "--profile", run.profile, "--wait-nodes", "3", timeout=UP_SECONDS)
+    assert alone.returncode == 5, alone.stderr[-2000:]  # UNREACHABLE
+    assert f"of node 1 ({run.addr('node-b')}) did not answer /health within 3 s" in alone.stderr
+    assert "NODE_RANK=1" in alone.stderr
+    assert not (run.run_dir("node-a") / "state.json").exists() and run.topo.pids("node-a") == []
+
     a, b, seconds = _up(run)
     assert a.returncode == 0 and b.returncode == 0, (a.stderr[-3000:], b.stderr[-3000:])
     print(f"both `up`s: {seconds:.1f} s")
@@ -445,4 +453,21 @@ def test_two_nodes_static_router(cluster_run):
     assert smoke.returncode == 0, smoke.stderr[-2000:]
     report = json.loads(smoke.stdout)
     assert [n["rank"] for n in report["per_node"] if n["trainable_tokens"] > 0 and not n["failed"]] == [0, 1]
+
+    broken = b_engines[1]
+    fault = run.python(
+        "node-a",
+        "import sys, httpx; httpx.post(sys.argv[1] + '/_emulator/fault', json={'mode': 'no_extensions'},"
+        " trust_env=False).raise_for_status()",
+        broken,
+    )
+    assert fault.returncode == 0, fault.stderr
+    smoke = run.cli("node-a", "smoke", "--json")
+    assert smoke.returncode == 3, smoke.stderr[-2000:]  # TOKENS_MISSING
+    report = json.loads(smoke.stdout)
+    assert [n["failed"] for n in report["per_node"]] == [[], [broken]]
+    row = next(r for r in report["per_engine"] if r["url"] == broken)
+    assert row["code"] == "TOKENS_MISSING" and row["trainable_tokens"] == 0
+    if not report["message"].startswith("zero trainable tokens"):  # the path's requests may miss that engine
+        assert report["message"].startswith(f"node 1 ({run.addr('node-b')}), engine {broken}: zero trainable")
     _check_down(run)

@@ -493,6 +493,8 @@ def _check_port_free(host: str, port: int, what: str, knob_name: str) -> None:
     """Refuse before anything starts when `host`:`port` is taken (at NODES>1 the ports are the profile's and
     configs/stack.env's, fixed so that other nodes know them)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # as the servers do: a port whose last connections are still in TIME_WAIT (a stack stopped just now) is free
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
@@ -605,8 +607,6 @@ def up_node(
         _launch_engines(state, profile, profile.engine_count, engine, engine_args, timeout, progress, host, ports)
         ray_timeout = max(timeout, RAY_READY_SECONDS)
         logs = directory / "logs"
-        temp_dir = ray_node.short_temp_dir()
-        env = ray_node.ray_env(token_file, bin_dir, temp_dir)
         if cluster.head:
             command = ray_node.head_line(host, gcs_port, dashboard_port)
             role, log_path = "ray-head", logs / "ray-head.log"
@@ -614,7 +614,14 @@ def up_node(
             ray_node.wait_head(dashboard, token_file, wait_nodes)  # the head first: `ray start --address` needs it
             command = ray_node.worker_line(cluster.head_addr, gcs_port, host)
             role, log_path = "ray-worker", logs / "ray-worker.log"
-        process = ray_node.spawn(command, bin_dir=bin_dir, env=env, log_path=log_path)
+        temp_dir = ray_node.short_temp_dir()
+        try:
+            process = ray_node.spawn(
+                command, bin_dir=bin_dir, env=ray_node.ray_env(token_file, bin_dir, temp_dir), log_path=log_path
+            )
+        except BaseException:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            raise
         url = dashboard if cluster.head else f"ray://{host}"
         state.processes.append(ray_node.entry(role, process, command, url, log_path, temp_dir))
         _save(state)
