@@ -88,6 +88,9 @@ class SmokeReport:
     tool_fields: dict[str, Any] | None = None
     # why tool_fields cannot reach the engine (local.LocalState.tool_unscripted): the tool outcome is then not judged
     tool_unscripted: str | None = None
+    # on a cluster (NODES>1): one row per engine of every node and one per node (checks.per_engine); None elsewhere
+    per_engine: list[dict[str, Any]] | None = None
+    per_node: list[dict[str, Any]] | None = None
 
     @property
     def trainable_tokens(self) -> int:
@@ -129,6 +132,7 @@ class SmokeReport:
             "requests": [e.as_dict() for e in self.exchanges],
             "warnings": self.warnings,
             "elapsed_seconds": round(self.elapsed, 4),
+            **({"per_engine": self.per_engine, "per_node": self.per_node} if self.per_engine is not None else {}),
         }
 
 

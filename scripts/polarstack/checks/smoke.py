@@ -19,7 +19,7 @@ import json
 import time
 from typing import Any
 
-from polarstack.checks import retokenize, tool_exchange
+from polarstack.checks import per_engine, retokenize, tool_exchange
 from polarstack.checks.exchange import Exchange, SmokeReport, exchange  # noqa: F401 (re-exported)
 from polarstack.checks.judge import (  # noqa: F401 - WORKING_PROFILES re-exported for probe
     WORKING_PROFILES,
@@ -70,7 +70,10 @@ def run_smoke(
     agent_env: dict[str, str] | None = None,
     tool_fields: dict[str, Any] | None = None,
     tool_unscripted: str | None = None,
+    nodes: list[dict[str, Any]] | None = None,
 ) -> SmokeReport:
+    """`nodes`: on a cluster (NODES>1), every node's engines ({"rank", "addr", "engine_urls"}): after the path's
+    requests, each engine of each node gets one of its own (checks.per_engine), reported per engine and per node."""
     verdict_options = {
         "strict": strict,
         "allow_retokenized": allow_retokenized,
@@ -79,6 +82,7 @@ def run_smoke(
         "agent_env": agent_env,
         "tool_fields": tool_fields,
         "tool_unscripted": tool_unscripted,
+        "nodes": nodes,
     }
     if register:
         try:
@@ -135,6 +139,10 @@ def run_smoke(
         judge_with_tool_failure(report, tool_failure, lambda r: judge(r, _measure_drift))
     if report.code == ExitCode.OK:  # issue 10 point 4: tool schemas must come back as parsed tool_calls
         tool_exchange.judge_tool_calls(report)
+    if nodes:  # issue 28 point 4: every engine of every node, from this node
+        started = time.perf_counter()
+        per_engine.check_nodes(report, nodes, timeout, max_tokens)
+        report.elapsed += time.perf_counter() - started
     return report
 
 

@@ -11,7 +11,7 @@ from polarstack.cli.render import print_json, render_demo, render_docker_demo_no
 from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import seconds
 from polarstack.processes import sigterm_as_interrupt
-from polarstack.stack import local, profiles, real_sglang
+from polarstack.stack import cluster, local, profiles, real_sglang
 
 
 def _add_engine(p) -> None:
@@ -47,6 +47,13 @@ def _add_up(sub) -> None:
         default=0.0,
         help="emulated engines' decode time per generated token (default 0: off)",
     )
+    p.add_argument(
+        "--wait-nodes",
+        type=seconds,
+        default=local.WAIT_NODES_SECONDS,
+        help="NODES>1 (configs/cluster.env): seconds rank 0 waits for the other nodes' engines and Ray workers, and "
+        f"a node of rank > 0 for the Ray head (default {local.WAIT_NODES_SECONDS:g})",
+    )
     p.add_argument("--json", action="store_true", help="print the run state as JSON")
     p.set_defaults(handler=_cmd_up)
 
@@ -61,6 +68,10 @@ def _cmd_up(args: argparse.Namespace) -> int:
             raise StackError(f"--{name.replace('_', '-')} must be between 0 and 1e6 microseconds.", ExitCode.USAGE)
         if value:
             engine_args += [f"--{name.replace('_', '-')}", str(value)]
+    nodes = cluster.load()  # configs/cluster.env and the environment; one node unless NODES>1
+    refused = cluster.refusal(profile, nodes)
+    if refused:  # before anything starts
+        raise StackError(refused, ExitCode.USAGE)
     sigterm_as_interrupt()  # stop what was started, like Ctrl-C does
     state = local.up(
         profile,
@@ -68,9 +79,16 @@ def _cmd_up(args: argparse.Namespace) -> int:
         progress=lambda m: print(m, file=sys.stderr),
         engine_args=engine_args,
         engine=args.engine,
+        cluster=nodes if nodes.multi else None,
+        wait_nodes=args.wait_nodes,
     )
     if args.json:
         print_json(state.data)
+    elif nodes.multi:
+        print(
+            f"{profile.name} is up on node {nodes.rank} of {nodes.nodes} ({nodes.addr}, {state.engine} engines); "
+            f"Polar's base URL: {state.base_url} (route {profile.route}); state in {state.path}"
+        )
     else:
         print(
             f"{profile.name} is up locally ({state.engine} engines); Polar's base URL: {state.base_url} "

@@ -242,6 +242,7 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
         engine_urls=target.engine_urls,
         tool_fields=local_options.get("tool_fields"),
         tool_unscripted=local_options.get("tool_unscripted"),
+        nodes=target.nodes,
     )
     if args.json:
         print_json(report.as_dict())

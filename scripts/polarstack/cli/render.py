@@ -65,6 +65,17 @@ def render_smoke(report) -> None:
         )
     if report.exchanges:
         out.print(table)
+    for row in report.per_engine or []:  # NODES>1: every engine of every node (checks.per_engine)
+        outcome = "pass" if row["verdict"] == "pass" else f"FAIL ({row['code']}): {row['message'][:120]}"
+        out.print(
+            f"  node {row['rank']} ({row['addr']}) engine {row['url']}: {row['trainable_tokens']} trainable tokens, "
+            f"{outcome}"
+        )
+    for node in report.per_node or []:
+        out.print(
+            f"  node {node['rank']} ({node['addr']}): {node['trainable_tokens']} trainable tokens from "
+            f"{node['engines']} engine(s)" + (f", failing: {', '.join(node['failed'])}" if node["failed"] else "")
+        )
     for warning in report.warnings:
         out.print(f"  warning: {warning}")
     verdict = "PASS" if report.ok else f"FAIL ({report.code.name}, exit {int(report.code)})"

@@ -126,9 +126,16 @@ class RouterRelease:
         return self.v >= (0, 3, 0)
 
     def launch_args(
-        self, port: int, worker_urls: list[str], prometheus_port: int | None, extra: list[str] | None = None
+        self,
+        port: int,
+        worker_urls: list[str],
+        prometheus_port: int | None,
+        extra: list[str] | None = None,
+        host: str = "127.0.0.1",
     ) -> list[str]:
-        args = ["-m", self.module, "--host", "127.0.0.1", "--port", str(port)]
+        """`host`: the address the router serves on (the head's cluster address at NODES>1, polarstack.stack.cluster);
+        its metrics endpoint stays on loopback either way."""
+        args = ["-m", self.module, "--host", host, "--port", str(port)]
         if worker_urls:
             args += ["--worker-urls", *worker_urls]
         if self.accepts_startup_check_interval:

@@ -50,12 +50,13 @@ def _decode(hex_address: str, family: str) -> tuple[str, int]:
     return str(ip), int(port, 16)
 
 
-def listening_inodes() -> dict[str, tuple[str, int]]:
-    """inode -> (address, port) of every listening TCP socket in this network namespace."""
+def listening_inodes(proc_net: str = "/proc/net") -> dict[str, tuple[str, int]]:
+    """inode -> (address, port) of every listening TCP socket in this network namespace; `proc_net`
+    /proc/<pid>/net reads the namespace of that process instead (the cluster test's network namespaces)."""
     found: dict[str, tuple[str, int]] = {}
     for family in ("tcp", "tcp6"):
         try:
-            lines = Path(f"/proc/net/{family}").read_text().splitlines()[1:]
+            lines = Path(f"{proc_net}/{family}").read_text().splitlines()[1:]
         except OSError:
             continue
         for line in lines:
@@ -105,9 +106,9 @@ def session_pids(session_id: int) -> list[int]:
     return sorted(pids)
 
 
-def listening(pids: list[int]) -> list[Listener]:
-    """The listening TCP sockets held by `pids`, deduplicated by (address, port)."""
-    table = listening_inodes()
+def listening(pids: list[int], proc_net: str = "/proc/net") -> list[Listener]:
+    """The listening TCP sockets held by `pids`, deduplicated by (address, port); `proc_net`: as listening_inodes."""
+    table = listening_inodes(proc_net)
     out: dict[tuple[str, int], Listener] = {}
     for pid in pids:
         for inode in socket_inodes(pid):

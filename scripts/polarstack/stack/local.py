@@ -10,7 +10,10 @@ base URL, is refused with STATE by `smoke`/`train` (`LocalState.usable`) rather 
 
 from __future__ import annotations
 
+import errno
 import json
+import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -25,13 +28,20 @@ from polarstack import paths
 from polarstack.engine import tool_parser
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client as http_client
+from polarstack.http import request
 from polarstack.processes import child_env, free_port, shielded, start_time, stop_pid, wait_http
 from polarstack.routers import worker_api
 from polarstack.routers.harness import install
-from polarstack.stack import real_sglang
+from polarstack.stack import cluster as cluster_layout
+from polarstack.stack import ray_auth, ray_head, ray_node, real_sglang
+from polarstack.stack.cluster import Cluster, NodeLayout
+from polarstack.stack.listeners import session_pids
 from polarstack.stack.profiles import Profile, knob, polar_base_url
 
 STATE_FILE = "state.json"
+LOOPBACK = "127.0.0.1"
+WAIT_NODES_SECONDS = 180.0  # how long a node waits for the others (`up --wait-nodes`): they may be started by hand
+RAY_READY_SECONDS = 120.0  # the pinned ray's head takes 10-30 s here; ray's own start-up timeouts are 30 s each
 ENGINES = ("emulator", "sglang")  # what `up --engine` starts: the stand-in (default) or the real pinned sglang
 
 
@@ -66,6 +76,12 @@ class LocalState:
     def engine_urls(self) -> list[str]:
         """The emulated engines `up` started, in order ([] until `up` finished)."""
         return list(self.data.get("engine_urls") or [])
+
+    @property
+    def nodes(self) -> list[dict[str, Any]] | None:
+        """NODES>1: every node's rank, address and engines (cluster.NodeLayout.as_dict); None on one node."""
+        nodes = self.data.get("nodes")
+        return nodes if isinstance(nodes, list) and nodes else None
 
     @property
     def engine(self) -> str:
@@ -172,14 +188,22 @@ def smoke_options(target: Any) -> dict[str, Any]:
 
 
 def _engine_command(
-    profile: Profile, engine: str, port: int | str, index: int, engine_args: list[str] | None
+    profile: Profile,
+    engine: str,
+    port: int | str,
+    index: int,
+    engine_args: list[str] | None,
+    host: str = LOOPBACK,
 ) -> list[str]:
-    """The command line of engine `index` of `profile` on `port`, as both runtimes run it (compose.yaml)."""
+    """The command line of engine `index` of `profile` on `port`, as both runtimes run it (compose.yaml). `host`:
+    the node's cluster address at NODES>1 (emulator only); on loopback the line is the single-node one."""
     parser = knob(profile, "ENGINE_TOOL_CALL_PARSER")
     if engine == "sglang":
         served = knob(profile, "SERVED_MODEL_NAME")
         return real_sglang.command(port, served_model_name=served, tool_call_parser=parser or None)
     cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(index)]
+    if host != LOOPBACK:
+        cmd += ["--host", host]
     if parser:
         cmd += ["--tool-call-parser", parser]
     return cmd + list(engine_args or [])  # e.g. the service-time flags of `emulate-engine`
@@ -223,9 +247,13 @@ def _launch_engines(
     engine_args: list[str] | None,
     timeout: float,
     progress,
+    host: str = LOOPBACK,
+    ports: list[int] | None = None,
 ) -> list[str]:
     """Start `count` engines as `profile` runs them, each recorded in `state` as it starts; their URLs once ready.
-    With the real engine, also the scripted tool answer's request fields (`tool_fields`)."""
+    With the real engine, also the scripted tool answer's request fields (`tool_fields`). `host` and `ports`: the
+    node's cluster address and the profile's engine ports at NODES>1 (other nodes find them there); else
+    127.0.0.1 and free ports."""
     if engine == "sglang":  # refuses before anything starts without the disk or memory; installs once
         real_sglang.prepare(progress, servers=count)
         timeout = max(timeout, real_sglang.READY_TIMEOUT)
@@ -233,8 +261,11 @@ def _launch_engines(
     began = time.monotonic()
     engines: list[tuple[subprocess.Popen, int]] = []
     for index in range(count):
-        port = real_sglang.free_server_port() if engine == "sglang" else free_port()
-        cmd = _engine_command(profile, engine, port, index, engine_args)
+        if ports is not None:
+            port = ports[index]
+        else:
+            port = real_sglang.free_server_port() if engine == "sglang" else free_port()
+        cmd = _engine_command(profile, engine, port, index, engine_args, host)
         process = _spawn(cmd, logs / f"engine-{index}.log", real_sglang.server_env() if engine == "sglang" else None)
         state.processes.append(
             {
@@ -243,7 +274,7 @@ def _launch_engines(
                 "port": port,
                 "cmd": cmd[1:],
                 "start_time": start_time(process.pid),
-                "url": f"http://127.0.0.1:{port}",
+                "url": f"http://{host}:{port}",
                 "log": str(logs / f"engine-{index}.log"),
                 **({"engine": real_sglang.spec()} if engine == "sglang" else {}),
             }
@@ -252,15 +283,16 @@ def _launch_engines(
         _save(state)
     for index, (process, port) in enumerate(engines):
         if engine == "sglang":
-            real_sglang.wait_ready(f"http://127.0.0.1:{port}", timeout, process, logs / f"engine-{index}.log")
+            real_sglang.wait_ready(f"http://{host}:{port}", timeout, process, logs / f"engine-{index}.log")
         else:
-            wait_http(f"http://127.0.0.1:{port}", timeout, process)
+            wait_http(f"http://{host}:{port}", timeout, process)
     kind = f"real {real_sglang.spec()}" if engine == "sglang" else "emulated"
-    ports = ", ".join(str(p) for _, p in engines)
-    progress(f"up: {len(engines)} {kind} engine(s) on {ports}, ready in {time.monotonic() - began:.0f} s")
+    listed = ", ".join(str(p) for _, p in engines)
+    where = "" if host == LOOPBACK else f" of {host}"
+    progress(f"up: {len(engines)} {kind} engine(s){where} on {listed}, ready in {time.monotonic() - began:.0f} s")
     if engine == "sglang":  # a random model never calls a tool: the smoke's tool request scripts the answer
         state.data["tool_fields"] = real_sglang.scripted_answer(tool_parser.tool_call_text([tool_parser.SMOKE_TOOL]))
-    return [f"http://127.0.0.1:{port}" for _, port in engines]
+    return [f"http://{host}:{port}" for _, port in engines]
 
 
 SHARED_ENGINES_PROFILE = "shared engines"  # the `profile` of start_engines' run state (`down` prints it)
@@ -393,11 +425,27 @@ def up(
     engine_args: list[str] | None = None,
     engine: str = "emulator",
     shared: LocalState | None = None,
+    cluster: Cluster | None = None,
+    wait_nodes: float = WAIT_NODES_SECONDS,
 ) -> LocalState:
     """Start the profile's topology; `engine_args` go to every `emulate-engine` (e.g. its service-time flags).
     `engine`: emulator (the default), or sglang: the real pinned sglang on the CPU (polarstack.stack.real_sglang).
-    `shared`: engines `start_engines` started, used instead of starting the profile's own (only its router starts)."""
+    `shared`: engines `start_engines` started, used instead of starting the profile's own (only its router starts).
+    `cluster`: at NODES>1 this node's part of the cluster (`up_node`); None or one node: the single-node topology."""
     _check_engine_options(engine, engine_args)
+    if cluster is not None and cluster.multi:
+        if shared is not None:
+            raise StackError("engines shared between profiles are a single-node feature (make demo).", ExitCode.USAGE)
+        return up_node(
+            profile,
+            cluster,
+            directory=directory,
+            timeout=timeout,
+            progress=progress,
+            engine_args=engine_args,
+            engine=engine,
+            wait_nodes=wait_nodes,
+        )
     directory = directory or run_dir()
     state = _fresh_state(
         directory,
@@ -411,7 +459,6 @@ def up(
         },
     )
     started = state.processes
-    logs = directory / "logs"
     try:
         release = profile.router
         if release is not None and shared is None:
@@ -425,33 +472,7 @@ def up(
             # the script still reaches the engines when Polar bypasses the router; this router may drop its fields
             state.data["tool_unscripted"] = real_sglang.script_unreachable(release)
         if release is not None:
-            port, prom = free_port(), free_port()
-            static = engine_urls if profile.registration == "static" else []
-            cmd = [str(install(release)), *release.launch_args(port, static, prom, profile.router_args)]
-            log_path = logs / "router.log"
-            process = _spawn(cmd, log_path)
-            started.append(
-                {
-                    "role": "router",
-                    "pid": process.pid,
-                    "port": port,
-                    "cmd": cmd[1:],
-                    "start_time": start_time(process.pid),
-                    "url": f"http://127.0.0.1:{port}",
-                    "log": str(log_path),
-                    "release": release.spec,
-                }
-            )
-            _save(state)
-            try:
-                wait_http(f"http://127.0.0.1:{port}", timeout, process)
-            except StackError as exc:
-                tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
-                raise StackError(f"{release.spec} did not start: {exc.message} {tail}", ExitCode.ENVIRONMENT) from None
-            router_url = f"http://127.0.0.1:{port}"
-            if profile.registration == "register":
-                worker_api.register_all(router_url, engine_urls, timeout)
-            progress(f"up: {release.spec} on {port} ({profile.registration} registration)")
+            _start_router(state, profile, release, engine_urls, free_port(), timeout, progress)
         state.data["base_url"] = polar_base_url(
             profile, started[-1]["url"] if release is not None else None, engine_urls
         )
@@ -465,6 +486,215 @@ def up(
         raise
 
 
+# --- NODES > 1: this node's part of the cluster ---------------------------------------------------------------
+
+
+def _check_port_free(host: str, port: int, what: str, knob_name: str) -> None:
+    """Refuse before anything starts when `host`:`port` is taken (at NODES>1 the ports are the profile's and
+    configs/stack.env's, fixed so that other nodes know them)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # as the servers do: a port whose last connections are still in TIME_WAIT (a stack stopped just now) is free
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise StackError(
+                    f"{what} cannot listen on {host}:{port} ({exc.strerror}); check NODE_ADDRS and CLUSTER_IFACE "
+                    "(configs/cluster.env).",
+                    ExitCode.ENVIRONMENT,
+                ) from None
+            raise StackError(
+                f"{what} needs {host}:{port}, which is taken; stop what listens there or move {knob_name}.",
+                ExitCode.STATE,
+            ) from None
+
+
+def _wait_engines(urls: dict[str, NodeLayout], timeout: float) -> None:
+    """Poll every other node's engines (GET /health at the address cluster.engine_urls gives) until each answers or
+    `timeout` seconds pass; one sentence naming the first engine and node still silent."""
+    deadline = time.monotonic() + timeout
+    with http_client(2.0) as http:
+        for url, node in urls.items():
+            while True:
+                try:
+                    if 200 <= request(http, "GET", f"{url}/health").status < 300:
+                        break
+                except StackError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise StackError(
+                        f"engine {url} of node {node.rank} ({node.addr}) did not answer /health within {timeout:g} s; "
+                        f"run `make up RUNTIME=local` with NODE_RANK={node.rank} on that node (the same profile and "
+                        "cluster knobs), or raise --wait-nodes.",
+                        ExitCode.UNREACHABLE,
+                    )
+                time.sleep(0.5)
+
+
+def up_node(
+    profile: Profile,
+    cluster: Cluster,
+    *,
+    directory: Path | None = None,
+    timeout: float = 60.0,
+    progress=print,
+    engine_args: list[str] | None = None,
+    engine: str = "emulator",
+    wait_nodes: float = WAIT_NODES_SECONDS,
+) -> LocalState:
+    """This node's part of `profile` on a cluster of NODES>1 (polarstack.stack.cluster's layout), every listener on
+    the node's cluster address:
+    - every node: its ENGINE_COUNT emulated engines on the profile's ports, and Ray with the token
+      (ray_auth.process_env): rank 0 the head (GCS on RAY_GCS_PORT, dashboard on RAY_DASHBOARD_PORT), the others a
+      worker that waits for the head, joins it and waits until the head lists it ALIVE;
+    - rank 0 also: waits for every other node's engines (GET /health at cluster.engine_urls, `wait_nodes` s), starts
+      the router in front of all of them by their cluster address (static: --worker-urls; register: POST /workers,
+      as slime does), then waits until the Ray cluster has NODES alive nodes.
+    The token file: rank 0 writes it when missing (ray_auth.ensure); the others need a copy (ray_auth.check)."""
+    refused = cluster_layout.refusal(profile, cluster)
+    if refused:
+        raise StackError(refused, ExitCode.USAGE)
+    if engine != "emulator":
+        raise StackError(
+            f"at NODES={cluster.nodes} the local runtime runs emulated engines only; drop ENGINE={engine} (the real "
+            "engines across nodes are the docker runtime's).",
+            ExitCode.USAGE,
+        )
+    host = cluster.bind_host()  # checks that CLUSTER_IFACE holds this node's address
+    path = ray_auth.token_path(cluster.token_file)
+    if not cluster.head:
+        ray_auth.check(path)  # the head's copy must be here before anything starts
+    nodes = cluster_layout.layout(profile, cluster)
+    mine = nodes[cluster.rank]
+    all_urls = [url for node in nodes for url in node.engine_urls]
+    gcs_port = int(knob(profile, "RAY_GCS_PORT", "6379"))
+    dashboard_port = int(knob(profile, "RAY_DASHBOARD_PORT", "8265"))
+    dashboard = f"http://{cluster.head_addr}:{dashboard_port}"
+    release = profile.router
+    router_url = f"http://{cluster.head_addr}:{profile.router_port}" if release is not None else None
+    ports = [profile.engine_port(i) for i in range(profile.engine_count)]
+    for index, port in enumerate(ports):
+        _check_port_free(host, port, f"engine-{index}", f"ENGINE_PORT_BASE ({profile.path.name})")
+    if cluster.head:
+        _check_port_free(host, gcs_port, "the Ray head's GCS", "RAY_GCS_PORT (configs/stack.env)")
+        _check_port_free(host, dashboard_port, "the Ray dashboard", "RAY_DASHBOARD_PORT (configs/stack.env)")
+        if release is not None:
+            _check_port_free(host, profile.router_port, "the router", f"ROUTER_PORT ({profile.path.name})")
+    token_file = ray_auth.ensure(path) if cluster.head else ray_auth.check(path)  # rank 0 writes it when missing
+    directory = directory or run_dir()
+    state = _fresh_state(
+        directory,
+        {
+            "profile": profile.name,
+            "runtime": "local",
+            "route": profile.route,
+            "expect": profile.expect,
+            "polar_worker_discovery": profile.values["POLAR_WORKER_DISCOVERY"],
+            "engine": engine,
+            "cluster": cluster.as_dict(),
+            "nodes": [node.as_dict() for node in nodes],
+            "ray_dashboard": dashboard,
+            "ray_gcs": f"{cluster.head_addr}:{gcs_port}",
+            "token_file": str(token_file),  # the path only; the token is never written anywhere else
+        },
+    )
+    began = time.monotonic()
+    try:
+        if release is not None and cluster.head:
+            install(release, quiet=False)
+        bin_dir, _seconds = ray_head.install()
+        _launch_engines(state, profile, profile.engine_count, engine, engine_args, timeout, progress, host, ports)
+        ray_timeout = max(timeout, RAY_READY_SECONDS)
+        logs = directory / "logs"
+        if cluster.head:
+            command = ray_node.head_line(host, gcs_port, dashboard_port)
+            role, log_path = "ray-head", logs / "ray-head.log"
+        else:
+            ray_node.wait_head(dashboard, token_file, wait_nodes)  # the head first: `ray start --address` needs it
+            command = ray_node.worker_line(cluster.head_addr, gcs_port, host)
+            role, log_path = "ray-worker", logs / "ray-worker.log"
+        temp_dir = ray_node.short_temp_dir()
+        try:
+            process = ray_node.spawn(
+                command, bin_dir=bin_dir, env=ray_node.ray_env(token_file, bin_dir, temp_dir), log_path=log_path
+            )
+        except BaseException:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            raise
+        url = dashboard if cluster.head else f"ray://{host}"
+        state.processes.append(ray_node.entry(role, process, command, url, log_path, temp_dir))
+        _save(state)
+        if cluster.head:
+            ray_node.wait_head(dashboard, token_file, ray_timeout, process, log_path)
+            progress(f"up: Ray head on {host}:{gcs_port} (dashboard :{dashboard_port}), token from {token_file}")
+            others = {url: node for node in nodes if node.rank != cluster.rank for url in node.engine_urls}
+            _wait_engines(others, wait_nodes)
+            progress(f"up: the engines of node(s) {', '.join(str(n.rank) for n in nodes[1:])} answer")
+            if release is not None:
+                _start_router(state, profile, release, all_urls, profile.router_port, timeout, progress, host)
+            alive = ray_node.wait_nodes(dashboard, token_file, list(cluster.addrs), wait_nodes, process, log_path)
+        else:
+            alive = ray_node.wait_nodes(dashboard, token_file, [host], ray_timeout, process, log_path)
+        progress(
+            f"up: node {mine.rank} of {cluster.nodes} ({mine.addr}): "
+            f"{', '.join(entry['role'] for entry in state.processes)} in {time.monotonic() - began:.0f} s; "
+            f"the Ray cluster lists {len(alive)} alive node(s)"
+        )
+        state.data["base_url"] = polar_base_url(profile, router_url, all_urls)
+        state.data["engine_urls"] = all_urls
+        _save(state)
+        return state
+    except BaseException:
+        with shielded():
+            _stop_all(state.processes)
+            state.path.unlink(missing_ok=True)
+        raise
+
+
+def _start_router(
+    state: LocalState,
+    profile: Profile,
+    release: Any,
+    engine_urls: list[str],
+    port: int,
+    timeout: float,
+    progress,
+    host: str = LOOPBACK,
+) -> str:
+    """Start the profile's router on `host`:`port` in front of `engine_urls` (static: --worker-urls; register:
+    POST /workers once it answers, as slime does), recorded in `state`; its URL."""
+    prom = free_port()  # its metrics endpoint stays on loopback (RouterRelease.launch_args)
+    static = engine_urls if profile.registration == "static" else []
+    cmd = [str(install(release)), *release.launch_args(port, static, prom, profile.router_args, host=host)]
+    log_path = state.path.parent / "logs" / "router.log"
+    process = _spawn(cmd, log_path)
+    router_url = f"http://{host}:{port}"
+    state.processes.append(
+        {
+            "role": "router",
+            "pid": process.pid,
+            "port": port,
+            "cmd": cmd[1:],
+            "start_time": start_time(process.pid),
+            "url": router_url,
+            "log": str(log_path),
+            "release": release.spec,
+        }
+    )
+    _save(state)
+    try:
+        wait_http(router_url, timeout, process)
+    except StackError as exc:
+        tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+        raise StackError(f"{release.spec} did not start: {exc.message} {tail}", ExitCode.ENVIRONMENT) from None
+    if profile.registration == "register":
+        worker_api.register_all(router_url, engine_urls, timeout)
+    where = "" if host == LOOPBACK else f"{host}:"
+    progress(f"up: {release.spec} on {where}{port} ({profile.registration} registration)")
+    return router_url
+
+
 def _save(state: LocalState) -> None:
     tmp = state.path.with_suffix(".tmp")
     tmp.write_text(json.dumps(state.data, indent=2))
@@ -472,13 +702,24 @@ def _save(state: LocalState) -> None:
 
 
 def _stop_all(entries: list[dict[str, Any]], router_timeout: float = 10.0) -> list[int]:
-    """Stop the entries we own (never a shared one): the router first, then the engines, all at once (a real sglang
-    server takes seconds to stop its scheduler and detokenizer: one after the other, two took twice as long)."""
-    own = [entry for entry in reversed(entries) if not entry.get("shared") and _owned(entry)]
+    """Stop the entries we own (never a shared one): the router first, then a Ray node's session (NODES>1), then the
+    engines, all at once (a real sglang server takes seconds to stop its scheduler and detokenizer: one after the
+    other, two took twice as long)."""
+    own = [
+        entry
+        for entry in reversed(entries)
+        if not entry.get("shared") and (_owned(entry) or (entry.get("session") and session_pids(entry["pid"])))
+    ]
     for entry in own:
         if entry.get("role") == "router":
             stop_pid(entry["pid"], timeout=router_timeout)
-    engines = [entry for entry in own if entry.get("role") != "router"]
+    for entry in own:
+        if entry.get("session"):  # `ray start --block` and everything it started, by its session
+            ray_node.stop_session(entry)
+    for entry in entries:  # a Ray node's temp dir (sockets, session logs), whether or not its processes survived
+        if entry.get("temp_dir") and not entry.get("shared"):
+            shutil.rmtree(entry["temp_dir"], ignore_errors=True)
+    engines = [entry for entry in own if entry.get("role") != "router" and not entry.get("session")]
 
     def stop(entry: dict[str, Any]) -> None:
         if entry.get("engine"):  # a real sglang server: its scheduler and detokenizer go with it

@@ -36,6 +36,7 @@ class Target:
     engine_urls: list[str] | None = None  # the engines behind base_url (None: not known, e.g. an explicit URL)
     register: list[str] | None = None  # engines to register temporarily before the check (registered_engines)
     loaded: Profile | None = None  # the profile, when resolving it needed the file (docker)
+    nodes: list[dict] | None = None  # NODES>1: every node's engines (cluster.NodeLayout.as_dict), for the smoke
 
     @property
     def local(self) -> bool:
@@ -86,7 +87,9 @@ def resolve_target(
                     f"and `make up PROFILE={profile} RUNTIME=local`, or drop PROFILE.",
                     ExitCode.STATE,
                 )
-            return Target("local", state.profile, state.base_url, route or state.route, state.engine_urls)
+            return Target(
+                "local", state.profile, state.base_url, route or state.route, state.engine_urls, nodes=state.nodes
+            )
         if runtime == "local":
             raise _refuse_nothing_local(verb)
     if in_trainer:
