@@ -86,7 +86,10 @@ def create(roles: tuple[str, ...], tag: str | None = None) -> Topology:
     """The namespaces of `roles` on one bridge (module docstring); on any failure what was made is removed."""
     tag = tag or str(os.getpid())
     taken = {a.rsplit(".", 1)[0] for a in _root_addresses()}
-    choices = [f"198.{a}.{b}" for a in (18, 19) for b in range(1, 255) if f"198.{a}.{b}" not in taken]
+    # never the private dockerd's: its bridge 198.18.0.1/24 and its Compose pool 198.18.64.0/18 (polarstack.stack.dockerd),
+    # which hold no address on this namespace until a network is made
+    docker = {f"198.18.{b}" for b in (0, *range(64, 128))}
+    choices = [f"198.{a}.{b}" for a in (18, 19) for b in range(1, 255) if f"198.{a}.{b}" not in taken | docker]
     subnet = random.choice(choices)
     letters = {role: role.replace("node-", "")[:1] for role in roles}
     topo = Topology(

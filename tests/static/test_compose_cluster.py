@@ -127,3 +127,39 @@ def test_the_router_entrypoint_binds_router_host_else_loopback(tmp_path, host, w
     assert proc.returncode == 0, proc.stderr
     words = proc.stdout.split("\n")[-2].split()
     assert words[:6] == ["-m", "smg.launch_router", "--host", want, "--port", "30080"]
+
+
+@pytest.mark.parametrize("name", ["router-passthrough", "patched-router"])
+def test_the_heads_ray_never_waits_for_a_router_that_waits_for_the_other_node(name, tmp_path, token_file):
+    """The node review's blocker: with a static worker list (router-passthrough) the head's router opens no port until
+    every node's engines answer (sglang-router 0.1.4 waits up to --worker-startup-timeout-secs), and compose.yaml made
+    the head's trainer (the Ray head) wait for a healthy router, so rank 1's trainer, which joins that Ray, could not
+    start: neither node could finish. Merged by the real Compose binary: on the head the trainer waits for its own
+    engines only, the router waits as long as an engine may load (ENGINE_START_PERIOD) and its healthcheck has that
+    start period. With registration (patched-router) the router starts empty, and nothing changes."""
+    services = merged(name, node(0, token_file), tmp_path)["services"]
+    depends = set(services["trainer"].get("depends_on") or {})
+    router = services["router"]
+    extra = env(router)["ROUTER_EXTRA_ARGS"].split()
+    if name == "router-passthrough":
+        assert depends == {"engine-0", "engine-1"}
+        assert extra[extra.index("--worker-startup-timeout-secs") + 1] == "900"
+        assert router["healthcheck"]["start_period"] == "15m0s"
+    else:
+        assert "router" in depends and "--worker-startup-timeout-secs" not in extra
+        assert router["healthcheck"]["start_period"] == "30s"
+    one_node = compose.render_values(profiles.load(name), Cluster(1, 0, None, ("127.0.0.1",), str(token_file), ""))
+    assert "--worker-startup-timeout-secs" not in one_node["ROUTER_EXTRA_ARGS"]
+
+
+@pytest.mark.parametrize("text, seconds", [("900s", 900), ("15m", 900), ("1h30m", 5400), ("2m5s", 125)])
+def test_compose_durations_in_seconds(text, seconds):
+    assert compose.seconds(text) == seconds
+
+
+def test_a_duration_that_is_not_one_is_refused():
+    from polarstack.errors import ExitCode, StackError
+
+    with pytest.raises(StackError) as caught:
+        compose.seconds("fifteen minutes")
+    assert caught.value.code == ExitCode.USAGE and "ENGINE_START_PERIOD" in caught.value.message

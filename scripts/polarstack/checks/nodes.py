@@ -220,9 +220,11 @@ def build_report(
 
 
 def write_report(cluster: Cluster, profile: Any, values: dict[str, str], probe: Probe | None = None) -> Path:
-    """`make up` on every node at NODES>1: the head opens the session, every node writes its report into it."""
+    """`make up` on every node at NODES>1, once its stack is up (or found already up): its report, in the session the
+    head's `make up` opened before it started anything (polarstack.cli.cluster.before_up), so a node that comes up
+    before the head finishes files its report under the head's current session."""
     probe = probe or Probe()
-    session = start_session(cluster, probe) if cluster.head else read_session(cluster)
+    session = read_session(cluster)
     path = report_path(cluster, cluster.rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_json(path, build_report(cluster, profile, values, session, probe))

@@ -84,6 +84,7 @@ def before_up(found: cluster.Cluster) -> None:
         ray_auth.ensure(path)
     else:
         ray_auth.check(path)
+    opens_session = found.head
     shared = Path(cluster_plan.shared_dir(found, "the node reports, the weight sync and the checkpoints"))
     if not shared.is_dir():
         raise StackError(
@@ -101,6 +102,8 @@ def before_up(found: cluster.Cluster) -> None:
             f"SHARED_DIR={shared} is not writable here ({exc.strerror}): the trainer and the node report write to it.",
             ExitCode.ENVIRONMENT,
         ) from None
+    if opens_session:  # before anything starts: another node whose `make up` ends first reports into this session
+        nodes.start_session(found)
 
 
 def after_up(profile: profiles.Profile, found: cluster.Cluster) -> None:

@@ -99,6 +99,9 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         record = docker_state.guard_other_profile(args.verb, profile)
     if args.verb == "up":
         if stack_faults.already_up(profile, record):  # `make up` twice: nothing started or recreated
+            here = cluster.load()
+            if here.multi:  # but this node's report is written again, into the head's current session
+                cli_cluster.after_up(profile, here)
             return 0
         stack_faults.refuse_taken_ports(profile)  # STATE: a port of the stack is taken (host networking)
     if args.verb in ("build", "up") and device.is_cpu():  # the CPU bases and the tiny model (cached)

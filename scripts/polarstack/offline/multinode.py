@@ -7,7 +7,7 @@ with a router, both tasks and the rehearsal, and checked against those facts:
 - actor nodes x GPUs per node = the trainer GPUs of every node, and each node's Ray offers exactly its trainer GPUs
   and (a worker) as many CPUs, since slime's placement group takes a GPU and a CPU per bundle, PACKed over the nodes;
 - the engines are every node's, by cluster address (slime registers each under the address given), the router and
-  Polar's servers on the head's address;
+  Polar's servers on the head's 127.0.0.1 (inference on the head's router address);
 - the interfaces: NCCL/GLOO = CLUSTER_IFACE in the job, launch.sh and every container; SLIME_HOST_IP each node's own
   in its trainer, absent from the job's runtime env (slime reads it per process), the head's in launch.sh;
   every engine and the router bind their node's address; nothing binds 0.0.0.0;
@@ -189,10 +189,11 @@ def plan_problems(plan: LaunchPlan, profile: profiles.Profile, cluster: Cluster,
         problems.append(f"{label}: SGLANG_ROUTER_BASE_URL is not the router on the head ({base})")
     topology = yaml.safe_load(plan.files["topology.yaml"])
     hosts = [topology["rollout"]["host"], *(n["host"] for n in topology["gateway"]["nodes"])]
-    if set(hosts) != {cluster.head_addr} or any(
-        n["inference"]["base_url"] != base for n in topology["gateway"]["nodes"]
-    ):
-        problems.append(f"{label}: Polar's topology.yaml is not on the head's address {cluster.head_addr}")
+    if set(hosts) != {"127.0.0.1"} or any(n["inference"]["base_url"] != base for n in topology["gateway"]["nodes"]):
+        problems.append(
+            f"{label}: Polar's topology.yaml must keep its servers on the head's 127.0.0.1 (their clients all run on the "
+            f"head; most of their routes are unauthenticated) and point inference at the router on {cluster.head_addr}"
+        )
     if f"--address=http://{cluster.head_addr}:" not in " ".join(submit):
         problems.append(f"{label}: ray job submit does not reach the jobs API on the head's address")
     shared = cluster.shared_dir.rstrip("/")
@@ -237,7 +238,7 @@ def override_problems(profile: profiles.Profile, cluster: Cluster) -> list[str]:
         for key, value in ray_auth.process_env(ray_auth.CONTAINER_TOKEN_PATH).items():
             if env.get(key) != value:
                 problems.append(f"{label}: the trainer lacks {key}={value}")
-        if not any(v.endswith(f":{ray_auth.CONTAINER_TOKEN_PATH}:ro") for v in trainer["volumes"]):
+        if not any(_read_only_token_mount(v) for v in trainer["volumes"]):
             problems.append(
                 f"{label}: the host's token file is not mounted read-only at {ray_auth.CONTAINER_TOKEN_PATH}"
             )
@@ -392,3 +393,15 @@ def _compose_renders(profile: profiles.Profile, tmp: Path) -> list[str]:
 
 
 __all__ = ["EXAMPLE", "check", "fact_problems", "override_problems", "plan_problems"]
+
+
+def _read_only_token_mount(volume: object) -> bool:
+    """A trainer volume that bind-mounts the host's token file read-only at the container path, and fails `up` when the
+    host file is missing (long syntax, create_host_path false) rather than leaving a directory in its place."""
+    return (
+        isinstance(volume, dict)
+        and volume.get("type") == "bind"
+        and volume.get("target") == ray_auth.CONTAINER_TOKEN_PATH
+        and volume.get("read_only") is True
+        and (volume.get("bind") or {}).get("create_host_path") is False
+    )

@@ -2,8 +2,9 @@
 
 configs/cluster.env holds the knobs (NODES, NODE_RANK, CLUSTER_IFACE, NODE_ADDRS, HEAD_ADDR, RAY_AUTH_TOKEN_FILE,
 SHARED_DIR); the environment overrides each, as Compose does. At NODES=1 nothing changes: every listener binds
-127.0.0.1. At NODES>1 every listener of a node binds that node's address on CLUSTER_IFACE, and only when the user
-named that interface: there is no default and no 0.0.0.0.
+127.0.0.1. At NODES>1 every listener the stack configures binds that node's address on CLUSTER_IFACE, and only when
+the user named that interface: there is no default and the stack passes no 0.0.0.0. Ray's own servers bind every
+interface whatever address they are given (measured in tests/cluster; docs/exposure.md "Multi-node listeners").
 
 The layout is the profile's single-node split on every node (`layout`): each node runs ENGINE_COUNT engines on
 ENGINE_GPUS and len(TRAINER_GPUS) of the trainer's actors on TRAINER_GPUS (slime --actor-num-nodes NODES

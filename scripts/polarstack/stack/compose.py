@@ -85,7 +85,7 @@ def render_values(profile: Profile, cluster: Cluster | None = None) -> dict[str,
                 "ROUTER_VERSION": release.version,
                 "ROUTER_MODULE": release.module,
                 "ROUTER_WORKER_URLS": " ".join(urls) if profile.registration == "static" else "",
-                "ROUTER_EXTRA_ARGS": " ".join(extra),
+                "ROUTER_EXTRA_ARGS": " ".join(extra + static_wait_args(profile, cluster, values)),
                 # images/router/entrypoint.sh: --host (127.0.0.1 when unset, as on one node).
                 **({"ROUTER_HOST": cluster.head_addr} if cluster.multi else {}),
             }
@@ -103,6 +103,18 @@ def render_values(profile: Profile, cluster: Cluster | None = None) -> dict[str,
     if device.is_cpu():
         values.update(cpu_values(values))
     return values
+
+
+def static_wait_args(profile: Profile, cluster: Cluster, values: dict[str, str]) -> list[str]:
+    """NODES>1 with a static worker list (router-passthrough): the head's router lists every node's engines and opens
+    no port until all of them answer (sglang-router 0.1.4 launch_router.py / router.py: it waits up to
+    --worker-startup-timeout-secs, default 300 s, then exits; the node review measured it). The other node's engines
+    load the model as long as the head's own, so the router waits as long as an engine may take (ENGINE_START_PERIOD),
+    and cluster_override gives its healthcheck the same start period."""
+    release = profile.router
+    if not cluster.multi or release is None or profile.registration != "static" or release.package != "sglang-router":
+        return []
+    return ["--worker-startup-timeout-secs", str(seconds(values.get("ENGINE_START_PERIOD") or "900s"))]
 
 
 def token_file() -> Path:
@@ -220,7 +232,25 @@ class _OverrideDumper(yaml.SafeDumper):
     pass
 
 
+class ReplaceMap(dict):
+    """A mapping Compose must take instead of merging it (`!override`): the head trainer's `depends_on` at NODES>1."""
+
+
 _OverrideDumper.add_representer(Replace, lambda dumper, data: dumper.represent_sequence("!override", list(data)))
+_OverrideDumper.add_representer(ReplaceMap, lambda dumper, data: dumper.represent_mapping("!override", dict(data)))
+
+
+def seconds(duration: str) -> int:
+    """A Compose duration such as ENGINE_START_PERIOD (900s, 15m, 1h30m) in whole seconds; USAGE otherwise."""
+    import re
+
+    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", duration.strip())
+    if not duration.strip() or parts is None:
+        raise StackError(f"ENGINE_START_PERIOD={duration!r} is not a duration such as 900s or 15m (configs/stack.env).")
+    hours, minutes, secs = (int(x or 0) for x in parts.groups())
+    return hours * 3600 + minutes * 60 + secs
+
+
 HEALTHCHECK = "/usr/local/bin/polarstack-healthcheck"
 # The Ray dashboard agent's HTTP port on every node (ray_constants DEFAULT_DASHBOARD_AGENT_LISTEN_PORT in the pinned
 # ray, configs/upstream/multinode-facts.json): its /api/local_raylet_healthz answers without Ray's token (measured).
@@ -273,6 +303,8 @@ def cluster_override(profile: Profile, cluster: Cluster) -> dict[str, Any]:
                 "environment": {"ROUTER_HOST": head},
                 "healthcheck": {"test": ["CMD", "python3", HEALTHCHECK, f"http://{head}:{profile.router_port}/health"]},
             }
+            if profile.registration == "static":  # it waits for the other nodes' engines too (static_wait_args)
+                services["router"]["healthcheck"]["start_period"] = "${ENGINE_START_PERIOD:-900s}"
         else:
             services["router"] = {"profiles": Replace([HEAD_ONLY_PROFILE])}
     gpus = "${TRAINER_NUM_GPUS:?rendered from the profile}"
@@ -291,7 +323,19 @@ def cluster_override(profile: Profile, cluster: Cluster) -> dict[str, Any]:
             block=True,
         )
         health = f"http://{addr}:{DASHBOARD_AGENT_PORT}/api/local_raylet_healthz"
+    # The head's Ray must not wait for a router that waits for the other nodes (static worker list), or those nodes'
+    # trainers, which join this Ray, could never come up: on the head the trainer waits for its own engines only.
+    depends = (
+        {
+            "depends_on": ReplaceMap(
+                {f"engine-{i}": {"condition": "service_healthy"} for i in range(profile.engine_count)}
+            )
+        }
+        if cluster.head and profile.router is not None and profile.registration == "static"
+        else {}
+    )
     services["trainer"] = {
+        **depends,
         "command": command,
         "environment": {
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
@@ -300,7 +344,13 @@ def cluster_override(profile: Profile, cluster: Cluster) -> dict[str, Any]:
             **ray_auth.process_env(ray_auth.CONTAINER_TOKEN_PATH),
         },
         "volumes": [
-            f"{ray_auth.token_path(cluster.token_file or None)}:{ray_auth.CONTAINER_TOKEN_PATH}:ro",
+            {  # compose.yaml's long form: a missing host file fails `up` instead of becoming a directory
+                "type": "bind",
+                "source": str(ray_auth.token_path(cluster.token_file or None)),
+                "target": ray_auth.CONTAINER_TOKEN_PATH,
+                "read_only": True,
+                "bind": {"create_host_path": False},
+            },
             *shared_mount,
         ],
         "healthcheck": {"test": ["CMD", "python3", HEALTHCHECK, health]},

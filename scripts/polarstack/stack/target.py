@@ -119,4 +119,6 @@ def resolve_target(
         engines,
         registered_engines(loaded, engines),
         loaded,
+        # the smoke's per-engine, per-node check (checks.per_engine), as the local runtime's state gives it
+        nodes=[node.as_dict() for node in cluster.layout(loaded, found)] if found.multi else None,
     )

@@ -8,8 +8,8 @@ configs/upstream/multinode-facts.json (scripts/tools/record_multinode_facts.py) 
 - the engines are named by their cluster address (every node's, rank order) in --rollout-external-engine-addrs, and
   slime registers each one with the router under exactly that address (slime/backends/sglang_utils/sglang_engine.py
   _register_to_router: worker_url = http://<host>:<port> of the address given);
-- the router, Polar's rollout server and gateway, and the Ray head (GCS, dashboard, jobs API) are on the head's
-  address; Ray no longer gets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which would make `ray start --address` on every
+- the router and the Ray head (GCS, dashboard, jobs API) are on the head's address, Polar's rollout server and
+  gateway on the head's 127.0.0.1 (polar_host: every client of theirs runs on the head); Ray no longer gets RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which would make `ray start --address` on every
   other node abort (ray/scripts/scripts.py start: "Multi-node Ray clusters are not supported ..."): the explicit
   --node-ip-address=<cluster address> replaces it, and Ray's token guards what Ray then opens;
 - NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME name CLUSTER_IFACE (the same name on every node), so Megatron's groups
@@ -28,7 +28,7 @@ from typing import Any
 from polarstack.checks import nodes
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import ray_auth
-from polarstack.stack.cluster import Cluster, interface_env
+from polarstack.stack.cluster import LOOPBACK, Cluster, interface_env
 from polarstack.stack.exposure import TRAINER_LOOPBACK_ENV
 
 WEIGHT_UPDATES = "weight-updates"  # SHARED_DIR/<this>: the disk weight sync at NODES>1
@@ -125,8 +125,12 @@ def checkpoint_volume(cluster: Cluster) -> str:
 
 
 def polar_host(cluster: Cluster) -> str:
-    """Where Polar's rollout server and gateway listen and are reached: the head's address (127.0.0.1 on one node)."""
-    return cluster.head_addr
+    """Where Polar's rollout server and gateway listen and are reached: 127.0.0.1 of the head, on every node count.
+    Every client of theirs runs on the head: slime's RolloutManager, which runs Polar's worker and its callback listener
+    (polar_callback_host 127.0.0.1 already), is placed there (docs/multi-node.md, Placement: the workers' CPUs all go
+    to the actor bundles), and the gateway starts the agent sandboxes on its own node. Their routes are mostly
+    unauthenticated at POLAR_COMMIT (docs/exposure.md, Multi-node listeners), so they stay off the cluster network."""
+    return LOOPBACK
 
 
 def as_dict(cluster: Cluster, nodes: list[Any]) -> dict[str, Any]:

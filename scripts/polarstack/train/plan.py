@@ -212,10 +212,14 @@ def validate(task: str, profile: Profile, config: dict[str, Any], model_path: st
     return tp
 
 
-def topology(profile: Profile, config: dict[str, Any], model_name: str, host: str = "127.0.0.1") -> dict[str, Any]:
-    """Polar's topology.yaml: its rollout server and gateway on `host` (the head's address at NODES>1, where they
-    bind and are reached), its inference base URL the router (or engine-0) on that host too."""
+def topology(
+    profile: Profile, config: dict[str, Any], model_name: str, host: str = "127.0.0.1", router_host: str | None = None
+) -> dict[str, Any]:
+    """Polar's topology.yaml: its rollout server and gateway on `host` (127.0.0.1 on every node count:
+    cluster_plan.polar_host), its inference base URL the router (or engine-0) on `router_host` (the head's cluster
+    address at NODES>1; `host` when not given)."""
     polar = config["polar"]
+    router_host = router_host or host
     return {
         "rollout": {
             "host": host,
@@ -236,7 +240,7 @@ def topology(profile: Profile, config: dict[str, Any], model_name: str, host: st
                     "max_postrun_workers": polar["max_postrun_workers"],
                     "model_served": model_name,
                     # Polar's inference base URL: the router, or engine-0 for engine-direct (SGLANG_ROUTER_BASE_URL).
-                    "inference": {"engine": "sglang", "base_url": profile.base_url(host)},
+                    "inference": {"engine": "sglang", "base_url": profile.base_url(router_host)},
                 }
             ],
         },
@@ -410,8 +414,8 @@ def build_plan(
     # Every engine of every node by the address the others reach it by (127.0.0.1 on one node): slime registers each
     # with the router under exactly this address (sglang_engine.py _register_to_router).
     engines = [url.removeprefix("http://") for url in cluster_mod.engine_urls(profile, cluster)]
-    host = cluster_plan.polar_host(cluster)
-    base_url = profile.base_url(host)
+    host = cluster_plan.polar_host(cluster)  # Polar's servers: on the head, where every client of theirs runs
+    base_url = profile.base_url(cluster.head_addr)  # the router (or engine-0) on the head's address
     plan = LaunchPlan(
         task, profile.name, run_id, tp, profile.trainer_gpus, base_url, checkpoint_dir=ckpt, resume=resume
     )
@@ -449,7 +453,9 @@ def build_plan(
     if agent_settings:
         polar["polar_task_template"]["agent"].setdefault("settings", {}).update(agent_settings)
     plan.files["polar_config.yaml"] = yaml.safe_dump(polar, sort_keys=False)
-    plan.files["topology.yaml"] = yaml.safe_dump(topology(profile, config, served, host), sort_keys=False)
+    plan.files["topology.yaml"] = yaml.safe_dump(
+        topology(profile, config, served, host, cluster.head_addr), sort_keys=False
+    )
 
     args = [
         # slime's placement group spreads NODES x len(TRAINER_GPUS) bundles over the nodes (PACK: each node's Ray

@@ -75,9 +75,18 @@ class Node:
         train_launch.release_router_workers(self.profile)
         train_launch.resume_engines(self.profile)  # an earlier job stopped mid weight-reload left them paused
 
+    def open_session(self, plan: PreflightPlan, progress: Callable[[str], None]) -> None:
+        """NODES>1, before this node (the head) starts anything: the session every node's report of this bring-up
+        carries, and the line for the other nodes, printed now (with a static worker list the head's router, and so
+        its `up`, waits for their engines; the node review's finding)."""
+        nodes.start_session(plan.cluster)
+        env = " ".join(f"{k}={v}" for k, v in plan.stack_env.items())
+        others = ", ".join(f"node {r} ({plan.cluster.addrs[r]})" for r in range(1, plan.cluster.nodes))
+        progress(f"now run `make up PROFILE={self.profile.name} {env}` on {others}, with its NODE_RANK")
+
     def join(self, plan: PreflightPlan, progress: Callable[[str], None]) -> None:
-        """NODES>1, once this node (the head) is up: its report opens the session, every other node's `make up`
-        (with the rehearsal's MODEL_* values) joins it, then the cluster check (polarstack.checks.nodes)."""
+        """NODES>1, once this node (the head) is up: its report in the session open_session opened, every other node's
+        `make up` (with the rehearsal's MODEL_* values) joins it, then the cluster check (polarstack.checks.nodes)."""
         cluster = plan.cluster
         nodes.write_report(cluster, self.profile, compose.render_values(self.profile, cluster))
         deadline = time.monotonic() + JOIN_TIMEOUT_SECONDS
@@ -169,6 +178,10 @@ def run(
     evidence: dict[str, Any] = {}
     started = clock()
     progress(f"bringing {profile.name} up with {plan.stack_env['MODEL_NAME']}")
+    if (
+        plan.cluster.multi
+    ):  # the session first, and the other nodes asked now: the head's `up` may wait for their engines
+        node.open_session(plan, progress)
     if node.compose(UP_ARGS) != 0:
         raise StackError(
             f"docker compose up failed for profile {profile.name}; see the output above.", ExitCode.ENVIRONMENT

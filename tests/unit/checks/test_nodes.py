@@ -88,10 +88,17 @@ def rank(cluster: Cluster, r: int) -> Cluster:
     return Cluster(cluster.nodes, r, cluster.iface, cluster.addrs, cluster.token_file, cluster.shared_dir)
 
 
+def head_up(cluster, profile, probe=None):
+    """The head's `make up`: the session before anything starts (cli.cluster.before_up), its report after."""
+    probe = probe or FakeProbe()
+    nodes.start_session(cluster, probe)
+    nodes.write_report(cluster, profile, VALUES, probe)
+
+
 def bring_up(cluster, profile, probe=None):
     """What `make up` writes on the head, then on node 1."""
     probe = probe or FakeProbe()
-    nodes.write_report(cluster, profile, VALUES, probe)
+    head_up(cluster, profile, probe)
     nodes.write_report(rank(cluster, 1), profile, VALUES, probe)
 
 
@@ -131,7 +138,7 @@ def test_the_report_holds_no_secret(cluster, profile):
 
 
 def test_a_missing_report_names_the_node(cluster, profile):
-    nodes.write_report(cluster, profile, VALUES, FakeProbe())
+    head_up(cluster, profile)
     assert nodes.pending(cluster) == [1]
     error = refused(cluster, profile)
     assert error.code == ExitCode.STATE
@@ -140,10 +147,20 @@ def test_a_missing_report_names_the_node(cluster, profile):
 
 def test_a_report_of_an_earlier_session_is_stale(cluster, profile):
     bring_up(cluster, profile)
-    nodes.write_report(cluster, profile, VALUES, FakeProbe())  # the head came up again; node 1 did not
+    head_up(cluster, profile)  # the head came up again; node 1 did not
     assert nodes.pending(cluster) == [1]
     error = refused(cluster, profile)
     assert error.code == ExitCode.STATE and "node 1 (10.0.0.2)'s report" in error.message and "stale" in error.message
+
+
+def test_a_node_whose_make_up_ends_before_the_heads_reports_into_its_session(cluster, profile):
+    """The review's finding: both nodes' `make up` run at once and node 1's ends first. The head opened the session
+    before it started anything, so node 1's report is of the current session, not refused or stale."""
+    nodes.start_session(cluster, FakeProbe())  # the head's before_up
+    nodes.write_report(rank(cluster, 1), profile, VALUES, FakeProbe())
+    assert nodes.pending(cluster) == [0]
+    nodes.write_report(cluster, profile, VALUES, FakeProbe())  # the head's after_up
+    assert nodes.pending(cluster) == [] and run_check(cluster, profile).ok
 
 
 def test_a_node_cannot_join_before_the_head(cluster, profile):
@@ -239,7 +256,7 @@ def test_one_node_has_nothing_to_compare(capsys, monkeypatch):
 
 
 def test_the_cli_reports_the_failure_as_json_and_its_code(cluster, profile, monkeypatch, capsys):
-    nodes.write_report(cluster, profile, VALUES, FakeProbe())
+    head_up(cluster, profile)
     for key, value in {
         "NODES": "2",
         "NODE_RANK": "0",

@@ -31,6 +31,17 @@ def test_the_head_writes_its_token_and_passes(tmp_path):
     assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text().strip()) == 64
 
 
+def test_the_head_opens_the_session_before_anything_starts(tmp_path):
+    """So a node whose `make up` ends before the head's reports into the head's current session (node review)."""
+    found = make(tmp_path)
+    with pytest.raises(StackError):
+        nodes.read_session(found)
+    cli_cluster.before_up(found)
+    first = nodes.read_session(found)["id"]
+    cli_cluster.before_up(found)  # a later `make up` of the head: a new session, the old reports become stale
+    assert nodes.read_session(found)["id"] != first
+
+
 def test_an_interface_without_this_nodes_address_is_refused(tmp_path):
     with pytest.raises(StackError) as caught:
         cli_cluster.before_up(make(tmp_path, rank=1))  # lo holds 127.0.0.1, not 127.0.0.2 (no alias here)

@@ -37,6 +37,12 @@ def test_a_job_wide_slime_host_ip_is_caught(monkeypatch):
     assert any("the Ray job sets SLIME_HOST_IP=192.0.2.10 for every node" in p for p in problems_of())
 
 
+def test_polar_on_the_cluster_network_is_caught(monkeypatch):
+    """Polar's rollout server and gateway stay on the head's 127.0.0.1 (their routes are mostly unauthenticated)."""
+    monkeypatch.setattr(cluster_plan, "polar_host", lambda c: c.head_addr)
+    assert any("Polar's topology.yaml must keep its servers on the head's 127.0.0.1" in p for p in problems_of())
+
+
 def test_the_loopback_switch_is_caught(monkeypatch):
     real = cluster_plan.launch_env
     monkeypatch.setattr(cluster_plan, "launch_env", lambda c: {**real(c), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
@@ -91,10 +97,26 @@ def test_the_token_not_mounted_is_caught(monkeypatch):
     def no_token(profile, cluster):
         out = real(profile, cluster)
         trainer = out["services"]["trainer"]
-        trainer["volumes"] = [v for v in trainer["volumes"] if "ray-auth-token" not in v]
+        trainer["volumes"] = [v for v in trainer["volumes"] if "ray-auth-token" not in str(v)]
         return out
 
     monkeypatch.setattr(compose, "cluster_override", no_token)
+    found = multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE)
+    assert any("the host's token file is not mounted read-only" in p for p in found)
+
+
+def test_a_token_mount_that_would_create_a_directory_is_caught(monkeypatch):
+    real = compose.cluster_override
+
+    def short_syntax(profile, cluster):
+        out = real(profile, cluster)
+        trainer = out["services"]["trainer"]
+        trainer["volumes"] = [
+            f"{v['source']}:{v['target']}:ro" if isinstance(v, dict) else v for v in trainer["volumes"]
+        ]  # the short form: Compose creates a missing source as a directory
+        return out
+
+    monkeypatch.setattr(compose, "cluster_override", short_syntax)
     found = multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE)
     assert any("the host's token file is not mounted read-only" in p for p in found)
 

@@ -128,3 +128,24 @@ def test_smoke_options_come_from_a_local_stack_of_real_engines_only(local_up):
         "timeout": real_sglang.SMOKE_TIMEOUT,
     }
     assert local.smoke_options(resolve_target("auto", None, "http://127.0.0.1:7", route="base")) == {}
+
+
+def test_the_docker_target_at_two_nodes_names_every_node_for_the_smoke(tmp_path, monkeypatch):
+    """NODES>1 (issue 28 point 4): the docker target's base URL is the head's router and it carries every node's
+    engines by cluster address, so `make smoke` on the head checks each engine of each node (checks.per_engine)."""
+    monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path))
+    for key, value in {
+        "NODES": "2",
+        "NODE_RANK": "0",
+        "CLUSTER_IFACE": "lo",
+        "NODE_ADDRS": "10.9.0.1,10.9.0.2",
+    }.items():
+        monkeypatch.setenv(key, value)
+    profile = profiles.load("patched-router")
+    target = resolve_target("docker", "patched-router", None, in_trainer=True)
+    assert target.base_url == f"http://10.9.0.1:{profile.router_port}"
+    assert [node["addr"] for node in target.nodes] == ["10.9.0.1", "10.9.0.2"]
+    assert [url for node in target.nodes for url in node["engine_urls"]] == target.engine_urls
+    assert all(url.startswith(("http://10.9.0.1:", "http://10.9.0.2:")) for url in target.engine_urls)
+    monkeypatch.setenv("NODES", "1")
+    assert resolve_target("docker", "patched-router", None, in_trainer=True).nodes is None

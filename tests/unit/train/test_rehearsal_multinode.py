@@ -28,7 +28,10 @@ class TwoNodes(FakeNode):
     def __init__(self, host_dir, *, stale_engine=None, probe=None):
         super().__init__(host_dir)
         self.stale_engine, self.probe = stale_engine, probe
-        self.joined, self.probe_commands = 0, []
+        self.joined, self.probe_commands, self.order = 0, [], []
+
+    def open_session(self, plan, progress):
+        self.order.append(("session", list(self.compose_calls)))
 
     def join(self, plan, progress):
         self.joined += 1
@@ -65,6 +68,7 @@ def test_a_2_node_rehearsal_joins_proves_the_shared_dir_and_reads_every_engine(s
     result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
     assert result["passed"], result
     assert node.joined == 1 and node.compose_calls == ["up", "down"]
+    assert node.order == [("session", [])]  # the session and the other nodes' line before the head's `up`
     (probe,) = node.probe_commands
     assert "ray job submit --address=http://10.0.0.1:8265 -- python3 -m polarstack.checks.shared_probe" in probe
     assert "--dir /mnt/shared/nodes/probe-preflight-mn" in probe
@@ -119,3 +123,16 @@ def test_join_gives_up_naming_the_node_and_the_command(setup, monkeypatch):
     assert caught.value.code == ExitCode.STATE
     assert caught.value.message.startswith("node(s) 10.0.0.2 did not come up within")
     assert "make up PROFILE=patched-router MODEL_NAME=Qwen/Qwen2.5-3B-Instruct" in caught.value.message
+
+
+def test_the_session_is_opened_and_the_other_nodes_asked_before_the_heads_up(setup, monkeypatch):
+    """The node review: with router-passthrough the head's `up` waits for the other node's engines, so the line that
+    asks for their `make up` must come before it, with the session their reports go into."""
+    profile, plan, _ = setup
+    opened = []
+    monkeypatch.setattr(nodes, "start_session", lambda c, probe=None: opened.append(c.rank))
+    messages = []
+    rehearsal_run.Node(profile).open_session(plan, messages.append)
+    assert opened == [0]
+    assert messages[0].startswith("now run `make up PROFILE=patched-router MODEL_NAME=Qwen/Qwen2.5-3B-Instruct")
+    assert "node 1 (10.0.0.2)" in messages[0]
