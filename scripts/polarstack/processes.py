@@ -23,6 +23,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: every socket is held until all are chosen (free_port twice may answer one port)."""
+    held = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def stop_pid(pid: int, process: subprocess.Popen | None = None, timeout: float = 10.0) -> None:
     """Stop the process we started, by its pid: SIGTERM, then SIGKILL after `timeout`."""
     try:

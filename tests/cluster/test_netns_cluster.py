@@ -93,6 +93,19 @@ class ClusterRun:
         self.outputs += [proc.stdout, proc.stderr]
         return proc
 
+    def make(self, role: str, target: str, timeout: float = 120, **variables: str) -> subprocess.CompletedProcess:
+        """`make <target> VAR=value ...` of the repository in `role`'s namespace, as a user runs it on a node (the
+        Makefile calls the same CLI; its exit code there is make's 2 on any failure, the CLI's printed beside it)."""
+        proc = subprocess.run(
+            [*self.topo.exec(role), "make", "-C", str(REPO), target, *(f"{k}={v}" for k, v in variables.items())],
+            env=self.env(role),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        self.outputs += [proc.stdout, proc.stderr]
+        return proc
+
     def python(self, role: str, code: str, *args: str, env: dict | None = None, timeout: float = 60, ray=False):
         """Run `code` with this venv's python (or the pinned ray's, `ray=True`) inside `role`'s namespace."""
         python = str(self.bin_dir / "python") if ray else sys.executable
@@ -110,13 +123,22 @@ class ClusterRun:
         return json.loads((self.run_dir(role) / "state.json").read_text())
 
 
-def _up(run: ClusterRun) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess, float]:
-    """`up` on both nodes at once (B first: it waits for the head, the head for B's engines and Ray worker)."""
+def _up(
+    run: ClusterRun, via_make: bool = False
+) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess, float]:
+    """`up` on both nodes at once (B first: it waits for the head, the head for B's engines and Ray worker); with
+    `via_make`, `make up RUNTIME=local PROFILE=...` as the docs say, else the CLI with --json."""
     began = time.monotonic()
+
+    def up(role: str) -> subprocess.CompletedProcess:
+        if via_make:
+            return run.make(role, "up", timeout=UP_SECONDS, RUNTIME="local", PROFILE=run.profile)
+        return run.cli(role, "up", "--profile", run.profile, "--json", timeout=UP_SECONDS)
+
     with ThreadPoolExecutor(2) as pool:
-        b = pool.submit(run.cli, "node-b", "up", "--profile", run.profile, "--json", timeout=UP_SECONDS)
+        b = pool.submit(up, "node-b")
         time.sleep(0.5)
-        a = pool.submit(run.cli, "node-a", "up", "--profile", run.profile, "--json", timeout=UP_SECONDS)
+        a = pool.submit(up, "node-a")
         return a.result(), b.result(), time.monotonic() - began
 
 
@@ -154,13 +176,13 @@ def cluster_run(tmp_path_factory, ray_bin_dir, request):
         assert not survivors and not left and not pids, (survivors, left, pids)
 
 
-def _check_down(run: ClusterRun) -> None:
+def _check_down(run: ClusterRun, via_make: bool = False) -> None:
     """`down` on each node stops what `up` started there (its recorded pids), and nothing is left in it."""
     for role in ("node-b", "node-a"):
         recorded = [p["pid"] for p in run.state(role)["processes"]]
         temp_dirs = [p["temp_dir"] for p in run.state(role)["processes"] if p.get("temp_dir")]
         run.recorded_pids[role] = recorded
-        proc = run.cli(role, "down", timeout=120)
+        proc = run.make(role, "down", RUNTIME="local") if via_make else run.cli(role, "down", timeout=120)
         assert proc.returncode == 0, proc.stderr
         assert all(start_time(pid) is None for pid in recorded), f"down on {role} left a recorded process"
         assert run.topo.pids(role) == [], f"down on {role} left processes in its namespace"
@@ -440,10 +462,11 @@ def test_two_nodes_static_router(cluster_run):
     assert "NODE_RANK=1" in alone.stderr
     assert not (run.run_dir("node-a") / "state.json").exists() and run.topo.pids("node-a") == []
 
-    a, b, seconds = _up(run)
+    # This test drives the nodes through the Makefile (`make up/smoke/down RUNTIME=local`), the other through the CLI.
+    a, b, seconds = _up(run, via_make=True)
     assert a.returncode == 0 and b.returncode == 0, (a.stderr[-3000:], b.stderr[-3000:])
-    print(f"both `up`s: {seconds:.1f} s")
-    head = json.loads(a.stdout)
+    print(f"both `make up`s: {seconds:.1f} s")
+    head = run.state("node-a")
     router = next(p for p in head["processes"] if p["role"] == "router")
     cmd = router["cmd"]
     listed = cmd[cmd.index("--worker-urls") + 1 : cmd.index("--worker-urls") + 5]
@@ -453,6 +476,9 @@ def test_two_nodes_static_router(cluster_run):
     assert smoke.returncode == 0, smoke.stderr[-2000:]
     report = json.loads(smoke.stdout)
     assert [n["rank"] for n in report["per_node"] if n["trainable_tokens"] > 0 and not n["failed"]] == [0, 1]
+    made = run.make("node-a", "smoke", RUNTIME="local")
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert f"node 1 ({run.addr('node-b')})" in made.stdout + made.stderr
 
     broken = b_engines[1]
     fault = run.python(
@@ -470,4 +496,6 @@ def test_two_nodes_static_router(cluster_run):
     assert row["code"] == "TOKENS_MISSING" and row["trainable_tokens"] == 0
     if not report["message"].startswith("zero trainable tokens"):  # the path's requests may miss that engine
         assert report["message"].startswith(f"node 1 ({run.addr('node-b')}), engine {broken}: zero trainable")
-    _check_down(run)
+    made = run.make("node-a", "smoke", RUNTIME="local")
+    assert made.returncode != 0 and "exit 3" in made.stderr, made.stderr[-2000:]  # the CLI's TOKENS_MISSING via make
+    _check_down(run, via_make=True)

@@ -163,3 +163,12 @@ def test_a_duration_that_is_not_one_is_refused():
     with pytest.raises(StackError) as caught:
         compose.seconds("fifteen minutes")
     assert caught.value.code == ExitCode.USAGE and "ENGINE_START_PERIOD" in caught.value.message
+
+
+def test_a_workers_trainer_may_wait_for_the_head_as_long_as_an_engine_may_load(tmp_path, token_file):
+    """The second review: rank 1's trainer is healthy once its raylet joined the head's Ray, which can come as late
+    as the head's engines take to load; compose.yaml's 120 s start period would mark it unhealthy first."""
+    worker = merged("patched-router", node(1, token_file), tmp_path / "w")["services"]["trainer"]
+    head = merged("patched-router", node(0, token_file), tmp_path / "h")["services"]["trainer"]
+    assert worker["healthcheck"]["start_period"] == "15m0s"
+    assert head["healthcheck"]["start_period"] == "2m0s"  # the head's Ray starts with its own engines

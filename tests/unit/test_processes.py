@@ -32,3 +32,15 @@ def test_sigterm_runs_the_cleanup_only_when_turned_into_an_interrupt(mode):
         assert proc.returncode == 0 and proc.stdout == "cleaned up\n", proc.stderr
     else:  # the default: the process dies at once, its cleanup never runs
         assert proc.returncode == -15 and proc.stdout == ""
+
+
+def test_free_ports_are_distinct_and_free():
+    import socket
+
+    from polarstack.processes import free_ports
+
+    ports = free_ports(5)
+    assert len(set(ports)) == 5
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", port))  # free again once returned

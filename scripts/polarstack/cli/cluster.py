@@ -84,7 +84,6 @@ def before_up(found: cluster.Cluster) -> None:
         ray_auth.ensure(path)
     else:
         ray_auth.check(path)
-    opens_session = found.head
     shared = Path(cluster_plan.shared_dir(found, "the node reports, the weight sync and the checkpoints"))
     if not shared.is_dir():
         raise StackError(
@@ -102,8 +101,22 @@ def before_up(found: cluster.Cluster) -> None:
             f"SHARED_DIR={shared} is not writable here ({exc.strerror}): the trainer and the node report write to it.",
             ExitCode.ENVIRONMENT,
         ) from None
-    if opens_session:  # before anything starts: another node whose `make up` ends first reports into this session
-        nodes.start_session(found)
+
+
+def open_session(profile: profiles.Profile, found: cluster.Cluster) -> None:
+    """The head, once every check of its `make up` passed and before it starts anything: the session every node's report
+    of this bring-up carries (a node whose `make up` ends first reports into it). With a static worker list the head's
+    router, and so this `make up`, waits for the other nodes' engines: say so now."""
+    if not found.head:
+        return
+    nodes.start_session(found)
+    if profile.router is not None and profile.registration == "static":
+        others = ", ".join(f"node {r} ({found.addrs[r]})" for r in range(1, found.nodes))
+        print(
+            f"cluster: the router lists every node's engines and opens only once they answer: run `make up "
+            f"PROFILE={profile.name}` on {others} now (with its NODE_RANK); this waits up to ENGINE_START_PERIOD.",
+            file=sys.stderr,
+        )
 
 
 def after_up(profile: profiles.Profile, found: cluster.Cluster) -> None:

@@ -120,6 +120,8 @@ def _cmd_compose(args: argparse.Namespace) -> int:
             print(
                 "\n".join(memory.check_up(profile, nodes=found.nodes).lines()), file=sys.stderr
             )  # refuses a node too small for make train (per node at NODES>1)
+        if found.multi:  # every check passed: the head opens the session now, just before it starts anything
+            cli_cluster.open_session(profile, found)
         sigterm_as_interrupt()  # a SIGTERM takes down what this `up` started, like Ctrl-C
         try:
             proc = compose.run_compose(profile, [*compose_args, *args.service])

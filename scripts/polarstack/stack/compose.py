@@ -246,7 +246,11 @@ def seconds(duration: str) -> int:
 
     parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", duration.strip())
     if not duration.strip() or parts is None:
-        raise StackError(f"ENGINE_START_PERIOD={duration!r} is not a duration such as 900s or 15m (configs/stack.env).")
+        raise StackError(
+            f"ENGINE_START_PERIOD={duration!r} is not a duration in whole hours, minutes and seconds such as 900s or "
+            "15m (configs/stack.env).",
+            ExitCode.USAGE,
+        )
     hours, minutes, secs = (int(x or 0) for x in parts.groups())
     return hours * 3600 + minutes * 60 + secs
 
@@ -334,6 +338,9 @@ def cluster_override(profile: Profile, cluster: Cluster) -> dict[str, Any]:
         if cluster.head and profile.router is not None and profile.registration == "static"
         else {}
     )
+    # A worker's trainer is healthy once its raylet joined the head (its dashboard agent opens only then), which may be
+    # as late as the head's engines take to load: give it the engines' start period, not compose.yaml's 120 s.
+    start = {} if cluster.head else {"start_period": "${ENGINE_START_PERIOD:-900s}"}
     services["trainer"] = {
         **depends,
         "command": command,
@@ -353,7 +360,7 @@ def cluster_override(profile: Profile, cluster: Cluster) -> dict[str, Any]:
             },
             *shared_mount,
         ],
-        "healthcheck": {"test": ["CMD", "python3", HEALTHCHECK, health]},
+        "healthcheck": {"test": ["CMD", "python3", HEALTHCHECK, health], **start},
     }
     return {"services": services}
 

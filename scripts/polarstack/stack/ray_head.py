@@ -40,7 +40,7 @@ import httpx
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
 from polarstack.pins import pin, repo_root
-from polarstack.processes import child_env, file_lock, free_port
+from polarstack.processes import child_env, file_lock, free_ports
 from polarstack.stack import ray_auth
 from polarstack.stack.listeners import Listener, listening, session_pids
 
@@ -229,11 +229,11 @@ def start(
         ray_auth.check(Path(env.get("RAY_AUTH_TOKEN_PATH") or ray_auth.token_path()))
     full_env = {**child_env(), **env, "RAY_TMPDIR": str(temp_dir), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     # Two heads on one machine's loopback (two tests at once, a recorder beside a test) collide on the Prometheus ports
-    # ray 2.57.1 fixes (AUTOSCALER_METRIC_PORT 44217, autoscaler/_private/constants.py; DASHBOARD_METRIC_PORT 44227,
+    # the pinned ray fixes (AUTOSCALER_METRIC_PORT 44217, autoscaler/_private/constants.py; DASHBOARD_METRIC_PORT 44227,
     # dashboard/consts.py): the second monitor failed with Errno 98 and `ray start` waited out its timeout (measured).
     # A harness head takes free ones unless the caller set them; the trainer's own head keeps ray's (one per node).
-    for key in METRIC_PORT_ENV:
-        full_env.setdefault(key, str(free_port()))
+    for key, port in zip(METRIC_PORT_ENV, free_ports(len(METRIC_PORT_ENV)), strict=True):
+        full_env.setdefault(key, str(port))
     temp_dir.mkdir(parents=True, exist_ok=True)
     log_path = temp_dir / "ray-start.log"
     with open(log_path, "wb") as log:

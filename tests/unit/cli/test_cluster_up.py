@@ -31,15 +31,20 @@ def test_the_head_writes_its_token_and_passes(tmp_path):
     assert stat.S_IMODE(token.stat().st_mode) == 0o600 and len(token.read_text().strip()) == 64
 
 
-def test_the_head_opens_the_session_before_anything_starts(tmp_path):
+def test_the_head_opens_the_session_before_anything_starts(tmp_path, capsys):
     """So a node whose `make up` ends before the head's reports into the head's current session (node review)."""
     found = make(tmp_path)
     with pytest.raises(StackError):
         nodes.read_session(found)
-    cli_cluster.before_up(found)
+    cli_cluster.before_up(found)  # the checks open nothing: a refusal after them leaves the reports as they were
+    with pytest.raises(StackError):
+        nodes.read_session(found)
+    cli_cluster.open_session(profiles.load("router-passthrough"), found)
     first = nodes.read_session(found)["id"]
-    cli_cluster.before_up(found)  # a later `make up` of the head: a new session, the old reports become stale
-    assert nodes.read_session(found)["id"] != first
+    assert "run `make up PROFILE=router-passthrough` on node 1 (127.0.0.2) now" in capsys.readouterr().err
+    cli_cluster.open_session(profiles.load("patched-router"), found)  # a later bring-up: new session, old reports stale
+    assert nodes.read_session(found)["id"] != first and capsys.readouterr().err == ""
+    cli_cluster.open_session(profiles.load("patched-router"), make(tmp_path, rank=1))  # only the head opens one
 
 
 def test_an_interface_without_this_nodes_address_is_refused(tmp_path):
