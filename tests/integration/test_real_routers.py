@@ -154,3 +154,29 @@ def test_a_metrics_port_the_caller_passed_is_not_changed(engine, router_factory)
         holder.close()
     assert caught.value.code == ExitCode.ENVIRONMENT
     assert f"metrics {taken}" in caught.value.message and "already in use" in caught.value.message
+
+
+def test_an_smg_router_is_started_only_once_it_has_registered_its_workers(router_factory):
+    """smg answers /health before it has registered the --worker-urls it was given (measured: smg 1.4.1, /v1/models
+    503 "No models available" meanwhile; a smoke sent then got 404 "No worker available" in a cold CI run). The
+    harness returns only once GET /v1/models lists a model: here the engine comes up 4 s after the router."""
+    import threading
+
+    import httpx
+
+    from conftest import start_emulator
+    from polarstack.processes import free_port, stop_pid
+
+    port = free_port()
+    started = []
+    timer = threading.Timer(4.0, lambda: started.append(start_emulator(port=port)))
+    timer.start()
+    try:
+        router = router_factory(PATCHED, [f"http://127.0.0.1:{port}"], timeout=60.0)
+        assert started, "the harness returned before the engine even existed"
+        reply = httpx.get(f"{router.url}/v1/models", timeout=5, trust_env=False)
+        assert reply.status_code == 200 and reply.json()["data"], reply.text
+    finally:
+        timer.join()
+        for process, _ in started:
+            stop_pid(process.pid, process)

@@ -13,8 +13,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import httpx
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
@@ -158,7 +161,36 @@ def _start(
             + (f" Last log lines: {tail}" if tail else ""),
             ExitCode.ENVIRONMENT,
         ) from None
+    if worker_urls and release.package == "smg":
+        # smg answers /health before it has registered the --worker-urls it was given (measured with smg 1.4.1: /health
+        # 200 while /v1/models said 503 "No models available" until the worker's registration ended; a smoke sent in
+        # between got 404 "No worker available for model 'default'", seen in a cold CI run's real-engine tier).
+        began = time.monotonic()
+        if not _lists_models(router.url, max(timeout - router.startup_seconds, 1.0), process):
+            tail = router.log_tail()
+            router.stop()
+            raise StackError(
+                f"{release.spec} on {router.url} answered /health but registered none of {', '.join(worker_urls)} "
+                "within the start timeout (GET /v1/models never listed a model); check that the engines answer."
+                + (f" Last log lines: {tail}" if tail else ""),
+                ExitCode.ENVIRONMENT,
+            )
+        router.startup_seconds += time.monotonic() - began
     return router
+
+
+def _lists_models(router_url: str, timeout: float, process: subprocess.Popen) -> bool:
+    """Poll GET /v1/models until it answers 200 with at least one model, the process exits, or `timeout` s pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            reply = httpx.get(f"{router_url}/v1/models", timeout=5, trust_env=False)
+            if reply.status_code == 200 and (reply.json().get("data") or []):
+                return True
+        except (httpx.HTTPError, ValueError, AttributeError):
+            pass
+        time.sleep(0.25)
+    return False
 
 
 def register_worker(router_url: str, worker_url: str, timeout: float = 10.0) -> None:
