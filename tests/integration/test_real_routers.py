@@ -164,8 +164,8 @@ def test_an_smg_router_is_started_only_once_it_has_registered_its_workers(router
 
     import httpx
 
-    from conftest import start_emulator
     from polarstack.processes import free_port, stop_pid
+    from polarstack.stack.engines import start_emulator
 
     port = free_port()
     started = []
