@@ -222,6 +222,18 @@ def _check_engine_options(engine: str, engine_args: list[str] | None) -> None:
         raise StackError("the service-time flags apply to the emulator only, not to ENGINE=sglang.", ExitCode.USAGE)
 
 
+def _base_state(profile: Profile, engine: str) -> dict[str, Any]:
+    """What every local state records first, at one node and at NODES>1."""
+    return {
+        "profile": profile.name,
+        "runtime": "local",
+        "route": profile.route,
+        "expect": profile.expect,
+        "polar_worker_discovery": profile.values["POLAR_WORKER_DISCOVERY"],
+        "engine": engine,
+    }
+
+
 def _fresh_state(directory: Path, data: dict[str, Any]) -> LocalState:
     """A new run state in `directory`; refused while a topology recorded there still runs (a shared engine a
     profile's state merely borrows does not count: `start_engines`' own state owns it)."""
@@ -450,12 +462,7 @@ def up(
     state = _fresh_state(
         directory,
         {
-            "profile": profile.name,
-            "runtime": "local",
-            "route": profile.route,
-            "expect": profile.expect,
-            "polar_worker_discovery": profile.values["POLAR_WORKER_DISCOVERY"],
-            "engine": engine,
+            **_base_state(profile, engine),
         },
     )
     started = state.processes
@@ -581,17 +588,12 @@ def up_node(
         _check_port_free(host, dashboard_port, "the Ray dashboard", "RAY_DASHBOARD_PORT (configs/stack.env)")
         if release is not None:
             _check_port_free(host, profile.router_port, "the router", f"ROUTER_PORT ({profile.path.name})")
-    token_file = ray_auth.ensure(path) if cluster.head else ray_auth.check(path)  # rank 0 writes it when missing
+    token_file = ray_auth.prepare(path, head=cluster.head)  # rank 0 writes it when missing
     directory = directory or run_dir()
     state = _fresh_state(
         directory,
         {
-            "profile": profile.name,
-            "runtime": "local",
-            "route": profile.route,
-            "expect": profile.expect,
-            "polar_worker_discovery": profile.values["POLAR_WORKER_DISCOVERY"],
-            "engine": engine,
+            **_base_state(profile, engine),
             "cluster": cluster.as_dict(),
             "nodes": [node.as_dict() for node in nodes],
             "ray_dashboard": dashboard,

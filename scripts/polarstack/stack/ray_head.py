@@ -189,18 +189,7 @@ class RunningHead:
         while time.monotonic() < deadline and session_pids(self.process.pid):
             self.process.poll()
             time.sleep(0.2)
-        killed: list[int] = []
-        # A Ray process can fork while the session is being killed (raylet starting a worker): kill what the
-        # session holds until it holds nothing, for at most `timeout` more seconds.
-        deadline = time.monotonic() + timeout
-        while (left := session_pids(self.process.pid)) and time.monotonic() < deadline:
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
+        killed = kill_session(self.process.pid, timeout)
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -209,6 +198,22 @@ class RunningHead:
 
 
 METRIC_PORT_ENV = ("AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT")
+
+
+def kill_session(leader: int, timeout: float) -> list[int]:
+    """SIGKILL every pid of `leader`'s session until it holds none, for at most `timeout` s: a Ray process can fork
+    while the session is being killed (a raylet starting a worker). Returns the pids it killed."""
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout
+    while (left := session_pids(leader)) and time.monotonic() < deadline:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+    return killed
 
 
 def start(

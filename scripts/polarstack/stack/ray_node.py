@@ -197,16 +197,7 @@ def stop_session(record: dict[str, Any], timeout: float = STOP_SECONDS) -> list[
         while time.monotonic() < deadline and session_pids(leader):
             _reap(leader)
             time.sleep(0.2)
-    killed: list[int] = []
-    deadline = time.monotonic() + timeout
-    while (left := session_pids(leader)) and time.monotonic() < deadline:  # a raylet may fork while it is killed
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.1)
+    killed = ray_head.kill_session(leader, timeout)
     _reap(leader)
     return killed
 
