@@ -253,7 +253,18 @@ def override_problems(profile: profiles.Profile, cluster: Cluster) -> list[str]:
             router = services.get("router")
             if profile.router is not None and (router or {}).get("environment", {}).get("ROUTER_HOST") != node.addr:
                 problems.append(f"{label}: the router does not bind the head's address")
+            if profile.router is not None and profile.registration == "static":
+                # The head's router lists every node's engines and opens no port before they answer (sglang-router
+                # 0.1.4 launch_router.py --worker-startup-timeout-secs, measured by the node review): the head's Ray
+                # must not wait for it, or the other nodes, which join that Ray, never come up.
+                depends = trainer.get("depends_on")  # compose.yaml's own makes the trainer wait for the router
+                if not isinstance(depends, compose.ReplaceMap) or "router" in depends:
+                    problems.append(f"{label}: the head's Ray waits for a router that waits for the other nodes")
+                if (router or {}).get("healthcheck", {}).get("start_period") != "${ENGINE_START_PERIOD:-900s}":
+                    problems.append(f"{label}: the router's healthcheck gives the other nodes' engines no time to load")
         else:
+            if trainer["healthcheck"].get("start_period") != "${ENGINE_START_PERIOD:-900s}":
+                problems.append(f"{label}: the worker's healthcheck gives its join to the head no time (120 s)")
             if f"--address={cluster.head_addr}:${{RAY_GCS_PORT:-6379}}" not in command:
                 problems.append(f"{label}: the trainer does not join the head's Ray ({cluster.head_addr})")
             if (
@@ -273,7 +284,23 @@ def override_problems(profile: profiles.Profile, cluster: Cluster) -> list[str]:
         profile, cluster
     ):
         problems.append(f"profile {profile.name}: the static router's workers are not every node's engines")
+    if profile.router is not None and profile.registration == "static":
+        extra = shlex.split(values["ROUTER_EXTRA_ARGS"])
+        wait = extra[extra.index(WAIT_FLAG) + 1] if WAIT_FLAG in extra[:-1] else None
+        if wait != str(compose.seconds(values.get("ENGINE_START_PERIOD") or "900s")):
+            problems.append(
+                f"profile {profile.name}: the head's router waits {wait or 'its default'} s for the other nodes' engines,"
+                " not ENGINE_START_PERIOD"
+            )
+        args = ["--host", cluster.head_addr, "--port", values["ROUTER_PORT"]]
+        args += ["--worker-urls", *values["ROUTER_WORKER_URLS"].split(), *extra]
+        problems += [
+            p.sentence() for p in flags.router_check(profile.router, args, command=f"profile {profile.name} at NODES>1")
+        ]
     return problems
+
+
+WAIT_FLAG = "--worker-startup-timeout-secs"
 
 
 def refusal_problems() -> list[str]:

@@ -138,3 +138,45 @@ def test_a_measurement_that_changed_is_caught():
     data = copy.deepcopy(multinode.record())
     data["tcpstore_measured"]["torch"] = "2.9.1"
     assert any("not the 2.11.0 sglang requires" in p for p in multinode.fact_problems(data))
+
+
+def _override_without(monkeypatch, change):
+    real = compose.cluster_override
+
+    def changed(profile, cluster):
+        out = real(profile, cluster)
+        change(out["services"], cluster)
+        return out
+
+    monkeypatch.setattr(compose, "cluster_override", changed)
+    return multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE)
+
+
+def test_a_head_ray_that_waits_for_the_static_router_is_caught(monkeypatch):
+    """The node review's blocker: compose.yaml's trainer waits for a healthy router, which at NODES>1 waits for the
+    other nodes' engines, whose trainers join the head's Ray."""
+    found = _override_without(monkeypatch, lambda s, c: s["trainer"].pop("depends_on", None) if c.head else None)
+    assert any("the head's Ray waits for a router that waits for the other nodes" in p for p in found)
+
+
+def test_a_static_router_without_time_for_the_other_nodes_is_caught(monkeypatch):
+    found = _override_without(
+        monkeypatch, lambda s, c: s["router"]["healthcheck"].pop("start_period") if c.head else None
+    )
+    assert any("gives the other nodes' engines no time to load" in p for p in found)
+    monkeypatch.setattr(compose, "static_wait_args", lambda *a: [])
+    found = multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE)
+    assert any("waits its default s for the other nodes' engines" in p for p in found)
+
+
+def test_a_worker_healthcheck_without_time_to_join_is_caught(monkeypatch):
+    found = _override_without(
+        monkeypatch, lambda s, c: None if c.head else s["trainer"]["healthcheck"].pop("start_period")
+    )
+    assert any("the worker's healthcheck gives its join to the head no time" in p for p in found)
+
+
+def test_a_wait_flag_the_pinned_router_does_not_take_is_caught(monkeypatch):
+    monkeypatch.setattr(compose, "static_wait_args", lambda *a: ["--worker-startup-timeout-secs", "900", "--no-such"])
+    found = multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE)
+    assert any("--no-such" in p for p in found)
