@@ -88,12 +88,20 @@ def _template(fact: str) -> str:
     return re.search(r'f"(.*)"\)', FACTS["slime"]["facts"][fact]["text"]).group(1)
 
 
-def step_line(step: int, loss: float = 0.01, grad: float = 0.5) -> str:
-    body = _template("train_step_line").format(
-        role_tag="",
-        accumulated_step_id=step,
-        log_dict={"train/loss": loss, "train/grad_norm": grad, "train/kl_loss": 0.0},
-    )
+SLIME_KEYS = {name: fact["key"] for name, fact in FACTS["slime"]["facts"].items()}
+
+
+def step_line(
+    step: int, loss: float = 0.01, grad: float = 0.5, pg_loss: float | None = 0.01, logprob_diff: float | None = 0.02
+) -> str:
+    """slime's training-step line; pg_loss / logprob_diff None: the key is not logged (slime logs the log-prob
+    difference only when the samples carry rollout_log_probs, loss.py l.1074)."""
+    log_dict = {"train/loss": loss, "train/grad_norm": grad, "train/kl_loss": 0.0}
+    if pg_loss is not None:
+        log_dict[SLIME_KEYS["pg_loss_key"]] = pg_loss
+    if logprob_diff is not None:
+        log_dict[SLIME_KEYS["logprob_abs_diff_key"]] = logprob_diff
+    body = _template("train_step_line").format(role_tag="", accumulated_step_id=step, log_dict=log_dict)
     return f"[2026-12-01 09:00:00] model.py:909 - {body}"
 
 
