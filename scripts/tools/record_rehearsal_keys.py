@@ -126,6 +126,7 @@ SLIME = {  # fact: (file, needle, key)
         "if rewards.shape[-1] == self.args.n_samples_per_prompt * self.args.rollout_batch_size:",
         "n_samples_per_prompt x rollout_batch_size",
     ),
+    "no_interval_no_save": ("slime/utils/misc.py", "if interval is None:", "no --save-interval: no save"),
     "disk_reload_calls_engine": (
         "slime/ray/actor_group.py",
         "engine.update_weights_from_disk.remote(",

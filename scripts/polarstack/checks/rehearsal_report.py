@@ -62,6 +62,8 @@ CLASSES = (
     "weight_sync",
     "checkpoint_resume",
     "supervisor",
+    "seven_b_step",
+    "seven_b_reload",
     "time_and_tokens",
 )
 DEFAULT_MAX_FAILED_SESSION_SHARE = 0.25  # report.max_failed_session_share (chosen, not measured)
@@ -558,6 +560,80 @@ def supervisor(evidence: dict[str, Any]) -> Verdict:
     return Verdict("supervisor", "pass", figure)
 
 
+def seven_b_step(evidence: dict[str, Any]) -> Verdict:
+    """The 7B's train-only step (issue 32 point 8; polarstack.train.preflight.seven_b): slime's debug-train-only on a
+    synthetic rollout of full traces ended with exit 0 and logged its step, and the peak used memory nvidia-smi saw
+    on each trainer GPU (sampled; the step is the only process on them) against the estimate per trainer GPU
+    (polarstack.train.memory): above the card fails, above the estimate warns (the estimate under-counts)."""
+    seven = evidence.get("seven_b")
+    if seven is None:
+        return Verdict("seven_b_step", "fail", "no evidence of the 7B's step", "see the job's output")
+    if seven.get("not_planned"):  # a plan without the 7B's parts (NODES>1)
+        return Verdict("seven_b_step", "pass", f"not part of this rehearsal: {seven['not_planned']}")
+    if seven.get("skipped"):
+        return Verdict("seven_b_step", "fail", f"not run: {seven['skipped']}", "see the first failing class")
+    peaks = {str(k): float(v) for k, v in (seven.get("peak_gpu_gb") or {}).items()}
+    estimate, card = float(seven.get("estimate_gb") or 0), float(seven.get("capacity_gb") or 0)
+    steps = seven.get("steps") or 0
+    figure = (
+        f"exit {seven.get('exit')}, {steps} step(s) logged; peak used memory per trainer GPU "
+        + (", ".join(f"GPU {k}: {v:.1f} GB" for k, v in sorted(peaks.items())) or "not sampled")
+        + f" (estimate {estimate:.1f} GB, card {card:.1f} GB; nvidia-smi every {seven.get('sample_ms', '?')} ms)"
+    )
+    if seven.get("exit") != 0 or not steps:
+        return Verdict(
+            "seven_b_step",
+            "fail",
+            figure,
+            "the 7B did not train one step on full traces: read job-7b-step.log (an out-of-memory error names the "
+            "rank; lower grpo.max_tokens_per_gpu with context.seq_length, or set memory.optimizer_offload=on)",
+        )
+    if not peaks:
+        return Verdict(
+            "seven_b_step", "warn", figure, "nvidia-smi gave no samples: the step ran, its memory is not measured"
+        )
+    over_card = [k for k, v in peaks.items() if card and v > card]
+    if over_card:
+        return Verdict("seven_b_step", "fail", figure, "a trainer GPU ran full: see job-7b-step.log")
+    over = [k for k, v in peaks.items() if v > estimate]
+    if over:
+        return Verdict(
+            "seven_b_step",
+            "warn",
+            figure,
+            f"GPU {', '.join(over)} used more than the estimate: the margin is smaller than computed; raise "
+            "memory.cuda_context_gb or memory.fragmentation_share so that the estimate covers what was measured",
+        )
+    return Verdict("seven_b_step", "pass", figure)
+
+
+def seven_b_reload(evidence: dict[str, Any]) -> Verdict:
+    """The 7B's weights reloaded into engine-0 by sglang's POST /update_weights_from_disk (the call slime's disk weight
+    sync makes, slime/ray/actor_group.py l.247), its answer a success and GET /model_info showing the new version."""
+    seven = evidence.get("seven_b")
+    if seven is None:
+        return Verdict("seven_b_reload", "fail", "no evidence of the 7B's reload", "see the job's output")
+    if seven.get("not_planned"):
+        return Verdict("seven_b_reload", "pass", f"not part of this rehearsal: {seven['not_planned']}")
+    if seven.get("skipped"):
+        return Verdict("seven_b_reload", "fail", f"not run: {seven['skipped']}", "see the first failing class")
+    reload = seven.get("reload") or {}
+    figure = (
+        f"{reload.get('engine', 'engine-0')}: update_weights_from_disk success={reload.get('success')} "
+        f"({reload.get('message', '')!s:.120}) in {reload.get('seconds', '?')} s; weight_version "
+        f"{reload.get('version_before')!r} -> {reload.get('version_after')!r} (wanted {reload.get('wanted')!r})"
+    )
+    if reload.get("success") is True and reload.get("version_after") == reload.get("wanted"):
+        return Verdict("seven_b_reload", "pass", figure)
+    return Verdict(
+        "seven_b_reload",
+        "fail",
+        figure,
+        "the engine did not take the 7B's weights from disk as slime's weight sync would give them: read the "
+        "engine's log (make logs SERVICE=engine-0) for the tensor it refused (the untied lm_head among them)",
+    )
+
+
 def time_and_tokens(evidence: dict[str, Any]) -> Verdict:
     phases = evidence.get("phases") or {}
     rollouts = evidence.get("rollouts") or []
@@ -593,6 +669,8 @@ JUDGES = (
     weight_sync,
     checkpoint_resume,
     supervisor,
+    seven_b_step,
+    seven_b_reload,
     time_and_tokens,
 )
 

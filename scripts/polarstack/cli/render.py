@@ -195,6 +195,9 @@ def render_train_plan(plan, task: str, profile_name: str, runtime: str, run_dir_
     for line in described["watch"]:
         print(f"# on the GPU node, watch: {line}")
     render_memory(plan)
+    from polarstack.train.preflight import seven_b_line
+
+    print(f"# {seven_b_line(plan)}")
 
 
 def render_cluster(plan) -> None:
