@@ -516,7 +516,8 @@ def _seven_b_steps(seven: SevenB) -> list[str]:
         f"the 7B's parts: make down, then make up again with {env} (the real run's model; its weights from `make "
         "model`)",
         f"the 7B's train-only step (launch-7b-step.sh): a synthetic rollout of {seven.prompts * seven.per_prompt} "
-        f"samples x {seven.seq_tokens:,} tokens ({seven.prompts} groups of {seven.per_prompt}, rewards 1 and 0) in "
+        f"samples x {seven.seq_tokens:,} tokens ({seven.prompts} group{'s' if seven.prompts != 1 else ''} of "
+        f"{seven.per_prompt}, rewards 1 and 0) in "
         f"slime's --load-debug-rollout-data format, one step of {seven.model} under slime's debug-train-only (no "
         f"rollout servers, no weight update, no save), nvidia-smi sampling each trainer GPU every {GPU_SAMPLE_MS} "
         f"ms: the peak per rank against the estimate {seven.memory.trainer_gb:.1f} GB per trainer GPU",
