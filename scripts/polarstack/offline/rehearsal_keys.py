@@ -178,6 +178,26 @@ def context_limit_problems(facts: dict[str, Any]) -> list[str]:
     return problems
 
 
+def reload_problems(io_struct: str) -> list[str]:
+    """Issue 32 point 8: the rehearsal's 7B reload sends what sglang's /update_weights_from_disk reads: the fields of
+    UpdateWeightFromDiskReqInput in the pinned wheel's io_struct.py include every key RELOAD_SCRIPT posts."""
+    from polarstack.train import rehearsal_run
+
+    match = re.search(r"class UpdateWeightFromDiskReqInput\(.*?\):\n(.*?)\n\n\nclass ", io_struct, re.S)
+    if not match:
+        return ["sglang's io_struct.py has no UpdateWeightFromDiskReqInput: the 7B reload's request is unchecked"]
+    fields = set(re.findall(r"^    (\w+):", match.group(1), re.M))
+    body = re.search(r"body = json\.dumps\(\{(.*?)\}\)", rehearsal_run.RELOAD_SCRIPT)
+    sent = set(re.findall(r"'(\w+)':", body.group(1))) if body else set()
+    missing = sorted(sent - fields)
+    problems = []
+    if not sent or missing:
+        problems.append(f"the 7B reload posts {sorted(sent)}, sglang's UpdateWeightFromDiskReqInput has no {missing}")
+    if "model_path" not in fields:
+        problems.append("sglang's UpdateWeightFromDiskReqInput no longer takes model_path")
+    return problems
+
+
 def source_problems(data: dict[str, Any], slime_git: str | None) -> tuple[list[str], str]:
     problems, notes = [], []
     try:
@@ -187,6 +207,8 @@ def source_problems(data: dict[str, Any], slime_git: str | None) -> tuple[list[s
             text = path.read_text(errors="replace") if path.is_file() else tool_parser._wheel_text(fact["file"])
             if fact["needle"] not in text:
                 problems.append(f"sglang {data['sglang']['version']} {fact['file']} no longer has {fact['needle']!r}")
+            if fact["file"].endswith("managers/io_struct.py"):
+                problems += reload_problems(text)
         notes.append("sglang lines found in the pinned wheel")
     except StackError as exc:
         problems.append(f"cannot read the pinned sglang source ({exc.message})")
@@ -234,6 +256,7 @@ __all__ = [
     "record",
     "parser_problems",
     "verdict_problems",
+    "reload_problems",
     "polar_problems",
     "worker_problems",
     "context_limit_problems",

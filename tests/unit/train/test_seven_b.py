@@ -124,3 +124,16 @@ def test_the_report_judges_the_7b_step_against_the_estimate():
     assert rehearsal_report.report(e)["first_failure"] == "seven_b_step"
     del e["seven_b"]
     assert rehearsal_report.report(e)["first_failure"] == "seven_b_step"
+
+
+def test_the_reload_posts_what_sglangs_update_weights_from_disk_reads():
+    from polarstack.engine import tool_parser
+
+    text = tool_parser._wheel_text("sglang/srt/managers/io_struct.py")
+    assert rehearsal_keys.reload_problems(text) == []
+    renamed = text.replace(
+        "    weight_version: Optional[str] = None\n    # Whether to update weights asynchronously",
+        "    version: Optional[str] = None\n    # Whether to update weights asynchronously",
+    )
+    assert renamed != text
+    assert any("has no ['weight_version']" in p for p in rehearsal_keys.reload_problems(renamed))
