@@ -275,8 +275,13 @@ def _set(args: list[str], flag: str, value: str) -> list[str]:
 CPU_ADAM_PARAMS_PER_SECOND = 0.5e9  # stated: slime's offloaded optimizer steps on the host (its rate, not measured)
 
 
-def added_seconds(params: int, tokens: int, gpus: int, tflops: float, offload: bool = False) -> dict[str, float]:
+def added_seconds(
+    facts: dict[str, Any], traces: int, seq: int, gpus: int, tflops: float, offload: bool = False
+) -> dict[str, float]:
     """The 7B parts' added time (an estimate from sizes and stated rates, never a measurement)."""
+    from polarstack.train import step_cost
+
+    params = facts["parameters"]
     weights_gb = 2 * params / 1e9
     reads = {  # GB read from the models volume
         "engines load the 7B at up": weights_gb,
@@ -289,12 +294,12 @@ def added_seconds(params: int, tokens: int, gpus: int, tflops: float, offload: b
     }
     out[f"engine start-up (stated {ENGINE_START_SECONDS} s)"] = float(ENGINE_START_SECONDS)
     out[f"trainer start-up (stated {TRAINER_START_SECONDS} s)"] = float(TRAINER_START_SECONDS)
-    # the step: forward + backward with full recompute (8 x parameters x tokens, as polarstack.train.step_cost), plus
-    # the old-log-prob and reference passes (2 x 2 x parameters x tokens), over the trainer GPUs at the stated TFLOPS
-    flops = (8 + 4) * params * tokens
-    out[f"the step: {tokens:,} tokens, 12 x parameters x tokens at {tflops:g} TFLOPS x {gpus} GPUs (stated)"] = (
-        flops / (tflops * 1e12 * gpus)
-    )
+    # the step: polarstack.train.step_cost's FLOPs per trace (its forwards per step, attention included) over the
+    # trainer GPUs at the stated TFLOPS (cost.trainer_tflops_per_gpu)
+    flops = traces * step_cost.trace_flops(facts, seq)
+    out[
+        f"the step: {traces} traces of {seq:,} tokens (step_cost's FLOPs) at {tflops:g} TFLOPS x {gpus} GPUs (stated)"
+    ] = flops / (tflops * 1e12 * gpus)
     if offload:
         out[f"the CPU optimizer's step over {params:,} parameters at {CPU_ADAM_PARAMS_PER_SECOND:g}/s (stated)"] = (
             params / CPU_ADAM_PARAMS_PER_SECOND
@@ -377,7 +382,6 @@ def seven_b(profile: Profile, run_id: str, cluster: Cluster, offload: str, sets:
         ]
     )
     facts = model_facts([str(a) for a in model["args"]])
-    tokens = dp * per_prompt * seq
     return SevenB(
         model=str(model["name"]),
         hf_checkpoint=str(model["hf_checkpoint"]),
@@ -392,8 +396,9 @@ def seven_b(profile: Profile, run_id: str, cluster: Cluster, offload: str, sets:
         memory=plan.memory,
         engine_url=f"http://127.0.0.1:{profile.engine_port(0)}",
         added_seconds=added_seconds(
-            facts["parameters"],
-            tokens,
+            facts,
+            dp * per_prompt,
+            seq,
             len(profile.trainer_gpus) * cluster.nodes,
             float(config["cost"]["trainer_tflops_per_gpu"]),
             offload=plan.memory.offload,
