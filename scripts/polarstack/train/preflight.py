@@ -309,12 +309,10 @@ def added_seconds(
     return out
 
 
-def seven_b(profile: Profile, run_id: str, cluster: Cluster, offload: str, sets: list[str] | None = None) -> SevenB:
+def seven_b(profile: Profile, run_id: str, cluster: Cluster) -> SevenB:
     """The 7B's train-only step and reload: the real run's plan (configs/train/defaults.yaml, its model and memory
     decision) with one rollout of the synthetic file and the batch sized to one group of two per data-parallel rank."""
-
-    config = load_defaults(list(sets or []))
-    config["memory"]["optimizer_offload"] = offload
+    config = load_defaults()  # the real run's (make train without SET), its memory.optimizer_offload decision included
     section = config["parallel"].get(profile.name) or config["parallel"]["default"]
     tp = int(section["tensor_model_parallel_size"])
     dp = data_parallel_size(profile, tp, nodes=cluster.nodes)
@@ -583,7 +581,7 @@ def build(
     tp = phases[0][1].tensor_parallel
     problems = batch_problems(profile, config, tp, nodes=cluster.nodes)
     # The 7B's parts on one node (the NODES>1 rehearsal proves the cluster; its 7B parts are not rendered there).
-    seven = None if cluster.multi else seven_b(profile, run_id, cluster, config["memory"]["optimizer_offload"])
+    seven = None if cluster.multi else seven_b(profile, run_id, cluster)
     if problems:
         raise StackError(f"the rehearsal's settings break a batch rule: {problems[0]}.", ExitCode.USAGE)
     run_dir = f"{TRAINER_RUN_DIR}/{run_id}"

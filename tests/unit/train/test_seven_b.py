@@ -80,8 +80,12 @@ def test_make_preflight_dry_run_shows_the_7b_parts_and_the_host_memory_terms(nam
         "memory per host",
         "--load-debug-rollout-data",
         "nvidia-smi --query-gpu=index,memory.used",
+        "# the 7B's parts (the real run's model and memory plan):",
+        "memory (computed from the plan, not measured; decimal GB): Qwen2.5-7B-Instruct",
+        "the 7B's parts' added time (an estimate from sizes and stated rates, not measured):",
     ):
         assert needle in out, needle
+    assert out.count("memory per host") == 2  # the small model's and the 7B's
     plan = json.loads((main(["preflight", "--profile", name, "--dry-run", "--json"]), capsys.readouterr().out)[1])
     seven = plan["seven_b"]
     assert seven["model"] == "Qwen2.5-7B-Instruct" and seven["synthetic_rollout"]["tokens_per_sample"] == 32768
