@@ -680,6 +680,19 @@ def seven_b_problems(seven: SevenB, keys: dict[str, Any] | None = None) -> list[
             problems.append(f"the 7B's step passes {dropped}: it would save a 7B checkpoint or call Polar")
     if facts["no_interval_no_save"]["text"] != "if interval is None:":
         problems.append("slime saves without --save-interval now: the 7B's step would write a checkpoint")
+    for fact, needed, meaning in (
+        ("debug_train_only_no_rollout_gpus", "return actor_num_gpus, 0", "takes no rollout GPUs"),
+        ("debug_train_only_no_weight_update", "self.args.debug_train_only", "skips the weight update"),
+        ("debug_load_from_dict", "Sample.from_dict(sample)", "builds each sample with Sample.from_dict"),
+        (
+            "group_norm_needs_full_rollout",
+            "n_samples_per_prompt * self.args.rollout_batch_size",
+            "normalises per group",
+        ),
+        ("disk_reload_calls_engine", "update_weights_from_disk", "reloads the engines by update_weights_from_disk"),
+    ):
+        if needed not in facts[fact]["text"]:
+            problems.append(f"slime no longer {meaning} ({facts[fact]['file']} l.{facts[fact]['line']}, {KEYS_RECORD})")
     value = lambda name: int(args[args.index(name) + 1])  # noqa: E731
     count = value("--n-samples-per-prompt") * value("--rollout-batch-size")
     data = {

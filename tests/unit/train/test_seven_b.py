@@ -111,6 +111,9 @@ def test_the_7b_plan_means_what_slimes_lines_say():
     keys = copy.deepcopy(rehearsal_keys.record())
     keys["slime"]["facts"]["debug_load_sets_train_only"]["text"] = "args.debug_train_only = False"
     assert any("no longer turns on debug-train-only" in p for p in preflight.seven_b_problems(plan.seven_b, keys))
+    keys = copy.deepcopy(rehearsal_keys.record())
+    keys["slime"]["facts"]["debug_train_only_no_rollout_gpus"]["text"] = "return actor_num_gpus, actor_num_gpus"
+    assert any("takes no rollout GPUs" in p for p in preflight.seven_b_problems(plan.seven_b, keys))
     broken = copy.deepcopy(plan.seven_b)
     broken.train_args = [a for a in broken.train_args if a != "--load-debug-rollout-data"]
     assert any("would start rollout servers" in p for p in preflight.seven_b_problems(broken))
