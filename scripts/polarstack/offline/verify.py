@@ -42,6 +42,7 @@ from polarstack.engine.protocol import source_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.offline import (
     flags,
+    host_memory,
     meaning,
     memory_facts,
     multinode,
@@ -539,6 +540,15 @@ def check_pins(skip_downloads: bool = False) -> list[Check]:
     return checks
 
 
+def _host_memory_check() -> Check:
+    from polarstack.train.memory import DEFAULT_GPU_MEMORY_GB, Capacity
+
+    profile = profiles.load("engine-direct")
+    capacity = Capacity(DEFAULT_GPU_MEMORY_GB, None, "GPU_MEMORY_GB default")
+    plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults(), capacity=capacity)
+    return host_memory.check(plan.commands[0], plan.memory, profiles.stack_knobs())
+
+
 def check_preflight(profile: profiles.Profile) -> Check:
     """The rehearsal's plan (`make preflight`), checked like the main plan: both jobs' train_async.py, ray start and
     ray job submit against the recorded option tables, loopback-only, the trace budget, the batch rules, slime's
@@ -651,6 +661,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
         Check(f"Polar's harness tool request ({RECORD}) mirrored by the smoke", not tool_problems, "", tool_problems)
     )
     checks.append(memory_facts.check())  # issue 26: memory per GPU and host from the recorded upstream lines
+    checks.append(_host_memory_check())  # issue 32 point 8: MemAvailable, Ray's object store set and counted
     key_problems, key_detail = rehearsal_keys.check()
     checks.append(
         Check(
