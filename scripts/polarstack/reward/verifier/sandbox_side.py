@@ -87,9 +87,17 @@ def build_root(cfg, root):
 
 
 def write_files(cfg, directory):
+    """The candidate's files into the sandbox. A failure to write them (a full tmpfs: ENOSPC, EDQUOT; no inode
+    left; a name too long; text that cannot be encoded) is caused by the files, not by the host: it is reported
+    as "files <why>", which the verifier counts as a wrong answer, never as "the host cannot isolate"."""
     for name, text in cfg["files"].items():
-        with open(os.path.join(directory, name), "w", encoding="utf-8") as handle:
-            handle.write(text)
+        try:
+            with open(os.path.join(directory, name), "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except (OSError, ValueError) as exc:
+            why = "%s: %s" % (name[:60], exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__)
+            os.write(STATUS, ("files " + why + "\n").encode())
+            os._exit(125)
         if cfg["uid"] >= 0:
             os.chown(os.path.join(directory, name), cfg["uid"], cfg["uid"])
     if cfg["uid"] >= 0:
