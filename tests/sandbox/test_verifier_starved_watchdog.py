@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 SPINNERS, MAPPINGS, HOGS, HOG_MIB, HOLD = 6, 45_000, 4, 200, 4.0
 BUDGET_MIB = 256
-EXCESS_BOUND_MIB = 128  # over the budget when killed: measured 4-43 MiB here (5 runs), 559 MiB on f6ba232 (docs/tasks.md)
+EXCESS_BOUND_MIB = 128  # over the budget at the kill: measured 4-43 MiB (5 runs), 559 MiB on f6ba232
 ENDED_BOUND = 6.0  # seconds from the hogs' start to the end of the run (teardown of the mappings included)
 CAP_MIB = 2048  # the memory cgroup the starving candidate runs in
 
