@@ -11,6 +11,7 @@ an expected failure naming that work. The lead turns them into plain tests when 
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 
@@ -25,6 +26,10 @@ NOT_YET = (
     "the verifier does not isolate yet in the node's shape (root in a user namespace mapping only uid 0): "
     "the vshape branch's work (issue 33); it refused with exit 8"
 )
+
+
+def _cap():
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
 
 @pytest.fixture
@@ -48,6 +53,7 @@ def node_shape(tmp_path):
             capture_output=True,
             text=True,
             timeout=60,
+            preexec_fn=_cap,  # a verifier that reads what it should not dies of it, never this machine
         )
 
     run.dir = tmp_path

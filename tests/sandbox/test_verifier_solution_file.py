@@ -138,3 +138,13 @@ def test_a_set_up_failure_the_candidates_files_cause_is_failed_with_exit_1(evald
     assert code == 1, captured
     assert captured.out.startswith("FAILED verifier (failed: the sandbox cannot hold the solution's files"), captured
     assert not any(verdict.is_refusal(line) for line in (captured.out + captured.err).splitlines()), captured
+
+
+@pytest.mark.parametrize("isolation", ["namespaces", "none"])
+def test_text_the_sandbox_cannot_write_is_a_wrong_answer_not_a_refusal(isolation):
+    # A completion with a lone surrogate (slime's hook passes the model's text as it is) cannot be written as
+    # UTF-8 at set-up: on f6ba232 that raised IsolationUnavailable (exit 8 on the command line, a refusal).
+    problem = {"kind": "mbpp", "task_id": "synthetic", "test_list": ["assert f(1) == 2"], "test_setup_code": ""}
+    outcome = verifier.verify(problem, "def f(x):\n    return x + 1\n# \udc80\n", verifier.Limits(isolation=isolation))
+    assert not outcome.passed and outcome.reason == "failed", outcome
+    assert outcome.detail.startswith("the sandbox cannot hold the solution's files ("), outcome

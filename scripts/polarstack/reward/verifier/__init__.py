@@ -213,8 +213,16 @@ def _supervise(
         python = _system_python()
         workdir = None if isolate else tempfile.mkdtemp(prefix="polarstack-verify-")
         if workdir:
-            for name, text in files.items():
-                Path(workdir, name).write_text(text, encoding="utf-8")
+            try:
+                for name, text in files.items():
+                    Path(workdir, name).write_text(text, encoding="utf-8")
+            except (OSError, ValueError) as exc:  # the candidate's files (isolation off): a wrong answer, as inside
+                shutil.rmtree(workdir, ignore_errors=True)
+                why = f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__}"
+                detail = f"the sandbox cannot hold the solution's files ({why})"
+                report = {"verdict": "failed", "detail": detail, "status": "files " + why}
+                mechanism = describe_limits(cgroup, limits.memory_mb, limits.cpu_seconds, limits.nproc)
+                return report, "", time.monotonic() - started, mechanism
             if uid >= 0:
                 for path in (workdir, *(Path(workdir, name) for name in files)):
                     os.chown(path, uid, uid)
