@@ -292,7 +292,8 @@ class Strict(ast.NodeTransformer):
         node.handlers = [self.visit(n) for n in node.handlers]
         node.orelse = self._statements(node.orelse)
         node.finalbody = self._statements(node.finalbody)
-        return node
+        # The try as a whole is guarded: what its handlers do not catch is recorded and the tests go on.
+        return node if self.in_try else self._guard(node)
 
     visit_TryStar = visit_Try
 
@@ -366,6 +367,7 @@ INERT_STATEMENTS = (ast.Import, ast.ImportFrom, ast.Pass, ast.Break, ast.Continu
 # consumer (sum, set, sorted, next, str.join, ...) may stop at the first element that breaks it.
 EAGER_CONSUMERS = ("all", "any", "list", "tuple")
 COMPREHENSION_NODES = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+TRY_NODES = (ast.Try, getattr(ast, "TryStar", ast.Try))
 
 
 def answer_dependent(tree, proxies):
@@ -377,9 +379,10 @@ def answer_dependent(tree, proxies):
     dict) comprehension, one call per element, over an iteration that uses no answer, or in a generator consumed
     whole (EAGER_CONSUMERS). Anything else calls it, or not, depending on what it answered, and is refused: the
     solution's name passed as a value (map, filter, sorted(key=...), functools.reduce, itertools.takewhile), a
-    lambda or a function of the tests that calls it, a try around a call or an answer, a set element or a dict
+    lambda or a function of the tests that calls it, a try around more than one call, a set element or a dict
     key (an unhashable answer ends the comprehension), two calls in one element (the first one's exception skips
-    the second), a condition or an iteration over an answer. "Uses an answer": a call to the solution, or a name
+    the second), a condition or an iteration over an answer. A try may hold one call, as a statement of its body
+    after nothing that uses an answer (its handlers call nothing; what they bind counts as an answer). "Uses an answer": a call to the solution, or a name
     bound from one (assigned, iterated over, or mutated by a method call whose arguments use one), to a fixed
     point, wherever in the tests it happens."""
     callers = set(proxies)
@@ -412,6 +415,15 @@ def answer_dependent(tree, proxies):
                 tainted.update(names(node.target))
             elif isinstance(node, ast.withitem) and node.optional_vars is not None and uses(node.context_expr):
                 tainted.update(names(node.optional_vars))
+            elif isinstance(node, TRY_NODES) and calls(node):  # which of its paths ran depends on the answer
+                for inner in ast.walk(node):
+                    if isinstance(inner, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
+                        for target in getattr(inner, "targets", None) or [inner.target]:
+                            tainted.update(names(target))
+                    elif isinstance(inner, (ast.For, ast.comprehension)):
+                        tainted.update(names(inner.target))
+                    elif isinstance(inner, ast.ExceptHandler) and inner.name:
+                        tainted.add(inner.name)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):  # xs.append(answer)
                 base = node.func.value
                 while isinstance(base, (ast.Attribute, ast.Subscript)):
@@ -500,8 +512,19 @@ def answer_dependent(tree, proxies):
                 return "line %d: %s whose %s uses the solution's answers" % (
                     line, kind[type(stmt)], "iteration" if isinstance(stmt, ast.For) else "condition")
             return body(stmt.body + getattr(stmt, "orelse", []), False)
-        if isinstance(stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))) and (calls(stmt) or uses(stmt)):
-            return "line %d: a try around a call to the solution or its answers (its handlers would decide)" % line
+        if isinstance(stmt, TRY_NODES) and (calls(stmt) or uses(stmt)):
+            # One call, in the try's body, as a calling statement: it is made whatever the answers before it, and
+            # nothing after it in the try calls the solution (the handler that runs decides no call). Strict
+            # guards the try as a whole; the names it binds count as answers (above).
+            inner = [n for part in stmt.body for n in ast.walk(part)]
+            calling = [part for part in stmt.body if calls(part)]
+            nested = any(isinstance(n, TRY_NODES) for n in inner)
+            if len(calls(stmt)) != 1 or len(calling) != 1 or not isinstance(calling[0], CALLING_STATEMENTS) or nested:
+                return ("line %d: a try around more than one call to the solution, or a call outside its body (its "
+                        "handlers would decide which calls are made)" % line)
+            if any(uses(part) for part in stmt.body[: stmt.body.index(calling[0])]):
+                return "line %d: a try that uses an answer before its call to the solution" % line
+            return statement(calling[0], False)
         if calls(stmt):
             what = "a function of the tests" if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
                 "a %s statement" % type(stmt).__name__.lower()
@@ -569,8 +592,9 @@ def judge(task, channel):
         namespace["check"](Proxy(channel, task["entry_point"]))
     else:
         exec(compile(task["setup"], "setup.py", "exec"), namespace)
-        # All lines at once, with the setup (a function it defines may call the solution): the shape, no call.
-        load(channel, "\n".join([task["setup"]] + task["tests"]), "tests.py", dict(namespace))
+        # All lines at once, and the setup after them (a function it defines may call the solution; the analysis
+        # does not depend on the order, and the lines keep their numbers): the shape, no call.
+        load(channel, "\n".join(task["tests"] + [task["setup"]]), "tests.py", dict(namespace))
         refuse_answer_dependent()
         for number, line in enumerate(task["tests"], 1):
             exec(load(channel, line, "test_%d.py" % number, namespace), namespace)
