@@ -74,7 +74,7 @@ test: _venv ## the whole suite: tiers in parallel, then the real-engine tier (sk
 	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m sglang $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test: the real-engine tier (sglang) took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
-test-slow: _venv ## the slow tier: the verifier's starved-watchdog candidate (in a memory cgroup of its own) and right answers at load 8 (15 s measured here)
+test-slow: _venv ## the slow tier: the verifier's starved-watchdog candidate (in a memory cgroup of its own) and right answers at load 8 (15-37 s measured here)
 	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m slow tests/sandbox $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test-slow: the slow tier took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
