@@ -55,7 +55,7 @@ _ENGINE_ARG = $(if $(ENGINE),--engine "$(ENGINE)")
 # Run a command and print its wall-clock time (GPU-node steps take minutes to hours; see README "On the GPU node").
 _timed = started=$$(date +%s); rc=0; $(1) || rc=$$?; echo "make $@: $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
-.PHONY: cluster-check bases dockerd dockerd-stop test-docker test-cluster verify-offline bench train preflight verify help test lint smoke demo up down ps logs status build pin clean router-matrix model sif _venv _runtime
+.PHONY: cluster-check bases dockerd dockerd-stop test-docker test-slow test-cluster verify-offline bench train preflight verify help test lint smoke demo up down ps logs status build pin clean router-matrix model sif _venv _runtime
 
 help: ## list the public targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -68,11 +68,15 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 test: _venv ## the whole suite: tiers in parallel, then the real-engine tier (skipped until `polarstack sglang-install`); no GPU or Docker
-	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -n $(PYTEST_WORKERS) --maxschedchunk 2 -m "not sglang and not docker and not cluster" $(PYTEST_ARGS) || rc=$$?; \
+	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -n $(PYTEST_WORKERS) --maxschedchunk 2 -m "not sglang and not docker and not cluster and not slow" $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test: tiers without the real engine took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 	@# The real-engine tier in one process: its two shared sglang servers (about 4 GB each) are session fixtures.
 	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m sglang $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test: the real-engine tier (sglang) took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
+
+test-slow: _venv ## the slow tier: the verifier's starved-watchdog candidate (in a memory cgroup of its own) and right answers at load 8 (15-37 s measured here)
+	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m slow tests/sandbox $(PYTEST_ARGS) || rc=$$?; \
+	  echo "make test-slow: the slow tier took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
 test-cluster: _venv ## the cluster tier: two nodes in network namespaces (root, ip netns): Ray with its token, the router, the smoke per node, what an outsider reaches
 	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m cluster tests/cluster $(PYTEST_ARGS) || rc=$$?; \
