@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import RAY_START_CEILING, RAY_START_SECONDS
 from polarstack.checks import shared_probe
-from polarstack.processes import free_port
+from polarstack.processes import free_port, startup_seconds
 from polarstack.stack import ray_head
 
 pytestmark = pytest.mark.ray
@@ -26,7 +27,12 @@ def head(ray_bin):
     command = ray_head.head_command(gcs_port=gcs, dashboard_port=dashboard, num_gpus=0, block=True)
     temp = Path(tempfile.mkdtemp(prefix="ps-sp-", dir="/tmp"))
     running = ray_head.start(
-        command, dict(ray_head.LOOPBACK_ENV), bin_dir=ray_bin, temp_dir=temp, dashboard_port=dashboard
+        command,
+        dict(ray_head.LOOPBACK_ENV),
+        bin_dir=ray_bin,
+        temp_dir=temp,
+        dashboard_port=dashboard,
+        timeout=startup_seconds(RAY_START_SECONDS, ceiling=RAY_START_CEILING),
     )
     try:
         yield gcs, ray_bin, temp
