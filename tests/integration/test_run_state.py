@@ -187,6 +187,7 @@ def test_half_written_state_refuses_with_state_and_down_stops_the_orphan(tmp_pat
         env=_env(tmp_path),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=default_signals,  # the engines it starts get `down`'s SIGTERM at its default (not inherited ignored)
     )
     state_path = tmp_path / "state.json"
     deadline = time.monotonic() + 30
