@@ -9,8 +9,8 @@ done (every installer takes its file lock and returns at once when its marker ex
 
 Tiers: `test` (what `make test` needs: the pinned Ray in the long cache path of the `ray_bin` fixture, every router
 release a test starts, the pin-check wheels of `make verify-offline`, the sglang source files of the emulator's
-protocol), `cluster` (the pinned Ray in the cache itself, as the cluster tier's nodes run it, and the profiles'
-routers). The real-engine tier's sglang (about 4.8 GB) stays `polarstack sglang-install`, which `.ci/run` runs.
+protocol, and the real-engine tier's tiny model when the pinned sglang is installed), `cluster` (the pinned Ray in
+the cache itself, as the cluster tier's nodes run it, and the profiles' routers). The real-engine tier's sglang (about 4.8 GB) stays `polarstack sglang-install`, which `.ci/run` runs.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from polarstack.engine import protocol  # noqa: E402
 from polarstack.errors import ExitCode, StackError  # noqa: E402
 from polarstack.offline import verify  # noqa: E402
 from polarstack.routers import catalog, harness  # noqa: E402
-from polarstack.stack import profiles, ray_head  # noqa: E402
+from polarstack.stack import profiles, ray_head, real_sglang  # noqa: E402
 
 # The Ray head's command lines carry the interpreter and script paths of its venv under the cache; a researcher's
 # cache may sit far deeper than /root/.cache (issue 17: a 160-character cut once hid `dashboard.py`).
@@ -144,6 +144,8 @@ def steps(tiers: list[str]) -> list[tuple[str, Callable[[], object]]]:
     if "test" in tiers:
         out.append(("the pin-check wheels (verify-offline)", fetch_pin_wheels))
         out.append(("the sglang source files of the emulator's protocol", protocol.source_dir))
+        if real_sglang.is_installed():  # the real-engine tier's tiny random model (the tier skips without the install)
+            out.append(("the real-engine tier's tiny model", lambda: real_sglang.build_model(progress=lambda m: None)))
     return out
 
 

@@ -28,6 +28,7 @@ def fakes(monkeypatch, tmp_path):
         tier_deps.verify, "check_pin", lambda requirement, python: calls.append(("pin", requirement)) or (True, "")
     )
     monkeypatch.setattr(tier_deps.protocol, "source_dir", lambda: calls.append(("sglang-src", "")))
+    monkeypatch.setattr(tier_deps.real_sglang, "is_installed", lambda: False)  # the model: its own test below
     return calls, tmp_path / "cache"
 
 
@@ -49,6 +50,15 @@ def test_the_test_tier_installs_what_its_fixtures_start(fakes):
     assert ("sglang-src", "") in calls
     assert len([m for m in said if m.endswith("...")]) == len(tier_deps.steps(["test"]))  # a line per step
     assert all(": ready (" in m for m in said if not m.endswith("..."))
+
+
+def test_the_real_engine_tiers_model_is_built_only_when_sglang_is_installed(fakes, monkeypatch):
+    calls, _ = fakes
+    assert not any("tiny model" in what for what, _how in tier_deps.steps(["test"]))
+    monkeypatch.setattr(tier_deps.real_sglang, "is_installed", lambda: True)
+    monkeypatch.setattr(tier_deps.real_sglang, "build_model", lambda progress: calls.append(("model", "")))
+    tier_deps.run(["test"], say=lambda m: None)
+    assert calls[-1] == ("model", "")
 
 
 def test_a_wheel_already_in_the_pin_check_folder_is_not_asked_for(fakes):
