@@ -15,6 +15,7 @@ import json
 import httpx
 import pytest
 
+from conftest import START_SECONDS
 from polarstack.checks import budget, tool_exchange
 from polarstack.checks.smoke import run_smoke
 from polarstack.cli.main import main
@@ -41,12 +42,13 @@ def chat(url: str, **extra) -> dict:
 
 @pytest.fixture(scope="module")
 def engines():
-    from polarstack.processes import stop_pid
+    from polarstack.processes import startup_seconds, stop_pid
     from polarstack.stack.engines import start_emulator
 
+    timeout = startup_seconds(START_SECONDS)  # longer on a loaded machine (issue 34 point 2)
     with_parser, without = (
-        start_emulator(seed=1, tool_call_parser="qwen"),
-        start_emulator(seed=1, tool_call_parser=None),
+        start_emulator(seed=1, tool_call_parser="qwen", timeout=timeout),
+        start_emulator(seed=1, tool_call_parser=None, timeout=timeout),
     )
     yield f"http://127.0.0.1:{with_parser[1]}", f"http://127.0.0.1:{without[1]}"
     for process, _ in (with_parser, without):

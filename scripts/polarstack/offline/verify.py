@@ -56,6 +56,7 @@ from polarstack.paths import cache_dir, load_yaml
 from polarstack.pins import pins, repo_root
 from polarstack.polar import harness_preset
 from polarstack.polar import model as polar_model
+from polarstack.processes import file_lock
 from polarstack.reward.tasks import TASKS
 from polarstack.stack import assets, compose, exposure, host_check, profiles
 from polarstack.train import batch_layout, gate, preflight, ray_job
@@ -410,8 +411,13 @@ def pin_requirements() -> list[tuple[str, str, str]]:
 
 
 def check_pin(requirement: str, python: str) -> tuple[bool, str]:
+    """`pip download` of `requirement` into the one pin-check folder, under a lock per requirement: two processes
+    (two tests of test_verify_offline.py on two workers, a CLI beside them) once downloaded the same wheel at once,
+    and one read the smg wheel the other was still writing (FileNotFoundError; issue 34). Different requirements never
+    share a file, so they still download side by side (check_pins runs them all at once)."""
     target = cache_dir() / "pin-check"
     target.mkdir(parents=True, exist_ok=True)
+    lock = target / ".locks" / (re.sub(r"[^A-Za-z0-9.=_-]", "_", requirement) + ".lock")
     cmd = [
         sys.executable,
         "-m",
@@ -435,7 +441,8 @@ def check_pin(requirement: str, python: str) -> tuple[bool, str]:
         str(target),
         requirement,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    with file_lock(lock):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode == 0:
         return True, ""
     lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if "WARNING" not in ln]
