@@ -16,6 +16,11 @@ How (needs the npm registry and PyPI once; everything else stays on 127.0.0.1):
    counts carry over; this is an estimate of what the engine sees, because Polar's gateway re-renders the
    Anthropic request through the model's chat template, which adds a tools preamble and role markers).
    `harness_prompt_tokens` = system + tools + the CLI's wrapping of the task in the first user message.
+   Each tool's shape is kept without its text (`tool_shapes`: property names, JSON types, required lists, item
+   shapes, enum counts, its length in tokens), and whether the CLI sent a tool_choice; the smoke builds its
+   requests of that shape in the project's own prose (polarstack.engine.agent_turn).
+5. `--smoke-request` only counts, with the same tokenizer, the padded tool request the smoke builds from the record
+   and stores it as the record's `smoke_request` (agent_turn.shape_problems checks it against the record).
 
 The CLI runs with the flags and environment Polar's claude_code preset gives it (src/polar/agent/presets/
 claude_code.py `run_steps`, read in the forks BryanChen408/ProRL-Agent-Server@1c758a46,
