@@ -376,6 +376,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agent-env", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument(
+        "--save-request",
+        metavar="PATH",
+        help="also write the captured agent-turn request (the CLI's own text: never commit it) to PATH, for "
+        "POLARSTACK_SMOKE_AGENT_REQUEST",
+    )
+    parser.add_argument(
         "--smoke-request",
         action="store_true",
         help="only measure the smoke's padded tool request into configs/upstream/harness-prompt.json",
@@ -403,6 +409,8 @@ def main() -> int:
     if not with_tools:
         sys.exit("no captured request carried tool schemas; the CLI did not reach its agent turn")
     agent = max(with_tools, key=lambda b: len(json.dumps(b)))
+    if opts.save_request:
+        Path(opts.save_request).write_text(json.dumps(agent))
     tok = tokenizer(table)
     record = {
         "what": (

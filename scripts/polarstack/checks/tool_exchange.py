@@ -58,7 +58,7 @@ PAD_ENV = "POLARSTACK_SMOKE_TOOL_PAD"
 # (agent_turn.request_tokens). The three knobs reach the training job through the Ray job's runtime env
 # (polarstack.train.plan, `smoke_knobs`).
 TIMEOUT_ENV = "POLARSTACK_SMOKE_TIMEOUT"
-SMOKE_KNOBS = (PAD_ENV, MAX_TOKENS_ENV, TIMEOUT_ENV)
+SMOKE_KNOBS = (PAD_ENV, MAX_TOKENS_ENV, TIMEOUT_ENV, agent_turn.CAPTURED_ENV)
 
 
 def deadline_rule() -> dict[str, float]:
@@ -155,18 +155,28 @@ def tool_max_tokens() -> int:
     return value
 
 
-def tool_request(model: str, max_tokens: int | None = None, padded: bool = False) -> dict[str, Any]:
+def tool_request(
+    model: str, max_tokens: int | None = None, padded: bool = False, warnings: list[str] | None = None
+) -> dict[str, Any]:
     """Polar's request shape (contract.prepare_request: stream false, logprobs, the two sglang return flags) plus
     the agent's 12 tools as Polar's transform hands them on (engine.agent_turn), at temperature 0 so a real model's
-    answer is its most likely one; `padded`: the system prompt, descriptions and wrapping at the harness's length."""
+    answer is its most likely one; `padded`: the system prompt, descriptions and wrapping at the harness's length
+    (the CLI's own, when agent_turn.CAPTURED_ENV names a capture; an unreadable one is appended to `warnings`)."""
+    tools, messages = agent_turn.tools(padded), agent_turn.messages(padded)
+    if padded:
+        parts, warning = agent_turn.captured_parts()
+        if parts:
+            tools, messages = parts
+        if warning and warnings is not None:
+            warnings.append(warning)
     return contract.prepare_request(
         {
             "model": model,
             "max_tokens": max_tokens or tool_max_tokens(),
             "temperature": 0,
-            "tools": agent_turn.tools(padded),
+            "tools": tools,
             "tool_choice": TOOL_CHOICE,
-            "messages": agent_turn.messages(padded),
+            "messages": messages,
         }
     )
 
@@ -247,7 +257,7 @@ def exchange_tools(report: Any, http: Any) -> None:
     max_tokens = None if planned is None or os.environ.get(MAX_TOKENS_ENV) else budget.env_max_tokens(planned)
     bodies = []
     for padded in (False, True) if pad else (False,):
-        body = tool_request(report.model, max_tokens=max_tokens, padded=padded)
+        body = tool_request(report.model, max_tokens=max_tokens, padded=padded, warnings=report.warnings)
         body = {**body, **(report.tool_fields or {})}  # tool_fields: a scripted real engine (stack.local)
         if unscripted:
             body["max_tokens"] = UNSCRIPTED_MAX_TOKENS

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 from polarstack.pins import repo_root
@@ -191,6 +193,47 @@ def messages(padded: bool, record: dict[str, Any] | None = None) -> list[dict[st
         {"role": "system", "content": prose(int(turn["system"]["tokens"]))},
         {"role": "user", "content": f"{prose(wrapping, start=3)}\n\n{TASK}"},
     ]
+
+
+# Optional (never committed): the agent CLI's own captured agent-turn request (Anthropic Messages body, written by
+# scripts/tools/measure_harness_prompt.py --save-request PATH wherever the pinned CLI can run, e.g. on the node after
+# `make sif`). When set, the padded request carries the CLI's own system text and tools instead of the project's
+# prose, its first user message with the CLI's wrapping and the smoke's task in place of the capture's prompt.
+CAPTURED_ENV = "POLARSTACK_SMOKE_AGENT_REQUEST"
+CAPTURE_PROMPT = "Reply with the single word OK."  # the prompt measure_harness_prompt.py captures with
+
+
+def captured_parts() -> tuple[tuple[list[dict[str, Any]], list[dict[str, Any]]] | None, str | None]:
+    """((tools, messages) of the captured request as the engine would get them, or None; a warning or None).
+    An unreadable capture is a warning, and the project's request goes instead: the knob rides into the training
+    job (checks.tool_exchange.SMOKE_KNOBS), where a host path may not exist."""
+    path = os.environ.get(CAPTURED_ENV, "").strip()
+    if not path:
+        return None, None
+    try:
+        body = json.loads(Path(path).read_text(encoding="utf-8"))
+        system = body.get("system") or []
+        system_text = system if isinstance(system, str) else "\n".join(b.get("text", "") for b in system)
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t["name"],
+                    "description": t.get("description") or "",
+                    "parameters": t.get("input_schema") or {"type": "object", "properties": {}},
+                },
+            }
+            for t in body["tools"]
+        ]
+        first = body["messages"][0]["content"]
+        text = first if isinstance(first, str) else "\n".join(b.get("text", "") for b in first if isinstance(b, dict))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        return None, (
+            f"{CAPTURED_ENV}={path} is not a readable captured agent request here ({type(exc).__name__}); the smoke "
+            "sent the project's agent-length request instead."
+        )
+    user = text.replace(CAPTURE_PROMPT, TASK) if CAPTURE_PROMPT in text else f"{text}\n\n{TASK}"
+    return (tools, [{"role": "system", "content": system_text}, {"role": "user", "content": user}]), None
 
 
 def request_tokens(body: dict[str, Any]) -> int:

@@ -437,3 +437,36 @@ def test_a_bad_deadline_setting_is_usage_naming_it(monkeypatch):
     with pytest.raises(StackError) as caught:
         tool_exchange.smoke_deadline()
     assert caught.value.code == ExitCode.USAGE and "gate.smoke_deadline.floor_seconds" in caught.value.message
+
+
+def test_a_captured_agent_request_replaces_the_projects_prose_in_the_padded_request(monkeypatch, tmp_path):
+    """The optional capture (measure_harness_prompt.py --save-request, never committed): the padded request carries
+    its system text and tools as function tools, the smoke's task in place of the capture's prompt; the unpadded
+    request stays the project's. A capture that cannot be read here is a warning, and the project's request goes."""
+    capture = {
+        "system": [{"type": "text", "text": "CLI system block one."}, {"type": "text", "text": "Block two."}],
+        "tools": [
+            {"name": "Write", "description": "CLI words.", "input_schema": {"type": "object", "properties": {}}},
+            {"name": "Bash", "description": "More CLI words.", "input_schema": {"type": "object"}},
+        ],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "<ctx/> " + agent_turn.CAPTURE_PROMPT}]}],
+    }
+    path = tmp_path / "agent-request.json"
+    path.write_text(json.dumps(capture))
+    monkeypatch.setenv(agent_turn.CAPTURED_ENV, str(path))
+    seen = serve(monkeypatch, PARSED)
+    report = run()
+    assert report.ok, report.message
+    short, long = [b for _, b in seen if b.get("tools")]
+    assert long["messages"][0] == {"role": "system", "content": "CLI system block one.\nBlock two."}
+    assert long["messages"][1]["content"] == "<ctx/> " + tool_exchange.TOOL_PROMPT
+    assert [t["function"]["name"] for t in long["tools"]] == ["Write", "Bash"]
+    assert long["tools"][0]["function"]["description"] == "CLI words."
+    assert len(short["tools"]) == 12 and not padded(short)
+    monkeypatch.setenv(agent_turn.CAPTURED_ENV, str(tmp_path / "missing.json"))
+    seen = serve(monkeypatch, PARSED)
+    report = run()
+    assert report.ok, report.message
+    assert any(agent_turn.CAPTURED_ENV in w and "project's agent-length request instead" in w for w in report.warnings)
+    long = [b for _, b in seen if b.get("tools")][1]
+    assert len(long["tools"]) == 12 and long["messages"][0]["content"].startswith(agent_turn.PROSE[0])
