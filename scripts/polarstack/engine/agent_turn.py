@@ -255,13 +255,13 @@ def shape_problems(record: dict[str, Any] | None = None) -> list[str]:
     record = record or harness_record()
     turn = record["agent_turn"]
     problems = []
+    unknown = [s["name"] for s in turn["tool_shapes"] if s["name"] not in KINDS]
+    if unknown:
+        return [f"recorded tools of no known kind: {unknown}; add them to agent_turn.KINDS with their kind"]
     built = tools(True, record)
     names = [t["function"]["name"] for t in built]
     if names != list(turn["tool_names"]) or len(names) != int(turn["tool_count"]):
         problems.append(f"the smoke's tools {names} are not the recorded {turn['tool_names']}")
-    unknown = [n for n in turn["tool_names"] if n not in KINDS]
-    if unknown:
-        problems.append(f"recorded tools of no known kind: {unknown}; add them to agent_turn.KINDS")
     for shape, tool in zip(turn["tool_shapes"], built, strict=False):
         want = sorted((shape.get("parameters") or {}).get("properties") or {})
         have = sorted(tool["function"]["parameters"].get("properties") or {})

@@ -336,8 +336,12 @@ def test_shape_problems_name_a_request_that_is_not_the_recorded_one():
     unknown = json.loads(json.dumps(record))
     unknown["agent_turn"]["tool_names"].append("Teleport")
     unknown["agent_turn"]["tool_shapes"].append({"name": "Teleport", "parameters": {"type": "object"}})
-    with pytest.raises(KeyError):  # a tool of no known kind cannot be built
-        agent_turn.tools(True, unknown)
+    assert agent_turn.shape_problems(unknown) == [
+        "recorded tools of no known kind: ['Teleport']; add them to agent_turn.KINDS with their kind"
+    ]
+    renamed = json.loads(json.dumps(record))
+    renamed["agent_turn"]["tool_names"][0] = "Task"  # the names list no longer matches the shapes
+    assert any("are not the recorded" in p for p in agent_turn.shape_problems(renamed))
 
 
 def test_prose_on_the_padded_request_is_a_warning_when_the_unpadded_one_parsed(monkeypatch):
