@@ -97,4 +97,4 @@ def real_engine_no_parser() -> Iterator:
 @pytest.fixture(scope="session")
 def scripted_tool_fields(real_engine) -> dict:
     """Request fields that make the random model answer the smoke's tool request with one Qwen tool call."""
-    return real_sglang.scripted_answer(tool_parser.tool_call_text([tool_parser.SMOKE_TOOL]))
+    return real_sglang.scripted_answer(tool_parser.smoke_call_text())

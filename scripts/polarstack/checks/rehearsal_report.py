@@ -709,7 +709,8 @@ def local_part(trainable_per_exchange: list[int], tool_check: dict[str, Any] | N
             "the path loses Polar's token fields: the smoke's sentence says which" if empty else "",
         )
     )
-    targets = (tool_check or {}).get("targets") or []
+    # the unpadded request judges parsing (tool_exchange.judge_tool_calls); the agent-length one only warns there
+    targets = [t for t in (tool_check or {}).get("targets") or [] if not t.get("padded")]
     parsed = sum(1 for t in targets if t.get("outcome") == PARSED_OUTCOME)
     raw = sum(1 for t in targets if t.get("outcome") == RAW_TEXT_OUTCOME)
     figure = f"{parsed}/{len(targets)} targets answered the tool request with parsed tool calls"
