@@ -234,10 +234,10 @@ def _base_state(profile: Profile, engine: str) -> dict[str, Any]:
     }
 
 
-def _fresh_state(directory: Path, data: dict[str, Any]) -> LocalState:
-    """A new run state in `directory`; refused while a topology recorded there still runs (a shared engine a
-    profile's state merely borrows does not count: `start_engines`' own state owns it)."""
-    existing = read_state(directory)
+def refuse_if_up(directory: Path | None = None) -> LocalState | None:
+    """STATE while a topology recorded in `directory` still runs (a shared engine a profile's state merely borrows does
+    not count: `start_engines`' own state owns it); else the stale record, if any."""
+    existing = read_state(directory or run_dir())
     if existing is not None:
         alive = [p for p in existing.live() if not p.get("shared")]
         if alive:
@@ -246,6 +246,13 @@ def _fresh_state(directory: Path, data: dict[str, Any]) -> LocalState:
                 f"{', '.join(str(p['pid']) for p in alive)}); run `make down RUNTIME=local` first.",
                 ExitCode.STATE,
             )
+    return existing
+
+
+def _fresh_state(directory: Path, data: dict[str, Any]) -> LocalState:
+    """A new run state in `directory`; refused while a topology recorded there still runs (refuse_if_up)."""
+    existing = refuse_if_up(directory)
+    if existing is not None:
         existing.path.unlink()  # stale: every recorded process is gone
     (directory / "logs").mkdir(parents=True, exist_ok=True)
     return LocalState(directory / STATE_FILE, {**data, "started_at": time.time(), "processes": []})
