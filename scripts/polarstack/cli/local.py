@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from polarstack.checks import docker_demo
+from polarstack.checks import docker_demo, shape_probe
 from polarstack.checks.demo import run_demo
 from polarstack.cli.render import print_json, render_demo, render_docker_demo_note, render_status
 from polarstack.errors import ExitCode, StackError
@@ -72,6 +72,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
     refused = cluster.refusal(profile, nodes)
     if refused:  # before anything starts
         raise StackError(refused, ExitCode.USAGE)
+    local.refuse_if_up()  # `make up` twice: STATE, before the probe
+    shape_probe.check_local()  # the reward in the namespace shape of Polar's sessions, on this host
     sigterm_as_interrupt()  # stop what was started, like Ctrl-C does
     state = local.up(
         profile,
