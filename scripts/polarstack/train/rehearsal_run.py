@@ -150,6 +150,17 @@ def rendered_isolation(plan: PreflightPlan) -> str:
     return str(env.get(verifier_knobs.ISOLATION) or "namespaces")
 
 
+def refuse_if_up() -> None:
+    """STATE while a profile is up: the rehearsal brings the stack up with the small model itself."""
+    up = docker_state.read()
+    if up:
+        raise StackError(
+            f"make preflight needs the stack down (profile {up.get('profile')} is up): the engines load the model "
+            "when they start; run `make down`, then `make preflight`.",
+            ExitCode.STATE,
+        )
+
+
 def run(
     profile: Profile,
     plan: PreflightPlan,
@@ -159,13 +170,7 @@ def run(
     progress: Callable[[str], None] = lambda m: print(f"preflight: {m}", file=sys.stderr),
 ) -> dict[str, Any]:
     node = node or Node(profile)
-    up = docker_state.read()
-    if up:
-        raise StackError(
-            f"make preflight needs the stack down (profile {up.get('profile')} is up): the engines load the model "
-            "when they start; run `make down`, then `make preflight`.",
-            ExitCode.STATE,
-        )
+    refuse_if_up()
     os.environ.update(plan.stack_env)  # the small model for `make up` (environment overrides configs/stack.env)
     # Until this rehearsal passes, no earlier pass of this profile counts: a run stopped half-way leaves a failure.
     rehearsal_record.write(profile, {"passed": False}, plan.report_path, sets=plan.sets)
