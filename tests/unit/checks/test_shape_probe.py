@@ -123,6 +123,10 @@ def test_the_cpu_stack_runs_the_same_probe_before_compose_up(node, fake_verifier
     from polarstack.stack import assets, device
 
     monkeypatch.setenv("POLARSTACK_DEVICE", "cpu")
+    # the CLI writes the CPU stack's defaults into the environment (device.apply_cpu_defaults): undone after the test
+    for key in [*device.CPU_PORTS, "MODEL_PATH", "ENGINE_START_PERIOD", "HEALTHCHECK_INTERVAL", "MODEL_DIR"]:
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
     monkeypatch.setenv("FAKE_SHAPE_REFUSE", "1")
     monkeypatch.setattr(device, "prepare", lambda progress: None)
     monkeypatch.setattr(assets, "check_before_up", lambda profile: None)
