@@ -72,8 +72,6 @@ def _cmd_up(args: argparse.Namespace) -> int:
     refused = cluster.refusal(profile, nodes)
     if refused:  # before anything starts
         raise StackError(refused, ExitCode.USAGE)
-    local.refuse_if_up()  # `make up` twice: STATE, before the probe
-    shape_probe.check_local()  # the reward in the namespace shape of Polar's sessions, on this host
     sigterm_as_interrupt()  # stop what was started, like Ctrl-C does
     state = local.up(
         profile,
@@ -83,6 +81,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         engine=args.engine,
         cluster=nodes if nodes.multi else None,
         wait_nodes=args.wait_nodes,
+        before_start=shape_probe.check_local,  # the reward in the namespace shape of Polar's sessions, on this host
     )
     if args.json:
         print_json(state.data)

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -446,11 +447,14 @@ def up(
     shared: LocalState | None = None,
     cluster: Cluster | None = None,
     wait_nodes: float = WAIT_NODES_SECONDS,
+    before_start: Callable[[], None] | None = None,
 ) -> LocalState:
     """Start the profile's topology; `engine_args` go to every `emulate-engine` (e.g. its service-time flags).
     `engine`: emulator (the default), or sglang: the real pinned sglang on the CPU (polarstack.stack.real_sglang).
     `shared`: engines `start_engines` started, used instead of starting the profile's own (only its router starts).
-    `cluster`: at NODES>1 this node's part of the cluster (`up_node`); None or one node: the single-node topology."""
+    `cluster`: at NODES>1 this node's part of the cluster (`up_node`); None or one node: the single-node topology.
+    `before_start`: a check run once the request is valid and nothing is up, before anything is written or started
+    (`make up RUNTIME=local`: the verifier in Polar's namespace shape, polarstack.checks.shape_probe)."""
     _check_engine_options(engine, engine_args)
     if cluster is not None and cluster.multi:
         if shared is not None:
@@ -464,8 +468,12 @@ def up(
             engine_args=engine_args,
             engine=engine,
             wait_nodes=wait_nodes,
+            before_start=before_start,
         )
     directory = directory or run_dir()
+    if before_start is not None:
+        refuse_if_up(directory)  # STATE first
+        before_start()
     state = _fresh_state(
         directory,
         {
@@ -556,6 +564,7 @@ def up_node(
     engine_args: list[str] | None = None,
     engine: str = "emulator",
     wait_nodes: float = WAIT_NODES_SECONDS,
+    before_start: Callable[[], None] | None = None,
 ) -> LocalState:
     """This node's part of `profile` on a cluster of NODES>1 (polarstack.stack.cluster's layout), every listener on
     the node's cluster address:
@@ -595,8 +604,11 @@ def up_node(
         _check_port_free(host, dashboard_port, "the Ray dashboard", "RAY_DASHBOARD_PORT (configs/stack.env)")
         if release is not None:
             _check_port_free(host, profile.router_port, "the router", f"ROUTER_PORT ({profile.path.name})")
-    token_file = ray_auth.prepare(path, head=cluster.head)  # rank 0 writes it when missing
     directory = directory or run_dir()
+    if before_start is not None:  # (`up`'s): every check above passed, nothing written yet
+        refuse_if_up(directory)
+        before_start()
+    token_file = ray_auth.prepare(path, head=cluster.head)  # rank 0 writes it when missing
     state = _fresh_state(
         directory,
         {

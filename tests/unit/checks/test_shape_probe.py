@@ -169,7 +169,7 @@ def test_make_up_local_runs_it_on_this_host_and_a_refusal_starts_nothing(tmp_pat
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.delenv("POLARSTACK_VERIFIER_ISOLATION", raising=False)
     monkeypatch.setenv("FAKE_SHAPE_REFUSE", "1")
-    monkeypatch.setattr(local, "up", lambda *a, **k: pytest.fail("the local topology started"))
+    monkeypatch.setattr(local, "_fresh_state", lambda *a, **k: pytest.fail("the local topology started"))
     started = time.monotonic()
     assert main(["up", "--profile", "engine-direct"]) == ExitCode.ENVIRONMENT
     assert time.monotonic() - started < 30
