@@ -1,6 +1,6 @@
 """The reward in the namespace shape of Polar's sessions, before anything is brought up (issue 32 point 3).
 
-The trainer runs as root without CAP_SYS_ADMIN, and apptainer v1.4.1 then starts every Polar session in a user
+The trainer runs as root without CAP_SYS_ADMIN, and apptainer (APPTAINER_RELEASE) then starts every Polar session in a user
 namespace that maps only uid 0 onto the trainer's root (`getuid() -> uid, 1`, internal/pkg/runtime/launch/
 launcher_linux.go at APPTAINER_RELEASE), with a mount namespace of its own and no PID namespace (the stack does not
 set POLAR_APPTAINER_ISOLATE_PID). `unshare --user --map-root-user --mount --fork` reproduces that shape without a SIF.
@@ -28,7 +28,7 @@ from polarstack.pins import pins
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack import compose, host_check, ray_auth, verifier_knobs
 
-# apptainer v1.4.1's shape for root without CAP_SYS_ADMIN: a user namespace mapping uid 0 only, and a mount namespace.
+# apptainer's shape (APPTAINER_RELEASE) for root without CAP_SYS_ADMIN: a user namespace mapping uid 0 only, and a mount namespace.
 UNSHARE = ("unshare", "--user", "--map-root-user", "--mount", "--fork")
 SHAPE = "root in a user namespace that maps only uid 0 (uid_map `0 0 1`), with its own mount namespace"
 SHAPE_MAP = "0 0 1"  # /proc/self/uid_map inside, whitespace squeezed

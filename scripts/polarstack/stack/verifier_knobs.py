@@ -10,7 +10,7 @@ inside the agent sandbox (a SIF), so a knob counts only if it reaches that comma
   an active `none` is named by make train, the in-job gate (polarstack.train.gate) and the rehearsal report;
 - POLARSTACK_VERIFIER_CGROUP (configs/stack.env): the same places, and only a directory under /sys/fs/cgroup/, the
   one path that is the same inside the SIF: apptainer binds the trainer's /sys into a session started in a user
-  namespace (apptainer v1.4.1 internal/pkg/runtime/engine/apptainer/container_linux.go l.1468-1483, `mount sys`
+  namespace (apptainer at APPTAINER_RELEASE, internal/pkg/runtime/engine/apptainer/container_linux.go l.1468-1483, `mount sys`
   defaulting to yes in pkg/util/apptainerconf/config.go l.88), and Polar's `--no-mount cwd,home,bind-paths` keeps it;
 - POLARSTACK_VERIFIER_PYTHON: not passed on. It names an interpreter of the machine that sets it; inside the SIF the
   verifier runs the SIF's own python3. The stack's commands refuse it set (for `polarstack verify` on a host only).
