@@ -15,6 +15,7 @@ canonical answer and on a wrong one, with the verifier knobs the task's runtime.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import shutil
 import subprocess
@@ -170,4 +171,6 @@ def check_local() -> None:
         ) from None
     finally:
         shutil.rmtree(host_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):  # .run/shape-probe itself, once no other probe uses it
+            host_dir.parent.rmdir()
     print(judge("on this host", proc.stdout, env), file=sys.stderr)

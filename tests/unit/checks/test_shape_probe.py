@@ -176,6 +176,7 @@ def test_make_up_local_runs_it_on_this_host_and_a_refusal_starts_nothing(tmp_pat
     assert_in_polars_shape(runs(fake_verifier))
     assert "in the namespace shape of Polar's sessions on this host" in capsys.readouterr().err
     assert local.read_state(tmp_path / "run") is None
+    assert not (tmp_path / "run" / "shape-probe").exists()  # the probe's sessions are removed
 
 
 def test_the_opt_out_reaches_the_probe_and_is_named(tmp_path, fake_verifier, monkeypatch, capsys):
