@@ -10,6 +10,9 @@ Knobs (environment of the test process, read by the fakes at call time):
   FAKE_APPTAINER_MODE=v  the trainer's POLAR_APPTAINER_NO_INSTANCE as the probe reports it (default 1)
   FAKE_VERIFIER_GOOD=t / FAKE_VERIFIER_BAD=t  what the task's verifier prints in the sandbox probe for the
                        canonical / the wrong solution (printf %b; defaults `PASSED probe` / `FAILED probe (...)`)
+  FAKE_SHAPE_RUN=1     the verifier probe in Polar's namespace shape (`compose run|exec ... trainer sh -c` with unshare)
+                       runs its script on this host, the trainer's run dir mapped to POLARSTACK_RUN_DIR/train; else it
+                       prints FAKE_SHAPE_MAP (default `0 0 1`) and FAKE_VERIFIER_GOOD / FAKE_VERIFIER_BAD
   FAKE_CLI_VERSION=v   what the agent CLI's --version prints in the sandbox probe (default: AGENT_CLI_VERSION)
   FAKE_COMPOSE_RC=N    exit code of the fake Compose binary
   FAKE_RUNNING="a b"   `compose ps --format json` lists these services as running (one JSON object a line)
@@ -61,6 +64,14 @@ MIB = 1024**2
 COMPOSE = r"""#!/usr/bin/env bash
 echo "compose $*" >> "$FAKE_LOG"
 case "$*" in
+  *"trainer sh -c"*"unshare --user --map-root-user --mount --fork"*)  # the verifier in Polar's namespace shape
+    if [ "${FAKE_SHAPE_RUN:-0}" = 1 ]; then  # for real, on this host: the trainer's run dir is the host's
+      script="${@: -1}"; sh -c "${script//\/run-polarstack\/train/$POLARSTACK_RUN_DIR/train}"
+    else
+      echo "uid-map: ${FAKE_SHAPE_MAP-0 0 1}"
+      printf '%b\n' "${FAKE_VERIFIER_GOOD-PASSED probe}" | sed 's/^/verifier-good: /'
+      printf '%b\n' "${FAKE_VERIFIER_BAD-FAILED probe (failed: assertion)}" | sed 's/^/verifier-bad: /'
+    fi ;;
   *"exec -T trainer sh -c"*)
     [ "${FAKE_NO_APPTAINER:-0}" = 1 ] && echo apptainer
     for absent in ${FAKE_ABSENT:-}; do echo "$absent"; done
@@ -117,6 +128,11 @@ def install(tmp_path: Path, monkeypatch) -> Path:
         "FAKE_APPTAINER_MODE",
         "FAKE_VERIFIER_GOOD",
         "FAKE_VERIFIER_BAD",
+        "FAKE_SHAPE_RUN",
+        "FAKE_SHAPE_MAP",
+        "POLARSTACK_VERIFIER_ISOLATION",
+        "POLARSTACK_VERIFIER_CGROUP",
+        "POLARSTACK_VERIFIER_PYTHON",
         "FAKE_CLI_VERSION",
         "FAKE_GPU_MEMORY_MIB",
         "FAKE_CHECKPOINT_FREE",

@@ -7,8 +7,9 @@ Run with a clone (or bare mirror) of THUDM/slime that has SLIME_COMMIT, and the 
 
 Each fact is one line (or a few) found by a pattern in a file at the pinned revision, recorded with its line number
 and text. `make verify-offline` (polarstack.offline.memory_facts) checks that each recorded line still says what the
-model assumes (the distributed optimizer is forced on, logits are fp32, the softmax is kept for backward and reused in
-place as the gradient, ...), and recomputes the estimate from them.
+model assumes (the distributed optimizer is forced on, the actor's logits are fp32, the softmax is kept for backward
+and reused in place as the gradient, --log-probs-chunk-size chunks the training pass too, ...), and recomputes the
+estimate from them.
 """
 
 from __future__ import annotations
@@ -31,11 +32,45 @@ SLIME_FACTS = {
         0,
     ),
     "bf16": ("slime/backends/megatron_utils/arguments.py", r"args\.bf16 = not args\.fp16", 0),
-    "logits_fp32": ("slime/backends/megatron_utils/model_provider.py", r"logits = logits\.float\(\)", 0),
+    # The actor is built by Megatron's get_model (model.py), which under --bf16 wraps each model chunk in Float16Module:
+    # its forward returns the last stage's outputs as fp32 (megatron/core/transformer/module.py float16_to_fp32, at
+    # slime's MEGATRON_COMMIT; not recorded here). model_provider.py's `logits = logits.float()` is the critic's value
+    # head (LinearForLastLayer, role == "critic"), not the actor's output layer: GRPO never builds it.
+    "logits_fp32": (
+        "slime/backends/megatron_utils/model.py",
+        r"^from megatron\.training\.training import get_model$|model = get_model\(get_model_provider_func\(args, role\)",
+        0,
+    ),
+    # slime's own log-prob kernel computes in fp32 whatever it is given (one chunk at a time)
+    "log_prob_kernel_fp32": (
+        "slime/utils/ppo_utils.py",
+        r"vocab_parallel_logits = vocab_parallel_logits\.float\(\)",
+        0,
+    ),
     "loss_asserts_fp32": ("slime/backends/megatron_utils/loss.py", r"assert logits\.dtype == torch\.float32", 0),
     "softmax_saved_for_backward": ("slime/utils/ppo_utils.py", r"ctx\.save_for_backward\(", 1),
     "gradient_reuses_softmax": ("slime/utils/ppo_utils.py", r"grad_input = log_prob_softmax\.neg_\(\)", 0),
     "log_probs_chunk_size_default": ("slime/utils/arguments.py", r'"--log-probs-chunk-size", type=int, default=', 0),
+    # --log-probs-chunk-size reaches the training pass too: policy_loss_function -> get_log_probs_and_entropy (loss.py)
+    # passes it to calculate_log_probs_and_entropy (ppo_utils.py), which splits the logits into chunks and runs each
+    # through _VocabParallelLogProbEntropy, whose forward saves that chunk's fp32 softmax for backward: the chunks' saved
+    # softmaxes add up to the whole T x V, so chunking bounds the temporaries of one chunk, not what backward keeps.
+    "log_probs_chunk_size_in_loss": (
+        "slime/backends/megatron_utils/loss.py",
+        r"chunk_size = args\.log_probs_chunk_size$",
+        0,
+    ),
+    "training_pass_calls_log_probs": (
+        "slime/backends/megatron_utils/loss.py",
+        r"_, log_probs_and_entropy = get_log_probs_and_entropy\($",
+        0,
+    ),
+    "log_probs_chunked": ("slime/utils/ppo_utils.py", r"logits_chunks = logits\.chunk\(num_chunks, dim=0\)", 0),
+    "chunk_saves_softmax": (
+        "slime/utils/ppo_utils.py",
+        r"log_prob, entropy = _VocabParallelLogProbEntropy\.apply\($",
+        0,
+    ),
     "offload_flags": (
         "scripts/run-qwen3-30B-A3B.sh",
         r"--optimizer-cpu-offload|--overlap-cpu-optimizer-d2h-h2d|--use-precision-aware-optimizer",
@@ -89,12 +124,27 @@ def pin(name: str) -> str:
     raise SystemExit(f"configs/pins.env has no {name}")
 
 
+def enclosing(lines: list[str], number: int) -> str:
+    """The name of the top-level function or class a line belongs to ("" at module level)."""
+    for line in reversed(lines[: number - 1]):
+        match = re.match(r"(?:async )?(?:def|class) (\w+)", line)
+        if match:
+            return match.group(1)
+    return ""
+
+
 def find(text: str, pattern: str, after: int) -> list[dict]:
     lines = text.splitlines()
     found = []
     for number, line in enumerate(lines, 1):
-        if re.search(pattern, line):
-            found.append({"line": number, "text": "\n".join(x.strip() for x in lines[number - 1 : number + after])})
+        if re.search(pattern, line.strip()):
+            found.append(
+                {
+                    "line": number,
+                    "text": "\n".join(x.strip() for x in lines[number - 1 : number + after]),
+                    "in": enclosing(lines, number),
+                }
+            )
     if not found:
         raise SystemExit(f"pattern {pattern!r} not found")
     return found

@@ -14,7 +14,8 @@ are recorded in configs/upstream/rehearsal-keys.json; `make verify-offline` find
   iteration, ...)`) and a resume starts at the loaded iteration + 1 (slime/backends/megatron_utils/actor.py l.107);
 - the wall time of each phase, measured by `make preflight`.
 - the sandbox probe's rewards (`reward_path`: the verifier through the agent sandbox gave the canonical HumanEval/0
-  reward 1 and a wrong answer 0) and job 2's attempts under the supervisor (`supervisor`), from `make preflight`.
+  reward 1 and a wrong answer 0, with the isolation the task's runtime.env set; `none` is named in the report's
+  warnings) and job 2's attempts under the supervisor (`supervisor`), from `make preflight`.
 What kills learning without a crash (issue 26 point 2) has a class of its own: sessions Polar's adapter masks
 (failed, timed out) and groups its worker drops (`PolarLowCompleteAcceptFractionError`, polar/dropped_* counters);
 sessions ended at the engine's context; no group with mixed rewards in any step (a model shortfall only when the
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from polarstack.errors import ExitCode, StackError
+from polarstack.stack import verifier_knobs
 
 STEP_LINE = re.compile(r"(?<![\w-])step (\d+): (\{.*\})\s*$")  # model.py l.909, the actor's role_tag is ""
 PERF_LINE = re.compile(r"(?<![\w-])perf (\d+): (\{.*\})\s*$")  # rollout.py l.1306
@@ -679,6 +681,17 @@ def judge(evidence: dict[str, Any]) -> list[Verdict]:
     return [fn(evidence) for fn in JUDGES]
 
 
+def isolation_warnings(evidence: dict[str, Any]) -> list[str]:
+    """An active POLARSTACK_VERIFIER_ISOLATION=none during the rehearsal (`reward_path.isolation`, the value the task's
+    runtime.env gave Polar's test_command): the rewards were computed with candidates unisolated."""
+    path = evidence.get("reward_path") or {}
+    if path.get("isolation") != "none":
+        return []
+    return [
+        f"{verifier_knobs.opt_out_sentence()}: the rehearsal's rewards, and the run's, come from unisolated candidates"
+    ]
+
+
 def report(evidence: dict[str, Any]) -> dict[str, Any]:
     verdicts = judge(evidence)
     failed = next((v for v in verdicts if v.verdict == "fail"), None)
@@ -686,6 +699,8 @@ def report(evidence: dict[str, Any]) -> dict[str, Any]:
         "passed": failed is None,
         "first_failure": failed.name if failed else None,
         "verdicts": [v.as_dict() for v in verdicts],
+        "verifier_isolation": (evidence.get("reward_path") or {}).get("isolation"),
+        "warnings": isolation_warnings(evidence),
     }
 
 

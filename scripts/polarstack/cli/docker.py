@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from polarstack.checks import shape_probe
 from polarstack.cli import cluster as cli_cluster
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import sigterm_as_interrupt
@@ -120,6 +121,8 @@ def _cmd_compose(args: argparse.Namespace) -> int:
             print(
                 "\n".join(memory.check_up(profile, nodes=found.nodes).lines()), file=sys.stderr
             )  # refuses a node too small for make train (per node at NODES>1)
+        # The reward in the namespace shape of Polar's sessions, in the trainer image, before anything starts.
+        shape_probe.check_docker(profile)
         if found.multi:  # every check passed: the head opens the session now, just before it starts anything
             cli_cluster.open_session(profile, found)
         sigterm_as_interrupt()  # a SIGTERM takes down what this `up` started, like Ctrl-C

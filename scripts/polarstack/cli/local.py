@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from polarstack.checks import docker_demo
+from polarstack.checks import docker_demo, shape_probe
 from polarstack.checks.demo import run_demo
 from polarstack.cli.render import print_json, render_demo, render_docker_demo_note, render_status
 from polarstack.errors import ExitCode, StackError
@@ -81,6 +81,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         engine=args.engine,
         cluster=nodes if nodes.multi else None,
         wait_nodes=args.wait_nodes,
+        before_start=shape_probe.check_local,  # the reward in the namespace shape of Polar's sessions, on this host
     )
     if args.json:
         print_json(state.data)

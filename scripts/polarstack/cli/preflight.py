@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from polarstack.checks import rehearsal_report
+from polarstack.checks import rehearsal_report, shape_probe
 from polarstack.cli import cluster as cli_cluster
 from polarstack.cli.render import print_json, render_preflight_plan, render_rehearsal_report
 from polarstack.errors import ExitCode, StackError
@@ -60,6 +60,8 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
             render_preflight_plan(plan)
         return 0
     compose.check_node("preflight", profile, need_gpus=True)
+    rehearsal_run.refuse_if_up()  # STATE first: the rehearsal brings the stack up itself
+    shape_probe.check_docker(profile)  # the reward in Polar's namespace shape, before the rehearsal brings anything up
     if plan.cluster.multi:  # the interface, Ray's token and SHARED_DIR on this node before the head comes up
         cli_cluster.before_up(plan.cluster)
     print("\n".join(plan.phases[0][1].memory.lines()), file=sys.stderr)  # computed (polarstack.train.memory)

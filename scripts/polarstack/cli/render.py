@@ -363,5 +363,7 @@ def render_rehearsal_report(result: dict[str, Any]) -> None:
     for row in result["verdicts"]:
         table.add_row(row["class"], row["verdict"].upper(), row["figure"], row["change"])
     console().print(table)
+    for warning in result.get("warnings") or []:  # e.g. an active POLARSTACK_VERIFIER_ISOLATION=none
+        print(f"WARNING {warning}")
     status = "passed" if result["passed"] else f"FAILED at {result['first_failure']}"
     print(f"rehearsal {status} ({result.get('profile', '?')}, {result.get('plan', '?')})")

@@ -2,10 +2,13 @@
 and the estimate recomputed from them here, apart from polarstack.train.memory, agrees with what the plan prints.
 
 configs/upstream/memory-facts.json (scripts/tools/record_memory_facts.py) holds, at SLIME_COMMIT and SGLANG_VERSION:
-slime forcing the distributed optimizer and bf16, fp32 logits, the softmax saved for backward and reused in place as
-the gradient, --log-probs-chunk-size's default and the values slime's scripts use, slime's offload flags, the pinned
-host backups of the actor and reference weights, save_model saving the optimizer (what one checkpoint holds), the
-absence of a retention option, sglang's definition of mem_fraction_static and its KV bytes per token.
+slime forcing the distributed optimizer and bf16, the actor built by Megatron's get_model (fp32 logits under --bf16) and
+slime's log-prob kernel in fp32, the softmax saved for backward and reused in place as the gradient,
+--log-probs-chunk-size's default, the values slime's scripts use, and its reach into the training pass (policy loss ->
+get_log_probs_and_entropy -> chunks, each saving its own softmax, so the saved softmax is T x V whatever the chunk),
+slime's offload flags, the pinned host backups of the actor and reference weights, save_model saving the optimizer
+(what one checkpoint holds), the absence of a retention option, sglang's definition of mem_fraction_static and its KV
+bytes per token.
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ from polarstack.train.plan import build_plan, load_defaults, weight_sync_on_disk
 MEANING = {
     "distributed_optimizer": ("use_distributed_optimizer = True", "optimizer states are sharded by DP"),
     "bf16": ("args.bf16 = not args.fp16", "weights are bf16 (2 B) unless --fp16"),
-    "logits_fp32": ("logits.float()", "the output layer returns fp32 logits"),
+    "logits_fp32": (
+        "model = get_model(get_model_provider_func(args, role)",
+        "the actor is built by Megatron's get_model (Float16Module under --bf16: fp32 outputs from the last stage)",
+    ),
+    "log_prob_kernel_fp32": ("vocab_parallel_logits.float()", "slime's log-prob kernel computes in fp32"),
     "loss_asserts_fp32": ("torch.float32", "the loss requires fp32 logits"),
     "softmax_saved_for_backward": ("log_prob_softmax", "the fp32 softmax is kept for backward"),
     "gradient_reuses_softmax": ("log_prob_softmax.neg_()", "the logits' gradient is built in the softmax's buffer"),
@@ -51,6 +58,28 @@ def _lines(data: dict[str, Any], key: str) -> list[str]:
     return [f.get("text", "") for f in data[side].get(key, {}).get("found", [])]
 
 
+# fact key -> (the function its line must be in, what that means): --log-probs-chunk-size in the training pass
+WHERE = {
+    "logits_fp32": ("setup_model_and_optimizer", "the actor's model (not the critic's value head) is what is built"),
+    "loss_asserts_fp32": ("get_log_probs_and_entropy", "the training pass's log-probs require fp32 logits"),
+    "log_probs_chunk_size_in_loss": (
+        "get_log_probs_and_entropy",
+        "--log-probs-chunk-size reaches the log-probs of every pass, the training pass's included",
+    ),
+    "training_pass_calls_log_probs": (
+        "policy_loss_function",
+        "the training pass (the policy loss, with gradients) computes its log-probs through it",
+    ),
+    "log_probs_chunked": ("calculate_log_probs_and_entropy", "the logits are split into chunks of that size"),
+    "chunk_saves_softmax": (
+        "_calculate_log_probs_and_entropy_chunk",
+        "each chunk runs through the autograd function that saves its softmax, so the saved chunks add up to T x V",
+    ),
+}
+# A line that must not stand for the actor's logits: slime's critic value head (model_provider.py LinearForLastLayer).
+CRITIC_HEAD = "slime/backends/megatron_utils/model_provider.py"
+
+
 def fact_problems(data: dict[str, Any] | None = None) -> list[str]:
     data = data or memory.record()
     problems = []
@@ -66,6 +95,20 @@ def fact_problems(data: dict[str, Any] | None = None) -> list[str]:
             lines = lines[:1]
         if not any(needle in line for line in lines):
             problems.append(f"{memory.RECORD} {key}: no recorded line contains {needle!r}, so not: {meaning}")
+    for key, (function, meaning) in WHERE.items():
+        found = data["slime"].get(key, {}).get("found", [])
+        if not any(f.get("in") == function for f in found):
+            places = sorted({(f.get("in") or "module level") if "in" in f else "no named function" for f in found})
+            places = places or ["nowhere"]
+            problems.append(
+                f"{memory.RECORD} {key}: recorded in {', '.join(places)}, not in {function}, so not: {meaning}"
+            )
+    if data["slime"].get("logits_fp32", {}).get("file") == CRITIC_HEAD:
+        problems.append(
+            f"{memory.RECORD} logits_fp32 cites {CRITIC_HEAD}, the critic's value head (LinearForLastLayer), which GRPO "
+            "never builds: the actor's fp32 logits come from Megatron's get_model (model.py); rerun "
+            "scripts/tools/record_memory_facts.py"
+        )
     flags = [line.strip() for line in _lines(data, "offload_flags")]
     if flags != memory.OFFLOAD_ARGS:
         problems.append(f"slime's offload flags are {flags}, the stack adds {memory.OFFLOAD_ARGS}")

@@ -49,6 +49,7 @@ from polarstack.offline import (
     ray_auth_facts,
     real_sglang_facts,
     rehearsal_keys,
+    verifier_env,
     verifier_output,
 )
 from polarstack.offline.check import Check
@@ -257,10 +258,19 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     submit = plan.commands[-1]
     job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
     problems += assets.mode_problems(job_env.get("env_vars") or {}, "the Ray job's runtime env")
+    # The code verifier's knobs reach Polar's test_command (the task's runtime.env) and every other source of its
+    # environment with the values the stack chose (issue 32 point 4, polarstack.offline.verifier_env).
+    problems += verifier_env.problems(
+        config["polar_task_template"],
+        trainer.get("environment") or {},
+        {k: v.strip("'\"") for k, v in launch_env.items()},
+        job_env.get("env_vars") or {},
+    )
     return Check(
         label,
         not problems,
-        "model-download -> engines; sandbox-build; /dev/fuse; agent CLI mount; Polar's direct-exec apptainer mode",
+        "model-download -> engines; sandbox-build; /dev/fuse; agent CLI mount; Polar's direct-exec apptainer mode; "
+        "the verifier's knobs in the test_command's runtime.env",
         problems,
     )
 

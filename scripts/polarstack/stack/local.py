@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,10 +235,10 @@ def _base_state(profile: Profile, engine: str) -> dict[str, Any]:
     }
 
 
-def _fresh_state(directory: Path, data: dict[str, Any]) -> LocalState:
-    """A new run state in `directory`; refused while a topology recorded there still runs (a shared engine a
-    profile's state merely borrows does not count: `start_engines`' own state owns it)."""
-    existing = read_state(directory)
+def refuse_if_up(directory: Path | None = None) -> LocalState | None:
+    """STATE while a topology recorded in `directory` still runs (a shared engine a profile's state merely borrows does
+    not count: `start_engines`' own state owns it); else the stale record, if any."""
+    existing = read_state(directory or run_dir())
     if existing is not None:
         alive = [p for p in existing.live() if not p.get("shared")]
         if alive:
@@ -246,6 +247,13 @@ def _fresh_state(directory: Path, data: dict[str, Any]) -> LocalState:
                 f"{', '.join(str(p['pid']) for p in alive)}); run `make down RUNTIME=local` first.",
                 ExitCode.STATE,
             )
+    return existing
+
+
+def _fresh_state(directory: Path, data: dict[str, Any]) -> LocalState:
+    """A new run state in `directory`; refused while a topology recorded there still runs (refuse_if_up)."""
+    existing = refuse_if_up(directory)
+    if existing is not None:
         existing.path.unlink()  # stale: every recorded process is gone
     (directory / "logs").mkdir(parents=True, exist_ok=True)
     return LocalState(directory / STATE_FILE, {**data, "started_at": time.time(), "processes": []})
@@ -439,11 +447,14 @@ def up(
     shared: LocalState | None = None,
     cluster: Cluster | None = None,
     wait_nodes: float = WAIT_NODES_SECONDS,
+    before_start: Callable[[], None] | None = None,
 ) -> LocalState:
     """Start the profile's topology; `engine_args` go to every `emulate-engine` (e.g. its service-time flags).
     `engine`: emulator (the default), or sglang: the real pinned sglang on the CPU (polarstack.stack.real_sglang).
     `shared`: engines `start_engines` started, used instead of starting the profile's own (only its router starts).
-    `cluster`: at NODES>1 this node's part of the cluster (`up_node`); None or one node: the single-node topology."""
+    `cluster`: at NODES>1 this node's part of the cluster (`up_node`); None or one node: the single-node topology.
+    `before_start`: a check run once the request is valid and nothing is up, before anything is written or started
+    (`make up RUNTIME=local`: the verifier in Polar's namespace shape, polarstack.checks.shape_probe)."""
     _check_engine_options(engine, engine_args)
     if cluster is not None and cluster.multi:
         if shared is not None:
@@ -457,8 +468,12 @@ def up(
             engine_args=engine_args,
             engine=engine,
             wait_nodes=wait_nodes,
+            before_start=before_start,
         )
     directory = directory or run_dir()
+    if before_start is not None:
+        refuse_if_up(directory)  # STATE first
+        before_start()
     state = _fresh_state(
         directory,
         {
@@ -549,6 +564,7 @@ def up_node(
     engine_args: list[str] | None = None,
     engine: str = "emulator",
     wait_nodes: float = WAIT_NODES_SECONDS,
+    before_start: Callable[[], None] | None = None,
 ) -> LocalState:
     """This node's part of `profile` on a cluster of NODES>1 (polarstack.stack.cluster's layout), every listener on
     the node's cluster address:
@@ -588,8 +604,11 @@ def up_node(
         _check_port_free(host, dashboard_port, "the Ray dashboard", "RAY_DASHBOARD_PORT (configs/stack.env)")
         if release is not None:
             _check_port_free(host, profile.router_port, "the router", f"ROUTER_PORT ({profile.path.name})")
-    token_file = ray_auth.prepare(path, head=cluster.head)  # rank 0 writes it when missing
     directory = directory or run_dir()
+    if before_start is not None:  # (`up`'s): every check above passed, nothing written yet
+        refuse_if_up(directory)
+        before_start()
+    token_file = ray_auth.prepare(path, head=cluster.head)  # rank 0 writes it when missing
     state = _fresh_state(
         directory,
         {

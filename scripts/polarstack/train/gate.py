@@ -50,6 +50,7 @@ from polarstack.checks import smoke, tool_exchange
 from polarstack.checks.retokenize import configured_name
 from polarstack.errors import ExitCode
 from polarstack.reward.verifier.verdict import is_refusal
+from polarstack.stack import verifier_knobs
 from polarstack.train import learning_signal
 
 logger = logging.getLogger(__name__)
@@ -371,10 +372,28 @@ def first_rollout_check(args: Any) -> None:
     logger.info("polarstack gate: %s", report.message)
 
 
+def verifier_opt_out(args: Any) -> str | None:
+    """The sentence naming an active POLARSTACK_VERIFIER_ISOLATION=none: in the task template's runtime.env (what
+    Polar's test_command sees) or in the job's environment (the Ray job's env_vars); None when isolation is on."""
+    template = getattr(args, "polar_task_template", None)
+    runtime = ((template.get("runtime") or {}).get("env") or {}) if isinstance(template, dict) else {}
+    env = {
+        verifier_knobs.ISOLATION: str(
+            runtime.get(verifier_knobs.ISOLATION) or os.environ.get(verifier_knobs.ISOLATION) or ""
+        )
+    }
+    return verifier_knobs.opt_out_sentence() if verifier_knobs.opted_out(env) else None
+
+
 def generate_rollout_gated(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
     if not _state.checked and not evaluation:
         first_rollout_check(args)
         _state.checked = True
+        opted_out = verifier_opt_out(args)
+        if opted_out is not None:  # named once, at the first rollout, in the job's log
+            message = f"polarstack gate: WARNING {opted_out}"
+            logger.warning(message)
+            print(message, file=sys.stderr, flush=True)
     path = getattr(args, "polar_gate_delegate", None) or DEFAULT_DELEGATE
     delegate = _load(path, args)
     if evaluation:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from polarstack.checks import sandbox_probe, smoke, tool_exchange
+from polarstack.checks import sandbox_probe, shape_probe, smoke, tool_exchange
 from polarstack.checks.retokenize import configured_name
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import train_run_dir
@@ -227,6 +227,7 @@ def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts
     """Prepare .run/train/<run> and run launch.sh inside the trainer; its exits as one sentence each."""
 
     run_id = plan.run_id
+    shape_probe.check_docker(profile, running=True)  # the reward in the namespace shape of Polar's sessions
     sandbox_probe.check_in_trainer(profile)  # apptainer, the SIF and the agent CLI dir, looked up inside the trainer
     if plan.memory is not None:  # computed per GPU and per host (polarstack.train.memory)
         print("\n".join(plan.memory.lines()), file=sys.stderr)

@@ -539,7 +539,9 @@ def check_up(profile: Profile, config: dict[str, Any] | None = None, *, nodes: i
 
 
 def train_args(plan: MemoryPlan, config: dict[str, Any]) -> list[str]:
-    """slime's offload flags when chosen, and --log-probs-chunk-size (bounds the passes without gradients only)."""
+    """slime's offload flags when chosen, and --log-probs-chunk-size: it chunks the log-probs of every pass, the
+    training pass's too (memory-facts.json log_probs_chunk_size_in_loss), which bounds one chunk's temporaries; what
+    backward keeps (each chunk's saved softmax, T x V in all) and the fp32 logits are counted whole either way."""
     chunk = (config.get("memory") or {}).get("log_probs_chunk_size")
     if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk <= 0:
         raise StackError(f"memory.log_probs_chunk_size={chunk!r} must be a positive integer.", ExitCode.USAGE)

@@ -23,6 +23,7 @@ from polarstack.paths import TRAINER_RUN_DIR, load_defaults  # noqa: F401 (train
 from polarstack.polar import harness_preset
 from polarstack.reward.tasks import TASKS, polar_config
 from polarstack.stack import cluster as cluster_mod
+from polarstack.stack import verifier_knobs
 from polarstack.stack.assets import sandbox_mode_env
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.exposure import SLIME_ROUTER_ARGS
@@ -443,6 +444,9 @@ def build_plan(
         "polar_gate_zero_advantage_warn_share": gate["zero_advantage_warn_share"],
     }
     polar = polar_config(task, f"{run_dir}/tasks", polar_values)
+    # The verifier's knobs reach Polar's test_command: Polar passes runtime.env as `env K=V` into every command of the
+    # sandbox (polarstack.stack.verifier_knobs; the same values in launch.sh and the Ray job's env below).
+    polar["polar_task_template"]["runtime"].setdefault("env", {}).update(verifier_knobs.verifier_env())
     # The agent's output-token cap (polarstack.checks.budget): Polar's claude_code preset hands agent.env to the CLI.
     polar["polar_task_template"]["agent"].setdefault("env", {}).update(budget.agent_env(config))
     # A preset that checks the CLI version must be told AGENT_CLI_VERSION (polarstack.polar.harness_preset; claude_code: none).
@@ -573,6 +577,7 @@ def build_plan(
             "SGLANG_ROUTER_BASE_URL": base_url,
             "POLAR_WORKER_DISCOVERY": profile.values["POLAR_WORKER_DISCOVERY"],
             **sandbox_mode_env(),
+            **verifier_knobs.verifier_env(),  # the in-job gate names an active opt-out (polarstack.train.gate)
             **tracker_env,
             # The documented smoke knobs (docs/tool-calls.md), for the in-job first-rollout check (issue 26 point 7).
             **tool_exchange.smoke_knobs(),
@@ -740,6 +745,8 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
             *(f"export {key}={shlex.quote(value)}" for key, value in cluster_plan.launch_env(plan.cluster).items()),
             "# Polar's apptainer runtime in direct-exec mode: instance mode cannot nest here (polarstack/assets.py).",
             *(f"export {key}={shlex.quote(value)}" for key, value in sandbox_mode_env().items()),
+            "# The code verifier's knobs (configs/stack.env), as runtime.env gives them to Polar's test_command.",
+            *(f"export {key}={shlex.quote(value)}" for key, value in verifier_knobs.verifier_env().items()),
             *job_control_lines(plan, config),
             "# The Ray head runs as the container's main process (compose.yaml); start one only if it is missing.",
             f"ray status >/dev/null 2>&1 || {shlex.join(ray_start)}",

@@ -493,6 +493,8 @@ def steps(plan: PreflightPlan) -> list[str]:
     )
     return [
         "refuse unless no profile is up (`make down` first): the engines load the model when they start",
+        "the task's verifier on HumanEval/0 in the namespace shape of Polar's sessions, in the trainer image "
+        "(compose run; polarstack.checks.shape_probe): refuse in seconds (exit 8) before anything starts",
         *up,
         "the smoke gate against that path (as make train)",
         *shared,

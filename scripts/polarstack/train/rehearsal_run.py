@@ -22,7 +22,7 @@ from polarstack.checks import nodes, rehearsal_report, sandbox_probe, shared_pro
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import train_run_dir
 from polarstack.reward import tasks
-from polarstack.stack import assets, compose, docker_state
+from polarstack.stack import assets, compose, docker_state, verifier_knobs
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile
@@ -174,6 +174,26 @@ def tracker(node: Node, checkpoint_dir: str) -> str | None:
     return out.strip() if code == 0 else None
 
 
+def rendered_isolation(plan: PreflightPlan) -> str:
+    """The verifier's isolation the rendered task template gives Polar's test_command (its runtime.env)."""
+    import yaml
+
+    config = yaml.safe_load(plan.files.get("polar_config.yaml") or "{}") or {}
+    env = ((config.get("polar_task_template") or {}).get("runtime") or {}).get("env") or {}
+    return str(env.get(verifier_knobs.ISOLATION) or "namespaces")
+
+
+def refuse_if_up() -> None:
+    """STATE while a profile is up: the rehearsal brings the stack up with the small model itself."""
+    up = docker_state.read()
+    if up:
+        raise StackError(
+            f"make preflight needs the stack down (profile {up.get('profile')} is up): the engines load the model "
+            "when they start; run `make down`, then `make preflight`.",
+            ExitCode.STATE,
+        )
+
+
 def run(
     profile: Profile,
     plan: PreflightPlan,
@@ -183,13 +203,7 @@ def run(
     progress: Callable[[str], None] = lambda m: print(f"preflight: {m}", file=sys.stderr),
 ) -> dict[str, Any]:
     node = node or Node(profile)
-    up = docker_state.read()
-    if up:
-        raise StackError(
-            f"make preflight needs the stack down (profile {up.get('profile')} is up): the engines load the model "
-            "when they start; run `make down`, then `make preflight`.",
-            ExitCode.STATE,
-        )
+    refuse_if_up()
     os.environ.update(plan.stack_env)  # the small model for `make up` (environment overrides configs/stack.env)
     # Until this rehearsal passes, no earlier pass of this profile counts: a run stopped half-way leaves a failure.
     rehearsal_record.write(profile, {"passed": False}, plan.report_path, sets=plan.sets)
@@ -236,7 +250,13 @@ def run(
         check_space(node, plan, progress)
         # The probe passed: the verifier, run through the agent sandbox as Polar's evaluator runs it, printed PASSED
         # for the canonical HumanEval/0 (reward 1) and FAILED for a wrong answer (reward 0); no_mixed_rewards uses it.
-        evidence["reward_path"] = {"task": "HumanEval/0", "canonical_reward": 1.0, "wrong_reward": 0.0}
+        evidence["reward_path"] = {
+            "task": "HumanEval/0",
+            "canonical_reward": 1.0,
+            "wrong_reward": 0.0,
+            # what the task's runtime.env gives Polar's test_command (polarstack.stack.verifier_knobs): `none` is named
+            "isolation": rendered_isolation(plan),
+        }
         mismatched = preflight.config_mismatches(plan.model, hf_config(node, plan.stack_env["MODEL_PATH"]))
         if mismatched:
             raise StackError(

@@ -212,7 +212,7 @@ def test_verify_offline_recomputes_the_estimate_from_the_recorded_facts():
     [
         ("distributed_optimizer", "args.use_distributed_optimizer = False", "sharded by DP"),
         ("gradient_reuses_softmax", "grad_input = log_prob_softmax.clone().neg_()", "built in the softmax's buffer"),
-        ("logits_fp32", "logits = logits", "fp32 logits"),
+        ("logits_fp32", "logits = logits", "Megatron's get_model"),
         ("mem_fraction_static", "The argument mem_fraction_static is the KV cache pool only", "reserved share"),
     ],
 )
@@ -226,6 +226,61 @@ def test_a_recorded_line_that_no_longer_says_it_is_a_finding(key, text, needle):
     data[side][key]["found"] = [{"line": 1, "text": text}]
     assert any(needle in p for p in memory_facts.fact_problems(data))
     assert not memory_facts.fact_problems(memory.record())
+
+
+def test_the_actors_fp32_logits_are_not_cited_from_the_critics_value_head():
+    """Issue 32 point 9: memory-facts.json cited `logits = logits.float()` in model_provider.py, the critic's value head
+    (LinearForLastLayer, built only for role == "critic"); the actor's fp32 logits come from Megatron's get_model
+    (slime's model.py), and slime's own log-prob kernel computes in fp32. The old fact is refused, by name."""
+    import copy
+
+    from polarstack.offline import memory_facts
+
+    data = memory.record()
+    fact = data["slime"]["logits_fp32"]
+    assert fact["file"] == "slime/backends/megatron_utils/model.py"
+    assert {f["in"] for f in fact["found"]} == {"", "setup_model_and_optimizer"}
+    assert "vocab_parallel_logits.float()" in data["slime"]["log_prob_kernel_fp32"]["found"][0]["text"]
+    old = copy.deepcopy(data)  # f6ba232's record of it
+    old["slime"]["logits_fp32"] = {
+        "file": "slime/backends/megatron_utils/model_provider.py",
+        "found": [{"line": 54, "text": "logits = logits.float()", "in": "LinearForLastLayer"}],
+    }
+    problems = memory_facts.fact_problems(old)
+    assert any("critic's value head" in p for p in problems), problems
+    assert any("logits_fp32: recorded in LinearForLastLayer, not in setup_model_and_optimizer" in p for p in problems)
+    assert memory.source("logits_fp32") == "slime/backends/megatron_utils/model.py:24,294"
+
+
+def test_the_chunk_size_reaches_the_training_pass_and_bounds_no_saved_softmax():
+    """Issue 32 point 9: --log-probs-chunk-size was said to bound only the passes without gradients; slime's policy
+    loss computes its log-probs through get_log_probs_and_entropy, which passes the chunk size on, and every chunk
+    saves its own softmax for backward. A record where the training pass does not reach it is a finding."""
+    import copy
+
+    from polarstack.offline import memory_facts
+
+    data = memory.record()
+    calls = {f["in"] for f in data["slime"]["training_pass_calls_log_probs"]["found"]}
+    assert "policy_loss_function" in calls
+    assert data["slime"]["log_probs_chunk_size_in_loss"]["found"][0]["in"] == "get_log_probs_and_entropy"
+    assert data["slime"]["chunk_saves_softmax"]["found"][0]["in"] == "_calculate_log_probs_and_entropy_chunk"
+    assert not memory_facts.fact_problems(data)
+    for key, function in (
+        ("training_pass_calls_log_probs", "policy_loss_function"),
+        ("log_probs_chunk_size_in_loss", "get_log_probs_and_entropy"),
+    ):
+        broken = copy.deepcopy(data)
+        broken["slime"][key]["found"] = [f for f in broken["slime"][key]["found"] if f["in"] != function]
+        assert any(f"{key}: recorded in" in p and function in p for p in memory_facts.fact_problems(broken))
+    # the words the stack explains it with say the same (the docs, the config comment, the plan's docstring)
+    from polarstack.pins import repo_root
+
+    root = repo_root()
+    for path in ("docs/gpu-node.md", "configs/train/defaults.yaml", "scripts/polarstack/train/memory.py"):
+        text = " ".join((root / path).read_text().split())
+        assert "without gradients only" not in text and "passes without gradients (reference" not in text, path
+        assert "training pass" in text, path
 
 
 def test_the_chunk_size_is_one_slimes_scripts_use():
