@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import signal
@@ -21,6 +22,24 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could not listen on `host`:`port` now: the one probe of both runtimes (`make up`'s check of
+    the profile's ports, the local runtime's at NODES>1, the search for a real engine's port). It binds as the servers
+    do, with SO_REUSEADDR (uvicorn, sglang's server, the routers and Ray's GCS all set it): a port whose last
+    connections are only in TIME_WAIT (a stack stopped a moment ago) is free, a port with a listener is taken.
+    Another failure than EADDRINUSE (an address this host does not hold, a privileged port) is raised as OSError for
+    the caller to name."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
 
 
 def free_ports(count: int) -> list[int]:
