@@ -62,9 +62,13 @@ help: ## list the public targets
 
 _venv: $(VENV)/.installed
 
+# A cold install is minutes of silent pip (157 s measured: `time make _venv` in a fresh worktree, empty pip cache,
+# 2 cores shared with other work): a line before and one after, with its time.
 $(VENV)/.installed: pyproject.toml
 	@test -x $(VENV_PY) || $(PYTHON) -m venv $(VENV)
-	@$(VENV_PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@echo "make: installing polarstack and its test tools into $(VENV) (pip, from pyproject.toml; minutes when cold) ..." >&2
+	@started=$$(date +%s); $(VENV_PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'; \
+	  echo "make: $(VENV) ready in $$(( $$(date +%s) - started )) s" >&2
 	@touch $@
 
 test: _venv ## the whole suite: tiers in parallel, then the real-engine tier (skipped until `polarstack sglang-install`); no GPU or Docker

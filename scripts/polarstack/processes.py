@@ -56,6 +56,17 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+@contextlib.contextmanager
+def announced_install(what: str, where: Path, why: str = ""):
+    """A pip install a person would otherwise wait on in silence (a cold one takes seconds to minutes): one line on
+    stderr before it, naming what goes where (and why, when the command did not ask for it), and one after with its
+    time. Nothing after a failure: the caller's one sentence says what went wrong."""
+    print(f"polarstack: installing {what} into {where}{f' ({why})' if why else ''} ...", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    yield
+    print(f"polarstack: {what} installed in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+
+
 def stop_pid(pid: int, process: subprocess.Popen | None = None, timeout: float = 10.0) -> None:
     """Stop the process we started, by its pid: SIGTERM, then SIGKILL after `timeout`."""
     try:

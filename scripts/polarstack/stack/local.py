@@ -467,7 +467,7 @@ def up(
     try:
         release = profile.router
         if release is not None and shared is None:
-            install(release, quiet=False)  # before any engine starts: a cold install can take seconds
+            install(release)  # before any engine starts: a cold install can take seconds
         if shared is not None:
             engine_urls = _borrow(state, profile, shared, engine, engine_args)
         else:
@@ -599,7 +599,7 @@ def up_node(
     began = time.monotonic()
     try:
         if release is not None and cluster.head:
-            install(release, quiet=False)
+            install(release)
         bin_dir, _seconds = ray_head.install()
         _launch_engines(state, profile, profile.engine_count, engine, engine_args, timeout, progress, host, ports)
         ray_timeout = max(timeout, RAY_READY_SECONDS)
