@@ -16,6 +16,7 @@ from typing import Any
 
 from polarstack import http as stack_http
 from polarstack.errors import ExitCode, StackError
+from polarstack.paths import tool_homes
 
 
 def free_port() -> int:
@@ -195,8 +196,9 @@ SECRET_PREFIXES = ("HF_", "HUGGING", "AWS_", "OPENAI_")
 
 
 def child_env() -> dict[str, str]:
-    """This process's environment without credentials: what every process the stack starts inherits."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIXES)}
+    """This process's environment without credentials: what every process the stack starts inherits; pip, npm and
+    rustup's proxies keep their caches under the project's cache, not in HOME (paths.tool_homes)."""
+    return {**tool_homes(), **{k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIXES)}}
 
 
 @contextlib.contextmanager

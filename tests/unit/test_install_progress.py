@@ -3,6 +3,7 @@ environment (`make _venv`, minutes of pip when cold), a router release's venv an
 minutes) each say what they install before and how long it took after; a cached one says nothing; a failed one ends
 with its one sentence, never with "installed"."""
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -58,14 +59,22 @@ def test_a_failed_install_never_says_installed(monkeypatch, tmp_path, capsys, ki
 
 
 def test_make_venv_says_what_it_installs_and_how_long_it_took(tmp_path):
-    venv = tmp_path / "venv"
+    venv, home = tmp_path / "venv", tmp_path / "home"
     (venv / "bin").mkdir(parents=True)
+    home.mkdir()
     python = venv / "bin" / "python"
-    python.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/pip-args"\n')  # stands in for the venv's pip
+    # stands in for the venv's pip: what it was asked, and where pip and a rustup proxy would write
+    python.write_text('#!/bin/sh\necho "$@ | $PIP_CACHE_DIR | $RUSTUP_HOME" > "$(dirname "$0")/pip-args"\n')
     python.chmod(0o755)
-    proc = subprocess.run(["make", "-s", "_venv", f"VENV={venv}"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k not in ("PIP_CACHE_DIR", "RUSTUP_HOME", "POLARSTACK_CACHE")}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    make = ["make", "-s", "_venv", f"VENV={venv}"]
+    proc = subprocess.run(make, cwd=REPO, capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     assert lines[0].startswith(f"make: installing polarstack and its test tools into {venv} (pip")
     assert lines[1].startswith(f"make: {venv} ready in ") and lines[1].endswith(" s")
-    assert "pip install" in (venv / "bin" / "pip-args").read_text() and (venv / ".installed").exists()
+    asked, pip_cache, rustup_home = (venv / "bin" / "pip-args").read_text().strip().split(" | ")
+    assert asked.startswith("-m pip install") and (venv / ".installed").exists()
+    cache = tmp_path / "xdg" / "polarstack"  # the project's cache, not HOME's ~/.cache/pip or ~/.rustup
+    assert (pip_cache, rustup_home) == (str(cache / "pip"), str(cache / "rustup"))

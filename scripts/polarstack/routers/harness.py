@@ -51,7 +51,9 @@ def install(release: RouterRelease) -> Path:
         if target.exists():
             shutil.rmtree(target)  # a half-finished earlier install
         with announced_install(release.spec, target, "once, cached for later runs"):
-            subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(target)], check=True, capture_output=True, env=child_env()
+            )
             proc = subprocess.run(
                 [
                     str(venv_python(release)),
@@ -59,6 +61,7 @@ def install(release: RouterRelease) -> Path:
                 ],
                 capture_output=True,
                 text=True,
+                env=child_env(),
             )
             if proc.returncode != 0:
                 tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]

@@ -130,7 +130,9 @@ def install(version: str | None = None) -> tuple[Path, float]:
 
             shutil.rmtree(target)  # a half-finished earlier install
         with announced_install(f"ray[default]=={version}", target, "once, cached for later runs"):
-            subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(target)], check=True, capture_output=True, env=child_env()
+            )
             proc = subprocess.run(
                 [
                     str(target / "bin" / "python"),
@@ -138,6 +140,7 @@ def install(version: str | None = None) -> tuple[Path, float]:
                 ],
                 capture_output=True,
                 text=True,
+                env=child_env(),
             )
             if proc.returncode != 0:
                 tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]

@@ -194,7 +194,7 @@ def install(progress: Callable[[str], None] = print) -> Path:
             shutil.rmtree(target)  # a half-finished earlier install
         started = time.monotonic()
         progress(f"polarstack: installing {spec()} into {target} once (about 4.8 GB download, 11 GB on disk) ...")
-        subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True, env=child_env())
         try:
             stats = _pip_install(venv_python(), [spec(), tokenizer_spec()], progress, spec())
             problem = _import_problem()
