@@ -154,7 +154,9 @@ verify-offline: _venv ## check every rendered command line and image pin against
 	@$(CLI) verify-offline
 
 bench: _venv ## measure every profile locally side by side; regenerates docs/benchmarks.md/.json/.png
-	@$(VENV_PY) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+	@echo "make: installing the bench's plot tools (matplotlib, pyproject.toml's bench extra) into $(VENV) ..." >&2
+	@started=$$(date +%s); $(_TOOL_HOMES) $(VENV_PY) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'; \
+	  echo "make: the bench's tools ready in $$(( $$(date +%s) - started )) s" >&2
 	@$(CLI) bench
 
 verify: _venv ## run all 164 canonical HumanEval solutions through the sandboxed verifier

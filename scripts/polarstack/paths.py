@@ -48,12 +48,15 @@ def cache_dir() -> Path:
 # ~/.npm and an empty ~/.rustup): pip runs `rustc --version` for its user agent, and on a machine whose rustc is a
 # rustup proxy that creates ~/.rustup; `npm view` writes its cache and logs to ~/.npm. Each goes under the
 # project's cache instead, unless the environment names a place or the user's own folder is already there (a rustup
-# or cargo home with toolchains is the user's; moving it would hide them).
+# or cargo home with toolchains is the user's; moving it would hide them). The real sglang on the CPU imports
+# flashinfer, which keeps its JIT cache in $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer, HOME by default
+# (flashinfer/jit/env.py of the pinned sglang's flashinfer-python 0.6.12; ~/.cache/flashinfer appeared during a run).
 TOOL_HOMES = (
     ("RUSTUP_HOME", ".rustup", "rustup"),
     ("CARGO_HOME", ".cargo", "cargo"),
     ("npm_config_cache", None, "npm"),
     ("PIP_CACHE_DIR", None, "pip"),
+    ("FLASHINFER_WORKSPACE_BASE", None, "flashinfer"),
 )
 
 

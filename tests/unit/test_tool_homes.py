@@ -29,7 +29,7 @@ def fresh_home(tmp_path, monkeypatch):
     monkeypatch.setenv("POLARSTACK_CACHE", str(cache))
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip stays offline: the requirement below is never found
-    for variable in ("RUSTUP_HOME", "CARGO_HOME", "npm_config_cache", "PIP_CACHE_DIR"):
+    for variable in ("RUSTUP_HOME", "CARGO_HOME", "npm_config_cache", "PIP_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
         monkeypatch.delenv(variable, raising=False)
     return home, cache
 
@@ -49,4 +49,15 @@ def test_the_users_own_homes_and_settings_are_kept(fresh_home, monkeypatch):
     monkeypatch.setenv("npm_config_cache", str(home / "npm-cache"))
     homes = paths.tool_homes()
     assert "RUSTUP_HOME" not in homes and "npm_config_cache" not in homes
-    assert homes == {"CARGO_HOME": str(cache / "cargo"), "PIP_CACHE_DIR": str(cache / "pip")}
+    assert homes == {
+        "CARGO_HOME": str(cache / "cargo"),
+        "PIP_CACHE_DIR": str(cache / "pip"),
+        "FLASHINFER_WORKSPACE_BASE": str(cache / "flashinfer"),
+    }
+
+
+def test_the_real_engine_keeps_flashinfers_cache_out_of_home(fresh_home):
+    from polarstack.stack import real_sglang
+
+    home, cache = fresh_home
+    assert real_sglang.server_env()["FLASHINFER_WORKSPACE_BASE"] == str(cache / "flashinfer")
