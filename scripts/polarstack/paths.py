@@ -57,6 +57,8 @@ TOOL_HOMES = (
     ("npm_config_cache", None, "npm"),
     ("PIP_CACHE_DIR", None, "pip"),
     ("FLASHINFER_WORKSPACE_BASE", None, "flashinfer"),
+    ("TILELANG_CACHE_DIR", None, "tilelang"),  # tilelang/env.py: ~/.tilelang/cache by default (~/.tilelang appeared)
+    ("DOCKER_CONFIG", ".docker", "docker-config"),  # the docker CLI's buildx state (~/.docker/buildx appeared)
 )
 
 

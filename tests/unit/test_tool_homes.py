@@ -11,6 +11,17 @@ import pytest
 from polarstack import paths
 from polarstack.offline import verify
 
+# What paths.tool_homes covers, spelled out here (the fixture clears them; an old tree has no such list).
+TOOL_HOMES = [
+    ("RUSTUP_HOME", ".rustup", "rustup"),
+    ("CARGO_HOME", ".cargo", "cargo"),
+    ("npm_config_cache", None, "npm"),
+    ("PIP_CACHE_DIR", None, "pip"),
+    ("FLASHINFER_WORKSPACE_BASE", None, "flashinfer"),
+    ("TILELANG_CACHE_DIR", None, "tilelang"),
+    ("DOCKER_CONFIG", ".docker", "docker-config"),
+]
+
 pytestmark = pytest.mark.unit
 
 RUSTC = '#!/bin/sh\nmkdir -p "${RUSTUP_HOME:-$HOME/.rustup}"; echo "rustc 1.0.0"\n'  # as rustup's proxy does
@@ -29,7 +40,7 @@ def fresh_home(tmp_path, monkeypatch):
     monkeypatch.setenv("POLARSTACK_CACHE", str(cache))
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip stays offline: the requirement below is never found
-    for variable in ("RUSTUP_HOME", "CARGO_HOME", "npm_config_cache", "PIP_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
+    for variable, _, _ in TOOL_HOMES:
         monkeypatch.delenv(variable, raising=False)
     return home, cache
 
@@ -50,10 +61,27 @@ def test_the_users_own_homes_and_settings_are_kept(fresh_home, monkeypatch):
     homes = paths.tool_homes()
     assert "RUSTUP_HOME" not in homes and "npm_config_cache" not in homes
     assert homes == {
-        "CARGO_HOME": str(cache / "cargo"),
-        "PIP_CACHE_DIR": str(cache / "pip"),
-        "FLASHINFER_WORKSPACE_BASE": str(cache / "flashinfer"),
+        key: str(cache / folder) for key, _, folder in TOOL_HOMES if key not in ("RUSTUP_HOME", "npm_config_cache")
     }
+
+
+def test_every_command_runs_with_them(fresh_home, monkeypatch):
+    """`polarstack <command>` sets them for everything it starts (docker, pip, npm), as a default only."""
+    import os
+
+    from polarstack.cli.main import main
+
+    home, cache = fresh_home
+    monkeypatch.setenv("DOCKER_CONFIG", str(home / "mine"))  # the user's choice stays
+    for key, _, _ in TOOL_HOMES:
+        monkeypatch.setenv(key, os.environ.get(key, ""))  # whatever main sets is undone after the test
+        if key != "DOCKER_CONFIG":
+            monkeypatch.delenv(key)
+    assert main(["routers", "catalog", "--json"]) == 0
+    assert os.environ["DOCKER_CONFIG"] == str(home / "mine")
+    assert os.environ["TILELANG_CACHE_DIR"] == str(cache / "tilelang") and os.environ["CARGO_HOME"] == str(
+        cache / "cargo"
+    )
 
 
 def test_the_real_engine_keeps_flashinfers_cache_out_of_home(fresh_home):
