@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sys
 from typing import Any
-from urllib.parse import urlsplit
 
 from polarstack.bench import matrix
 from polarstack.bench.compare import spread
@@ -77,43 +76,27 @@ def _show(out, table) -> None:
     out.print(table)
 
 
-def _where(url: str) -> str:
-    """host:port of a URL, without its scheme (a shorter word in a table)."""
-    parts = urlsplit(url)
-    return parts.netloc or url
-
-
 def render_smoke(report) -> None:
-
     out = console()
     res = report.resolution
     out.print(f"smoke: route={res.route} base={res.base_url} model={report.model}")
     if res.note:
         out.print(f"  path: {res.note}")
-    # The URL of every request, once: a column only for what differs between them (host:port, or the path).
-    hosts = sorted({_where(e["url"]) for e in report.exchanges})
-    paths = sorted({urlsplit(e["url"]).path for e in report.exchanges})
-    if report.exchanges and len(hosts) == 1 and len(paths) == 1:
-        out.print(f"  requests: {report.exchanges[0]['url']}")
-    elif len(paths) == 1:
-        out.print(f"  requests: {paths[0]} at the host in column 'to'")
-    columns = ["#", "kind", "turn", *(["to"] if len(hosts) > 1 else []), *(["path"] if len(paths) > 1 else [])]
-    table = _table(*columns, "HTTP", "ms", "prompt ids", "response ids", "trainable", "problems")
-    said: dict[str, list[str]] = {}  # each problem once, below the table, with the exchanges that had it
+    # Each URL once, outside the table (one URL is a word of 35-45 characters): above it when every request went to
+    # the same one, else below it with the requests that went there; each problem once, below it, the same way.
+    urls: dict[str, list[str]] = {}
+    said: dict[str, list[str]] = {}
+    table = _table("#", "kind", "turn", "HTTP", "ms", "prompt ids", "response ids", "trainable", "problems")
     for index, entry in enumerate(report.exchanges, 1):
         verdict = entry.get("verdict", {})
         found = verdict.get("problems", [])
+        urls.setdefault(entry["url"], []).append(str(index))
         for problem in found:
             said.setdefault(problem["message"], []).append(str(index))
-        where = [
-            *([_where(entry["url"])] if len(hosts) > 1 else []),
-            *([urlsplit(entry["url"]).path] if len(paths) > 1 else []),
-        ]
         table.add_row(
             str(index),
             entry["kind"],
             str(entry["turn"]),
-            *where,
             str(entry["status"]),
             f"{entry['elapsed_ms']:.1f}",
             str(verdict.get("prompt_tokens", "-")),
@@ -121,8 +104,13 @@ def render_smoke(report) -> None:
             str(entry.get("polar", {}).get("polar_trainable_tokens", "-")),
             str(len(found)) if found else "-",
         )
+    if len(urls) == 1:
+        out.print(f"  requests to {next(iter(urls))}")
     if report.exchanges:
         _show(out, table)
+    if len(urls) > 1:
+        for url, indexes in urls.items():
+            out.print(f"  #{', #'.join(indexes)} went to {url}")
     for message, indexes in said.items():
         out.print(f"  problem of #{', #'.join(indexes)}: {message}")
     for row in report.per_engine or []:  # NODES>1: every engine of every node (checks.per_engine)

@@ -24,6 +24,7 @@ from polarstack.checks import rehearsal_report, smoke
 from polarstack.checks.probe import ProbeReport
 from polarstack.cli import render
 from polarstack.cli.main import main
+from polarstack.errors import ExitCode
 from polarstack.offline.check import Check
 from polarstack.stack import profiles
 
@@ -108,6 +109,32 @@ def test_the_smoke_table(monkeypatch, drawn, body):
     problems = [f["message"] for e in report.exchanges for f in e.get("verdict", {}).get("problems", [])]
     assert bool(problems) == (body != answer())  # said below the table, each once, whole
     assert_fits(drawn, sorted(set(problems)) + report.warnings)
+
+
+def test_the_smoke_table_of_requests_to_several_urls(drawn):
+    """Polar's route resolved to the engines, and NODES>1's line per engine: each URL said whole, outside the table."""
+    urls = [f"http://127.0.0.1:{port}/v1/chat/completions" for port in (30000, 30001)] + [f"{URL}/generate"]
+    exchanges = [
+        {"kind": "single", "turn": 1, "url": url, "status": 200, "elapsed_ms": 3.2, "verdict": {}, "polar": {}}
+        for url in urls
+    ]
+    engine = {"rank": 1, "addr": "198.18.250.2", "url": "http://198.18.250.2:30000", "trainable_tokens": 0}
+    engine.update(verdict="fail", code="UNREACHABLE", message="engine http://198.18.250.2:30000 did not answer " * 3)
+    report = SimpleNamespace(
+        resolution=SimpleNamespace(route="polar", base_url=URL, note="Polar resolves its workers"),
+        model="m",
+        exchanges=exchanges,
+        per_engine=[engine],
+        per_node=[],
+        warnings=[],
+        ok=False,
+        code=ExitCode.UNREACHABLE,
+        polar_verdict="not_trainable",
+        trainable_tokens=0,
+        elapsed=0.1,
+    )
+    render.render_smoke(report)
+    assert_fits(drawn, [*urls, engine["message"]])
 
 
 def test_the_probe_table(drawn):
