@@ -66,9 +66,17 @@ help: ## list the public targets
 
 _venv: $(VENV)/.installed
 
+# pip's cache, and the ~/.rustup a rustup proxy creates when pip runs `rustc --version`, under the project's cache
+# rather than HOME (the CLI's own pip and npm runs: polarstack.paths.tool_homes).
+_CACHE := $(or $(POLARSTACK_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/polarstack)
+_TOOL_HOMES = $(if $(PIP_CACHE_DIR),,PIP_CACHE_DIR="$(_CACHE)/pip") $(if $(RUSTUP_HOME)$(wildcard $(HOME)/.rustup),,RUSTUP_HOME="$(_CACHE)/rustup")
+# A cold install is minutes of silent pip (157 s measured: `time make _venv` in a fresh worktree, empty pip cache,
+# 2 cores shared with other work): a line before and one after, with its time.
 $(VENV)/.installed: pyproject.toml
 	@test -x $(VENV_PY) || $(PYTHON) -m venv $(VENV)
-	@$(VENV_PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@echo "make: installing polarstack and its test tools into $(VENV) (pip, from pyproject.toml; minutes when cold) ..." >&2
+	@started=$$(date +%s); $(_TOOL_HOMES) $(VENV_PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'; \
+	  echo "make: $(VENV) ready in $$(( $$(date +%s) - started )) s" >&2
 	@touch $@
 
 test-deps: _venv ## install what the test tiers start (pinned Ray, router releases, pin-check wheels) before pytest runs, with progress (TEST_TIERS="test cluster")
@@ -163,7 +171,9 @@ verify-offline: _venv ## check every rendered command line and image pin against
 	@$(CLI) verify-offline
 
 bench: _venv ## measure every profile locally side by side; regenerates docs/benchmarks.md/.json/.png
-	@$(VENV_PY) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+	@echo "make: installing the bench's plot tools (matplotlib, pyproject.toml's bench extra) into $(VENV) ..." >&2
+	@started=$$(date +%s); $(_TOOL_HOMES) $(VENV_PY) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'; \
+	  echo "make: the bench's tools ready in $$(( $$(date +%s) - started )) s" >&2
 	@$(CLI) bench
 
 verify: _venv ## run all 164 canonical HumanEval solutions through the sandboxed verifier

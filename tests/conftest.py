@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import bundled_verifier
 import tier_deps
 from fixture_failures import pytest_runtest_makereport  # noqa: F401  (a hook: one report per failed shared fixture)
 from polarstack import paths
@@ -206,3 +210,58 @@ def docker_engine() -> str:
             pytest.fail(f"the docker tier is required here (CI=true): {message}")
         pytest.skip(message)
     return host
+
+
+# --- no litter (issue 34): nothing of a run left in the temporary directory or in HOME ----------------------------
+# The run gets a temporary directory of its own (TMPDIR, set before the xdist workers start, so they and every process
+# a test starts inherit it): what a test, a fixture or a command leaves there is this run's, even with other runs on
+# the machine. When pytest finishes, a `polarstack-*` or `ps-*` entry still there, or a new entry in HOME (its top
+# level, ~/.cache, ~/.config, ~/.local) outside the project's cache, fails the run, named; the directory is then
+# removed (kept when something was left, for a look).
+_LITTER: dict = {}
+_PROJECT_NAMES = ("polarstack-", "ps-")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _bundled_verifier_folder(tmp_path_factory) -> None:
+    """The sandbox tests' verifier file under pytest's tmp_path_factory (tests/bundled_verifier.py)."""
+    bundled_verifier.VERIFIER.factory = tmp_path_factory
+
+
+def _home_entries() -> set[Path]:
+    home = Path.home()
+    found: set[Path] = set()
+    for folder in (home, home / ".cache", home / ".config", home / ".local"):
+        with contextlib.suppress(OSError):
+            found.update(folder.iterdir())
+    return found
+
+
+def pytest_sessionstart(session) -> None:
+    if hasattr(session.config, "workerinput"):  # an xdist worker: its controller watches
+        return
+    private = Path(tempfile.mkdtemp(prefix="pytest-run-"))
+    private.chmod(0o1777)  # as /tmp: the verifier's sandbox runs as another uid below it
+    os.environ["TMPDIR"] = str(private)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    _LITTER.update(private=private, home=_home_entries())
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own tmp_path clean-up, which still reads its base folder
+def pytest_sessionfinish(session, exitstatus) -> None:
+    private = _LITTER.pop("private", None)
+    if private is None:
+        return
+    left = sorted(p.name for p in private.iterdir() if p.name.startswith(_PROJECT_NAMES))
+    cache = paths.cache_dir()
+    inside = {cache, *cache.parents}  # the cache, its folder (~/.cache) and what is below it
+    new = sorted(str(p) for p in _home_entries() - _LITTER["home"] if p not in inside and cache not in p.parents)
+    problems = [f"left in the temporary directory {private}: {', '.join(left)}"] if left else []
+    problems += [f"new in HOME outside the project's cache ({cache}): {', '.join(new)}"] if new else []
+    if problems:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        for problem in problems:
+            (reporter.write_line if reporter else print)(f"polarstack litter check: {problem}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if not left:
+        shutil.rmtree(private, ignore_errors=True)

@@ -44,6 +44,35 @@ def cache_dir() -> Path:
     return base
 
 
+# What the tools the stack runs write into HOME unless told otherwise (issue 34: a fresh HOME after the suite held
+# ~/.npm and an empty ~/.rustup): pip runs `rustc --version` for its user agent, and on a machine whose rustc is a
+# rustup proxy that creates ~/.rustup; `npm view` writes its cache and logs to ~/.npm. Each goes under the
+# project's cache instead, unless the environment names a place or the user's own folder is already there (a rustup
+# or cargo home with toolchains is the user's; moving it would hide them). The real sglang on the CPU imports
+# flashinfer, which keeps its JIT cache in $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer, HOME by default
+# (flashinfer/jit/env.py of the pinned sglang's flashinfer-python 0.6.12; ~/.cache/flashinfer appeared during a run).
+TOOL_HOMES = (
+    ("RUSTUP_HOME", ".rustup", "rustup"),
+    ("CARGO_HOME", ".cargo", "cargo"),
+    ("npm_config_cache", None, "npm"),
+    ("PIP_CACHE_DIR", None, "pip"),
+    ("FLASHINFER_WORKSPACE_BASE", None, "flashinfer"),
+    ("TILELANG_CACHE_DIR", None, "tilelang"),  # tilelang/env.py: ~/.tilelang/cache by default (~/.tilelang appeared)
+    ("DOCKER_CONFIG", ".docker", "docker-config"),  # the docker CLI's buildx state (~/.docker/buildx appeared)
+)
+
+
+def tool_homes() -> dict[str, str]:
+    """The environment that keeps pip, npm and rustup's proxies out of HOME: {variable: folder under cache_dir()} for
+    each one neither set in the environment nor already a folder of the user's (see TOOL_HOMES)."""
+    out = {}
+    for variable, own, folder in TOOL_HOMES:
+        if os.environ.get(variable) or (own and (Path.home() / own).exists()):
+            continue
+        out[variable] = str(cache_dir() / folder)
+    return out
+
+
 def configs_dir() -> Path:
     return repo_root() / "configs"
 

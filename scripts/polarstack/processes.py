@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import signal
@@ -15,12 +16,31 @@ from typing import Any
 
 from polarstack import http as stack_http
 from polarstack.errors import ExitCode, StackError
+from polarstack.paths import tool_homes
 
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could not listen on `host`:`port` now: the one probe of both runtimes (`make up`'s check of
+    the profile's ports, the local runtime's at NODES>1, the search for a real engine's port). It binds as the servers
+    do, with SO_REUSEADDR (uvicorn, sglang's server, the routers and Ray's GCS all set it): a port whose last
+    connections are only in TIME_WAIT (a stack stopped a moment ago) is free, a port with a listener is taken.
+    Another failure than EADDRINUSE (an address this host does not hold, a privileged port) is raised as OSError for
+    the caller to name."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
 
 
 def free_ports(count: int) -> list[int]:
@@ -59,6 +79,17 @@ def startup_seconds(
     if ceiling is not None:
         top = min(top, ceiling)
     return max(base, min(base * max(1.0, load / cores), top))
+
+
+@contextlib.contextmanager
+def announced_install(what: str, where: Path, why: str = ""):
+    """A pip install a person would otherwise wait on in silence (a cold one takes seconds to minutes): one line on
+    stderr before it, naming what goes where (and why, when the command did not ask for it), and one after with its
+    time. Nothing after a failure: the caller's one sentence says what went wrong."""
+    print(f"polarstack: installing {what} into {where}{f' ({why})' if why else ''} ...", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    yield
+    print(f"polarstack: {what} installed in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
 
 
 def stop_pid(pid: int, process: subprocess.Popen | None = None, timeout: float = 10.0) -> None:
@@ -189,8 +220,9 @@ SECRET_PREFIXES = ("HF_", "HUGGING", "AWS_", "OPENAI_")
 
 
 def child_env() -> dict[str, str]:
-    """This process's environment without credentials: what every process the stack starts inherits."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIXES)}
+    """This process's environment without credentials: what every process the stack starts inherits; pip, npm and
+    rustup's proxies keep their caches under the project's cache, not in HOME (paths.tool_homes)."""
+    return {**tool_homes(), **{k: v for k, v in os.environ.items() if not k.startswith(SECRET_PREFIXES)}}
 
 
 @contextlib.contextmanager

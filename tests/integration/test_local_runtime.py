@@ -1,14 +1,16 @@
 """Pins the local runtime: `up` starts a profile's topology on 127.0.0.1 (emulated engines + the real router),
 `smoke` finds the base URL in the run state, `up` twice refuses, `down` stops exactly the recorded pids (routers
-that retitle themselves included) and `down` with nothing up is a clear no-op. Also runs `make demo`'s profiles."""
+that retitle themselves included) and `down` with nothing up is a clear no-op. Also runs `make demo`'s profiles, and `up` on ports a stopped stack left in TIME_WAIT."""
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
-from polarstack.stack import local
+from polarstack.stack import local, profiles
 
 pytestmark = pytest.mark.router
 
@@ -89,3 +91,33 @@ def test_train_is_gated_by_the_smoke(run_dir, capsys, profile, code, needle):
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
     assert not (run_dir / "train").exists()  # nothing was rendered for a launch
+
+
+def test_up_right_after_down_binds_the_ports_left_in_time_wait(run_dir, capsys, monkeypatch):
+    """Issue 34: a stack stopped a moment ago leaves its ports in TIME_WAIT. The probe of both runtimes
+    (processes.port_taken) calls them free, and the local runtime's emulated engines and real router really listen
+    there at once (each binds with SO_REUSEADDR, as the probe does)."""
+    from polarstack.processes import free_port, port_taken
+    from polarstack.stack import stack_faults
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import time_wait
+
+    left = [time_wait.leave_time_wait() for _ in range(3)]  # engine-0, engine-1, the router
+    assert not any(port_taken(port) for port in left)
+    monkeypatch.setenv("ENGINE_PORT_BASE", str(left[0]))
+    for key in ("RAY_GCS_PORT", "RAY_DASHBOARD_PORT"):
+        monkeypatch.setenv(key, "0")
+    stack_faults.refuse_taken_ports(profiles.load("engine-direct"))  # `make up`'s check passes on them
+    handed = iter(left)  # the local runtime at NODES=1 picks free ports: hand it the ones in TIME_WAIT first
+    monkeypatch.setattr(local, "free_port", lambda: next(handed, None) or free_port())
+    assert main(["up", "--profile", "patched-router", "--json"]) == 0
+    state = json.loads(capsys.readouterr().out)
+    assert [(p["role"], p["port"]) for p in state["processes"]] == [
+        ("engine-0", left[0]),
+        ("engine-1", left[1]),
+        ("router", left[2]),
+    ]
+    assert all(port_taken(port) for port in left)  # listening there now
+    assert main(["smoke", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trainable_tokens"] > 0

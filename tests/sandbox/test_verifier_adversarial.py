@@ -7,18 +7,17 @@ nor survive it, and two verifier processes started together do not kill each oth
 import json
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+import bundled_verifier
 from polarstack.reward import tasks, verifier
-from polarstack.reward.verifier import bundle
 
 pytestmark = pytest.mark.sandbox
-VERIFIER = bundle.write(Path(tempfile.mkdtemp(prefix="polarstack-verifier-")) / "verifier.py")  # as tasks writes it
+VERIFIER = bundled_verifier.VERIFIER  # as tasks writes it, under pytest's tmp_path_factory
 
 
 @pytest.fixture(scope="module")

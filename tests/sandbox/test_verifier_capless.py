@@ -16,17 +16,16 @@ import platform
 import shutil
 import socket
 import subprocess
-import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
 
+import bundled_verifier
 from polarstack.reward import tasks, verifier
-from polarstack.reward.verifier import bundle
 
 pytestmark = pytest.mark.sandbox
-VERIFIER = bundle.write(Path(tempfile.mkdtemp(prefix="polarstack-verifier-")) / "verifier.py")  # as tasks writes it
+VERIFIER = bundled_verifier.VERIFIER  # as tasks writes it, under pytest's tmp_path_factory
 SYSTEM_PYTHON = "/usr/bin/python3"
 CAP_SYS_ADMIN = 21
 # Drops CAP_SYS_ADMIN from the bounding and inheritable sets, so the exec'd program (root) has it nowhere.

@@ -7,16 +7,15 @@ the bundled verifier's command line and is graded by Polar's rule (tests/polar_g
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
+import bundled_verifier
 from polar_grading import reward, status_lines
-from polarstack.reward.verifier import bundle
 
 pytestmark = pytest.mark.sandbox
-VERIFIER = bundle.write(Path(tempfile.mkdtemp(prefix="polarstack-verifier-")) / "verifier.py")  # as tasks writes it
+VERIFIER = bundled_verifier.VERIFIER  # as tasks writes it, under pytest's tmp_path_factory
 NAME = "task_verifier"
 
 

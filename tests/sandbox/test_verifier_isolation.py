@@ -19,13 +19,13 @@ from types import SimpleNamespace
 
 import pytest
 
+import bundled_verifier
 from polarstack.cli.main import main as cli_main
 from polarstack.errors import ExitCode
 from polarstack.reward import tasks, verifier
-from polarstack.reward.verifier import bundle
 
 pytestmark = pytest.mark.sandbox
-VERIFIER = bundle.write(Path(tempfile.mkdtemp(prefix="polarstack-verifier-")) / "verifier.py")  # as tasks writes it
+VERIFIER = bundled_verifier.VERIFIER  # as tasks writes it, under pytest's tmp_path_factory
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"
 

@@ -9,19 +9,18 @@ that output, and the detail shows the text escaped (`\\n` as backslash and n), b
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
+import bundled_verifier
 from polar_grading import reward, status_lines
 from polarstack.checks import sandbox_probe
 from polarstack.reward import tasks
-from polarstack.reward.verifier import bundle
 from polarstack.train import gate
 
 pytestmark = pytest.mark.sandbox
-VERIFIER = bundle.write(Path(tempfile.mkdtemp(prefix="polarstack-verifier-")) / "verifier.py")  # as tasks writes it
+VERIFIER = bundled_verifier.VERIFIER  # as tasks writes it, under pytest's tmp_path_factory
 NAME = "humaneval_verifier"
 SEPARATORS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 FORGED = {

@@ -79,6 +79,7 @@ def available_releases(package: str) -> list[str]:
         [sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
         capture_output=True,
         text=True,
+        env=child_env(),
     )
     for line in proc.stdout.splitlines():
         if line.strip().startswith("Available versions:"):

@@ -71,7 +71,7 @@ class LocalDemo:
     def start_engines(self, wanted: list[profiles.Profile]) -> None:
         for profile in wanted:  # before any engine starts: a cold router install can take seconds
             if profile.router is not None:
-                install(profile.router, quiet=False)
+                install(profile.router)
         count = max(profile.engine_count for profile in wanted)
         self.shared = local.start_engines(
             wanted[0], count, directory=local.demo_dir() / "engines", engine=self.engine, progress=self.progress

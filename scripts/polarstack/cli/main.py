@@ -38,7 +38,7 @@ from polarstack.engine import tool_parser
 from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import MAX_REQUESTS, MAX_TOKENS, MAX_TURNS, count, seconds, url
 from polarstack.offline import verify as verify_offline
-from polarstack.paths import TRAINER_RUN_DIR
+from polarstack.paths import TRAINER_RUN_DIR, tool_homes
 from polarstack.polar import switch as polar_switch
 from polarstack.stack import device, local, pin
 from polarstack.stack import target as stack_target
@@ -482,6 +482,8 @@ def _main(argv: list[str] | None) -> int:
         reconfigure(line_buffering=True)
     try:
         device.apply_cpu_defaults()  # DEVICE=cpu: the CPU stack's own ports and model (polarstack.stack.device)
+        for key, value in tool_homes().items():  # docker, pip, npm, rustup's proxies: their homes not in HOME
+            os.environ.setdefault(key, value)
         code = int(args.handler(args) or 0)
         # Output shorter than stdout's buffer reaches a closed pipe only at this flush: raise it here, where it is
         # turned into 141, not in the interpreter's flush at exit (exit 120 with "Exception ignored").

@@ -1,6 +1,8 @@
 """How every report looks to a person: one `render_<report>` per report (rich tables), plus the JSON printer.
 
-The commands in cli*.py compute a report and hand it here (or to `print_json` under --json).
+The commands in cli*.py compute a report and hand it here (or to `print_json` under --json). Every table and line
+fits WIDTH columns (a narrower terminal: its width): cells wrap at spaces and are never cut; a value that would not
+fit (a URL, a package spec, a range) is shortened here, or the table is split in two (tests/unit/cli/test_table_width.py).
 """
 
 from __future__ import annotations
@@ -32,41 +34,87 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
+WIDTH = 100  # the widest a table or a line is drawn (issue 34): a terminal of 100 columns, a log read in one
+
+
 def console():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
+    width = min(Console().width, WIDTH) if sys.stdout.isatty() else WIDTH
+    return Console(highlight=False, soft_wrap=False, width=width)
+
+
+def _table(*headers: str, **options):
+    """A table whose cells wrap at spaces; a word longer than its column would be folded (the test says so)."""
+    from rich.table import Table
+
+    table = Table(**options)
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    return table
+
+
+def _show(out, table) -> None:
+    """Print `table` within `out`'s width with no word cut. Rich shrinks every wrapping column in proportion and so
+    folds words that a better split would keep whole: each column gets its longest word, and the room left goes to
+    the columns whose cells would wrap, in proportion to what they lack. A table whose longest words alone are wider
+    than the console is printed as rich draws it (folded; tests/unit/cli/test_table_width.py names such a table)."""
+    columns = table.columns
+    texts = [[str(column.header), *(str(cell) for cell in column.cells)] for column in columns]
+    longest_word = [max((len(w) for text in col for w in text.split()), default=1) for col in texts]
+    longest_line = [max(len(line) for text in col for line in (text.splitlines() or [""])) for col in texts]
+    room = out.width - (3 * len(columns) + 1)  # each column's padding and rule, and the table's left edge
+    spare = room - sum(longest_word)
+    if sum(longest_line) > room and spare >= 0:
+        lacking = [line - word for word, line in zip(longest_word, longest_line, strict=True)]
+        widths = [word + lack * spare // sum(lacking) for word, lack in zip(longest_word, lacking, strict=True)]
+        for index in sorted(range(len(widths)), key=lambda i: longest_line[i] - widths[i], reverse=True):
+            if sum(widths) < room and widths[index] < longest_line[index]:
+                widths[index] += 1  # what the rounding left over
+        for column, width in zip(columns, widths, strict=True):
+            column.width = width
+    out.print(table)
 
 
 def render_smoke(report) -> None:
-    from rich.table import Table
-
     out = console()
     res = report.resolution
     out.print(f"smoke: route={res.route} base={res.base_url} model={report.model}")
     if res.note:
         out.print(f"  path: {res.note}")
-    table = Table("#", "kind", "turn", "url", "HTTP", "ms", "prompt ids", "response ids", "trainable", "problems")
+    # Each URL once, outside the table (one URL is a word of 35-45 characters): above it when every request went to
+    # the same one, else below it with the requests that went there; each problem once, below it, the same way.
+    urls: dict[str, list[str]] = {}
+    said: dict[str, list[str]] = {}
+    table = _table("#", "kind", "turn", "HTTP", "ms", "prompt ids", "response ids", "trainable", "problems")
     for index, entry in enumerate(report.exchanges, 1):
         verdict = entry.get("verdict", {})
         found = verdict.get("problems", [])
-        problems = f"{len(found)}: {found[0]['message'][:90]}" if found else ""
+        urls.setdefault(entry["url"], []).append(str(index))
+        for problem in found:
+            said.setdefault(problem["message"], []).append(str(index))
         table.add_row(
             str(index),
             entry["kind"],
             str(entry["turn"]),
-            entry["url"],
             str(entry["status"]),
             f"{entry['elapsed_ms']:.1f}",
             str(verdict.get("prompt_tokens", "-")),
             str(verdict.get("response_tokens", "-")),
             str(entry.get("polar", {}).get("polar_trainable_tokens", "-")),
-            problems or "-",
+            str(len(found)) if found else "-",
         )
+    if len(urls) == 1:
+        out.print(f"  requests to {next(iter(urls))}")
     if report.exchanges:
-        out.print(table)
+        _show(out, table)
+    if len(urls) > 1:
+        for url, indexes in urls.items():
+            out.print(f"  #{', #'.join(indexes)} went to {url}")
+    for message, indexes in said.items():
+        out.print(f"  problem of #{', #'.join(indexes)}: {message}")
     for row in report.per_engine or []:  # NODES>1: every engine of every node (checks.per_engine)
-        outcome = "pass" if row["verdict"] == "pass" else f"FAIL ({row['code']}): {row['message'][:120]}"
+        outcome = "pass" if row["verdict"] == "pass" else f"FAIL ({row['code']}): {row['message']}"
         out.print(
             f"  node {row['rank']} ({row['addr']}) engine {row['url']}: {row['trainable_tokens']} trainable tokens, "
             f"{outcome}"
@@ -109,21 +157,19 @@ def render_docker_smoke(report: dict[str, Any], profile_name: str) -> None:
 
 
 def render_probe(report) -> None:
-    from rich.table import Table
-
-    table = Table("path", "url", "HTTP", "bytes", "choices[0] keys", "trainable")
+    table = _table("path", "url", "HTTP", "bytes", "choices[0] keys", "trainable")
     for label, side in (("direct", report.direct), ("via", report.via)):
         if side:
             table.add_row(
                 label,
-                side["url"],
+                side["url"].split("://", 1)[-1],
                 str(side["status"]),
                 str(side["bytes"]),
                 ", ".join(side["choice_keys"]),
                 str(side["trainable_tokens"]),
             )
     out = console()
-    out.print(table)
+    _show(out, table)
     out.print(f"diagnosis: {report.diagnosis}" + (f" ({report.evidence})" if report.evidence else ""))
 
 
@@ -137,31 +183,26 @@ def render_status(state) -> None:
 
 
 def render_demo(rows: list[dict[str, Any]], elapsed: float, engine: str = "emulator") -> None:
-    from rich.table import Table
-
     title = "engines: the emulator (CPU stand-in)" if engine == "emulator" else f"engines: real {engine} on the CPU"
-    table = Table(
-        "profile", "router release", "expected", "verdict", "trainable tokens", "smoke s", "as expected", title=title
-    )
+    table = _table("profile", "router release", "verdict", "trainable tokens", "smoke s", "as expected", title=title)
     for row in rows:
         table.add_row(
             row["profile"],
             row["router"],
-            row["expected"],
             row["verdict"],
             str(row["trainable_tokens"]),
             "-" if row.get("smoke_seconds") is None else f"{row['smoke_seconds']:.3f}",
-            "yes" if row["as_expected"] else "NO",
+            "yes" if row["as_expected"] else f"NO (expected {row['expected']})",
         )
     out = console()
-    out.print(table)
+    _show(out, table)
     rehearsed = [row for row in rows if row.get("rehearsal")]
     if rehearsed:  # make preflight's report, the classes this machine can measure (the rest: the node's)
         classes = [v["class"] for v in rehearsed[0]["rehearsal"]]
-        part = Table("rehearsal class (make preflight)", *[row["profile"] for row in rehearsed])
+        part = _table("rehearsal class (make preflight)", *[row["profile"] for row in rehearsed])
         for index, name in enumerate(classes):
             part.add_row(name, *[_rehearsal_cell(r["rehearsal"][index]) for r in rehearsed])
-        out.print(part)
+        _show(out, part)
     out.print(f"demo finished in {elapsed:.1f} s")
 
 
@@ -232,44 +273,37 @@ def render_verify(result: dict[str, Any], elapsed: float) -> None:
 
 
 def render_bench(data: dict[str, Any], paths: dict[str, Any]) -> None:
-    from rich.table import Table
-
+    """Two tables sharing the profile column (one would be 150 columns wide): the smoke and token yield, then the
+    latency the router adds and the throughput; each cell the median (min-max) of the repetitions."""
     c = data["concurrencies"]
-    table = Table(
-        "profile",
-        "router",
-        "smoke",
-        "smoke s",
-        "added median ms",
-        "added p99 ms",
-        *[f"req/s c={x}" for x in c],
-        "yield",
-    )
+    table = _table("profile", "router", "smoke", "smoke s", "yield")
+    for name, row in data["profiles"].items():
+        table.add_row(
+            name, row["router"], row["smoke_verdict"], spread(row["smoke_seconds"]), spread(row["token_yield"], 2)
+        )
+    out = console()
+    _show(out, table)
+    table = _table("profile", "added median ms", "added p99 ms", *[f"req/s c={x}" for x in c])
     for name, row in data["profiles"].items():
         table.add_row(
             name,
-            row["router"],
-            row["smoke_verdict"],
-            spread(row["smoke_seconds"]),
             spread(row["added_median_ms"]),
             spread(row["added_p99_ms"]),
             *[spread(row["throughput"][str(x)], 0) for x in c],
-            spread(row["token_yield"], 2),
         )
-    out = console()
-    out.print(table)
-    affinity = Table("profile", "routing", "cache share", "prompt tokens per engine")
+    _show(out, table)
+    affinity = _table("profile", "routing", "cache share", "prompt tokens per engine")
     for name, row in data["profiles"].items():
         for routing, aff in row.get("affinity", {}).items():
             affinity.add_row(name, routing, f"{aff['cache_share']:.3f}", str(aff["per_engine_prompt_tokens"]))
-    out.print(affinity)
+    _show(out, affinity)
     out.print(f"wrote {paths['markdown']}, {paths['json']}, {paths['plot']}")
 
 
 def render_routing_bench(data: dict[str, Any], paths: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    table = Table("profile", "routing mode", "prompt tok % per engine", "affinity %", "cache/ideal", "turns/s", "goals")
+    table = _table(
+        "profile", "routing mode", "prompt tok % per engine", "affinity %", "cache vs ideal", "turns/s", "goals"
+    )
     rows = [("any", "Polar worker bypass", data["bypass"])] + [
         (name, m["label"] + (" (shipped)" if m["shipped"] else ""), m["metrics"])
         for name, row in data["profiles"].items()
@@ -286,38 +320,82 @@ def render_routing_bench(data: dict[str, Any], paths: dict[str, Any]) -> None:
             "met" if all(m["goals"].values()) else "missed",
         )
     out = console()
-    out.print(table)
+    _show(out, table)
     out.print(f"wrote {paths['markdown']}, {paths['json']}, {paths['plot']}")
 
 
 def render_verify_offline(checks, elapsed: float) -> None:
-    from rich.table import Table
-
     failed = [c for c in checks if not c.ok]
-    table = Table("check", "result")
+    table = _table("check", "result")
     for check in checks:
-        table.add_row(check.name, "ok" if check.ok else "FAIL: " + "; ".join(check.problems)[:200])
+        table.add_row(check.name, "ok" if check.ok else "FAIL: " + "; ".join(check.problems))
     out = console()
-    out.print(table)
+    _show(out, table)
     out.print(f"{len(checks) - len(failed)}/{len(checks)} checks passed in {elapsed:.1f} s")
 
 
-def render_routers_catalog(rows: list[dict[str, Any]]) -> None:
-    from rich.table import Table
+# The catalog's columns as a person reads them (the keys are --json's); the launch module goes below the table.
+CATALOG_COLUMNS = {
+    "release": "release",
+    "forwards_chat_return_flags": "forwards chat return flags",
+    "worker_api": "worker API",
+    "startup_check_interval_flag": "startup check interval flag",
+    "prometheus_port_flag": "prometheus port flag",
+    "prometheus_host_flag": "prometheus host flag",
+    "installed": "installed",
+}
 
-    table = Table(*rows[0].keys())
+
+def render_routers_catalog(rows: list[dict[str, Any]]) -> None:
+    table = _table(*CATALOG_COLUMNS.values())
     for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
-    console().print(table)
+        table.add_row(*(_yes_no(row[key]) for key in CATALOG_COLUMNS))
+    out = console()
+    _show(out, table)
+    modules = {}
+    for row in rows:
+        modules.setdefault(row["module"], row["release"].partition("==")[0])
+    out.print("launched as: " + "; ".join(f"python -m {module} ({package})" for module, package in modules.items()))
+
+
+def _yes_no(value: Any) -> str:
+    return ("yes" if value else "no") if isinstance(value, bool) else str(value)
+
+
+# The matrix in two tables of the release and some of matrix.COLUMNS (one would be 200 columns wide): what each
+# release keeps of Polar's token path, then the rest of its behaviour and its timings; the notes below them.
+MATRIX_SPLIT = (
+    (
+        "installs",
+        "starts",
+        "chat_flags_reach_engine",
+        "chat_fields_reach_client",
+        "fields_survive_when_emitted",
+    ),
+    (
+        "generate_keeps_tokens",
+        "completions_flags_reach_engine",
+        "post_workers",
+        "startup_s",
+        "added_median_ms",
+        "added_p99_ms",
+    ),
+)
+# The Markdown's titles, but a slash between two names opened up so the title wraps there (26 characters in one word)
+TERMINAL_TITLES = {"chat_fields_reach_client": "prompt_token_ids / meta_info reach client"}
 
 
 def render_matrix(rows: list[dict[str, Any]]) -> None:
-    from rich.table import Table
-
-    table = Table(*(title for _, title in matrix.COLUMNS), "note")
+    titles = {**dict(matrix.COLUMNS), **TERMINAL_TITLES}
+    out = console()
+    for keys in MATRIX_SPLIT:
+        table = _table(titles["release"], *(titles[key] for key in keys))
+        for row in rows:
+            table.add_row(matrix.cell(row, "release"), *(matrix.cell(row, key) for key in keys))
+        _show(out, table)
     for row in rows:
-        table.add_row(*(matrix.cell(row, key) for key, _ in matrix.COLUMNS), row.get("note", "")[:60])
-    console().print(table)
+        if row.get("note"):
+            out.print(f"note on {row['release']}: {row['note']}")
 
 
 def render_preflight_plan(plan) -> None:
@@ -357,12 +435,10 @@ def render_preflight_plan(plan) -> None:
 
 def render_rehearsal_report(result: dict[str, Any]) -> None:
     """The rehearsal's verdict per silent-failure class (polarstack.checks.rehearsal_report)."""
-    from rich.table import Table
-
-    table = Table("class", "verdict", "measured", "what to change")
+    table = _table("class", "verdict", "measured", "what to change")
     for row in result["verdicts"]:
         table.add_row(row["class"], row["verdict"].upper(), row["figure"], row["change"])
-    console().print(table)
+    _show(console(), table)
     for warning in result.get("warnings") or []:  # e.g. an active POLARSTACK_VERIFIER_ISOLATION=none
         print(f"WARNING {warning}")
     status = "passed" if result["passed"] else f"FAILED at {result['first_failure']}"

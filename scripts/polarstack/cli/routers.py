@@ -110,5 +110,5 @@ def _cmd_routers_matrix(args: argparse.Namespace) -> int:
 
 def _cmd_routers_install(args: argparse.Namespace) -> int:
     for spec in args.releases:
-        print(install(RouterRelease.parse(spec), quiet=False))
+        print(install(RouterRelease.parse(spec)))
     return 0

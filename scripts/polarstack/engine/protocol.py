@@ -29,7 +29,7 @@ from typing import Any
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
 from polarstack.pins import pin
-from polarstack.processes import file_lock
+from polarstack.processes import child_env, file_lock
 
 # Files read from the wheel, by their path inside it.
 PROTOCOL_PATH = "sglang/srt/entrypoints/openai/protocol.py"
@@ -76,7 +76,7 @@ def _fetch(version: str, target: Path, marker: Path) -> Path:
             str(wheel_dir),
             f"sglang=={version}",
         ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
         wheel = _find_wheel(wheel_dir, version)
         if proc.returncode != 0 or wheel is None:
             last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]

@@ -57,7 +57,7 @@ from polarstack.paths import cache_dir, load_yaml
 from polarstack.pins import pins, repo_root
 from polarstack.polar import harness_preset
 from polarstack.polar import model as polar_model
-from polarstack.processes import file_lock
+from polarstack.processes import child_env, file_lock
 from polarstack.reward.tasks import TASKS
 from polarstack.stack import assets, compose, exposure, host_check, profiles
 from polarstack.train import batch_layout, gate, preflight, ray_job
@@ -452,7 +452,7 @@ def check_pin(requirement: str, python: str) -> tuple[bool, str]:
         requirement,
     ]
     with file_lock(lock):
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=child_env())
     if proc.returncode == 0:
         return True, ""
     lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if "WARNING" not in ln]
@@ -473,7 +473,11 @@ def check_npm_pin(package: str, version: str) -> Check:
         )
     try:
         proc = subprocess.run(
-            ["npm", "view", f"{package}@{version}", "version"], capture_output=True, text=True, timeout=120
+            ["npm", "view", f"{package}@{version}", "version"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=child_env(),  # npm's cache and logs under the project's cache, not ~/.npm
         )
     except subprocess.TimeoutExpired:
         return Check(name, False, "", [f"npm view {package}@{version} did not answer within 120 s"])

@@ -21,7 +21,7 @@ import httpx
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
-from polarstack.processes import Served, child_env, file_lock, free_port, stop_pid, wait_http
+from polarstack.processes import Served, announced_install, child_env, file_lock, free_port, stop_pid, wait_http
 
 # The catalog, re-exported: callers and tests import these names from polarstack.routers.harness too.
 from polarstack.routers.catalog import LAUNCH_MODULES, MEASURED, PACKAGES, RouterRelease, version_tuple  # noqa: F401
@@ -42,31 +42,36 @@ def is_installed(release: RouterRelease) -> bool:
     return (venv_dir(release) / ".installed").exists()
 
 
-def install(release: RouterRelease, *, quiet: bool = True) -> Path:
-    """Install `release` into its own cached venv (once) and return that venv's python."""
+def install(release: RouterRelease) -> Path:
+    """Install `release` into its own cached venv (once, announced with its time) and return that venv's python."""
     target = venv_dir(release)
     with file_lock(target.parent / (target.name + ".lock")):
         if is_installed(release):
             return venv_python(release)
         if target.exists():
             shutil.rmtree(target)  # a half-finished earlier install
-        if not quiet:
-            print(f"polarstack: installing {release.spec} into {target} ...", file=sys.stderr, flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True)
-        proc = subprocess.run(
-            [str(venv_python(release)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", release.spec],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            shutil.rmtree(target, ignore_errors=True)
-            raise StackError(
-                f"could not install {release.spec} from the package index ({tail[0]}); "
-                "check that PyPI is reachable and the release has a wheel for this platform.",
-                ExitCode.ENVIRONMENT,
+        with announced_install(release.spec, target, "once, cached for later runs"):
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(target)], check=True, capture_output=True, env=child_env()
             )
-        (target / ".installed").write_text(release.spec + "\n")
+            proc = subprocess.run(
+                [
+                    str(venv_python(release)),
+                    *("-m", "pip", "install", "--quiet", "--disable-pip-version-check", release.spec),
+                ],
+                capture_output=True,
+                text=True,
+                env=child_env(),
+            )
+            if proc.returncode != 0:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+                shutil.rmtree(target, ignore_errors=True)
+                raise StackError(
+                    f"could not install {release.spec} from the package index ({tail[0]}); "
+                    "check that PyPI is reachable and the release has a wheel for this platform.",
+                    ExitCode.ENVIRONMENT,
+                )
+            (target / ".installed").write_text(release.spec + "\n")
     return venv_python(release)
 
 

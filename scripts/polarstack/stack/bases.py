@@ -7,8 +7,8 @@ swapped, on DEVICE=cpu only, for three bases built from Debian and PyPI (images/
   usable (Debian's PEP 668 EXTERNALLY-MANAGED marker removed), and this host's CA bundle with a pip.conf naming it
   (with Debian's own bundle pip finds no distribution here; ../shared/reference/tooling.md);
 - ENGINE_BASE: PYTHON_BASE plus the pinned sglang (SGLANG_VERSION) copied from this host's install
-  (polarstack.stack.real_sglang: `polarstack sglang-install`), so images/engine/Dockerfile's version check passes
-  and no second 4.8 GB download happens;
+  (polarstack.stack.real_sglang: `polarstack sglang-install`, which make_all runs first when it is missing), so
+  images/engine/Dockerfile's version check passes and no second 4.8 GB download happens;
 - TRAINER_BASE: PYTHON_BASE plus ray[default] at RAY_VERSION (the trainer's Ray head and its dashboard, which the
   trainer's healthcheck asks), for what runs without slime, Polar and apptainer.
 Each is cached: kept when its image exists (the rootfs tarball under the cache too), rebuilt with `--rebuild`.
@@ -155,6 +155,19 @@ def _commit_from(base: str, ref: str, script: str, mounts: list[str], network: s
         _docker(["rm", "-f", name], capture_output=True)
 
 
+def host_sglang(progress: Callable[[str], None]) -> None:
+    """The pinned sglang on this host, installed once when missing (`polarstack sglang-install`'s install, with its
+    progress): ENGINE_BASE copies it, so `make bases|build|up DEVICE=cpu` and `make demo RUNTIME=docker` need it."""
+    if real_sglang.is_installed():
+        return
+    progress(
+        f"bases: the CPU engine image copies {real_sglang.spec()} from this host's install under "
+        f"{real_sglang.venv_dir().parent}, which is not there yet: installing it now, once (several minutes; the "
+        "same install as `polarstack sglang-install`)"
+    )
+    real_sglang.install(progress)
+
+
 def make_engine_base(progress: Callable[[str], None], rebuild: bool = False) -> str:
     image, tag = engine_base()
     ref = f"{image}:{tag}"
@@ -198,6 +211,7 @@ def make_trainer_base(progress: Callable[[str], None], rebuild: bool = False) ->
 
 def make_all(progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr), rebuild: bool = False) -> list:
     started = time.monotonic()
+    host_sglang(progress)  # before the first base: `make up DEVICE=cpu` on a fresh HOME installs, never exits 8 later
     refs = [
         make_python_base(progress, rebuild),
         make_engine_base(progress, rebuild),

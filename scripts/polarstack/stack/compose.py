@@ -428,7 +428,8 @@ def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
     if info.returncode != 0:
         raise StackError(
             f"{what} needs a running Docker engine, and `docker info` cannot reach one "
-            f"({first_line(info)}); start dockerd, or {LOCAL_ALTERNATIVE}.",
+            f"({first_line(info)}); start a private one with `make dockerd` and export the DOCKER_HOST line it prints, "
+            f"or {LOCAL_ALTERNATIVE}.",
             ExitCode.ENVIRONMENT,
         )
     compose_command()

@@ -10,10 +10,8 @@ base URL, is refused with STATE by `smoke`/`train` (`LocalState.usable`) rather 
 
 from __future__ import annotations
 
-import errno
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -30,7 +28,7 @@ from polarstack.engine import tool_parser
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client as http_client
 from polarstack.http import request
-from polarstack.processes import child_env, free_port, shielded, start_time, stop_pid, wait_http
+from polarstack.processes import child_env, free_port, port_taken, shielded, start_time, stop_pid, wait_http
 from polarstack.routers import worker_api
 from polarstack.routers.harness import install
 from polarstack.stack import cluster as cluster_layout
@@ -484,7 +482,7 @@ def up(
     try:
         release = profile.router
         if release is not None and shared is None:
-            install(release, quiet=False)  # before any engine starts: a cold install can take seconds
+            install(release)  # before any engine starts: a cold install can take seconds
         if shared is not None:
             engine_urls = _borrow(state, profile, shared, engine, engine_args)
         else:
@@ -514,22 +512,19 @@ def up(
 def _check_port_free(host: str, port: int, what: str, knob_name: str) -> None:
     """Refuse before anything starts when `host`:`port` is taken (at NODES>1 the ports are the profile's and
     configs/stack.env's, fixed so that other nodes know them)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # as the servers do: a port whose last connections are still in TIME_WAIT (a stack stopped just now) is free
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            if exc.errno != errno.EADDRINUSE:
-                raise StackError(
-                    f"{what} cannot listen on {host}:{port} ({exc.strerror}); check NODE_ADDRS and CLUSTER_IFACE "
-                    "(configs/cluster.env).",
-                    ExitCode.ENVIRONMENT,
-                ) from None
-            raise StackError(
-                f"{what} needs {host}:{port}, which is taken; stop what listens there or move {knob_name}.",
-                ExitCode.STATE,
-            ) from None
+    try:
+        taken = port_taken(port, host)  # as the servers bind: what a stack stopped just now left in TIME_WAIT is free
+    except OSError as exc:
+        raise StackError(
+            f"{what} cannot listen on {host}:{port} ({exc.strerror}); check NODE_ADDRS and CLUSTER_IFACE "
+            "(configs/cluster.env).",
+            ExitCode.ENVIRONMENT,
+        ) from None
+    if taken:
+        raise StackError(
+            f"{what} needs {host}:{port}, which is taken; stop what listens there or move {knob_name}.",
+            ExitCode.STATE,
+        )
 
 
 def _wait_engines(urls: dict[str, NodeLayout], timeout: float) -> None:
@@ -623,7 +618,7 @@ def up_node(
     began = time.monotonic()
     try:
         if release is not None and cluster.head:
-            install(release, quiet=False)
+            install(release)
         bin_dir, _seconds = ray_head.install()
         _launch_engines(state, profile, profile.engine_count, engine, engine_args, timeout, progress, host, ports)
         ray_timeout = max(timeout, RAY_READY_SECONDS)

@@ -40,7 +40,7 @@ import httpx
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
 from polarstack.pins import pin, repo_root
-from polarstack.processes import child_env, file_lock, free_ports
+from polarstack.processes import announced_install, child_env, file_lock, free_ports
 from polarstack.stack import ray_auth
 from polarstack.stack.listeners import Listener, listening, session_pids
 
@@ -163,27 +163,26 @@ def install(version: str | None = None) -> tuple[Path, float]:
             import shutil
 
             shutil.rmtree(target)  # a half-finished earlier install
-        subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True)
-        proc = subprocess.run(
-            [
-                str(target / "bin" / "python"),
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                f"ray[default]=={version}",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise StackError(
-                f"could not install ray[default]=={version} ({tail[0]}); check that PyPI is reachable.",
-                ExitCode.ENVIRONMENT,
+        with announced_install(f"ray[default]=={version}", target, "once, cached for later runs"):
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(target)], check=True, capture_output=True, env=child_env()
             )
-        (target / ".installed").write_text(f"ray[default]=={version}\n")
+            proc = subprocess.run(
+                [
+                    str(target / "bin" / "python"),
+                    *("-m", "pip", "install", "--quiet", "--disable-pip-version-check", f"ray[default]=={version}"),
+                ],
+                capture_output=True,
+                text=True,
+                env=child_env(),
+            )
+            if proc.returncode != 0:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise StackError(
+                    f"could not install ray[default]=={version} ({tail[0]}); check that PyPI is reachable.",
+                    ExitCode.ENVIRONMENT,
+                )
+            (target / ".installed").write_text(f"ray[default]=={version}\n")
     return target / "bin", time.monotonic() - started
 
 

@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -38,7 +37,7 @@ from typing import Any, Callable
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
 from polarstack.pins import pin
-from polarstack.processes import Served, child_env, file_lock, free_port, stop_pid, wait_http
+from polarstack.processes import Served, child_env, file_lock, free_port, port_taken, stop_pid, wait_http
 
 # Measured on this kind of machine (2 cores, x86_64, PyPI) for SGLANG_VERSION: README, "The real engine".
 DISK_NEEDED_BYTES = 12 * 2**30  # the venv (11 GB measured) plus the model and pip's temporary files
@@ -195,7 +194,7 @@ def install(progress: Callable[[str], None] = print) -> Path:
             shutil.rmtree(target)  # a half-finished earlier install
         started = time.monotonic()
         progress(f"polarstack: installing {spec()} into {target} once (about 4.8 GB download, 11 GB on disk) ...")
-        subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True, env=child_env())
         try:
             stats = _pip_install(venv_python(), [spec(), tokenizer_spec()], progress, spec())
             problem = _import_problem()
@@ -374,12 +373,8 @@ def free_server_port(tries: int = 200) -> int:
         if port <= MAX_PORT:
             return port
     for port in range(20000, MAX_PORT):  # the kernel kept handing out high ports: look below the limit
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind(("127.0.0.1", port))
-                return port
-        except OSError:
-            continue
+        if not port_taken(port):
+            return port
     raise StackError(f"no free loopback port at or below {MAX_PORT} for a real sglang server.", ExitCode.ENVIRONMENT)
 
 

@@ -10,11 +10,10 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.processes import shielded
+from polarstack.processes import port_taken, shielded
 from polarstack.stack import compose, device, docker_state
 from polarstack.stack.profiles import knob, stack_knobs
 
@@ -46,18 +45,19 @@ def stack_ports(profile) -> list[tuple[int, str, str]]:
     return [p for p in ports if p[0]]
 
 
-def _taken(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
-
-
 def refuse_taken_ports(profile) -> None:
+    """STATE naming the first port of the profile a server could not listen on (probed as the servers bind:
+    processes.port_taken, so what `make down` left in TIME_WAIT does not count)."""
     for port, what, key in stack_ports(profile):
-        if _taken(port):
+        try:
+            taken = port_taken(port)
+        except OSError as exc:
+            raise StackError(
+                f"port {port} ({what} of profile {profile.name}) cannot be bound on 127.0.0.1 ({exc.strerror}); "
+                f"move the stack with {key}=<another port>.",
+                ExitCode.ENVIRONMENT,
+            ) from None
+        if taken:
             raise StackError(
                 f"port {port} ({what} of profile {profile.name}) is already taken on 127.0.0.1, and every service "
                 f"uses host networking; stop what listens there, or move the stack with {key}=<another port>.",

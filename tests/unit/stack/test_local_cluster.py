@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,9 @@ from polarstack.processes import start_time
 from polarstack.stack import cluster, local, profiles, ray_node
 from polarstack.stack.cluster import NodeLayout
 from polarstack.stack.listeners import session_pids
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import time_wait  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -79,6 +84,12 @@ def test_a_taken_engine_port_is_refused_naming_the_knob(knobs, monkeypatch):
     assert raised.value.code == ExitCode.STATE
     assert "engine-0 needs 127.0.0.1:" in raised.value.message and "ENGINE_PORT_BASE" in raised.value.message
     assert nothing_started(knobs) and not (knobs / "secrets" / "ray-auth-token").exists()
+
+
+def test_a_port_left_in_time_wait_is_not_refused():
+    """The local runtime's check at NODES>1 is the docker runtime's (processes.port_taken): TIME_WAIT is free."""
+    port = time_wait.leave_time_wait()
+    local._check_port_free("127.0.0.1", port, "engine-0", "ENGINE_PORT_BASE")  # no StackError
 
 
 def test_rank_0_names_the_node_whose_engines_never_answer():

@@ -3,6 +3,8 @@ real engine): a taken port names the port, the service and the knob that moves i
 names the service that never became healthy, with its start period, or the one that exited (ENVIRONMENT)."""
 
 import socket
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +12,8 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.stack import docker_state, profiles, stack_faults
 
 pytestmark = pytest.mark.unit
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import time_wait  # noqa: E402
 
 
 def test_a_taken_port_is_named_with_its_knob(monkeypatch):
@@ -33,6 +37,14 @@ def test_free_ports_pass(monkeypatch):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             monkeypatch.setenv(key, str(probe.getsockname()[1]))
+    stack_faults.refuse_taken_ports(profiles.load("engine-direct"))
+
+
+def test_ports_left_in_time_wait_by_a_stopped_stack_pass(monkeypatch):
+    """`make up DEVICE=cpu` right after `make down DEVICE=cpu`: every port of the stack holds only TIME_WAIT
+    connections, which the servers (SO_REUSEADDR) bind through; refused for 48 s before issue 34."""
+    for key in ("ENGINE_PORT_BASE", "RAY_GCS_PORT", "RAY_DASHBOARD_PORT"):
+        monkeypatch.setenv(key, str(time_wait.leave_time_wait()))
     stack_faults.refuse_taken_ports(profiles.load("engine-direct"))
 
 
