@@ -53,6 +53,21 @@ def _maps_sandbox_uids() -> bool:
     return True
 
 
+def _one_uid_shape() -> bool:
+    """uid 0 of a user namespace that does not map the sandbox uids (`0 0 1`, as apptainer gives root without
+    CAP_SYS_ADMIN, configs/upstream/apptainer-userns.json): the candidate then runs as that uid 0, with every
+    capability dropped, no /proc and no way to make a process (seccomp.py); there is no other uid to switch to."""
+    return os.geteuid() == 0 and not _maps_sandbox_uids()
+
+
+def _cap_last_cap() -> int:
+    """The highest capability this kernel knows (/proc/sys/kernel/cap_last_cap); 63 where it cannot be read (the
+    sandbox side then drops every one the kernel accepts)."""
+    with contextlib.suppress(OSError, ValueError):
+        return int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    return 63
+
+
 def _unshare_flags() -> int:
     """Root that may create the namespaces and switch to a sandbox uid does so directly; anyone else (a user, or
     root without CAP_SYS_ADMIN) creates a user namespace first, which needs no capability."""
