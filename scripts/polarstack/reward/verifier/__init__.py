@@ -60,8 +60,8 @@ from polarstack.reward.verifier.host import (
     _CAP_SETUID,
     _NEWUSER,
     _binds,
-    _kill_uid,
     _cap_last_cap,
+    _kill_uid,
     _maps_sandbox_uids,
     _one_uid_shape,
     _pids_of_uid,  # noqa: F401 (re-exported for tests and the bundle)
@@ -77,8 +77,8 @@ from polarstack.reward.verifier.limits import (
     DEFAULT_TIMEOUT,
     ISOLATION_ENV,
     ISOLATION_MODES,
-    SLOTS,
-    VERIFIER_UID_BASE,
+    SLOTS,  # noqa: F401 (re-exported)
+    VERIFIER_UID_BASE,  # noqa: F401 (re-exported)
     IsolationUnavailable,
     Limits,
     Outcome,
