@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from test_verifier_adversarial import WRONG_BUT_EXITS_ZERO
@@ -321,3 +322,9 @@ def test_a_fork_bomb_ends_at_its_first_fork(api_run):
 def test_nothing_one_run_writes_reaches_the_next(api_run):
     assert api_run["leave_state"][0] == 0, api_run["leave_state"]
     assert api_run["find_state"][0] == 0, api_run["find_state"]
+
+
+def test_the_reproduced_shape_is_the_recorded_one():
+    """The namespace these tests make is the one configs/upstream/apptainer-userns.json records for the node."""
+    record = json.loads((Path(__file__).resolve().parents[2] / "configs/upstream/apptainer-userns.json").read_text())
+    assert SHAPE[:-1] == record["reproduced_by"] and record["uid_map_for_root"] == "0 0 1"
