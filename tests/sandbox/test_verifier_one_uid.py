@@ -177,6 +177,42 @@ def shape():
         pytest.skip(reason)
 
 
+def cli_solutions(problem: dict) -> dict[str, str]:
+    """solution.py for the test_command: the canonical answer, a wrong one, and one that forges PASSED lines."""
+    forged = WRONG_BUT_EXITS_ZERO["forged_passed_and_reports"].replace("'PASSED t'", repr(f"PASSED {TEST_NAME}"))
+    return {
+        "good": problem["prompt"] + problem["canonical_solution"],
+        "wrong": problem["prompt"] + "    return False\n",
+        "forged": problem["prompt"] + forged,
+    }
+
+
+def api_spec() -> dict:
+    """What DRIVER runs through the package API: completions for verify(), programs for run_program()."""
+    problem = dict(_humaneval_0(), kind="humaneval")
+    completions = {"correct": problem["canonical_solution"], "wrong": "    return None\n"}
+    completions.update(WRONG_BUT_EXITS_ZERO)
+    completions["thread_answers"] = (  # a right answer computed in a thread: no thread starts, so no reward
+        "    import threading\n    box = []\n    t = threading.Thread(target=lambda: box.append("
+        "any(abs(a - b) < threshold for i, a in enumerate(numbers) for j, b in enumerate(numbers) if i != j)))\n"
+        "    t.start()\n    t.join()\n    return box[0]\n"
+    )
+    completions["fork_answers"] = (  # a right answer computed in a child: no child is made
+        "    import os\n    if os.fork() == 0:\n        os._exit(0)\n"
+        "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for j, b in enumerate(numbers) if i != j)\n"
+    )
+    return {
+        "problem": problem,
+        "completions": completions,
+        "programs": {
+            "probes": PROBES,
+            "fork_bomb": "import os\nwhile True:\n    os.fork()\n",
+            "leave_state": LEAVE,
+            "find_state": FIND,
+        },
+    }
+
+
 @pytest.fixture(scope="module")
 def cli_runs(shape, tmp_path_factory):
     """The task template's test_command in the shape, as Polar's evaluator runs it: good, wrong and forged."""
@@ -189,12 +225,7 @@ def cli_runs(shape, tmp_path_factory):
     (evaldir / "problem.json").write_text(json.dumps(tasks._verifier_problem("humaneval", problem)))
     command = tasks.task_template("humaneval")["evaluator"]["config"]["test_command"]
     command = command.replace(tasks.EVALDIR, str(evaldir)).replace(tasks.WORKDIR, str(workdir))
-    solutions = {
-        "good": problem["prompt"] + problem["canonical_solution"],
-        "wrong": problem["prompt"] + "    return False\n",
-        "forged": problem["prompt"]
-        + WRONG_BUT_EXITS_ZERO["forged_passed_and_reports"].replace("'PASSED t'", repr(f"PASSED {TEST_NAME}")),
-    }
+    solutions = cli_solutions(problem)
     runs = {}
     for name, source in solutions.items():
         (workdir / "solution.py").write_text(source)
@@ -226,28 +257,7 @@ def test_the_bundled_verifier_fails_a_wrong_or_forging_answer_in_the_nodes_shape
 @pytest.fixture(scope="module")
 def api_run(shape):
     """The package API in the shape: every case in one process (the project's interpreter, isolation on)."""
-    problem = dict(_humaneval_0(), kind="humaneval")
-    completions = {"correct": problem["canonical_solution"], "wrong": "    return None\n"}
-    completions.update(WRONG_BUT_EXITS_ZERO)
-    completions["thread_answers"] = (  # a right answer computed in a thread: no thread starts, so no reward
-        "    import threading\n    box = []\n    t = threading.Thread(target=lambda: box.append("
-        "any(abs(a - b) < threshold for i, a in enumerate(numbers) for j, b in enumerate(numbers) if i != j)))\n"
-        "    t.start()\n    t.join()\n    return box[0]\n"
-    )
-    completions["fork_answers"] = (  # a right answer computed in a child: no child is made
-        "    import os\n    if os.fork() == 0:\n        os._exit(0)\n"
-        "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for j, b in enumerate(numbers) if i != j)\n"
-    )
-    spec = {
-        "problem": problem,
-        "completions": completions,
-        "programs": {
-            "probes": PROBES,
-            "fork_bomb": "import os\nwhile True:\n    os.fork()\n",
-            "leave_state": LEAVE,
-            "find_state": FIND,
-        },
-    }
+    spec = api_spec()
     env = {"PATH": "/usr/bin:/bin", "HOME": tempfile.gettempdir()}
     proc = subprocess.run(
         SHAPE + [sys.executable, "-I", "-c", DRIVER, json.dumps(spec)],
@@ -284,11 +294,15 @@ def test_the_candidate_holds_no_capability_read_from_outside(api_run):
     assert status["NoNewPrivs"] == ["1"] and status["Seccomp"] == ["2"] and status["Threads"] == ["1"], status
 
 
-@pytest.fixture(scope="module")
-def probes(api_run):
+def probes_of(api_run: dict) -> dict:
     code, tail = api_run["probes"]
     assert code == 0, tail
     return json.loads(tail.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def probes(api_run):
+    return probes_of(api_run)
 
 
 def test_the_candidate_is_uid_0_without_capabilities_or_proc(probes):
