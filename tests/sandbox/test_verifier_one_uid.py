@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from test_verifier_adversarial import WRONG_BUT_EXITS_ZERO
 
+import polarstack
 from polar_grading import reward
 from polarstack.reward import tasks
 from polarstack.reward.verifier import bundle
@@ -116,9 +117,11 @@ FIND = (
 # read from outside the sandbox (the sandbox itself has no /proc).
 DRIVER = r"""
 import json, os, sys, threading, time
+spec = json.loads(sys.argv[1])
+if spec.get("path"):  # the checkout under test (`-I` leaves PYTHONPATH out)
+    sys.path.insert(0, spec["path"])
 from polarstack.reward import verifier
 
-spec = json.loads(sys.argv[1])
 result = {"uid_map": open("/proc/self/uid_map").read().split(), "isolation_env": os.environ.get(verifier.ISOLATION_ENV)}
 problem = spec["problem"]
 for name, completion in spec["completions"].items():
@@ -257,7 +260,7 @@ def test_the_bundled_verifier_fails_a_wrong_or_forging_answer_in_the_nodes_shape
 @pytest.fixture(scope="module")
 def api_run(shape):
     """The package API in the shape: every case in one process (the project's interpreter, isolation on)."""
-    spec = api_spec()
+    spec = dict(api_spec(), path=str(Path(polarstack.__file__).resolve().parents[1]))
     env = {"PATH": "/usr/bin:/bin", "HOME": tempfile.gettempdir()}
     proc = subprocess.run(
         SHAPE + [sys.executable, "-I", "-c", DRIVER, json.dumps(spec)],
