@@ -21,13 +21,16 @@ Two processes per verification, and the reward never depends on anything the sol
 The sandbox (default `namespaces`): new PID, network, mount, IPC and UTS namespaces (plus a user namespace
 when not root, or root without CAP_SYS_ADMIN: then a helper outside maps the sandbox uid into it); a chroot into
 a fresh tmpfs holding read-only binds of /usr, /etc and the interpreter's prefix, a private /tmp, /var/tmp and
-/dev/shm, a minimal /dev and its own /proc (or none); as root a uid per concurrent run, locked across
-processes with flock; rlimits (CPU, memory, file size, open files, processes);
-no_new_privs; a fresh session keyring and a seccomp filter (seccomp.py: keyrings and other kernel state that
-outlives a run); limits on the sandbox's total, by a cgroup v2 per run or the supervisor's watchdog (cgroup.py,
+/dev/shm, a minimal /dev of read-only device binds and its own /proc (or none); as root a uid per concurrent run,
+locked across processes with flock, where the user namespace maps them; uid 0 of a namespace mapping root alone
+(an Apptainer session of the trainer) keeps that uid for the candidate, with no /proc (host.py _one_uid_shape);
+rlimits (CPU, memory, file size, open files, processes); every capability dropped (bounding set, ambient, locked
+securebits, capset); no_new_privs; a fresh session keyring and a seccomp filter (seccomp.py: keyrings and other
+kernel state that outlives a run, and every way to make a process, a thread or a namespace); limits on the sandbox's total, by a cgroup v2 per run or the supervisor's watchdog (cgroup.py,
 watchdog.py), named in every verdict. The process tree dies with the namespace's init, which the supervisor has killed at the deadline.
-When the namespaces cannot be set up the verification is refused (IsolationUnavailable) unless the user opts
-out with POLARSTACK_VERIFIER_ISOLATION=none (or `--isolation none`).
+When the namespaces cannot be set up the verification is refused (IsolationUnavailable, a sentence naming the
+fix) unless the user opts out with POLARSTACK_VERIFIER_ISOLATION=none (or `--isolation none`) in the verifier's
+own environment or command line.
 
 Usable as slime's `--custom-rm-path polarstack.reward.verifier.reward_func` (async `(args, sample, **kwargs)`,
 see slime/rollout/rm_hub/__init__.py) and from Polar's `test_on_output` evaluator (`main()`).
