@@ -78,7 +78,7 @@ def build_root(cfg, root):
     # container: "mount_too_revealing"), none at all: the program then sees no process, not even itself. None
     # either when the program runs as uid 0 of a namespace that maps root alone (cfg["one_uid"]): that uid is the
     # kernel's global root, and /proc/sys and /proc/sysrq-trigger grant it their owner bits without any capability
-    # (proc_sys_permission, kernel/sysctl.c test_perm: euid == GLOBAL_ROOT_UID).
+    # (fs/proc/proc_sysctl.c test_perm: euid == GLOBAL_ROOT_UID takes the owner bits).
     if cfg["one_uid"]:
         pass
     elif libc.mount(b"proc", (root + "/proc").encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
