@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from polarstack.checks.sandbox_probe import polar_exec_args
+from polarstack.errors import StackError
 from polarstack.offline.check import Check
 from polarstack.pins import pins, repo_root
 from polarstack.reward.tasks import TASKS
@@ -53,7 +54,11 @@ def problems(record: dict[str, Any] | None = None, texts: dict[str, str] | None 
     if texts is None:
         texts = {path: (repo_root() / path).read_text() for path in SHIPPED}
         for name in profiles.available():
-            texts.update({f"profile {name}, {k}": v for k, v in _rendered_texts(profiles.load(name)).items()})
+            try:
+                rendered = _rendered_texts(profiles.load(name))
+            except StackError:  # a profile that cannot be rendered is check_profile's failure, named there
+                continue
+            texts.update({f"profile {name}, {k}": v for k, v in rendered.items()})
     switches = [*record["fakeroot_env"], "--fakeroot", record["pid_namespace_env"]]
     for where, text in texts.items():
         for switch in switches:
