@@ -11,13 +11,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+import tier_deps
+from fixture_failures import pytest_runtest_makereport  # noqa: F401  (a hook: one report per failed shared fixture)
 from polarstack import paths
-from polarstack.errors import ExitCode
-from polarstack.processes import stop_pid
+from polarstack.errors import ExitCode, StackError
+from polarstack.processes import startup_seconds, stop_pid
 from polarstack.routers.harness import RouterRelease, RunningRouter
 from polarstack.routers.harness import start as start_router
-from polarstack.stack import dockerd, ray_head
+from polarstack.stack import dockerd
 from polarstack.stack.engines import start_emulator
+from tier_deps import LONG_CACHE_CHARS, long_cache_path  # noqa: F401  (tests import them from here)
 
 # The emulator's response faults that block training and the smoke's exit code for each (README, "Failure modes
 # and exit codes"): the verdict is Polar's own (polarstack.polar.model).
@@ -81,10 +84,35 @@ def ray_token_file(tmp_path_factory) -> Iterator[Path]:
         patch.undo()
 
 
+# A Ray head's start (ray_head.start's own default, 10-30 s measured quiet), at most 240 s: under pytest's 300 s per test.
+RAY_START_SECONDS, RAY_START_CEILING = 120.0, 240.0
+# What a stand-in engine or a router needs to answer on a quiet machine, with a margin (about 1 s measured); the wait
+# is polarstack.processes.startup_seconds of it: longer on a loaded machine (issue 34 point 2).
+START_SECONDS = 30.0
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(text[-lines:]) or f"({path} is empty)"
+
+
 @pytest.fixture(scope="session")
-def engine() -> Iterator[Engine]:
-    """One emulator for read-only tests (tests must not change its fault mode)."""
-    process, port = start_emulator(seed=0)
+def engine(tmp_path_factory) -> Iterator[Engine]:
+    """One emulator for read-only tests (tests must not change its fault mode). A failed start fails the first test
+    that asks for it with the emulator's log; the later ones get one line pointing at it (fixture_failures.py)."""
+    log_path = tmp_path_factory.mktemp("engine") / "emulator.log"
+    timeout = startup_seconds(START_SECONDS)
+    try:
+        process, port = start_emulator(seed=0, log_path=log_path, timeout=timeout)
+    except StackError as exc:
+        pytest.fail(
+            f"the shared emulator (fixture engine) did not start within {timeout:.0f} s: {exc.message}\n"
+            f"its log {log_path}:\n{log_tail(log_path)}",
+            pytrace=False,
+        )
     try:
         yield Engine(process, port)
     finally:
@@ -97,6 +125,7 @@ def engine_factory() -> Iterator:
     started: list[Engine] = []
 
     def make(**kwargs) -> Engine:
+        kwargs.setdefault("timeout", startup_seconds(START_SECONDS))
         process, port = start_emulator(**kwargs)
         started.append(Engine(process, port))
         return started[-1]
@@ -112,6 +141,7 @@ def router_factory() -> Iterator:
     started: list[RunningRouter] = []
 
     def make(spec: str, worker_urls: list[str], **kwargs) -> RunningRouter:
+        kwargs.setdefault("timeout", startup_seconds(START_SECONDS))  # a failed start names the router's log lines
         started.append(start_router(RouterRelease.parse(spec), worker_urls, **kwargs))
         return started[-1]
 
@@ -120,31 +150,13 @@ def router_factory() -> Iterator:
         router.stop(timeout=2.0)  # smg drains for ~5 s on SIGTERM; tests need not wait
 
 
-# The Ray head's command lines carry the interpreter and script paths of its venv under the cache; a researcher's
-# cache may sit far deeper than /root/.cache (issue 17: a 160-character cut once hid `dashboard.py`).
-LONG_CACHE_CHARS = 120
-
-
-def long_cache_path(cache: Path, chars: int = LONG_CACHE_CHARS) -> Path:
-    """A folder under `cache` whose path is at least `chars` characters long: padded up to `chars` when the cache
-    path is short, one padding character past it when the cache itself is already that deep (a long HOME, issue 27
-    point 8), so the test's path never depends on the length of HOME or POLARSTACK_CACHE."""
-    base = str(cache / "long-cache-path-")
-    return Path(base + "x" * max(chars - len(base), 1))
-
-
 @pytest.fixture(scope="session")
 def ray_bin() -> Path:
-    """The pinned Ray (ray[default]==RAY_VERSION), installed once per session into a venv under a cache path of
-    at least LONG_CACHE_CHARS characters (the install takes its lock, so parallel workers share one install)."""
-    long_cache = long_cache_path(paths.cache_dir())
-    patch = pytest.MonkeyPatch()
-    patch.setenv("POLARSTACK_CACHE", str(long_cache))
-    try:
-        bin_dir, _seconds = ray_head.install()
-    finally:
-        patch.undo()
-    assert str(bin_dir).startswith(str(long_cache))
+    """The pinned Ray (ray[default]==RAY_VERSION) in a venv under a cache path of at least LONG_CACHE_CHARS
+    characters: `make test-deps` (tests/tier_deps.py) installs it before pytest starts, so here it is found done; run
+    without it, the first test that asks installs it (under its lock, so parallel workers share one install)."""
+    bin_dir = tier_deps.install_ray_long()
+    assert str(bin_dir).startswith(str(long_cache_path(paths.cache_dir())))
     return bin_dir
 
 

@@ -98,7 +98,8 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     (tmp_path / "proc-sys").mkdir()  # a host /proc/sys that blocks nothing (polarstack.stack.host_check)
     monkeypatch.setenv("POLARSTACK_PROC_SYS", str(tmp_path / "proc-sys"))
-    (tmp_path / "meminfo").write_text("MemTotal:       976562500 kB\n")  # 1 TB host (polarstack.train.memory)
+    # a 1 TB host, 1 TB of it available (polarstack.train.memory reads MemAvailable)
+    (tmp_path / "meminfo").write_text("MemTotal:       986562500 kB\nMemAvailable:   976562500 kB\n")
     monkeypatch.setenv("POLARSTACK_PROC_MEMINFO", str(tmp_path / "meminfo"))
     monkeypatch.setenv("POLARSTACK_NVIDIA_SMI", str(bin_dir / "nvidia-smi"))
     for knob in (
@@ -126,7 +127,14 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     return log
 
 
-def set_memory(tmp_path: Path, monkeypatch, *, gpu_gb: float, host_gb: float = 1000.0) -> None:
-    """The fake node's cards (nvidia-smi memory.total, MiB) and host (/proc/meminfo MemTotal, kB) in decimal GB."""
+def set_memory(
+    tmp_path: Path, monkeypatch, *, gpu_gb: float, host_gb: float = 1000.0, host_total_gb: float | None = None
+) -> None:
+    """The fake node's cards (nvidia-smi memory.total, MiB) and host (/proc/meminfo MemAvailable `host_gb`, MemTotal
+    `host_total_gb`, default the same; kB) in decimal GB."""
     monkeypatch.setenv("FAKE_GPU_MEMORY_MIB", str(int(gpu_gb * 1e9 / MIB)))
-    (tmp_path / "meminfo").write_text(f"MemTotal:       {int(host_gb * 1e9 / 1024)} kB\n")
+    total = host_gb if host_total_gb is None else host_total_gb
+    (tmp_path / "meminfo").write_text(
+        f"MemTotal:       {int(total * 1e9 / 1024)} kB\nMemFree:        1024 kB\n"
+        f"MemAvailable:   {int(host_gb * 1e9 / 1024)} kB\n"
+    )

@@ -88,12 +88,20 @@ def _template(fact: str) -> str:
     return re.search(r'f"(.*)"\)', FACTS["slime"]["facts"][fact]["text"]).group(1)
 
 
-def step_line(step: int, loss: float = 0.01, grad: float = 0.5) -> str:
-    body = _template("train_step_line").format(
-        role_tag="",
-        accumulated_step_id=step,
-        log_dict={"train/loss": loss, "train/grad_norm": grad, "train/kl_loss": 0.0},
-    )
+SLIME_KEYS = {name: fact["key"] for name, fact in FACTS["slime"]["facts"].items()}
+
+
+def step_line(
+    step: int, loss: float = 0.01, grad: float = 0.5, pg_loss: float | None = 0.01, logprob_diff: float | None = 0.02
+) -> str:
+    """slime's training-step line; pg_loss / logprob_diff None: the key is not logged (slime logs the log-prob
+    difference only when the samples carry rollout_log_probs, loss.py l.1074)."""
+    log_dict = {"train/loss": loss, "train/grad_norm": grad, "train/kl_loss": 0.0}
+    if pg_loss is not None:
+        log_dict[SLIME_KEYS["pg_loss_key"]] = pg_loss
+    if logprob_diff is not None:
+        log_dict[SLIME_KEYS["logprob_abs_diff_key"]] = logprob_diff
+    body = _template("train_step_line").format(role_tag="", accumulated_step_id=step, log_dict=log_dict)
     return f"[2026-12-01 09:00:00] model.py:909 - {body}"
 
 
@@ -129,12 +137,39 @@ def passing_evidence() -> dict[str, Any]:
             ],
         },
         "phases": {"up": 120.0, "train": 300.0, "resume": 200.0},
+        "seven_b": seven_b_evidence(),
         "first": 2,
         "after_resume": 1,
         "expected_steps": 3,
         "max_dropped_or_clipped_share": 0.5,
         "min_mixed_reward_groups": 1,
     }
+
+
+def seven_b_evidence(peak: float = 101.3, exit: int = 0, reload_ok: bool = True) -> dict[str, Any]:
+    """What rehearsal_run.seven_b_parts records for the 7B's step and reload (peak in decimal GB per trainer GPU)."""
+    return {
+        "estimate_gb": 116.755,
+        "capacity_gb": 140.0,
+        "sample_ms": 500,
+        "exit": exit,
+        "steps": 1 if exit == 0 else 0,
+        "peak_gpu_gb": {"0": peak, "1": round(peak - 0.4, 2), "2": round(peak - 0.2, 2)},
+        "reload": {
+            "engine": "http://127.0.0.1:30000",
+            "wanted": "rehearsal-7b-reload",
+            "version_before": "default",
+            "success": reload_ok,
+            "message": "Succeeded to update model weights." if reload_ok else "Failed to load lm_head.weight",
+            "seconds": 21.4,
+            "version_after": "rehearsal-7b-reload" if reload_ok else "default",
+        },
+    }
+
+
+def gpu_log(peak_mib: int, gpus: int = 3) -> str:
+    """nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits, sampled three times."""
+    return "".join(f"{i}, {peak_mib * f // 4}\n" for f in (1, 4, 2) for i in range(gpus))
 
 
 class FakeNode:
@@ -152,7 +187,7 @@ class FakeNode:
         "rope_theta": 1000000.0,
     }
 
-    def __init__(self, host_dir=None, fail_job=None, config=None, free=2 * 10**12):
+    def __init__(self, host_dir=None, fail_job=None, config=None, free=2 * 10**12, step_exit=0, reload_ok=True):
         """host_dir: the run's directory on the host; None: taken from each job's command (TRAINER_RUN_DIR/<run>)."""
         self._host_dir, self.fail_job, self.config = host_dir, fail_job, config or dict(self.CONFIG)
         self.jobs = 0
@@ -161,11 +196,15 @@ class FakeNode:
         self.commands = []
         self.free = free  # bytes free on the checkpoints volume (`df`); None: unreadable
         self.removed = []  # (directory, whether the report was already written)
+        self.step_exit, self.reload_ok = step_exit, reload_ok  # the 7B's train-only step and reload
+        self.envs_at_up = []  # MODEL_PATH at every `up`
+        self.seven_b_commands = []
 
     def compose(self, args):
         self.compose_calls.append(args[0])
         if args[0] == "up":
-            self.env_at_up = os.environ.get("MODEL_PATH")
+            self.env_at_up = self.env_at_up or os.environ.get("MODEL_PATH")
+            self.envs_at_up.append(os.environ.get("MODEL_PATH"))
         return 0
 
     def release_workers(self, config):
@@ -175,6 +214,26 @@ class FakeNode:
         pass
 
     def trainer(self, command):
+        if "launch-7b-step.sh" in command:  # the 7B's train-only step: its log line and nvidia-smi's samples
+            self.seven_b_commands.append(command)
+            host = self._host_dir or train_run_dir() / re.search(rf"{TRAINER_RUN_DIR}/([^/]+)/launch-", command)[1]
+            (host / "job-7b-step.log").write_text((step_line(0) + "\n") if self.step_exit == 0 else "OOM\n")
+            (host / "7b-gpu-memory.csv").write_text(gpu_log(96_000))
+            return self.step_exit, ""
+        if "/update_weights_from_disk" in command:
+            self.seven_b_commands.append(command)
+            ok = self.reload_ok
+            return 0, json.dumps(
+                {
+                    "engine": "http://127.0.0.1:30000",
+                    "wanted": "rehearsal-7b-reload",
+                    "version_before": "default",
+                    "success": ok,
+                    "message": "Succeeded to update model weights." if ok else "Failed to load lm_head.weight",
+                    "seconds": 20.0,
+                    "version_after": "rehearsal-7b-reload" if ok else "default",
+                }
+            )
         if "/model_info" in command:
             return 0, json.dumps({"http://127.0.0.1:30000": str(self.version) if self.version else "default"})
         if command.startswith("cat ") and command.endswith("config.json"):

@@ -37,6 +37,30 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+# How long a process the stack or a test starts may take to answer, on this machine now (issue 34 point 2): the base
+# (what a quiet machine needs, with a margin) times how overloaded the CPUs are, max(1, load / cores), with the load
+# the larger of the 1- and 5-minute averages and cores the CPUs this process may run on; at least the base, at most
+# STARTUP_CEILING_FACTOR times it (and at most `ceiling` when the caller's own deadline is shorter). A stand-in engine
+# that answers in about a second when quiet got 30 s and missed them at load 10 on 2 cores: it now gets 120 s there.
+STARTUP_CEILING_FACTOR = 4.0
+
+
+def startup_seconds(
+    base: float, *, ceiling: float | None = None, load: float | None = None, cores: int | None = None
+) -> float:
+    """The start-up deadline for `base` seconds on this machine now (the rule above); `load` and `cores` default to
+    the machine's (os.getloadavg, os.sched_getaffinity)."""
+    if load is None:
+        one, five, _fifteen = os.getloadavg()
+        load = max(one, five)
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) or 1
+    top = base * STARTUP_CEILING_FACTOR
+    if ceiling is not None:
+        top = min(top, ceiling)
+    return max(base, min(base * max(1.0, load / cores), top))
+
+
 def stop_pid(pid: int, process: subprocess.Popen | None = None, timeout: float = 10.0) -> None:
     """Stop the process we started, by its pid: SIGTERM, then SIGKILL after `timeout`."""
     try:

@@ -16,6 +16,11 @@ How (needs the npm registry and PyPI once; everything else stays on 127.0.0.1):
    counts carry over; this is an estimate of what the engine sees, because Polar's gateway re-renders the
    Anthropic request through the model's chat template, which adds a tools preamble and role markers).
    `harness_prompt_tokens` = system + tools + the CLI's wrapping of the task in the first user message.
+   Each tool's shape is kept without its text (`tool_shapes`: property names, JSON types, required lists, item
+   shapes, enum counts, its length in tokens), and whether the CLI sent a tool_choice; the smoke builds its
+   requests of that shape in the project's own prose (polarstack.engine.agent_turn).
+5. `--smoke-request` only counts, with the same tokenizer, the padded tool request the smoke builds from the record
+   and stores it as the record's `smoke_request` (agent_turn.shape_problems checks it against the record).
 
 The CLI runs with the flags and environment Polar's claude_code preset gives it (src/polar/agent/presets/
 claude_code.py `run_steps`, read in the forks BryanChen408/ProRL-Agent-Server@1c758a46,
@@ -264,6 +269,44 @@ def tokenizer(table: dict[str, str]):
         return Tokenizer.from_str(archive.read(member).decode())
 
 
+def schema_shape(schema):
+    """A JSON schema without its prose: types, property names, required lists, item shapes and the number of enum
+    values (never descriptions, titles, defaults or examples: the CLI's text is not the project's to commit)."""
+    if not isinstance(schema, dict):
+        return {}
+    out = {}
+    for key in ("type", "required", "additionalProperties", "minimum", "maximum", "format"):
+        if key in schema and not isinstance(schema[key], dict):
+            out[key] = schema[key]
+    if "enum" in schema:
+        out["enum_count"] = len(schema["enum"])
+    if isinstance(schema.get("properties"), dict):
+        out["properties"] = {name: schema_shape(sub) for name, sub in schema["properties"].items()}
+    if isinstance(schema.get("items"), dict):
+        out["items"] = schema_shape(schema["items"])
+    for key in ("anyOf", "oneOf"):
+        if isinstance(schema.get(key), list):
+            out[key] = [schema_shape(sub) for sub in schema[key]]
+    return out
+
+
+def tool_shapes(tools: list, tok) -> list:
+    """Per tool: its name, its parameters' shape (schema_shape) and how long it is (tokens of the whole schema and
+    of its description), so the smoke can build schemas of the same kind and length in its own words."""
+    shapes = []
+    for tool in tools:
+        description = str(tool.get("description") or "")
+        shapes.append(
+            {
+                "name": tool.get("name"),
+                "tokens": len(tok.encode(json.dumps(tool, ensure_ascii=False)).ids),
+                "description_tokens": len(tok.encode(description).ids),
+                "parameters": schema_shape(tool.get("input_schema") or {}),
+            }
+        )
+    return shapes
+
+
 def measure(body: dict, tok) -> dict:
     system = body.get("system") or []
     system_text = system if isinstance(system, str) else "\n".join(b.get("text", "") for b in system)
@@ -285,6 +328,9 @@ def measure(body: dict, tok) -> dict:
         "task_text_in_messages": task,
         "tool_names": [t.get("name") for t in tools],
         "tool_count": len(tools),
+        "tool_shapes": tool_shapes(tools, tok),
+        "system_blocks": len(system) if isinstance(system, list) else 1,
+        "tool_choice": body.get("tool_choice"),
     }
     out["harness_prompt_tokens"] = (
         out["system"]["tokens"] + out["tools"]["tokens"] + messages["tokens"] - task["tokens"]
@@ -292,10 +338,57 @@ def measure(body: dict, tok) -> dict:
     return out
 
 
+def measure_smoke_request(record_path: Path) -> int:
+    """Count with the Qwen tokenizer the padded tool request the smoke builds (polarstack.checks.agent_turn) and
+    store it as the record's `smoke_request`, named by its fingerprint (agent_turn.shape_problems reads it)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from polarstack.engine import agent_turn  # noqa: E402  (the project's package, from this checkout)
+
+    record = json.loads(record_path.read_text())
+    tok = tokenizer(pins())
+    system, user = agent_turn.messages(True, record)
+    built_tools = agent_turn.tools(True, record)
+
+    def count(text: str) -> int:
+        return len(tok.encode(text).ids)
+
+    measured = {
+        "what": (
+            "The smoke's padded tool request (checks.agent_turn, the project's prose) counted as harness_prompt_tokens "
+            "is: system text + tools + the first user message without the task text"
+        ),
+        "recorded_with": "scripts/tools/measure_harness_prompt.py --smoke-request",
+        "fingerprint": agent_turn.fingerprint(True, record),
+        "system_tokens": count(system["content"]),
+        "tools_tokens": count("\n".join(json.dumps(t, ensure_ascii=False) for t in built_tools)),
+        "first_message_tokens": count(user["content"]) - count(agent_turn.TASK),
+        "estimate_tokens": agent_turn.request_tokens({"messages": [system, user], "tools": built_tools}),
+    }
+    measured["prompt_tokens"] = measured["system_tokens"] + measured["tools_tokens"] + measured["first_message_tokens"]
+    record["smoke_request"] = measured
+    record_path.write_text(json.dumps(record, indent=2) + "\n")
+    json.dump(measured, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agent-env", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--save-request",
+        metavar="PATH",
+        help="also write the captured agent-turn request (the CLI's own text: never commit it) to PATH, for "
+        "POLARSTACK_SMOKE_AGENT_REQUEST",
+    )
+    parser.add_argument(
+        "--smoke-request",
+        action="store_true",
+        help="only measure the smoke's padded tool request into configs/upstream/harness-prompt.json",
+    )
     opts = parser.parse_args()
+    if opts.smoke_request:
+        return measure_smoke_request(ROOT / "configs" / "upstream" / "harness-prompt.json")
     agent_env = dict(item.split("=", 1) for item in opts.agent_env)
     table = pins()
     package, version = table["AGENT_CLI_PACKAGE"], table["AGENT_CLI_VERSION"]
@@ -316,6 +409,8 @@ def main() -> int:
     if not with_tools:
         sys.exit("no captured request carried tool schemas; the CLI did not reach its agent turn")
     agent = max(with_tools, key=lambda b: len(json.dumps(b)))
+    if opts.save_request:
+        Path(opts.save_request).write_text(json.dumps(agent))
     tok = tokenizer(table)
     record = {
         "what": (

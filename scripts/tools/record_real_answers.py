@@ -58,7 +58,7 @@ def main() -> None:
         )
         url = engine.url
     try:
-        scripted = real_sglang.scripted_answer(tool_parser.tool_call_text([tool_parser.SMOKE_TOOL]))
+        scripted = real_sglang.scripted_answer(tool_parser.smoke_call_text())
         entries = []
         with httpx.Client(timeout=300) as http:
             for name, body in requests(knob(None, "SERVED_MODEL_NAME"), scripted).items():

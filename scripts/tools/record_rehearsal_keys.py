@@ -72,7 +72,70 @@ SLIME = {  # fact: (file, needle, key)
         "--wandb-key",
     ),
     "tracker_log": ("slime/utils/logging_utils.py", "_TensorboardAdapter(args).log(data=metrics_except_step", "log"),
+    # issue 32 point 7: the policy-gradient loss (exactly 0 when every advantage is 0: -ratio x 0) and the mean
+    # |training pass - rollout| log-prob difference slime logs, with the bound its own --ci-test asserts
+    "pg_loss_key": ("slime/backends/megatron_utils/loss.py", '"pg_loss": pg_loss.clone().detach()', "train/pg_loss"),
+    "pg_loss_is_advantage_times_ratio": ("slime/utils/ppo_utils.py", "pg_losses1 = -ratio * advantages", "advantages"),
+    "logprob_abs_diff_needs_rollout_logprobs": (
+        "slime/backends/megatron_utils/loss.py",
+        'if "rollout_log_probs" in batch and batch["rollout_log_probs"]:',
+        "rollout_log_probs",
+    ),
+    "logprob_abs_diff_mean": (
+        "slime/backends/megatron_utils/loss.py",
+        "train_rollout_logprob_abs_diff = sum_of_sample_mean((log_probs_to_compare - rollout_log_probs).abs())",
+        "mean |log_probs - rollout_log_probs|",
+    ),
+    "logprob_abs_diff_key": (
+        "slime/backends/megatron_utils/loss.py",
+        'reported_loss["train_rollout_logprob_abs_diff"] = train_rollout_logprob_abs_diff.clone().detach()',
+        "train/train_rollout_logprob_abs_diff",
+    ),
+    "logprob_abs_diff_ci_bound": (
+        "slime/backends/megatron_utils/model.py",
+        'assert log_dict["train/train_rollout_logprob_abs_diff"] <= 0.1',
+        "0.1",
+    ),
+    # issue 32 point 8: the 7B's train-only step on a synthetic rollout (--load-debug-rollout-data)
+    "debug_load_skips_sglang": (
+        "slime/utils/arguments.py",
+        "skip_sglang = pre.debug_train_only or pre.load_debug_rollout_data is not None",
+        "--load-debug-rollout-data",
+    ),
+    "debug_load_sets_train_only": ("slime/utils/arguments.py", "args.debug_train_only = True", "debug_train_only"),
+    "debug_train_only_no_rollout_gpus": ("slime/ray/placement_group.py", "return actor_num_gpus, 0", "0 rollout GPUs"),
+    "debug_train_only_no_weight_update": (
+        "slime/backends/megatron_utils/actor.py",
+        "if self.args.debug_train_only or self.args.debug_rollout_only:",
+        "update_weights returns",
+    ),
+    "debug_load_path_format": (
+        "slime/ray/rollout.py",
+        "self.args.load_debug_rollout_data.format(rollout_id=rollout_id),",
+        "{rollout_id}",
+    ),
+    "debug_load_samples_key": ("slime/ray/rollout.py", ')["samples"]', "samples"),
+    "debug_load_from_dict": (
+        "slime/ray/rollout.py",
+        "data = [Sample.from_dict(sample) for sample in data]",
+        "Sample.from_dict",
+    ),
+    "debug_load_no_perf_line": ("slime/ray/rollout.py", "if args.load_debug_rollout_data:", "no perf line"),
+    "group_norm_needs_full_rollout": (
+        "slime/ray/rollout.py",
+        "if rewards.shape[-1] == self.args.n_samples_per_prompt * self.args.rollout_batch_size:",
+        "n_samples_per_prompt x rollout_batch_size",
+    ),
+    "no_interval_no_save": ("slime/utils/misc.py", "if interval is None:", "no --save-interval: no save"),
+    "disk_reload_calls_engine": (
+        "slime/ray/actor_group.py",
+        "engine.update_weights_from_disk.remote(",
+        "update_weights_from_disk",
+    ),
 }
+# slime's Sample at SLIME_COMMIT (slime/utils/types.py): its dataclass fields and Status values, read with ast, so
+# the synthetic rollout (polarstack.train.synthetic_rollout) is checked against what Sample.from_dict accepts.
+SAMPLE_FILE = "slime/utils/types.py"
 POLAR = {
     "session_id": ("src/slime_bridge/adapter.py", '"session_id": result.session_id,', "session_id"),
     "response_messages": (
@@ -158,6 +221,17 @@ SGLANG = {
         'f"The input ({input_token_num} tokens) is longer than the "',
         "is longer than the model's context length",
     ),
+    # issue 32 point 8: the 7B reload into an engine, the call slime's disk transport makes (actor_group.py)
+    "update_weights_from_disk_route": (
+        "sglang/srt/entrypoints/http_server.py",
+        '@app.post("/update_weights_from_disk")',
+        "/update_weights_from_disk",
+    ),
+    "update_weights_from_disk_request": (
+        "sglang/srt/managers/io_struct.py",
+        "class UpdateWeightFromDiskReqInput(BaseReq, kw_only=True):",
+        "model_path, weight_version",
+    ),
 }
 
 
@@ -187,6 +261,22 @@ def find(repo: str, commit: str, table: dict) -> dict:
     return out
 
 
+def sample_fields(repo: str, commit: str) -> dict:
+    """Sample's field names (in order) and Status values, from the class body in slime/utils/types.py."""
+    import ast
+
+    text = subprocess.run(
+        ["git", "-C", repo, "show", f"{commit}:{SAMPLE_FILE}"], capture_output=True, text=True, check=True
+    ).stdout
+    tree = ast.parse(text)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Sample")
+    fields = [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+    status = next(n for n in cls.body if isinstance(n, ast.ClassDef) and n.name == "Status")
+    values = [n.value.value for n in status.body if isinstance(n, ast.Assign)]
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if t.startswith("class Sample"))
+    return {"file": SAMPLE_FILE, "line": line, "fields": fields, "status_values": values}
+
+
 def main() -> int:
     if len(sys.argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
@@ -201,7 +291,12 @@ def main() -> int:
     record = {
         "what": "where the pinned upstreams write what the rehearsal's report reads (record_rehearsal_keys.py)",
         "recorded_on": datetime.date.today().isoformat(),
-        "slime": {"repo": "THUDM/slime", "commit": slime_commit, "facts": find(sys.argv[1], slime_commit, SLIME)},
+        "slime": {
+            "repo": "THUDM/slime",
+            "commit": slime_commit,
+            "facts": find(sys.argv[1], slime_commit, SLIME),
+            "sample": sample_fields(sys.argv[1], slime_commit),
+        },
         "polar": {
             "repo": "NVIDIA-NeMo/ProRL-Agent-Server",
             "commit": POLAR_REVISION,

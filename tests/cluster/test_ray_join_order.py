@@ -18,6 +18,7 @@ from pathlib import Path
 import cluster_netns
 import pytest
 
+from default_signals import default_signals
 from polarstack.stack import ray_auth, ray_head
 
 pytestmark = pytest.mark.cluster
@@ -70,6 +71,7 @@ def test_a_worker_started_before_the_head_joins_it(tmp_path):
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=default_signals,  # _stop's SIGTERM at its default, not inherited as ignored
             )
             started.append(process)
             return process

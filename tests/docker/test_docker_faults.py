@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from docker_env import SPARE_PORTS, TIER_PORTS, cpu_environment
 
+from default_signals import default_signals
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.stack import docker_state
@@ -142,7 +143,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.Popen:
         text=True,
         start_new_session=True,  # its own process group: SIGINT to the group is what Ctrl-C in a terminal sends
         # ... to processes that did not inherit SIGINT ignored (a shell's background job would have; a terminal's not)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=default_signals,
     )
 
 

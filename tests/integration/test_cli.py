@@ -25,7 +25,7 @@ def test_smoke_direct_passes_with_json(engine, capsys):
     assert code == 0 and report["verdict"] == "pass"
     assert report["trainable_tokens"] > 0
     # 2 single-turn + a 2-turn session + the tool-call request (issue 10 point 4)
-    assert [r["kind"] for r in report["requests"]] == ["single", "single", "session", "session", "tools"]
+    assert [r["kind"] for r in report["requests"]] == ["single", "single", "session", "session", "tools", "tools"]
     assert err == ""
 
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LONG_CACHE_CHARS, long_cache_path
+from conftest import LONG_CACHE_CHARS, RAY_START_CEILING, RAY_START_SECONDS, long_cache_path
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins
-from polarstack.processes import free_port
+from polarstack.processes import free_port, startup_seconds
 from polarstack.routers.harness import RouterRelease
 from polarstack.stack import compose, exposure, profiles, ray_auth, ray_auth_probe, ray_head
 from polarstack.stack.listeners import listening
@@ -142,6 +142,7 @@ def trainer_head(tmp_path_factory, ray_bin):
                     bin_dir=ray_bin,
                     temp_dir=temp_dir / str(attempt),
                     dashboard_port=inputs.dashboard_port,
+                    timeout=startup_seconds(RAY_START_SECONDS, ceiling=RAY_START_CEILING),
                 )
                 break
             except StackError as exc:

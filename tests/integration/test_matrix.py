@@ -99,6 +99,14 @@ def test_the_relay_measures_what_the_engine_log_measures(engine_factory):
         assert {k: log_row[k] for k in BOOLEAN_COLUMNS} == {k: relay_row[k] for k in BOOLEAN_COLUMNS}
     assert [r["chat_flags_reach_engine"] for r in via_relay] == [True, False]
     assert [r["fields_survive_when_emitted"] for r in via_relay] == [True, True]
+    # issue 32 point 10: Polar's request shapes by value, the same through the relay as in the engine's log
+    for log_row, relay_row in zip(via_log, via_relay, strict=True):
+        assert log_row["request_at_engine"] == relay_row["request_at_engine"]
+    passthrough, stock = via_relay
+    for shape in ("chat", "tools"):
+        assert passthrough["request_at_engine"][shape]["dropped"] == []
+        assert passthrough["request_at_engine"][shape]["changed"] == {}
+        assert set(stock["request_at_engine"][shape]["dropped"]) >= {"return_prompt_token_ids", "return_meta_info"}
     assert via_relay[1]["engine"] == "sglang" and via_log[1]["engine"] == "emulator"
 
 

@@ -35,8 +35,9 @@ def test_smoke_passes_through_forwarding_routers(engine, router_factory, capsys,
     received = [r for r in engine.requests() if "tools" not in r["body"]]
     assert len(received) == 4
     assert all(r["body"]["return_prompt_token_ids"] is True and r["body"]["return_meta_info"] is True for r in received)
-    # plus the smoke's one request carrying a tool schema (issue 10 point 4), answered with parsed tool_calls
-    assert len([r for r in engine.requests() if "tools" in r["body"]]) == 1
+    # plus the smoke's two requests carrying the agent's tools (issue 10 point 4, issue 32 point 6: unpadded and
+    # agent-length), answered with parsed tool_calls
+    assert len([r for r in engine.requests() if "tools" in r["body"]]) == 2
 
 
 def test_smoke_fails_through_stock_router_with_the_request_diagnosis(engine, router_factory, capsys):

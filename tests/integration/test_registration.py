@@ -26,7 +26,7 @@ def test_temporary_registration_leaves_the_router_as_found(engine_factory, route
     assert listed(router.url) == []  # slime can now register both without a 409
     received = len(first.requests()) + len(second.requests())
     assert received == len(report.exchanges)  # the tool-call request (issue 10 point 4) is an exchange too
-    assert report.tool_check["tool_calls"] == 1
+    assert report.tool_check["tool_calls"] == 2
 
 
 def test_workers_registered_by_others_stay(engine_factory, router_factory):

@@ -101,8 +101,9 @@ def test_smoke_passes_with_the_cap_and_sends_the_agents_first_turn_shape(engine)
     assert report.ok, report.message
     pad, max_tokens = budget.harness_request_shape()
     assert report.tool_check["max_tokens"] == max_tokens and report.tool_check["prompt_padding_tokens"] == pad
-    (entry,) = [e for e in report.exchanges if e.kind == "tools"]
-    assert len(entry.prompt_ids) > pad  # the padded harness prompt reached the engine
+    short, long = [e for e in report.exchanges if e.kind == "tools"]
+    assert not short.padded and long.padded
+    assert len(long.prompt_ids) > pad > len(short.prompt_ids)  # the harness-length prompt reached the engine
 
 
 def test_smoke_fails_in_one_sentence_naming_the_setting_when_the_agents_requests_exceed_the_context(

@@ -46,10 +46,16 @@ def test_retokenized_only_is_refused_with_the_risk_and_measured_drift(engine_fac
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: real(*a, **{**kw, "engine_urls": [keeping.url]}))
     # The smoke's tool request as sglang dumps it ("strict": false), so Polar can rebuild its prompt too; without it
     # the tool exchange is not re-tokenizable (tests/integration/test_tool_calls.py pins that case).
-    from polarstack.checks import tool_exchange
+    from polarstack.engine import agent_turn
 
-    tool = {**tool_exchange.SMOKE_TOOL, "function": {**tool_exchange.SMOKE_TOOL["function"], "strict": False}}
-    monkeypatch.setattr(tool_exchange, "SMOKE_TOOL", tool)
+    built = agent_turn.tools
+    monkeypatch.setattr(
+        agent_turn,
+        "tools",
+        lambda padded, record=None: [
+            {**t, "function": {**t["function"], "strict": False}} for t in built(padded, record)
+        ],
+    )
     config = polar_config(tmp_path, EMULATOR_TOKENIZER)
     code = main(["smoke", "--base-url", dropping.url, "--json", "--polar-config", config])
     out, err = capsys.readouterr()
@@ -58,8 +64,8 @@ def test_retokenized_only_is_refused_with_the_risk_and_measured_drift(engine_fac
     assert "re-tokenizes" in err and "--allow-retokenized" in err and len(err.strip().splitlines()) == 1
     drift = report["retokenization"]["drift"]
     assert (
-        drift["responses"] == 5 and drift["sampled_tokens"] > 0
-    )  # 4 plain requests + the tool request and drift["engine_urls"] == [keeping.url]
+        drift["responses"] == 6 and drift["sampled_tokens"] > 0
+    )  # 4 plain requests + the two tool requests and drift["engine_urls"] == [keeping.url]
     assert "measured drift" in err
     code = main(["smoke", "--base-url", dropping.url, "--json", "--polar-config", config, "--allow-retokenized"])
     report = json.loads(capsys.readouterr().out)

@@ -9,9 +9,10 @@ import asyncio
 import httpx
 import pytest
 
+from conftest import START_SECONDS
 from polarstack.bench import workload as w
 from polarstack.bench.routing import bypass_picker
-from polarstack.processes import stop_pid
+from polarstack.processes import startup_seconds, stop_pid
 from polarstack.routers.harness import start as start_router
 from polarstack.stack import profiles
 from polarstack.stack.engines import start_emulator
@@ -22,7 +23,7 @@ MODEL = "Qwen2.5-7B-Instruct"
 
 @pytest.fixture(scope="module")
 def engines():
-    started = [start_emulator(seed=i) for i in range(2)]
+    started = [start_emulator(seed=i, timeout=startup_seconds(START_SECONDS)) for i in range(2)]
     try:
         yield [f"http://127.0.0.1:{port}" for _, port in started]
     finally:
@@ -87,7 +88,9 @@ def test_bypass_affinity_depends_only_on_how_sessions_interleave(sessions, affin
 def test_router_passthrough_shipped_round_robin_balances_but_cannot_keep_sessions(engines):
     profile = profiles.load("router-passthrough")
     assert profile.router_args == ["--policy", "round_robin"]
-    router = start_router(profile.router, engines, extra_args=profile.router_args)
+    router = start_router(
+        profile.router, engines, extra_args=profile.router_args, timeout=startup_seconds(START_SECONDS)
+    )
     try:
         m = _run(engines, lambda s: router.url)
     finally:
@@ -100,7 +103,9 @@ def test_router_passthrough_shipped_round_robin_balances_but_cannot_keep_session
 def test_patched_router_shipped_cache_aware_keeps_sessions_on_their_engine(engines):
     profile = profiles.load("patched-router")
     assert "--policy" in profile.router_args and "cache_aware" in profile.router_args
-    router = start_router(profile.router, engines, extra_args=profile.router_args)
+    router = start_router(
+        profile.router, engines, extra_args=profile.router_args, timeout=startup_seconds(START_SECONDS)
+    )
     try:
         m = _run(engines, lambda s: router.url)
     finally:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from default_signals import default_signals
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.processes import stop_pid
@@ -186,6 +187,7 @@ def test_half_written_state_refuses_with_state_and_down_stops_the_orphan(tmp_pat
         env=_env(tmp_path),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=default_signals,  # the engines it starts get `down`'s SIGTERM at its default (not inherited ignored)
     )
     state_path = tmp_path / "state.json"
     deadline = time.monotonic() + 30
@@ -217,6 +219,7 @@ def test_up_terminated_half_way_stops_what_it_started(tmp_path, survivors):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,  # the SIGTERM sent below, at its default (not inherited as ignored)
     )
     state_path = tmp_path / "state.json"
     deadline = time.monotonic() + 30
@@ -242,6 +245,7 @@ def test_second_ctrl_c_during_demo_teardown_orphans_nothing(tmp_path, survivors)
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,  # Python turns SIGINT into KeyboardInterrupt only when it is not ignored on entry
     )
 
     def states() -> list[Path]:  # where this code keeps the demo's state, and where older code did (a temp dir)

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import RAY_START_CEILING, RAY_START_SECONDS
 from polarstack.checks import shared_probe
-from polarstack.processes import free_port
+from polarstack.errors import ExitCode, StackError
+from polarstack.processes import free_port, startup_seconds
 from polarstack.stack import ray_head
 
 pytestmark = pytest.mark.ray
@@ -22,12 +24,25 @@ SCRIPT = Path(shared_probe.__file__)
 
 @pytest.fixture
 def head(ray_bin):
-    gcs, dashboard = free_port(), free_port()
-    command = ray_head.head_command(gcs_port=gcs, dashboard_port=dashboard, num_gpus=0, block=True)
-    temp = Path(tempfile.mkdtemp(prefix="ps-sp-", dir="/tmp"))
-    running = ray_head.start(
-        command, dict(ray_head.LOOPBACK_ENV), bin_dir=ray_bin, temp_dir=temp, dashboard_port=dashboard
-    )
+    base = Path(tempfile.mkdtemp(prefix="ps-sp-", dir="/tmp"))
+    for attempt in (1, 2, 3):  # ray's own hard-coded 30 s start-up timeouts (its client server's wait for the node's
+        # registration, ray/_private/services.py get_node_with_retry) expired at load 11 on 2 cores: `ray start` exits
+        gcs, dashboard = free_port(), free_port()
+        command = ray_head.head_command(gcs_port=gcs, dashboard_port=dashboard, num_gpus=0, block=True)
+        temp = base / str(attempt)
+        try:
+            running = ray_head.start(
+                command,
+                dict(ray_head.LOOPBACK_ENV),
+                bin_dir=ray_bin,
+                temp_dir=temp,
+                dashboard_port=dashboard,
+                timeout=startup_seconds(RAY_START_SECONDS, ceiling=RAY_START_CEILING),
+            )
+            break
+        except StackError as exc:
+            if exc.code != ExitCode.ENVIRONMENT or attempt == 3:  # only "ray start exited" is retried
+                raise
     try:
         yield gcs, ray_bin, temp
     finally:

@@ -15,6 +15,7 @@ import json
 import httpx
 import pytest
 
+from conftest import START_SECONDS
 from polarstack.checks import budget, tool_exchange
 from polarstack.checks.smoke import run_smoke
 from polarstack.cli.main import main
@@ -41,12 +42,13 @@ def chat(url: str, **extra) -> dict:
 
 @pytest.fixture(scope="module")
 def engines():
-    from polarstack.processes import stop_pid
+    from polarstack.processes import startup_seconds, stop_pid
     from polarstack.stack.engines import start_emulator
 
+    timeout = startup_seconds(START_SECONDS)  # longer on a loaded machine (issue 34 point 2)
     with_parser, without = (
-        start_emulator(seed=1, tool_call_parser="qwen"),
-        start_emulator(seed=1, tool_call_parser=None),
+        start_emulator(seed=1, tool_call_parser="qwen", timeout=timeout),
+        start_emulator(seed=1, tool_call_parser=None, timeout=timeout),
     )
     yield f"http://127.0.0.1:{with_parser[1]}", f"http://127.0.0.1:{without[1]}"
     for process, _ in (with_parser, without):
@@ -144,6 +146,11 @@ def test_local_runtime_without_parser_fails_the_smoke_with_12(tmp_path, monkeypa
         assert main(["down"]) == 0
 
 
+# The emulator's Write call in its tokenizer (polarstack.polar.tokenizer.Tokenizer on tool_parser.smoke_call_text(),
+# measured: 40, as the former write_file call).
+EMULATOR_CALL_TOKENS = 40
+
+
 def tool_requests(url: str) -> list[dict]:
     log = httpx.get(f"{url}/_emulator/requests", params={"path": "/v1/chat/completions"}).json()["requests"]
     return [r["body"] for r in log if "tools" in r["body"]]
@@ -153,18 +160,23 @@ def test_tool_exchange_carries_polars_flags_and_its_tokens_count(engines):
     httpx.delete(f"{engines[0]}/_emulator/requests")
     report = run_smoke(engines[0], requests=1, turns=0)
     assert report.ok, report.message
-    (body,) = tool_requests(engines[0])
-    assert body["return_prompt_token_ids"] is True and body["return_meta_info"] is True
-    assert body["logprobs"] is True and body["stream"] is False
-    # the agent's own first-turn shape (issue 18 point 2): its per-request max_tokens on the harness prompt's length
+    short, long = tool_requests(engines[0])
     pad, max_tokens = budget.harness_request_shape()
-    assert body["temperature"] == 0 and body["tool_choice"] == "auto" and body["max_tokens"] == max_tokens == 4096
-    assert body["messages"][0]["role"] == "system" and body["messages"][0]["content"].count(" the") == pad
-    (entry,) = [e for e in report.exchanges if e["kind"] == "tools"]
-    assert entry["tool_outcome"] == "parsed" and entry["tool_calls"] == 1
-    # the emulator's call is 40 tokens + <|im_end|>; Polar trains on all of them
-    assert entry["polar"]["polar_trainable_tokens"] == 41
-    assert report.trainable_tokens == sum(e["polar"]["polar_trainable_tokens"] for e in report.exchanges) > 41
+    for body in (short, long):
+        assert body["return_prompt_token_ids"] is True and body["return_meta_info"] is True
+        assert body["logprobs"] is True and body["stream"] is False
+        # the agent's own first-turn shape (issue 18 point 2, issue 32 point 6): its 12 tools and max_tokens
+        assert body["temperature"] == 0 and body["tool_choice"] == "auto" and body["max_tokens"] == max_tokens == 4096
+        assert len(body["tools"]) == 12
+    assert short["messages"][0]["role"] == "user" and long["messages"][0]["role"] == "system"
+    entries = [e for e in report.exchanges if e["kind"] == "tools"]
+    assert [e["padded"] for e in entries] == [False, True]
+    for entry in entries:
+        assert entry["tool_outcome"] == "parsed" and entry["tool_calls"] == 1
+        # the emulator's Write call is EMULATOR_CALL_TOKENS tokens + <|im_end|>; Polar trains on all of them
+        assert entry["polar"]["polar_trainable_tokens"] == EMULATOR_CALL_TOKENS + 1
+    assert entries[1]["prompt_tokens"] > pad > entries[0]["prompt_tokens"]  # the agent-length prompt reached it
+    assert report.trainable_tokens == sum(e["polar"]["polar_trainable_tokens"] for e in report.exchanges)
 
 
 def test_a_tool_answer_cut_at_max_tokens_names_the_setting(engines, monkeypatch, capsys):
@@ -184,10 +196,10 @@ def test_a_field_dropping_router_fails_the_tool_exchange_like_the_others(engines
     httpx.delete(f"{engines[0]}/_emulator/requests")
     assert main(["smoke", "--base-url", router.url, "--json"]) == ExitCode.TOKENS_MISSING
     report = json.loads(capsys.readouterr().out)
-    (tools,) = [r for r in report["requests"] if r["kind"] == "tools"]
-    assert tools["polar"]["polar_trainable_tokens"] == 0 and tools["status"] == 200
-    (body,) = tool_requests(engines[0])  # the router forwarded the tool request without Polar's flags
-    assert "return_prompt_token_ids" not in body and "return_meta_info" not in body
+    tools = [r for r in report["requests"] if r["kind"] == "tools"]
+    assert len(tools) == 2 and all(t["polar"]["polar_trainable_tokens"] == 0 and t["status"] == 200 for t in tools)
+    for body in tool_requests(engines[0]):  # the router forwarded the tool requests without Polar's flags
+        assert "return_prompt_token_ids" not in body and "return_meta_info" not in body
 
 
 @pytest.mark.router
@@ -199,7 +211,7 @@ def test_every_worker_of_polars_bypass_gets_a_tool_request(engines, router_facto
     out, err = capsys.readouterr()
     report = json.loads(out)
     assert sorted(report["targets"]) == sorted(engines)
-    assert [len(tool_requests(url)) for url in engines] == [1, 1]
+    assert [len(tool_requests(url)) for url in engines] == [2, 2]
     assert engines[1] in err and "raw <tool_call> text" in err  # the worker without a parser, not targets[0] only
 
 
@@ -228,7 +240,8 @@ def test_behind_a_dropping_path_polar_cannot_retokenize_the_tool_request(engine_
     assert code == ExitCode.TOKENS_MISSING, err
     report = json.loads(out)
     plain = [r["polar"] for r in report["requests"] if r["kind"] != "tools"]
-    (tools,) = [r["polar"] for r in report["requests"] if r["kind"] == "tools"]
+    tools = [r["polar"] for r in report["requests"] if r["kind"] == "tools"]
     assert plain and all(p["polar_verdict"] == "retokenized" and p["polar_trainable_tokens"] > 0 for p in plain)
-    assert tools["polar_trainable_tokens"] == 0 and "prompt=0" in tools["polar_reason"]
+    assert len(tools) == 2
+    assert all(t["polar_trainable_tokens"] == 0 and "prompt=0" in t["polar_reason"] for t in tools)
     assert "cannot rebuild the tools request(s)" in err and len(err.strip().splitlines()) == 1

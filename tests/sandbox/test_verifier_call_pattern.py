@@ -8,6 +8,7 @@ depends on the answers."""
 import ast
 import re
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from polarstack.reward.verifier.judge_side import _JUDGE_SIDE
 
 pytestmark = pytest.mark.sandbox
 SEED = 20
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "mbpp_sample.jsonl"
 
 # Appended to a solution: wraps the entry point, logs every call from outside (not its own recursion) and prints
 # `CALLS <count> <digest>` at exit. WRONG: what the wrapper answers instead of calling the solution.
@@ -137,7 +139,7 @@ def judge_side():
     ],
 )
 def test_control_flow_that_depends_on_answers_is_flagged(judge_side, source, dependent):
-    assert judge_side["answer_dependent"](ast.parse(source), {"f"}) is dependent
+    assert bool(judge_side["answer_dependent"](ast.parse(source), {"f"})) is dependent
 
 
 def test_no_humaneval_task_has_control_flow_that_depends_on_answers(judge_side):
@@ -177,3 +179,59 @@ def test_tests_that_branch_on_answers_are_refused_before_the_first_call(problem,
     for outcome in ran:
         assert not outcome.passed and outcome.calls == 0, outcome
         assert outcome.detail.startswith("the task's tests branch on the solution's answers"), outcome.detail
+
+
+# --- issue 33, finding 4: answer dependence refused by shape (an allowlist), not by a search for branches ------
+# Calls made through a lambda, a higher-order function or a lazy consumer are made, or not, depending on what the
+# solution answered: filter(lambda ...) and takewhile(lambda ...) gave a right and a wrong candidate different
+# call counts on f6ba232 and were graded. Each shape below is refused before the first call, for a right and a
+# wrong candidate alike (none of them is in HumanEval's 164; test_no_humaneval_task_... keeps those accepted).
+HIDDEN_DEPENDENCE = {
+    "filter_lambda": ["assert list(filter(lambda x: f(x) > 1, [1, 2, 3])) == [1, 2, 3]"],
+    "takewhile_lambda": [
+        "import itertools",
+        "assert list(itertools.takewhile(lambda x: f(x) > 1, [1, 2, 3])) == [1, 2, 3]",
+    ],
+    "map": ["assert list(map(f, [1, 2, 3])) == [2, 3, 4]"],
+    "sorted_key": ["assert sorted([3, 1, 2], key=f) == [1, 2, 3]"],
+    "reduce": ["import functools", "assert functools.reduce(lambda a, b: a + f(b), [1, 2, 3], 0) == 9"],
+    "sum_of_a_generator": ["assert sum(f(x) for x in range(3)) == 6"],
+    "set_comprehension": ["assert {f(x) for x in range(3)} == {1, 2, 3}"],
+    "two_calls_in_an_element": ["assert [f(x) + f(x + 10) for x in range(3)] == [13, 15, 17]"],
+    "iteration_over_an_answer": ["assert [f(v) for v in f([1, 2])] == [1, 2]"],
+    "answer_as_an_argument": ["x = f(1)", "assert f(x) == 3"],
+    "answer_through_a_mutation": ["xs = []", "xs.append(f(1))", "assert f(xs[0]) == 3"],
+    "try_around_a_call": ["try:\n    assert f(1) == 2\n    assert f(2) == 3\nexcept TypeError:\n    pass"],
+    "break_on_an_answer": ["for i in range(3):\n    if f(i) == 99:\n        break\n    assert f(i + 10) == i + 11"],
+    "function_of_the_tests": ["def twice(x):\n    return f(x) + f(x)", "assert twice(1) == 4"],
+}
+
+
+@pytest.mark.parametrize("tests", list(HIDDEN_DEPENDENCE.values()), ids=list(HIDDEN_DEPENDENCE))
+def test_calls_hidden_in_lambdas_and_higher_order_functions_are_refused_before_the_first_call(tests):
+    right = "def f(x):\n    if isinstance(x, list):\n        return x\n    return x + 1\n"
+    wrong = "def f(x):\n    raise TypeError('wrong')\n"
+    for code in (right, wrong):
+        outcome = verifier.verify(_mbpp(tests), code, verifier.Limits(timeout=10))
+        assert not outcome.passed and outcome.calls == 0, outcome
+        assert outcome.detail.startswith("the task's tests branch on the solution's answers (line "), outcome.detail
+
+
+def test_the_mbpp_fixture_and_the_shapes_it_allows_are_still_graded():
+    for record in tasks.load_mbpp(source=FIXTURE):
+        outcome = verifier.verify(record, record["code"], verifier.Limits(timeout=10))
+        assert outcome.passed, (record["task_id"], outcome)
+    allowed = [
+        "assert all(f(x) == x + 1 for x in range(3))",
+        "assert [f(x) for x in range(3)] == [1, 2, 3]",
+        "assert list(f(x) for x in range(3)) == [1, 2, 3]",
+        "assert f(1) == 2 and f(2) == 3",
+        "import math",
+        "assert math.isclose(f(1), 2.0, rel_tol=0.001)",
+        "y = f(4)",
+        "assert y == 5",
+    ]
+    right = verifier.verify(_mbpp(allowed), "def f(x):\n    return x + 1\n", verifier.Limits(timeout=10))
+    assert right.passed and right.calls == 13, right
+    wrong = verifier.verify(_mbpp(allowed), "def f(x):\n    return 0\n", verifier.Limits(timeout=10))
+    assert not wrong.passed and wrong.calls == 13, wrong

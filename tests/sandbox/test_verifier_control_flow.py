@@ -1,6 +1,7 @@
 """Pins issue 25's red-team findings 1 and 2 (follow-up): a solution that only raises StopIteration (or
 StopAsyncIteration) does not pass tests that call it through map, filter or iter, which read that exception as
-"no more items"; and a bool does not stand for an int inside a set or as a dict key. Each candidate runs through
+"no more items" (since issue 33 such shapes are refused before the first call, for every candidate); and a bool
+does not stand for an int inside a set or as a dict key. Each candidate runs through
 the bundled verifier's command line and is graded by Polar's rule (tests/polar_grading.py)."""
 
 import json
@@ -54,13 +55,28 @@ RAISING = {
 }
 
 
+# Since issue 33 these shapes (the solution's function passed to map, filter, iter, or called in a lambda) are
+# refused before the first call, for every candidate, since how often they call it depends on its answers; the
+# raising solution still gets 0. The PEP 479 conversion stays for what is still graded (an explicit `next()`).
+REFUSED = "the task's tests branch on the solution's answers (line 1 "
+
+
 @pytest.mark.parametrize("raising", sorted(RAISING))
 @pytest.mark.parametrize("case", sorted(MBPP_TESTS))
 def test_a_solution_raising_stop_iteration_fails_tests_that_map_or_filter_it(tmp_path, case, raising):
     right = _run(tmp_path, _mbpp(MBPP_TESTS[case]), EVEN)
-    assert _reward(right) == 1.0, right  # the test holds for the right solution
+    assert _reward(right) == 0.0 and REFUSED in right.stdout, right  # refused by shape (issue 33)
     proc = _run(tmp_path, _mbpp(MBPP_TESTS[case]), RAISING[raising])
     assert [s for s, _ in status_lines(proc.stdout + proc.stderr)] == ["FAILED"], proc
+    assert _reward(proc) == 0.0 and proc.returncode == 1, proc
+
+
+@pytest.mark.parametrize("raising", sorted(RAISING))
+def test_a_stop_iteration_does_not_end_an_iteration_of_the_tests(tmp_path, raising):
+    tests = ["it = iter([is_even(2), is_even(4)])", "assert next(it, 'end') is True and next(it, 'end') is True"]
+    right = _run(tmp_path, _mbpp(tests), EVEN)
+    assert _reward(right) == 1.0, right
+    proc = _run(tmp_path, _mbpp(tests), RAISING[raising])
     assert _reward(proc) == 0.0 and proc.returncode == 1, proc
 
 
@@ -74,10 +90,9 @@ def test_a_humaneval_check_mapping_the_candidate_fails_a_stop_iteration(tmp_path
         "    assert not any(map(candidate, [1, 3]))\n",
     }
     right = _run(tmp_path, problem, problem["prompt"] + "    return n % 2 == 0\n")
-    assert _reward(right) == 1.0, right
+    assert _reward(right) == 0.0 and "the task's tests branch on the solution's answers (line 2 " in right.stdout, right
     proc = _run(tmp_path, problem, problem["prompt"] + "    raise StopIteration\n")
     assert _reward(proc) == 0.0 and proc.returncode == 1, proc
-    assert "StopIteration" in proc.stdout + proc.stderr, proc  # the detail names what the candidate raised
 
 
 def test_a_test_expecting_a_builtin_error_still_sees_it(tmp_path):

@@ -196,3 +196,67 @@ def test_a_real_cgroup_v2_bounds_the_sandbox(monkeypatch):
     run = verifier.run_program(MEMORY_FAN_OUT, verifier.Limits(timeout=10, memory_mb=128))
     assert run.limits.startswith("cgroup v2") and run.returncode not in (0, None), run
     assert {p.name for p in parent.iterdir() if p.is_dir()} == before
+
+
+# --- issue 33, finding 1: the watchdog fails closed when its looks fall behind, and the sandbox yields to it -----
+
+
+def _watchdog_namespace():
+    """The watchdog's code on its own, with a clock whose sleep returns at once."""
+    import select
+    import time
+    from types import SimpleNamespace
+
+    from polarstack.reward.verifier.watchdog import _WATCHDOG
+
+    clock = SimpleNamespace(monotonic=time.monotonic, sleep=lambda seconds: None)
+    namespace = {"state": {}, "os": os, "select": select, "time": clock}
+    exec(_WATCHDOG, namespace)
+    return namespace
+
+
+def test_a_look_that_finds_the_sandbox_outran_the_watchdog_kills_it():
+    # A sandbox under every budget whose CPU grows by 0.4 s between two looks (more than LATE_CPU): it used the CPU
+    # the watchdog did not get, and may have held memory in between that no look saw. On f6ba232 it ran on.
+    namespace = _watchdog_namespace()
+    looks, kills = iter(range(1000)), []
+    namespace["sandbox_usage"] = lambda root, with_files=True: (1 << 20, 0.4 * next(looks), 3, 0)
+    namespace["alive"] = lambda pid: not kills and len(namespace["state"]) < 100
+    namespace["watchdog"](12345, None, {"memory_mb": 256, "cpu": 100, "nproc": 32}, lambda: kills.append(1))
+    assert kills == [1]
+    assert namespace["state"]["over_budget"].startswith("late: the sandbox used 0.40 s of CPU between two"), namespace
+
+
+def test_a_sandbox_that_keeps_up_is_not_late():
+    namespace = _watchdog_namespace()
+    looks, stop = iter(range(50)), []
+
+    def usage(root, with_files=True):
+        value = next(looks, None)
+        if value is None:
+            stop.append(1)
+            return 1 << 20, 1.0, 3, 0
+        return 1 << 20, 0.02 * value, 3, 0
+
+    namespace["sandbox_usage"] = usage
+    namespace["alive"] = lambda pid: not stop
+    namespace["watchdog"](12345, None, {"memory_mb": 256, "cpu": 10, "nproc": 32}, lambda: None)
+    assert "over_budget" not in namespace["state"], namespace["state"]
+    assert namespace["state"]["watchdog_most_late"] == 0.02
+
+
+NICE = r"""
+import os, sys
+nice = os.getpriority(os.PRIO_PROCESS, 0)
+try:
+    os.setpriority(os.PRIO_PROCESS, 0, 0)
+    lowered = True
+except OSError:
+    lowered = False
+sys.exit(0 if nice >= 5 and not lowered and os.getpriority(os.PRIO_PROCESS, 0) == nice else 3)
+"""
+
+
+def test_the_sandbox_runs_below_the_watchdogs_priority_and_cannot_raise_its_own():
+    run = verifier.run_program(NICE, verifier.Limits(timeout=10))
+    assert run.returncode == 0, run

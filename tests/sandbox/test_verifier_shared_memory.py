@@ -1,8 +1,8 @@
 """Pins issue 25, finding 3: on the fallback path (no writable cgroup v2: the supervisor's watchdog) memory counts
 whatever kind it is. Four children each hold 48 MiB (together 192 MiB, over the 128 MiB budget) of shared anonymous memory,
 a memfd, a System V segment, a POSIX shm object (`/dev/shm`) or a tmpfs file mapped shared; each program exits 0
-only if all four held theirs for 1.5 s. Shared anonymous mappings and mapped tmpfs files are counted (Pss, each page
-once per sandbox) and the sandbox is killed; memfd_create and shmget are refused at creation (EPERM, exit 7), since
+only if all four held theirs for 1.5 s. Shared anonymous mappings and mapped tmpfs files are counted (since issue 33
+the kernel's per-process counters, a shared page once per process that maps it) and the sandbox is killed; memfd_create and shmget are refused at creation (EPERM, exit 7), since
 their memory can live without any mapping or file the watchdog sees. On b5354d1 the first three held their 192 MiB
 (the watchdog counted resident memory less all shared pages); the shm and tmpfs cases held there too (the tmpfs'
 size was counted) and are pinned here. Since issue 32 no child can be made: the parent holds every share itself,
@@ -97,9 +97,9 @@ def test_memory_without_a_mapping_is_refused_at_creation(kind):
 
 
 def test_a_shared_region_cannot_be_mapped_for_children():
-    # Before issue 32: 48 MiB shared by the parent and three children counted once (Pss), under a 128 MiB budget.
-    # Now no child can be made (EPERM at the first fork, seccomp.py): the region stays one process's, inside its
-    # own RLIMIT_AS, so there is nothing for the sandbox's total to count twice.
+    # Before issue 32, 48 MiB a parent shared with its children counted once per process that mapped it (issue 33's
+    # per-process counters: with one child 96 MiB, held under 128 MiB; with three 192 MiB, killed). Now no child can
+    # be made (EPERM at the first fork, seccomp.py): the region stays one process's, inside its own RLIMIT_AS.
     program = (
         "import mmap, os, sys\nregion = mmap.mmap(-1, 48 << 20, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)\n"
         "for offset in range(0, 48 << 20, 4096):\n    region[offset] = 1\ntry:\n    pid = os.fork()\n"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from polarstack.engine import tool_parser
+from polarstack.processes import startup_seconds
 from polarstack.stack import real_sglang
 from polarstack.stack.profiles import knob
 
@@ -57,6 +58,8 @@ def _start(parser: str | None) -> real_sglang.RealEngine:
     real_sglang.prepare(progress=lambda m: print(m, flush=True))
     return real_sglang.start(
         served_model_name=knob(None, "SERVED_MODEL_NAME"),
+        # its READY_TIMEOUT, longer on a loaded machine (polarstack.processes.startup_seconds), within the test's own
+        timeout=startup_seconds(real_sglang.READY_TIMEOUT, ceiling=TIER_TIMEOUT - 120),
         tool_call_parser=parser,
         log_path=real_sglang.cache_dir() / "logs" / f"sglang-tier-{'parser' if parser else 'no-parser'}.log",
     )
@@ -94,4 +97,4 @@ def real_engine_no_parser() -> Iterator:
 @pytest.fixture(scope="session")
 def scripted_tool_fields(real_engine) -> dict:
     """Request fields that make the random model answer the smoke's tool request with one Qwen tool call."""
-    return real_sglang.scripted_answer(tool_parser.tool_call_text([tool_parser.SMOKE_TOOL]))
+    return real_sglang.scripted_answer(tool_parser.smoke_call_text())

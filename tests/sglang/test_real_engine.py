@@ -13,9 +13,9 @@ import re
 import httpx
 import pytest
 
-from polarstack.checks import tool_exchange
+from polarstack.checks import budget, tool_exchange
 from polarstack.checks.smoke import run_smoke
-from polarstack.engine import tool_parser
+from polarstack.engine import agent_turn, tool_parser
 from polarstack.errors import ExitCode
 from polarstack.pins import pin, repo_root
 from polarstack.polar import contract
@@ -49,8 +49,11 @@ def test_smoke_direct_passes_with_parsed_tool_calls(real_engine, scripted_tool_f
     assert report.code == ExitCode.OK, report.message
     assert report.trainable_tokens > 0
     assert report.polar_verdict == "trainable"
-    assert [t["outcome"] for t in report.tool_check["targets"]] == [tool_exchange.PARSED]
-    assert report.tool_check["targets"][0]["finish_reason"] == "tool_calls"
+    # the unpadded and the agent-length tool request (issue 32 point 6), both answered with the scripted Write call
+    assert [t["outcome"] for t in report.tool_check["targets"]] == [tool_exchange.PARSED, tool_exchange.PARSED]
+    assert [t["padded"] for t in report.tool_check["targets"]] == [False, True]
+    assert all(t["finish_reason"] == "tool_calls" for t in report.tool_check["targets"])
+    assert report.tool_check["targets"][1]["prompt_tokens"] > budget.harness_request_shape()[0]
 
 
 @pytest.mark.parametrize("spec", PINNED + BOUNDARY)
@@ -128,8 +131,8 @@ def test_the_parser_returns_tool_calls(real_engine, scripted_tool_fields):
     outcome, calls, finish = tool_exchange.classify(parsed)
     assert (outcome, calls, finish) == (tool_exchange.PARSED, 1, "tool_calls")
     call = parsed["choices"][0]["message"]["tool_calls"][0]
-    assert call["function"]["name"] == tool_parser.SMOKE_TOOL["function"]["name"]
-    assert json.loads(call["function"]["arguments"]) == {"path": "solution.py", "content": "pass"}
+    assert call["function"]["name"] == agent_turn.write_tool_name() == "Write"  # the agent's own write tool
+    assert json.loads(call["function"]["arguments"]) == {"file_path": "solution.py", "content": "pass"}
     assert parsed["choices"][0]["prompt_token_ids"] and parsed["choices"][0]["meta_info"]["output_token_logprobs"]
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from default_signals import default_signals
+
 pytestmark = pytest.mark.unit
 
 SCRIPT = """
@@ -27,7 +29,14 @@ except KeyboardInterrupt:
 @pytest.mark.parametrize("mode", ["on", "off"])
 def test_sigterm_runs_the_cleanup_only_when_turned_into_an_interrupt(mode):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "scripts")}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, env=env, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        preexec_fn=default_signals,  # SIGTERM at its default, not inherited as ignored (issue 34 point 4)
+    )
     if mode == "on":
         assert proc.returncode == 0 and proc.stdout == "cleaned up\n", proc.stderr
     else:  # the default: the process dies at once, its cleanup never runs

@@ -7,11 +7,17 @@ A release that cannot install or start is a row saying so.
 What reached the engine is read from the emulator's own request log; the real engine keeps none, so there the
 router's worker is a recording relay in front of it (polarstack.bench.tap), which also stands in for the
 emulator's `always_extensions` fault by setting Polar's flags on the way to the engine.
+
+`request_at_engine` (issue 32 point 10): for Polar's own request shapes (POLAR_SHAPES: the chat request as
+contract.prepare_request builds it, and the smoke's unpadded tool request), the values that reached the engine
+against the values sent, so a router that changes a value shows (smg from 1.8.0 strips SGLang fields whose value
+is false or null; a key list, `request_keys_at_engine`, shows a dropped key but never a rewritten value).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import subprocess
 import sys
@@ -24,6 +30,7 @@ from typing import Any, Callable
 import httpx
 
 from polarstack.bench import tap
+from polarstack.checks import tool_exchange
 from polarstack.checks.measure import (
     ENGINE_LOG,
     ISSUE_52_BODY,
@@ -37,6 +44,7 @@ from polarstack.checks.measure import (
 from polarstack.engine.emulator.engine import DEFAULT_MODEL
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
+from polarstack.polar import contract
 from polarstack.polar.contract import POLAR_REQUEST_FLAGS
 from polarstack.processes import child_env, free_port, stop_pid, wait_http
 from polarstack.routers import worker_api
@@ -218,6 +226,58 @@ def engines_for(
             stop()
 
 
+# Request fields whose values are too long for a row: recorded as a digest of the value (equal digests, equal values).
+BULKY_FIELDS = ("messages", "tools")
+
+
+def polar_shapes(model: str) -> dict[str, dict[str, Any]]:
+    """Polar's recorded request shapes as the engine should get them: a chat request (contract.prepare_request:
+    stream false, logprobs true, both return_* flags true) and the smoke's unpadded tool request (the agent's 12
+    tools, tool_choice auto, temperature 0), each with a small max_tokens."""
+    chat = contract.prepare_request(
+        {"model": model, "messages": [{"role": "user", "content": "Say hi in 5 words"}], "max_tokens": 8}
+    )
+    return {"chat": chat, "tools": tool_exchange.tool_request(model, max_tokens=8)}
+
+
+def _digest(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def value_record(sent: dict[str, Any], received: dict[str, Any] | None) -> dict[str, Any]:
+    """What reached the engine, by value: every field's value (BULKY_FIELDS as digests) and, against what was
+    sent, the fields dropped, added and changed (a changed value is listed with both values)."""
+    if received is None:
+        return {"reached": False}
+
+    def shown(body: dict[str, Any]) -> dict[str, Any]:
+        return {k: _digest(v) if k in BULKY_FIELDS else v for k, v in sorted(body.items())}
+
+    return {
+        "reached": True,
+        "values": shown(received),
+        "dropped": sorted(set(sent) - set(received)),
+        "added": sorted(set(received) - set(sent)),
+        "changed": {
+            k: {"sent": shown(sent)[k], "at_engine": shown(received)[k]}
+            for k in sorted(set(sent) & set(received))
+            if sent[k] != received[k]
+        },
+    }
+
+
+def _shapes_at_engine(http: httpx.Client, router_url: str, engines: "Engines", model: str) -> dict[str, Any]:
+    out = {}
+    for name, body in polar_shapes(model).items():
+        engines.forget(http)
+        reply = _retrying_post(http, f"{router_url}/v1/chat/completions", body)
+        received = engines.received(http, "/v1/chat/completions")
+        record = value_record(body, received[-1]["body"] if received else None)
+        record["status"] = getattr(reply, "status_code", None)
+        out[name] = record
+    return out
+
+
 def _yes(value: bool | None) -> str:
     return {True: "yes", False: "no", None: "n/a"}[value]
 
@@ -263,6 +323,8 @@ def measure(release: RouterRelease, engines: Engines, latency_requests: int = 20
             row["chat_fields_reach_client"] = {"prompt_token_ids", "meta_info"} <= keys
             row["choice_keys"] = sorted(keys)
             row["request_keys_at_engine"] = sorted(last)
+        step = "Polar's request shapes at the engine"
+        row["request_at_engine"] = _shapes_at_engine(http, router.url, engines, model)
         # Would the fields survive the response path if the engine emitted them unasked?
         step = "chat with fields emitted unasked"
         engines.emit_unasked(http, True)

@@ -34,6 +34,8 @@ class Exchange:
     tool_outcome: str | None = None  # kind "tools": tool_exchange.classify's outcome, calls and finish_reason
     tool_calls: int = 0
     finish_reason: str | None = None
+    padded: bool | None = None  # kind "tools": the agent-length request (context check) or the unpadded one (parsing)
+    prompt_tokens: int | None = None  # kind "tools": the engine's usage.prompt_tokens
     prompt_ids: list[int] | None = field(default=None, repr=False)  # the session's prefix check
     request: dict[str, Any] | None = field(default=None, repr=False)  # re-sent to measure re-tokenization drift
 
@@ -51,6 +53,7 @@ class Exchange:
                 data[key] = getattr(self, key)
         if self.tool_outcome is not None:
             data.update(tool_outcome=self.tool_outcome, tool_calls=self.tool_calls, finish_reason=self.finish_reason)
+            data.update(padded=bool(self.padded), prompt_tokens=self.prompt_tokens)
         return data
 
     def __getitem__(self, key: str) -> Any:

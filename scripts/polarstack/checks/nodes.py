@@ -131,9 +131,10 @@ class Probe:
         return out or None
 
     def host_memory_kib(self) -> float | None:
+        """MemAvailable (kB), as polarstack.train.memory reads this node's capacity (issue 32: not MemTotal)."""
         try:
             for line in Path(os.environ.get("POLARSTACK_PROC_MEMINFO") or "/proc/meminfo").read_text().splitlines():
-                if line.startswith("MemTotal:"):
+                if line.startswith("MemAvailable:"):
                     return float(line.split()[1])
         except (OSError, IndexError, ValueError):
             return None
@@ -494,7 +495,7 @@ def _capacity(cluster: Cluster, reports: list[dict[str, Any]], rows: list[NodeRo
         host = report.get("host_memory_kib")
         if need.host_gb is not None and host is not None and host * 1024 / 1e9 < need.host_gb:
             raise StackError(
-                f"{_node(cluster, row.rank)} has {host * 1024 / 1e9:.1f} GB of host memory, the plan needs "
+                f"{_node(cluster, row.rank)} has {host * 1024 / 1e9:.1f} GB of host memory available, the plan needs "
                 f"{need.host_gb:.1f} GB per node.",
                 ExitCode.ENVIRONMENT,
             )

@@ -195,6 +195,9 @@ def render_train_plan(plan, task: str, profile_name: str, runtime: str, run_dir_
     for line in described["watch"]:
         print(f"# on the GPU node, watch: {line}")
     render_memory(plan)
+    from polarstack.train.preflight import seven_b_line
+
+    print(f"# {seven_b_line(plan)}")
 
 
 def render_cluster(plan) -> None:
@@ -337,6 +340,13 @@ def render_preflight_plan(plan) -> None:
     for number, step in enumerate(plan.as_dict()["steps"], 1):
         print(f"# step {number}: {step}")
     render_memory(plan.phases[0][1])
+    if plan.seven_b is not None:  # the 7B's parts run the real run's plan: its memory, host terms included
+        print("# the 7B's parts (the real run's model and memory plan):")
+        for line in plan.seven_b.memory.lines():
+            print(f"# {line}")
+        print("# the 7B's parts' added time (an estimate from sizes and stated rates, not measured):")
+        for term, seconds in plan.seven_b.added_seconds.items():
+            print(f"#   {seconds:7.1f} s  {term}")
     for name, phase in plan.phases:
         print(f"# --- job {name} ---")
         print(phase.as_dict()["commands"][-1])

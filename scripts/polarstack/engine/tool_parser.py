@@ -23,6 +23,7 @@ import uuid
 import zipfile
 from typing import Any
 
+from polarstack.engine import agent_turn
 from polarstack.engine.protocol import SERVER_ARGS_PATH, _find_wheel, sglang_version, source_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
@@ -107,12 +108,35 @@ def qwen25_names() -> tuple[str, ...]:
     return tuple(name for name, detector in parser_enum().items() if detector == "Qwen25Detector")
 
 
+def _function(tool: Any) -> Any:
+    return tool.get("function") if isinstance(tool, dict) else getattr(tool, "function", None)
+
+
+def _field(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+
 def tool_call_text(tools: list[Any]) -> str:
-    """What the emulated model writes when tools are offered: one Qwen-format call of the first tool."""
-    first = tools[0]
-    function = first.get("function") if isinstance(first, dict) else getattr(first, "function", None)
-    name = function.get("name") if isinstance(function, dict) else getattr(function, "name", "tool")
-    return f"{QWEN_BOT}{json.dumps({'name': name, 'arguments': {'path': 'solution.py', 'content': 'pass'}})}{QWEN_EOT}"
+    """What the emulated model writes when tools are offered (and the real engine's scripted answer, stack.local):
+    one Qwen-format call of the first tool that takes a `content` (the smoke asks for the file write among the
+    agent's tools, engine.agent_turn), else of the first tool; its required text arguments filled in."""
+    functions = [_function(t) for t in tools]
+    writes = [f for f in functions if "content" in (_field(_field(f, "parameters"), "properties") or {})]
+    function = (writes or functions)[0]
+    name = _field(function, "name") or "tool"
+    properties = _field(_field(function, "parameters"), "properties") or {}
+    required = _field(_field(function, "parameters"), "required") or list(properties)
+    arguments = {key: "solution.py" if key.endswith("path") else "pass" for key in required} or {
+        "path": "solution.py",
+        "content": "pass",
+    }
+    return f"{QWEN_BOT}{json.dumps({'name': name, 'arguments': arguments})}{QWEN_EOT}"
+
+
+def smoke_call_text() -> str:
+    """The call the smoke's tool request asks for, in Qwen format: the write tool of the agent's tools
+    (engine.agent_turn), what the local real engine's scripted answer writes (stack.local, stack.device)."""
+    return tool_call_text(agent_turn.tools(False))
 
 
 def parse_qwen25(text: str, tool_names: list[str]) -> tuple[str, list[dict[str, Any]]]:

@@ -32,6 +32,12 @@ RECORD = "configs/upstream/rehearsal-keys.json"
 DEFAULT_SLIME_GIT = "/work/.mirror/THUDM+slime/repo"  # where this project's sessions keep slime's mirror; optional
 
 
+def _report_settings() -> dict[str, Any]:
+    import yaml
+
+    return (yaml.safe_load((repo_root() / "configs/train/preflight.yaml").read_text()) or {}).get("report") or {}
+
+
 def record() -> dict[str, Any]:
     return json.loads((repo_root() / RECORD).read_text())
 
@@ -60,6 +66,59 @@ def parser_problems(facts: dict[str, Any]) -> list[str]:
     ):
         if facts[name]["key"] != constant:
             problems.append(f"the report reads {constant}, slime writes {facts[name]['key']} ({facts[name]['file']})")
+    return problems
+
+
+def verdict_problems(facts: dict[str, Any], report_settings: dict[str, Any] | None = None) -> list[str]:
+    """Issue 32 point 7: the report's tolerances mean what slime's lines say. The log-prob difference is logged
+    under `train/` + the reported_loss key, and slime's --ci-test bounds that key by the report's default; a step line
+    formatted from the recorded template above the bound fails `logprob_mismatch`, one at it passes; pg_loss is
+    -ratio x advantage (0 with zero advantages), logged as the report reads it; preflight.yaml is not looser."""
+    problems = []
+    prefix = facts["train_metric_prefix"]["key"]
+    logged = re.search(r'reported_loss\["(\w+)"\]', facts["logprob_abs_diff_key"]["text"])
+    if not logged or prefix + logged.group(1) != rehearsal_report.LOGPROB_DIFF_KEY:
+        problems.append(
+            f"slime logs the log-prob difference as {facts['logprob_abs_diff_key']['text']!r} under {prefix!r}, the "
+            f"report reads {rehearsal_report.LOGPROB_DIFF_KEY}"
+        )
+    bound = re.search(r'assert log_dict\["([^"]+)"\] <= ([0-9.]+)', facts["logprob_abs_diff_ci_bound"]["text"])
+    if not bound or bound.group(1) != rehearsal_report.LOGPROB_DIFF_KEY:
+        problems.append(f"slime's --ci-test does not bound {rehearsal_report.LOGPROB_DIFF_KEY} ({RECORD})")
+    elif float(bound.group(2)) != rehearsal_report.DEFAULT_MAX_LOGPROB_DIFF:
+        problems.append(
+            f"slime's --ci-test bounds {bound.group(1)} by {bound.group(2)}, the report's default is "
+            f"{rehearsal_report.DEFAULT_MAX_LOGPROB_DIFF}"
+        )
+    configured = (report_settings or {}).get("max_train_rollout_logprob_abs_diff")
+    if bound and configured is not None and float(configured) > float(bound.group(2)):
+        problems.append(
+            f"configs/train/preflight.yaml report.max_train_rollout_logprob_abs_diff={configured} is looser than "
+            f"slime's own --ci-test bound {bound.group(2)}"
+        )
+    if "|" not in facts["logprob_abs_diff_mean"]["key"] or ".abs()" not in facts["logprob_abs_diff_mean"]["text"]:
+        problems.append("slime's train_rollout_logprob_abs_diff is no longer a mean absolute difference")
+    if prefix + re.search(r'"(\w+)"', facts["pg_loss_key"]["text"]).group(1) != rehearsal_report.PG_LOSS_KEY:
+        problems.append(
+            f"slime logs pg_loss as {facts['pg_loss_key']['text']!r}, the report reads {rehearsal_report.PG_LOSS_KEY}"
+        )
+    if not re.search(r"= -ratio \* advantages$", facts["pg_loss_is_advantage_times_ratio"]["text"]):
+        problems.append(
+            "slime's policy-gradient loss is no longer -ratio x advantage: 0 with zero advantages no longer holds "
+            "(the report's loss_and_grad rule rests on it)"
+        )
+    template = _fstring(facts["train_step_line"]["text"])
+    key = prefix + (logged.group(1) if logged else "")
+
+    def judged(value: float) -> str:
+        line = template.format(role_tag="", accumulated_step_id=0, log_dict={"train/loss": 0.1, key: value})
+        return rehearsal_report.logprob_mismatch({"slime": rehearsal_report.parse_slime_log(line)}).verdict
+
+    limit = float(bound.group(2)) if bound else rehearsal_report.DEFAULT_MAX_LOGPROB_DIFF
+    if judged(limit) != "pass" or judged(limit * 1.5) != "fail":
+        problems.append(
+            f"the report does not fail slime's logged {key} above {limit} and pass it at {limit} ({RECORD})"
+        )
     return problems
 
 
@@ -119,6 +178,26 @@ def context_limit_problems(facts: dict[str, Any]) -> list[str]:
     return problems
 
 
+def reload_problems(io_struct: str) -> list[str]:
+    """Issue 32 point 8: the rehearsal's 7B reload sends what sglang's /update_weights_from_disk reads: the fields of
+    UpdateWeightFromDiskReqInput in the pinned wheel's io_struct.py include every key RELOAD_SCRIPT posts."""
+    from polarstack.train import rehearsal_run
+
+    match = re.search(r"class UpdateWeightFromDiskReqInput\(.*?\):\n(.*?)\n\n\nclass ", io_struct, re.S)
+    if not match:
+        return ["sglang's io_struct.py has no UpdateWeightFromDiskReqInput: the 7B reload's request is unchecked"]
+    fields = set(re.findall(r"^    (\w+):", match.group(1), re.M))
+    body = re.search(r"body = json\.dumps\(\{(.*?)\}\)", rehearsal_run.RELOAD_SCRIPT)
+    sent = set(re.findall(r"'(\w+)':", body.group(1))) if body else set()
+    missing = sorted(sent - fields)
+    problems = []
+    if not sent or missing:
+        problems.append(f"the 7B reload posts {sorted(sent)}, sglang's UpdateWeightFromDiskReqInput has no {missing}")
+    if "model_path" not in fields:
+        problems.append("sglang's UpdateWeightFromDiskReqInput no longer takes model_path")
+    return problems
+
+
 def source_problems(data: dict[str, Any], slime_git: str | None) -> tuple[list[str], str]:
     problems, notes = [], []
     try:
@@ -128,6 +207,8 @@ def source_problems(data: dict[str, Any], slime_git: str | None) -> tuple[list[s
             text = path.read_text(errors="replace") if path.is_file() else tool_parser._wheel_text(fact["file"])
             if fact["needle"] not in text:
                 problems.append(f"sglang {data['sglang']['version']} {fact['file']} no longer has {fact['needle']!r}")
+            if fact["file"].endswith("managers/io_struct.py"):
+                problems += reload_problems(text)
         notes.append("sglang lines found in the pinned wheel")
     except StackError as exc:
         problems.append(f"cannot read the pinned sglang source ({exc.message})")
@@ -157,6 +238,7 @@ def check(slime_git: str | None = None) -> tuple[list[str], str]:
     if data["polar"]["polar_commit"] != table["POLAR_COMMIT"]:
         problems.append(f"{RECORD}'s Polar facts were read for another POLAR_COMMIT; reread them")
     problems += parser_problems(data["slime"]["facts"])
+    problems += verdict_problems(data["slime"]["facts"], _report_settings())
     problems += polar_problems(data["polar"]["facts"])
     problems += worker_problems(data["polar_worker"]["facts"])
     problems += context_limit_problems(data["sglang"]["facts"])
@@ -169,4 +251,13 @@ def check(slime_git: str | None = None) -> tuple[list[str], str]:
     return problems + found, detail
 
 
-__all__ = ["check", "record", "parser_problems", "polar_problems", "worker_problems", "context_limit_problems"]
+__all__ = [
+    "check",
+    "record",
+    "parser_problems",
+    "verdict_problems",
+    "reload_problems",
+    "polar_problems",
+    "worker_problems",
+    "context_limit_problems",
+]

@@ -45,6 +45,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.offline import (
     apptainer_userns,
     flags,
+    host_memory,
     meaning,
     memory_facts,
     multinode,
@@ -58,6 +59,7 @@ from polarstack.paths import cache_dir, load_yaml
 from polarstack.pins import pins, repo_root
 from polarstack.polar import harness_preset
 from polarstack.polar import model as polar_model
+from polarstack.processes import file_lock
 from polarstack.reward.tasks import TASKS
 from polarstack.stack import assets, compose, exposure, host_check, profiles
 from polarstack.train import batch_layout, gate, preflight, ray_job
@@ -412,8 +414,13 @@ def pin_requirements() -> list[tuple[str, str, str]]:
 
 
 def check_pin(requirement: str, python: str) -> tuple[bool, str]:
+    """`pip download` of `requirement` into the one pin-check folder, under a lock per requirement: two processes
+    (two tests of test_verify_offline.py on two workers, a CLI beside them) once downloaded the same wheel at once,
+    and one read the smg wheel the other was still writing (FileNotFoundError; issue 34). Different requirements never
+    share a file, so they still download side by side (check_pins runs them all at once)."""
     target = cache_dir() / "pin-check"
     target.mkdir(parents=True, exist_ok=True)
+    lock = target / ".locks" / (re.sub(r"[^A-Za-z0-9.=_-]", "_", requirement) + ".lock")
     cmd = [
         sys.executable,
         "-m",
@@ -437,7 +444,8 @@ def check_pin(requirement: str, python: str) -> tuple[bool, str]:
         str(target),
         requirement,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    with file_lock(lock):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode == 0:
         return True, ""
     lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if "WARNING" not in ln]
@@ -540,6 +548,15 @@ def check_pins(skip_downloads: bool = False) -> list[Check]:
         )
     checks.append(Check("recorded upstream options match the pins", not mismatch, "", mismatch))
     return checks
+
+
+def _host_memory_check() -> Check:
+    from polarstack.train.memory import DEFAULT_GPU_MEMORY_GB, Capacity
+
+    profile = profiles.load("engine-direct")
+    capacity = Capacity(DEFAULT_GPU_MEMORY_GB, None, "GPU_MEMORY_GB default")
+    plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults(), capacity=capacity)
+    return host_memory.check(plan.commands[0], plan.memory, profiles.stack_knobs())
 
 
 def check_preflight(profile: profiles.Profile) -> Check:
@@ -654,6 +671,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
         Check(f"Polar's harness tool request ({RECORD}) mirrored by the smoke", not tool_problems, "", tool_problems)
     )
     checks.append(memory_facts.check())  # issue 26: memory per GPU and host from the recorded upstream lines
+    checks.append(_host_memory_check())  # issue 32 point 8: MemAvailable, Ray's object store set and counted
     key_problems, key_detail = rehearsal_keys.check()
     checks.append(
         Check(

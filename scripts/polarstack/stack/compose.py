@@ -73,6 +73,8 @@ def render_values(profile: Profile, cluster: Cluster | None = None) -> dict[str,
     values["SGLANG_ROUTER_BASE_URL"] = profile.base_url(cluster.head_addr)
     values["TRAINER_NUM_GPUS"] = str(len(profile.trainer_gpus))
     values["TRAINER_GPUS"] = ",".join(map(str, profile.trainer_gpus))
+    # Ray's object store, set and counted (polarstack.train.memory.object_store_gb; issue 32 point 8)
+    values[ray_head.OBJECT_STORE_BYTES] = str(ray_head.object_store_bytes(values))
     values["HF_HUB_VERSION"] = values.get("HF_HUB_REQUIREMENT", "").partition("==")[2]  # model-download image tag
     values[ray_auth.MOUNT_SOURCE_KEY] = str(token_file())  # the mount's source: a path, never the token
     release = profile.router
@@ -313,9 +315,12 @@ def cluster_override(profile: Profile, cluster: Cluster) -> dict[str, Any]:
             services["router"] = {"profiles": Replace([HEAD_ONLY_PROFILE])}
     gpus = "${TRAINER_NUM_GPUS:?rendered from the profile}"
     gcs = "${RAY_GCS_PORT:-6379}"
+    store = f"${{{ray_head.OBJECT_STORE_BYTES}:?rendered from {ray_head.OBJECT_STORE_KNOB}}}"
     dashboard = "${RAY_DASHBOARD_PORT:-8265}"
     if cluster.head:
-        command = ray_head.head_command(gcs_port=gcs, dashboard_port=dashboard, num_gpus=gpus, block=True, node_ip=head)
+        command = ray_head.head_command(
+            gcs_port=gcs, dashboard_port=dashboard, num_gpus=gpus, block=True, node_ip=head, object_store_bytes=store
+        )
         health = f"http://{head}:{dashboard}/api/gcs_healthz"
     else:
         command = ray_head.worker_command(
@@ -325,6 +330,7 @@ def cluster_override(profile: Profile, cluster: Cluster) -> dict[str, Any]:
             num_gpus=gpus,
             num_cpus=len(profile.trainer_gpus),
             block=True,
+            object_store_bytes=store,
         )
         health = f"http://{addr}:{DASHBOARD_AGENT_PORT}/api/local_raylet_healthz"
     # The head's Ray must not wait for a router that waits for the other nodes (static worker list), or those nodes'

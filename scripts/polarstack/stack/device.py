@@ -108,4 +108,4 @@ def tool_record(release) -> dict:
 @functools.cache
 def _scripted_tool_answer() -> dict:
     """Computed once per process (two runs of the sglang venv's python): the demo records it for every profile."""
-    return real_sglang.scripted_answer(tool_parser.tool_call_text([tool_parser.SMOKE_TOOL]))
+    return real_sglang.scripted_answer(tool_parser.smoke_call_text())

@@ -303,7 +303,7 @@ def _launch_engines(
     where = "" if host == LOOPBACK else f" of {host}"
     progress(f"up: {len(engines)} {kind} engine(s){where} on {listed}, ready in {time.monotonic() - began:.0f} s")
     if engine == "sglang":  # a random model never calls a tool: the smoke's tool request scripts the answer
-        state.data["tool_fields"] = real_sglang.scripted_answer(tool_parser.tool_call_text([tool_parser.SMOKE_TOOL]))
+        state.data["tool_fields"] = real_sglang.scripted_answer(tool_parser.smoke_call_text())
     return [f"http://{host}:{port}" for _, port in engines]
 
 

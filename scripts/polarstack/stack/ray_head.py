@@ -55,6 +55,34 @@ LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 HEALTH_PATH = "/api/gcs_healthz"
 
 
+OBJECT_STORE_KNOB = "RAY_OBJECT_STORE_GB"  # configs/stack.env, decimal GB
+OBJECT_STORE_BYTES = "RAY_OBJECT_STORE_BYTES"  # rendered from it for compose.yaml's `ray start`
+
+
+def object_store_gb(values: dict[str, str] | None = None) -> float:
+    """Ray's object store on the trainer's node (decimal GB), as the stack sets it: `ray start --object-store-memory`
+    (compose.yaml's trainer command, launch.sh's fallback `ray start`), counted by polarstack.train.memory."""
+    if values is None:
+        from polarstack.stack.profiles import stack_knobs
+
+        values = stack_knobs()
+    raw = (values.get(OBJECT_STORE_KNOB) or "").strip()
+    try:
+        gb = float(raw)
+    except ValueError:
+        gb = float("nan")
+    if not 0 < gb < float("inf"):
+        raise StackError(
+            f"{OBJECT_STORE_KNOB}={raw!r} must be a positive number of GB (configs/stack.env): Ray's object store.",
+            ExitCode.USAGE,
+        )
+    return gb
+
+
+def object_store_bytes(values: dict[str, str] | None = None) -> int:
+    return int(object_store_gb(values) * 1e9)
+
+
 def head_command(
     *,
     gcs_port: int | str,
@@ -62,10 +90,13 @@ def head_command(
     num_gpus: int | str,
     block: bool = False,
     node_ip: str = "127.0.0.1",
+    object_store_bytes: int | str | None = None,
 ) -> list[str]:
     """`ray start --head ...` as the trainer runs it (compose.yaml's trainer command adds --block). `node_ip`: the
     address every server of the head binds and other nodes reach it by (127.0.0.1 on one node; the head's address on
-    CLUSTER_IFACE at NODES>1, polarstack.stack.cluster)."""
+    CLUSTER_IFACE at NODES>1, polarstack.stack.cluster). `object_store_bytes`: --object-store-memory, which the
+    trainer's Ray gets from RAY_OBJECT_STORE_GB (without it the pinned ray takes 0.3 x the memory available at start,
+    up to 200 GB: configs/upstream/ray-object-store.json), so the host's memory estimate can count it."""
     return [
         "ray",
         "start",
@@ -76,6 +107,7 @@ def head_command(
         f"--dashboard-host={node_ip}",
         f"--dashboard-port={dashboard_port}",
         f"--num-gpus={num_gpus}",
+        *([f"--object-store-memory={object_store_bytes}"] if object_store_bytes is not None else []),
         "--disable-usage-stats",
     ]
 
@@ -88,6 +120,7 @@ def worker_command(
     num_gpus: int | str,
     block: bool = False,
     num_cpus: int | str | None = None,
+    object_store_bytes: int | str | None = None,
 ) -> list[str]:
     """`ray start --address=<head>:<gcs port>` for a node of rank > 0: it joins the head's GCS and binds `node_ip`.
 
@@ -105,6 +138,7 @@ def worker_command(
         f"--node-ip-address={node_ip}",
         f"--num-gpus={num_gpus}",
         *([f"--num-cpus={num_cpus}"] if num_cpus is not None else []),
+        *([f"--object-store-memory={object_store_bytes}"] if object_store_bytes is not None else []),
         "--disable-usage-stats",
     ]
 

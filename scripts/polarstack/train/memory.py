@@ -19,7 +19,10 @@ With slime's own offload flags (--optimizer-cpu-offload --overlap-cpu-optimizer-
 The engine GPU (sglang SGLANG_VERSION): mem_fraction_static x card holds the weights and the KV cache pool; the pool
 must hold one full trace (seq_length tokens at kv heads x (head_dim + v_head_dim) x layers x 2 B per token).
 The host: slime's pinned-memory backups of the actor and reference weights (each rank's shard), the offloaded
-optimizer states with the fp32 gradient copy the CPU optimizer steps on, and an allowance for the other processes.
+optimizer states with the fp32 gradient copy the CPU optimizer steps on, Ray's object store (its size set by the stack:
+`ray start --object-store-memory`, RAY_OBJECT_STORE_GB; issue 32 point 8), and an allowance for the other processes;
+checked against /proc/meminfo's MemAvailable (what the node can still give, not MemTotal: page cache it can drop is in
+it, memory other processes hold is not).
 
 At NODES > 1 (issue 28) the estimate is per node: each node holds len(TRAINER_GPUS) ranks and its engines, and DP is
 NODES x len(TRAINER_GPUS) / TP. What changes per trainer GPU is the one term divided by DP (the distributed
@@ -42,6 +45,7 @@ from typing import Any
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import load_defaults, repo_root
+from polarstack.stack import ray_head
 from polarstack.stack.profiles import Profile, stack_knobs
 from polarstack.train.model_size import model_facts
 
@@ -139,13 +143,15 @@ class MemoryPlan:
                 "trace"
             )
         if cap.host_gb is not None and self.host_gb > cap.host_gb:
-            out.append(f"the host needs {self.host_gb:.1f} GB and has {cap.host_gb:.1f} GB")
+            out.append(f"the host needs {self.host_gb:.1f} GB and has {cap.host_gb:.1f} GB available")
         return out
 
     def lines(self) -> list[str]:
         """The estimate as printed by `make train` / `make up` / `make preflight` (computed, never measured)."""
         cap = self.capacity
-        host_cap = f"{cap.host_gb:.1f} GB" if cap.host_gb is not None else "not checked here (set HOST_MEMORY_GB)"
+        host_cap = (
+            f"{cap.host_gb:.1f} GB available" if cap.host_gb is not None else "not checked here (set HOST_MEMORY_GB)"
+        )
         per_node = (
             ""
             if self.nodes == 1
@@ -305,7 +311,14 @@ def engine_terms(facts: dict[str, Any], *, mem_fraction: float, gpu_gb: float) -
 
 
 def host_terms(
-    facts: dict[str, Any], *, tp: int, gpus: int, offload: bool, settings: dict[str, Any], nodes: int = 1
+    facts: dict[str, Any],
+    *,
+    tp: int,
+    gpus: int,
+    offload: bool,
+    settings: dict[str, Any],
+    nodes: int = 1,
+    object_store: float = 0.0,
 ) -> list[Term]:
     """`gpus`: this node's trainer ranks; `nodes`: NODES (the offloaded shards of the whole DP spread over them)."""
     p = facts["parameters"]
@@ -334,7 +347,14 @@ def host_terms(
         ]
     terms.append(
         Term(
-            "allowance: Ray, Polar, agent sandboxes, engines' host side (chosen)",
+            f"Ray's object store: ray start --object-store-memory ({ray_head.OBJECT_STORE_KNOB}, set by the stack)",
+            object_store,
+            f"configs/stack.env {ray_head.OBJECT_STORE_KNOB}; polarstack.stack.ray_head",
+        )
+    )
+    terms.append(
+        Term(
+            "allowance: Ray's other processes, Polar, agent sandboxes, engines' host side (chosen)",
             float(settings["host_allowance_gb"]),
             "memory.host_allowance_gb",
         )
@@ -373,7 +393,15 @@ def estimate(
     )
     plan.engine, plan.kv_tokens = engine_terms(facts, mem_fraction=mem_fraction, gpu_gb=capacity.gpu_gb)
     plan.engine_share_gb = mem_fraction * capacity.gpu_gb
-    plan.host = host_terms(facts, tp=tp, gpus=gpus, offload=offload, settings=settings, nodes=nodes)
+    plan.host = host_terms(
+        facts,
+        tp=tp,
+        gpus=gpus,
+        offload=offload,
+        settings=settings,
+        nodes=nodes,
+        object_store=ray_head.object_store_gb(),
+    )
     return plan
 
 
@@ -416,15 +444,26 @@ def gpu_memory_mib(gpus: list[int]) -> list[float] | None:
     return values or None
 
 
-def host_memory_kib(path: Path | None = None) -> float | None:
+def meminfo_kib(path: Path | None = None) -> dict[str, float]:
+    """/proc/meminfo's fields in kB ({} when unreadable)."""
     path = path or Path(os.environ.get(MEMINFO_ENV) or "/proc/meminfo")
+    out: dict[str, float] = {}
     try:
         for line in path.read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return float(line.split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-    return None
+            key, _, rest = line.partition(":")
+            try:
+                out[key.strip()] = float(rest.split()[0])
+            except (IndexError, ValueError):
+                continue
+    except OSError:
+        return {}
+    return out
+
+
+def host_memory_kib(path: Path | None = None) -> float | None:
+    """MemAvailable (kB): what the host can still give the plan (issue 32 point 8: MemTotal counts memory other
+    processes hold); None when /proc/meminfo has no MemAvailable (kernels before 3.14)."""
+    return meminfo_kib(path).get("MemAvailable")
 
 
 def node_capacity(profile: Profile, values: dict[str, str] | None = None) -> Capacity:
@@ -432,12 +471,14 @@ def node_capacity(profile: Profile, values: dict[str, str] | None = None) -> Cap
     values = values if values is not None else stack_knobs()
     mib = gpu_memory_mib(sorted({*profile.engine_gpus, *profile.trainer_gpus}))
     if mib is not None:
-        kib = host_memory_kib()
+        info = meminfo_kib()
+        kib = info.get("MemAvailable")
+        total = f", MemTotal {info['MemTotal']:,.0f} kB" if "MemTotal" in info else ""
         return Capacity(
             min(mib) * MIB / GB,
             kib * KIB / GB if kib is not None else None,
-            f"nvidia-smi memory.total {min(mib):,.0f} MiB, /proc/meminfo MemTotal"
-            + (f" {kib:,.0f} kB" if kib is not None else " unreadable"),
+            f"nvidia-smi memory.total {min(mib):,.0f} MiB, /proc/meminfo MemAvailable"
+            + (f" {kib:,.0f} kB{total}" if kib is not None else " unreadable"),
         )
     gpu = _knob_gb(values, "GPU_MEMORY_GB") or DEFAULT_GPU_MEMORY_GB
     host = _knob_gb(values, "HOST_MEMORY_GB")

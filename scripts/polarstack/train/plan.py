@@ -27,7 +27,7 @@ from polarstack.stack.assets import sandbox_mode_env
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.exposure import SLIME_ROUTER_ARGS
 from polarstack.stack.profiles import WEIGHT_SYNC_TRANSPORTS, Profile, knob
-from polarstack.stack.ray_head import head_command
+from polarstack.stack.ray_head import head_command, object_store_bytes
 from polarstack.train import batch_layout, cluster_plan, memory, retention, rollout_cost, step_cost
 from polarstack.train.ray_job import SUBMISSION_ID
 from polarstack.train.tracker import tracker_for
@@ -585,6 +585,7 @@ def build_plan(
             dashboard_port=config["ray"]["dashboard_port"],
             num_gpus=len(profile.trainer_gpus),
             node_ip=cluster.head_addr,
+            object_store_bytes=object_store_bytes(),
         ),
         ["polar", "serve_rollout", "-c", f"{run_dir}/topology.yaml"],
         ["polar", "serve_gateway", "-c", f"{run_dir}/topology.yaml", "--node-id", config["polar"]["node_id"]],

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +31,10 @@ from polarstack.pins import pins
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile
-from polarstack.train import memory
+from polarstack.train import memory, synthetic_rollout
 from polarstack.train.model_size import model_facts
 from polarstack.train.plan import TRAINER_RUN_DIR, LaunchPlan, build_plan, load_defaults
+from polarstack.train.ray_job import SUBMISSION_ID
 
 MODELS_RECORD = "configs/upstream/slime-models.json"
 PREFLIGHT_CONFIG = "configs/train/preflight.yaml"
@@ -178,6 +181,257 @@ def batch_problems(profile: Profile, config: dict[str, Any], tp: int, nodes: int
     return problems
 
 
+# --- the 7B's own parts (issue 32 point 8) ---------------------------------------------------------------------------
+# After the small model's two jobs, the rehearsal brings the profile up again with the real run's model (the 7B, as
+# `make up` would) and, in slime's own debug mode, runs one train-only step of the 7B on a synthetic rollout of full
+# traces (polarstack.train.synthetic_rollout; --load-debug-rollout-data: no rollout servers, no weight update), with
+# nvidia-smi sampling every trainer GPU, then reloads the 7B's weights into engine-0 through the same sglang call
+# slime's disk weight sync makes (slime/ray/actor_group.py l.247 `update_weights_from_disk`; sglang's POST
+# /update_weights_from_disk, UpdateWeightFromDiskReqInput model_path + weight_version).
+SEVEN_B_PER_PROMPT = 2  # two samples per group: rewards 1 and 0, non-zero advantages
+SEVEN_B_ROLLOUT = "synthetic-rollout-{rollout_id}.pt"
+SEVEN_B_GPU_LOG = "7b-gpu-memory.csv"
+SEVEN_B_RELOAD_VERSION = "rehearsal-7b-reload"
+GPU_SAMPLE_MS = 500  # nvidia-smi -lms: a spike shorter than this may be missed
+# Flags of the real run's launch that the train-only step drops: Polar's rollout, reward and config (nothing is
+# generated), and --save-interval (without an interval slime never saves: slime/utils/misc.py
+# should_run_periodic_action returns False for interval None, so no 7B checkpoint is written).
+SEVEN_B_DROPPED = (
+    "--save-interval",
+    "--rollout-function-path",
+    "--custom-rm-path",
+    "--custom-reward-post-process-path",
+    "--custom-config-path",
+)
+# The added time, estimated from sizes and stated rates (not measured): the 7B's bf16 weights read from the models
+# volume by each engine at `up`, by the trainer's actor and reference (--hf-checkpoint, --ref-load) and once more by
+# the reload, at a stated disk rate; engine start-up and the trainer's Megatron/Ray start-up as stated allowances; the
+# step's compute from polarstack.train.step_cost's rule (6 x parameters x tokens / stated TFLOPS per GPU).
+DISK_GB_PER_SECOND = 1.0  # stated: a local NVMe volume reads a few GB/s, a network volume less
+ENGINE_START_SECONDS = 120  # stated: sglang's start beside the weights' read (CUDA graphs, KV pool)
+TRAINER_START_SECONDS = 180  # stated: Ray job, Megatron initialisation, HF -> Megatron conversion of two models
+PREFLIGHT_GOAL_SECONDS = 15 * 60
+
+
+@dataclass
+class SevenB:
+    model: str
+    hf_checkpoint: str
+    stack_env: dict[str, str]
+    prompts: int
+    per_prompt: int
+    seq_tokens: int
+    prompt_tokens: int
+    train_args: list[str]
+    submit: list[str]
+    script: str
+    memory: Any  # polarstack.train.memory.MemoryPlan of the real run (the step's estimate per trainer GPU)
+    engine_url: str
+    added_seconds: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "stack_env": self.stack_env,
+            "synthetic_rollout": {
+                "samples": self.prompts * self.per_prompt,
+                "groups": self.prompts,
+                "per_group": self.per_prompt,
+                "tokens_per_sample": self.seq_tokens,
+                "prompt_tokens": self.prompt_tokens,
+                "file": SEVEN_B_ROLLOUT,
+            },
+            "train_step": shlex.join(self.submit),
+            "estimate_per_trainer_gpu_gb": round(self.memory.trainer_gb, 3),
+            "host_estimate_gb": round(self.memory.host_gb, 3),
+            "reload": {
+                "engine": self.engine_url,
+                "request": f"POST {self.engine_url}/update_weights_from_disk",
+                "body": {"model_path": self.hf_checkpoint, "weight_version": SEVEN_B_RELOAD_VERSION},
+            },
+            "added_seconds_estimate": self.added_seconds,
+        }
+
+
+def _without(args: list[str], flags: tuple[str, ...]) -> list[str]:
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in flags:
+            skip = True
+            continue
+        out.append(arg)
+    return out
+
+
+def _set(args: list[str], flag: str, value: str) -> list[str]:
+    out = list(args)
+    out[out.index(flag) + 1] = value
+    return out
+
+
+CPU_ADAM_PARAMS_PER_SECOND = 0.5e9  # stated: slime's offloaded optimizer steps on the host (its rate, not measured)
+
+
+def added_seconds(
+    facts: dict[str, Any], traces: int, seq: int, gpus: int, tflops: float, offload: bool = False
+) -> dict[str, float]:
+    """The 7B parts' added time (an estimate from sizes and stated rates, never a measurement)."""
+    from polarstack.train import step_cost
+
+    params = facts["parameters"]
+    weights_gb = 2 * params / 1e9
+    reads = {  # GB read from the models volume
+        "engines load the 7B at up": weights_gb,
+        "the trainer loads actor and reference": 2 * weights_gb,
+        "the reload": weights_gb,
+    }
+    out = {
+        f"{name} ({gb:.1f} GB at {DISK_GB_PER_SECOND:g} GB/s, stated)": gb / DISK_GB_PER_SECOND
+        for name, gb in reads.items()
+    }
+    out[f"engine start-up (stated {ENGINE_START_SECONDS} s)"] = float(ENGINE_START_SECONDS)
+    out[f"trainer start-up (stated {TRAINER_START_SECONDS} s)"] = float(TRAINER_START_SECONDS)
+    # the step: polarstack.train.step_cost's FLOPs per trace (its forwards per step, attention included) over the
+    # trainer GPUs at the stated TFLOPS (cost.trainer_tflops_per_gpu)
+    flops = traces * step_cost.trace_flops(facts, seq)
+    out[
+        f"the step: {traces} traces of {seq:,} tokens (step_cost's FLOPs) at {tflops:g} TFLOPS x {gpus} GPUs (stated)"
+    ] = flops / (tflops * 1e12 * gpus)
+    if offload:
+        out[f"the CPU optimizer's step over {params:,} parameters at {CPU_ADAM_PARAMS_PER_SECOND:g}/s (stated)"] = (
+            params / CPU_ADAM_PARAMS_PER_SECOND
+        )
+    out = {k: round(v, 1) for k, v in out.items()}
+    out["total"] = round(sum(out.values()), 1)
+    return out
+
+
+def seven_b(profile: Profile, run_id: str, cluster: Cluster) -> SevenB:
+    """The 7B's train-only step and reload: the real run's plan (configs/train/defaults.yaml, its model and memory
+    decision) with one rollout of the synthetic file and the batch sized to one group of two per data-parallel rank."""
+    config = load_defaults()  # the real run's (make train without SET), its memory.optimizer_offload decision included
+    section = config["parallel"].get(profile.name) or config["parallel"]["default"]
+    tp = int(section["tensor_model_parallel_size"])
+    dp = data_parallel_size(profile, tp, nodes=cluster.nodes)
+    per_prompt = SEVEN_B_PER_PROMPT
+    config["grpo"].update(
+        n_samples_per_prompt=per_prompt, rollout_batch_size=dp, global_batch_size=per_prompt * dp, num_rollout=1
+    )
+    config["checkpoint"]["run_name"] = f"{run_id}-7b"  # a directory nothing writes (no --save-interval)
+    plan = build_plan("humaneval", profile, run_id=f"{run_id}-7b", config=config, cluster=cluster)
+    run_dir = f"{TRAINER_RUN_DIR}/{run_id}"
+    seq = int(config["context"]["seq_length"])
+    prompt_tokens = int(config["grpo"]["rollout_max_prompt_len"])
+    args = _without(plan.train_args, SEVEN_B_DROPPED)
+    args = _set(args, "--prompt-data", f"{run_dir}/tasks/train.jsonl")  # the data source still reads it at start
+    args += ["--load-debug-rollout-data", f"{run_dir}/{SEVEN_B_ROLLOUT}"]
+    submit = list(plan.commands[-1])
+    submit = submit[: submit.index("--") + 1] + submit[submit.index("--") + 1 : submit.index("--") + 3] + args
+    submit = [a.replace(SUBMISSION_ID, f"{run_id}-7b-step") for a in submit]
+    model = config["model"]
+    stack_env = {
+        "MODEL_NAME": _hub_name(model["name"]),
+        "MODEL_PATH": model["hf_checkpoint"],
+        "SERVED_MODEL_NAME": model["name"],
+    }
+    gen = [
+        "python3",
+        "-m",
+        "polarstack.train.synthetic_rollout",
+        "--out",
+        f"{run_dir}/{SEVEN_B_ROLLOUT.format(rollout_id=0)}",
+        "--prompts",
+        str(dp),
+        "--per-prompt",
+        str(per_prompt),
+        "--seq-tokens",
+        str(seq),
+        "--prompt-tokens",
+        str(prompt_tokens),
+    ]
+    sampler = [
+        "nvidia-smi",
+        "--query-gpu=index,memory.used",
+        "--format=csv,noheader,nounits",
+        f"--loop-ms={GPU_SAMPLE_MS}",
+    ]
+    dashboard = submit[3].removeprefix("--address=")
+    script = "\n".join(
+        [
+            "#!/usr/bin/env bash",
+            f"# Rendered by `polarstack preflight --profile {profile.name}` (run {run_id}): the 7B's train-only step.",
+            "set -euo pipefail",
+            f"cd {shlex.quote(run_dir)}",
+            *(f"export {key}={shlex.quote(value)}" for key, value in cluster_plan_launch_env(cluster).items()),
+            shlex.join(gen),
+            "# every trainer GPU's used memory (MiB) while the step runs; stopped by its pid",
+            f"{shlex.join(sampler)} > {SEVEN_B_GPU_LOG} & sampler=$!",
+            "cleanup() {",
+            f"  ray job stop --address={shlex.quote(dashboard)} {shlex.quote(run_id + '-7b-step')} >> ray-job-stop.log "
+            "2>&1 || true",
+            '  kill "$sampler" 2>/dev/null || true',
+            "}",
+            "trap cleanup EXIT",
+            shlex.join(submit),
+            "",
+        ]
+    )
+    facts = model_facts([str(a) for a in model["args"]])
+    return SevenB(
+        model=str(model["name"]),
+        hf_checkpoint=str(model["hf_checkpoint"]),
+        stack_env=stack_env,
+        prompts=dp,
+        per_prompt=per_prompt,
+        seq_tokens=seq,
+        prompt_tokens=prompt_tokens,
+        train_args=args,
+        submit=submit,
+        script=script,
+        memory=plan.memory,
+        engine_url=f"http://127.0.0.1:{profile.engine_port(0)}",
+        added_seconds=added_seconds(
+            facts,
+            dp * per_prompt,
+            seq,
+            len(profile.trainer_gpus) * cluster.nodes,
+            float(config["cost"]["trainer_tflops_per_gpu"]),
+            offload=plan.memory.offload,
+        ),
+    )
+
+
+def seven_b_line(plan: LaunchPlan) -> str:
+    """`make train DRY_RUN=1`: what the passing rehearsal `make train` requires proved of this plan's model."""
+    if plan.cluster.multi:
+        return "make preflight's 7B parts run on one node only; at NODES>1 the rehearsal proves the cluster"
+    seq = int(plan.config["context"]["seq_length"])
+    estimate = f" ({plan.memory.trainer_gb:.1f} GB)" if plan.memory else ""
+    return (
+        f"make preflight's 7B parts (its pass is required before this launch): one train-only step of "
+        f"{plan.config['model']['name']} on a synthetic rollout of full {seq:,}-token traces under slime's "
+        f"--load-debug-rollout-data, the peak GPU memory per trainer rank against the estimate below{estimate}, and "
+        "a reload of its weights into engine-0 by POST /update_weights_from_disk (the call slime's disk weight sync "
+        "makes)"
+    )
+
+
+def _hub_name(name: str) -> str:
+    """The Hugging Face id of the real run's model (`make model`'s default MODEL_NAME, configs/stack.env)."""
+    from polarstack.stack.profiles import stack_knobs
+
+    return stack_knobs().get("MODEL_NAME") or f"Qwen/{name}"
+
+
+def cluster_plan_launch_env(cluster: Cluster) -> dict[str, str]:
+    from polarstack.train import cluster_plan
+
+    return cluster_plan.launch_env(cluster)
+
+
 @dataclass
 class PreflightPlan:
     profile: str
@@ -196,6 +450,7 @@ class PreflightPlan:
     files: dict[str, str] = field(default_factory=dict)
     report_settings: dict[str, Any] = field(default_factory=dict)  # preflight.yaml `report:`
     sets: list[str] = field(default_factory=list)
+    seven_b: SevenB | None = None  # the 7B's train-only step and reload (single node; None at NODES>1)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -210,6 +465,7 @@ class PreflightPlan:
             "rollout_summaries": self.summary_path,
             "phases": [{"name": name, **plan.as_dict()} for name, plan in self.phases],
             "steps": steps(self),
+            **({"seven_b": self.seven_b.as_dict()} if self.seven_b else {}),
         }
 
 
@@ -251,7 +507,28 @@ def steps(plan: PreflightPlan) -> list[str]:
         "after each job; the checkpoint tracker "
         f"after each job; the report in {plan.report_path}",
         f"remove the rehearsal's checkpoint directory {plan.phases[0][1].checkpoint_dir} (the report stays)",
+        *(_seven_b_steps(plan.seven_b) if plan.seven_b else []),
         "make down: the real run starts with `make up` of the real model",
+    ]
+
+
+def _seven_b_steps(seven: SevenB) -> list[str]:
+    env = " ".join(f"{k}={v}" for k, v in seven.stack_env.items())
+    added = seven.added_seconds["total"]
+    return [
+        f"the 7B's parts: make down, then make up again with {env} (the real run's model; its weights from `make "
+        "model`)",
+        f"the 7B's train-only step (launch-7b-step.sh): a synthetic rollout of {seven.prompts * seven.per_prompt} "
+        f"samples x {seven.seq_tokens:,} tokens ({seven.prompts} group{'s' if seven.prompts != 1 else ''} of "
+        f"{seven.per_prompt}, rewards 1 and 0) in "
+        f"slime's --load-debug-rollout-data format, one step of {seven.model} under slime's debug-train-only (no "
+        f"rollout servers, no weight update, no save), nvidia-smi sampling each trainer GPU every {GPU_SAMPLE_MS} "
+        f"ms: the peak per rank against the estimate {seven.memory.trainer_gb:.1f} GB per trainer GPU",
+        f"the 7B's reload: POST {seven.engine_url}/update_weights_from_disk model_path={seven.hf_checkpoint} "
+        f"weight_version={SEVEN_B_RELOAD_VERSION} (the call slime's disk weight sync makes), then GET /model_info "
+        "shows that version",
+        f"the 7B's parts add about {added / 60:.0f} min (an estimate from sizes and stated rates, not measured) to "
+        f"the {PREFLIGHT_GOAL_SECONDS // 60}-minute goal",
     ]
 
 
@@ -303,6 +580,8 @@ def build(
         phases.append((name, plan))
     tp = phases[0][1].tensor_parallel
     problems = batch_problems(profile, config, tp, nodes=cluster.nodes)
+    # The 7B's parts on one node (the NODES>1 rehearsal proves the cluster; its 7B parts are not rendered there).
+    seven = None if cluster.multi else seven_b(profile, run_id, cluster)
     if problems:
         raise StackError(f"the rehearsal's settings break a batch rule: {problems[0]}.", ExitCode.USAGE)
     run_dir = f"{TRAINER_RUN_DIR}/{run_id}"
@@ -327,7 +606,10 @@ def build(
         cluster=cluster,
         report_settings=dict(rehearsal.get("report") or {}),
         sets=list(sets or []),
+        seven_b=seven,
     )
+    if seven is not None:
+        plan.files["launch-7b-step.sh"] = seven.script
     for name, phase in phases:
         for file_name, text in phase.files.items():
             target = f"launch-{name}.sh" if file_name == "launch.sh" else file_name
@@ -365,6 +647,78 @@ def checks(plan: PreflightPlan) -> list[str]:
         )
     if not _rollouts(second) > _rollouts(first):
         problems.append("the resumed job runs no rollout after the resume")
+    if plan.seven_b is not None:
+        problems += seven_b_problems(plan.seven_b)
+    return problems
+
+
+KEYS_RECORD = "configs/upstream/rehearsal-keys.json"
+
+
+def seven_b_problems(seven: SevenB, keys: dict[str, Any] | None = None) -> list[str]:
+    """The 7B's train-only step means what slime's recorded lines say (rehearsal-keys.json slime facts): the path
+    slime formats with the rollout id, the flag that turns on debug-train-only (no rollout servers, no weight update),
+    no --save-interval (no save), no Polar rollout; the synthetic file in the format Sample.from_dict reads, with the
+    sample count group normalisation needs; the step's batch on Megatron's rule."""
+    keys = keys or json.loads((repo_root() / KEYS_RECORD).read_text())
+    facts, problems = keys["slime"]["facts"], []
+    args = seven.train_args
+    flag = facts["debug_load_skips_sglang"]["key"]
+    if "load_debug_rollout_data" not in facts["debug_load_skips_sglang"]["text"] or not re.search(
+        r"debug_train_only = True", facts["debug_load_sets_train_only"]["text"]
+    ):
+        problems.append(f"slime's {flag} no longer turns on debug-train-only ({KEYS_RECORD})")
+    if flag not in args:
+        problems.append(f"the 7B's step does not pass {flag}: it would start rollout servers and generate")
+    else:
+        path = args[args.index(flag) + 1]
+        placeholder = facts["debug_load_path_format"]["key"]
+        if placeholder not in path or ".format(rollout_id=" not in facts["debug_load_path_format"]["text"]:
+            problems.append(f"the 7B's step's {flag} {path} lacks slime's {placeholder} (rollout.py formats it)")
+    for dropped in ("--save-interval", "--rollout-function-path", "--custom-reward-post-process-path"):
+        if dropped in args:
+            problems.append(f"the 7B's step passes {dropped}: it would save a 7B checkpoint or call Polar")
+    if facts["no_interval_no_save"]["text"] != "if interval is None:":
+        problems.append("slime saves without --save-interval now: the 7B's step would write a checkpoint")
+    for fact, needed, meaning in (
+        ("debug_train_only_no_rollout_gpus", "return actor_num_gpus, 0", "takes no rollout GPUs"),
+        ("debug_train_only_no_weight_update", "self.args.debug_train_only", "skips the weight update"),
+        ("debug_load_from_dict", "Sample.from_dict(sample)", "builds each sample with Sample.from_dict"),
+        (
+            "group_norm_needs_full_rollout",
+            "n_samples_per_prompt * self.args.rollout_batch_size",
+            "normalises per group",
+        ),
+        ("disk_reload_calls_engine", "update_weights_from_disk", "reloads the engines by update_weights_from_disk"),
+    ):
+        if needed not in facts[fact]["text"]:
+            problems.append(f"slime no longer {meaning} ({facts[fact]['file']} l.{facts[fact]['line']}, {KEYS_RECORD})")
+    value = lambda name: int(args[args.index(name) + 1])  # noqa: E731
+    count = value("--n-samples-per-prompt") * value("--rollout-batch-size")
+    data = {
+        "rollout_id": 0,
+        "samples": synthetic_rollout.samples(
+            prompts=seven.prompts,
+            per_prompt=seven.per_prompt,
+            seq_tokens=seven.seq_tokens,
+            prompt_tokens=seven.prompt_tokens,
+        ),
+    }
+    if facts["debug_load_samples_key"]["key"] not in data:
+        problems.append(
+            f"slime reads the file's {facts['debug_load_samples_key']['key']!r}, the rehearsal writes others"
+        )
+    vocab = int(args[args.index("--vocab-size") + 1])
+    problems += [
+        f"the synthetic rollout: {p}"
+        for p in synthetic_rollout.format_problems(
+            data, keys["slime"]["sample"], count=count, seq_tokens=seven.seq_tokens, vocab=vocab
+        )
+    ]
+    if seven.seq_tokens > value("--max-tokens-per-gpu"):
+        problems.append("a synthetic trace is longer than --max-tokens-per-gpu: no micro-batch could hold it")
+    if value("--global-batch-size") != count:
+        problems.append("the 7B's step's global batch is not the synthetic rollout's sample count (one step)")
     return problems
 
 

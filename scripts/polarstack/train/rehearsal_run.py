@@ -30,7 +30,13 @@ from polarstack.stack.target import resolve_target
 from polarstack.train import cluster_plan, preflight, rehearsal_record, retention, supervise
 from polarstack.train import launch as train_launch
 from polarstack.train.plan import TRAINER_RUN_DIR, ray_dashboard_port, weight_sync_on_disk
-from polarstack.train.preflight import SUMMARY_NAME, PreflightPlan
+from polarstack.train.preflight import (
+    GPU_SAMPLE_MS,
+    SEVEN_B_GPU_LOG,
+    SEVEN_B_RELOAD_VERSION,
+    SUMMARY_NAME,
+    PreflightPlan,
+)
 
 UP_ARGS = ["up", "--detach", "--wait"]  # as `make up` (cli_docker.COMPOSE_VERBS)
 # Job 2 runs through the supervisor (polarstack.train.supervise) as `make train` runs its job, and its first attempt
@@ -53,6 +59,33 @@ VERSIONS_SCRIPT = (
     "        out[url] = json.load(urllib.request.urlopen(url + '/model_info', timeout=10)).get('weight_version')\n"
     "    except Exception as exc:\n"
     "        out[url] = 'unreachable: ' + type(exc).__name__\n"
+    "print(json.dumps(out))\n"
+)
+
+
+# The 7B's reload into engine-0 (issue 32 point 8), from inside the trainer: sglang's POST /update_weights_from_disk
+# with UpdateWeightFromDiskReqInput's model_path and weight_version (srt/managers/io_struct.py at SGLANG_VERSION), the
+# request slime's disk weight sync sends each engine (slime/ray/actor_group.py l.247), timed; /model_info around it.
+RELOAD_SCRIPT = (
+    "import json, sys, time, urllib.request\n"
+    "url, path, version = sys.argv[1:4]\n"
+    "def info():\n"
+    "    try:\n"
+    "        return json.load(urllib.request.urlopen(url + '/model_info', timeout=10)).get('weight_version')\n"
+    "    except Exception as exc:\n"
+    "        return 'unreachable: ' + type(exc).__name__\n"
+    "out = {'engine': url, 'wanted': version, 'version_before': info()}\n"
+    "body = json.dumps({'model_path': path, 'weight_version': version}).encode()\n"
+    "request = urllib.request.Request(url + '/update_weights_from_disk', data=body, "
+    "headers={'Content-Type': 'application/json'})\n"
+    "began = time.monotonic()\n"
+    "try:\n"
+    "    answer = json.load(urllib.request.urlopen(request, timeout=1800))\n"
+    "    out.update(success=answer.get('success'), message=answer.get('message'))\n"
+    "except Exception as exc:\n"
+    "    out.update(success=False, message=type(exc).__name__ + ': ' + str(exc)[:300])\n"
+    "out['seconds'] = round(time.monotonic() - began, 1)\n"
+    "out['version_after'] = info()\n"
     "print(json.dumps(out))\n"
 )
 
@@ -212,6 +245,7 @@ def run(
                 ExitCode.REHEARSAL_FAILED,
             )
         versions = {"before": weight_versions(node, profile, plan.cluster)}
+        failed = ""
         checkpoint: dict[str, Any] = {}
         rollouts: list[dict[str, Any]] = []
         logs = []
@@ -235,6 +269,7 @@ def run(
                 abort = out / "gate-abort.txt"
                 reason = abort.read_text().strip() if abort.is_file() else f"exit {code}, see {log}"
                 progress(f"job {name} failed ({reason}); judging what it left")
+                failed = f"job {name} failed ({reason})"
                 break
         evidence.update(
             engines=_engine_urls(profile, plan.cluster),  # the weight_sync class judges every one of them
@@ -248,15 +283,91 @@ def run(
             expected_steps=_rollouts(plan, 1),
             **plan.report_settings,
         )
-        result = {**rehearsal_report.report(evidence), "plan": plan.run_id, "profile": profile.name}
-        (out / "rehearsal-report.json").write_text(json.dumps({**result, "evidence": evidence}, indent=1) + "\n")
+        # The small model's evidence is on disk before anything is removed or the 7B's parts start (replaced below).
+        provisional = {**evidence, "seven_b": {"skipped": "the rehearsal stopped before the 7B's parts"}}
+        result = {**rehearsal_report.report(provisional), "plan": plan.run_id, "profile": profile.name}
+        (out / "rehearsal-report.json").write_text(json.dumps({**result, "evidence": provisional}, indent=1) + "\n")
     finally:
         remove_checkpoints(node, plan, progress)
         progress(f"taking {profile.name} down (the real run starts with `make up`)")
         node.compose(["down"])
         docker_state.clear()
+    if plan.seven_b is None:
+        evidence["seven_b"] = {"not_planned": "NODES>1 (the 7B's parts run on one node)"}
+    elif failed:
+        evidence["seven_b"] = {"skipped": f"{failed}, so the 7B's parts did not run"}
+    else:
+        began = clock()
+        evidence["seven_b"] = seven_b_parts(node, profile, plan, progress)
+        phases["7b"] = clock() - began
+    result = {**rehearsal_report.report(evidence), "plan": plan.run_id, "profile": profile.name}
+    (out / "rehearsal-report.json").write_text(json.dumps({**result, "evidence": evidence}, indent=1) + "\n")
     rehearsal_record.write(profile, result, plan.report_path, sets=plan.sets)
     return result
+
+
+def parse_gpu_log(text: str) -> dict[str, float]:
+    """nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits lines: the peak per GPU in decimal GB."""
+    peaks: dict[str, float] = {}
+    for line in text.splitlines():
+        index, _, used = line.partition(",")
+        try:
+            gb = float(used.strip()) * 1024**2 / 1e9  # MiB
+        except ValueError:
+            continue
+        peaks[index.strip()] = max(peaks.get(index.strip(), 0.0), gb)
+    return peaks
+
+
+def seven_b_parts(node: Node, profile: Profile, plan: PreflightPlan, progress: Callable[[str], None]) -> dict[str, Any]:
+    """The 7B's parts (polarstack.train.preflight.seven_b), after the small model's stack went down: the profile up
+    again with the real run's model, the train-only step (launch-7b-step.sh) with its GPU samples, the reload into
+    engine-0, and the stack down. Returns the evidence the report's seven_b_* classes judge."""
+    seven = plan.seven_b
+    assert seven is not None
+    out = train_run_dir() / plan.run_id
+    run_dir = f"{TRAINER_RUN_DIR}/{plan.run_id}"
+    record: dict[str, Any] = {
+        "estimate_gb": round(seven.memory.trainer_gb, 3),
+        "capacity_gb": seven.memory.capacity.gpu_gb,
+        "sample_ms": GPU_SAMPLE_MS,
+        "added_seconds_estimate": seven.added_seconds,
+    }
+    os.environ.update(seven.stack_env)  # `make up`'s model: the real run's
+    try:
+        assets.check_before_up(profile)
+    except StackError as exc:
+        return {**record, "skipped": f"the 7B cannot come up: {exc.message}"}
+    progress(f"bringing {profile.name} up with {seven.stack_env['MODEL_NAME']} for the 7B's parts")
+    if node.compose(UP_ARGS) != 0:
+        node.compose(["down"])
+        return {**record, "skipped": f"docker compose up with {seven.model} failed (see the output above)"}
+    docker_state.write(profile)
+    try:
+        progress(f"the 7B's train-only step ({seven.prompts * seven.per_prompt} synthetic traces)")
+        code, _ = node.trainer(f"bash {run_dir}/launch-7b-step.sh > {run_dir}/job-7b-step.log 2>&1")
+        log = out / "job-7b-step.log"
+        steps = rehearsal_report.parse_slime_log(log.read_text(errors="replace") if log.is_file() else "")["steps"]
+        gpu_log = out / SEVEN_B_GPU_LOG
+        record.update(
+            exit=code,
+            steps=len(steps),
+            peak_gpu_gb={
+                k: round(v, 2) for k, v in parse_gpu_log(gpu_log.read_text() if gpu_log.is_file() else "").items()
+            },
+        )
+        progress(f"the 7B's reload into {seven.engine_url}")
+        script = ["python3", "-c", RELOAD_SCRIPT, seven.engine_url, seven.hf_checkpoint, SEVEN_B_RELOAD_VERSION]
+        code, text = node.trainer(shlex.join(script))
+        try:
+            record["reload"] = json.loads(text.strip().splitlines()[-1]) if code == 0 else {"message": f"exit {code}"}
+        except (json.JSONDecodeError, IndexError):
+            record["reload"] = {"message": "no answer from the reload script"}
+    finally:
+        progress(f"taking {profile.name} down again")
+        node.compose(["down"])
+        docker_state.clear()
+    return record
 
 
 def check_space(node: Node, plan: PreflightPlan, progress: Callable[[str], None]) -> None:

@@ -49,6 +49,8 @@ def test_known_parts_follow_in_order_and_private_ones_never_appear():
         "tool_outcome",
         "tool_calls",
         "finish_reason",
+        "padded",
+        "prompt_tokens",
     ]
     assert row["finish_reason"] is None and row["polar"] is polar
     assert list(entry(verdict={}, polar=polar).as_dict())[-2:] == ["verdict", "polar"]

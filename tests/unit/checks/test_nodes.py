@@ -274,3 +274,11 @@ def test_the_cli_reports_the_failure_as_json_and_its_code(cluster, profile, monk
     assert report["ok"] is False and report["exit_code"] == ExitCode.STATE
     assert report["message"].startswith("node 1 (10.0.0.2) has written no report")
     assert err.strip().startswith("polarstack: node 1 (10.0.0.2) has written no report")
+
+
+def test_a_nodes_host_memory_is_what_it_has_available(tmp_path, monkeypatch):
+    """Issue 32 point 8: every node's report carries MemAvailable, as polarstack.train.memory checks this node."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       1000000 kB\nMemFree:         10000 kB\nMemAvailable:    400000 kB\n")
+    monkeypatch.setenv("POLARSTACK_PROC_MEMINFO", str(meminfo))
+    assert nodes.Probe().host_memory_kib() == 400000

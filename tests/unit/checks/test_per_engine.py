@@ -72,7 +72,7 @@ def test_every_engine_of_every_node_is_counted(monkeypatch):
         (1, 2, 4, []),
     ]
     assert "4 engine(s) on 2 node(s)" in report.message and "node 1 4" in report.message
-    assert report.trainable_tokens == 4  # the path's count alone: the single request and the tool request
+    assert report.trainable_tokens == 6  # the path's count alone: the single request and the two tool requests
 
 
 def test_an_engine_without_token_fields_fails_naming_its_node(monkeypatch):

@@ -107,7 +107,9 @@ def test_no_mixed_rewards_is_a_model_shortfall_when_the_canonical_answer_gets_re
     steps is that class, not a loss defect."""
     e = fakes.passing_evidence()
     e["rollouts"] = _rollouts([[fakes.sample(0.0) for _ in range(4)]] * 3)
-    e["slime"] = rehearsal_report.parse_slime_log("\n".join(fakes.step_line(s, grad=0.0) for s in range(3)))
+    e["slime"] = rehearsal_report.parse_slime_log(
+        "\n".join(fakes.step_line(s, grad=0.0, pg_loss=0.0) for s in range(3))
+    )
     v = verdicts(e)
     assert v["no_mixed_rewards"].verdict == "warn" and "never solved a task" in v["no_mixed_rewards"].change
     assert "reward 1" in v["no_mixed_rewards"].change and "0/3 rollouts" in v["no_mixed_rewards"].figure
@@ -128,12 +130,68 @@ def test_no_mixed_rewards_without_a_working_reward_path_fails_as_its_own_class()
         assert "reward path is broken" in verdicts(e)["no_mixed_rewards"].change
 
 
-def test_a_non_zero_gradient_with_no_mixed_rewards_is_a_defect():
+def _solved_alike(**step):
     e = fakes.passing_evidence()
     e["rollouts"] = _rollouts([[fakes.sample(1.0) for _ in range(4)]] * 3)  # solved alike: every advantage 0
-    result = rehearsal_report.report(e)  # the fakes' steps log grad norm 0.5
+    e["slime"] = rehearsal_report.parse_slime_log("\n".join(fakes.step_line(s, **step) for s in range(3)))
+    return e
+
+
+def test_a_gradient_from_the_kl_term_with_no_mixed_rewards_passes_when_the_policy_loss_is_zero():
+    """Issue 32 point 7: with every advantage 0 the KL term still moves the grad norm (the reference pass and the
+    training pass differ numerically); the policy-gradient loss is -ratio x 0 and is what is judged."""
+    working = _solved_alike(grad=0.03, pg_loss=0.0)
+    v = verdicts(working)["loss_and_grad"]
+    assert v.verdict == "pass" and "policy-gradient loss of 0 within 1e-06" in v.figure, v
+    assert rehearsal_report.report(working)["passed"]  # no_mixed_rewards warns: the reward path is proven
+    assert verdicts(_solved_alike(grad=0.03, pg_loss=4e-7))["loss_and_grad"].verdict == "pass"  # float reductions
+
+
+def test_a_policy_loss_with_no_mixed_rewards_is_a_defect():
+    broken_stack = _solved_alike(grad=0.5, pg_loss=0.02)  # advantages that are not what the rewards say
+    result = rehearsal_report.report(broken_stack)
     assert result["first_failure"] == "loss_and_grad"
-    assert "with no mixed rewards" in verdicts(e)["loss_and_grad"].figure
+    assert "train/pg_loss 0.02 with no mixed rewards" in verdicts(broken_stack)["loss_and_grad"].figure
+    tighter = _solved_alike(grad=0.03, pg_loss=4e-7)
+    tighter["zero_advantage_pg_loss_tolerance"] = 1e-7
+    assert verdicts(tighter)["loss_and_grad"].verdict == "fail"
+
+
+def test_without_a_logged_policy_loss_a_non_zero_gradient_with_no_mixed_rewards_is_a_defect():
+    e = _solved_alike(grad=0.5, pg_loss=None)
+    assert rehearsal_report.report(e)["first_failure"] == "loss_and_grad"
+    assert "no train/pg_loss logged" in verdicts(e)["loss_and_grad"].figure
+
+
+def test_a_logprob_difference_above_slimes_ci_bound_fails_its_own_class():
+    """slime's train/train_rollout_logprob_abs_diff (loss.py l.1074-1088) above 0.1 (its --ci-test bound)."""
+    working = fakes.passing_evidence()  # the fakes log 0.02
+    assert verdicts(working)["logprob_mismatch"].verdict == "pass"
+    at_bound = fakes.passing_evidence()
+    at_bound["slime"] = rehearsal_report.parse_slime_log(
+        "\n".join(fakes.step_line(s, logprob_diff=0.1) for s in range(3))
+    )
+    assert verdicts(at_bound)["logprob_mismatch"].verdict == "pass"
+    broken_stack = fakes.passing_evidence()
+    broken_stack["slime"] = rehearsal_report.parse_slime_log(
+        "\n".join(fakes.step_line(s, logprob_diff=0.1 if s < 2 else 0.35) for s in range(3))
+    )
+    result = rehearsal_report.report(broken_stack)
+    assert result["first_failure"] == "logprob_mismatch", result
+    v = verdicts(broken_stack)["logprob_mismatch"]
+    assert "above 0.1 at step(s) 2" in v.figure and "other weights" in v.change
+    with pytest.raises(StackError) as info:
+        rehearsal_report.raise_on_failure(result)
+    assert "failed at logprob_mismatch" in info.value.message
+    unlogged = fakes.passing_evidence()
+    unlogged["slime"] = rehearsal_report.parse_slime_log(
+        "\n".join(fakes.step_line(s, logprob_diff=None) for s in range(3))
+    )
+    assert verdicts(unlogged)["logprob_mismatch"].verdict == "warn"
+    assert rehearsal_report.report(unlogged)["passed"]
+    assert rehearsal_report.DEFAULT_MAX_LOGPROB_DIFF == float(
+        rehearsal_keys.record()["slime"]["facts"]["logprob_abs_diff_ci_bound"]["key"]
+    )
 
 
 def test_a_zero_gradient_with_mixed_rewards_is_a_defect():
@@ -152,13 +210,31 @@ def test_failed_and_timed_out_sessions_fail_the_sessions_class():
     assert verdicts(e)["sessions"].verdict == "pass"
 
 
-def test_groups_polar_dropped_for_too_few_completed_sessions_fail_the_sessions_class():
+def test_groups_polar_dropped_for_too_few_completed_sessions_fail_the_sessions_class_above_the_share():
+    """Issue 32 point 7: one dropped group of ten warns (a working stack may lose one); above
+    report.max_dropped_group_share (default 25%) the class fails."""
     e = fakes.passing_evidence()
     metrics = {"polar/dropped_low_complete_fraction_groups_delta": 1.0, "polar/dropped_sessions_delta": 4.0}
     e["rollouts"][1] = {**fakes.summary(1, fakes.mixed_groups(), polar_metrics=metrics), "phase": "train"}
     result = rehearsal_report.report(e)
-    assert result["first_failure"] == "sessions"
-    assert "PolarLowCompleteAcceptFractionError" in verdicts(e)["sessions"].figure
+    v = verdicts(e)["sessions"]
+    assert result["passed"] and v.verdict == "warn", result
+    assert "PolarLowCompleteAcceptFractionError" in v.figure and "(10% of 10 groups)" in v.figure
+    metrics["polar/dropped_low_complete_fraction_groups_delta"] = 4.0  # 4 of 13 groups: 31%
+    e["rollouts"][1] = {**fakes.summary(1, fakes.mixed_groups(), polar_metrics=metrics), "phase": "train"}
+    assert rehearsal_report.report(e)["first_failure"] == "sessions"
+    assert "dropped 31% > 25%" in verdicts(e)["sessions"].figure
+    e["max_dropped_group_share"] = 0.5
+    assert verdicts(e)["sessions"].verdict == "warn"
+
+
+def test_one_group_dropped_for_zero_trainable_tokens_warns_and_more_than_the_share_fails():
+    e = fakes.passing_evidence()
+    e["rollouts"][0] = {**fakes.summary(0, fakes.mixed_groups(), dropped=1), "phase": "train"}
+    v = verdicts(e)["trainable_tokens"]
+    assert rehearsal_report.report(e)["passed"] and v.verdict == "warn", v
+    assert "1 of 10 groups dropped by Polar for zero trainable tokens (10%)" in v.figure
+    assert rehearsal_report.report(broken("trainable_tokens_dropped"))["first_failure"] == "trainable_tokens"
 
 
 def test_sessions_ended_at_the_context_limit_warn_then_fail():
@@ -222,6 +298,30 @@ def test_a_drifted_record_fails_the_key_check(monkeypatch):
     assert any("train/total_loss" in p for p in problems)
     assert any("training-step line" in p for p in problems)
     assert any("clipped" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    "fact, text, expected",
+    [
+        ("logprob_abs_diff_ci_bound", 'assert log_dict["train/train_rollout_logprob_abs_diff"] <= 0.5', "bounds"),
+        ("logprob_abs_diff_key", 'reported_loss["rollout_logprob_diff"] = x.clone().detach()', "logs the log-prob"),
+        ("pg_loss_is_advantage_times_ratio", "pg_losses1 = -ratio * advantages + entropy", "-ratio x advantage"),
+        ("pg_loss_key", '"policy_loss": pg_loss.clone().detach(),', "logs pg_loss"),
+    ],
+)
+def test_a_drifted_record_of_the_tolerances_fails_the_meaning_check(monkeypatch, fact, text, expected):
+    """Issue 32 point 7: the log-prob bound, its key and pg_loss's meaning are checked, not only found."""
+    data = copy.deepcopy(rehearsal_keys.record())
+    data["slime"]["facts"][fact]["text"] = text
+    assert not rehearsal_keys.verdict_problems(rehearsal_keys.record()["slime"]["facts"])
+    problems = rehearsal_keys.verdict_problems(data["slime"]["facts"])
+    assert any(expected in p for p in problems), problems
+
+
+def test_a_preflight_bound_looser_than_slimes_ci_fails_the_meaning_check():
+    facts = rehearsal_keys.record()["slime"]["facts"]
+    problems = rehearsal_keys.verdict_problems(facts, {"max_train_rollout_logprob_abs_diff": 0.3})
+    assert any("looser than slime's own --ci-test bound 0.1" in p for p in problems)
 
 
 def test_local_part_judges_what_the_local_runtime_measures():

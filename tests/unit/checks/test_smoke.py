@@ -41,11 +41,11 @@ def smoke_on(monkeypatch, body: bytes | dict, **options) -> smoke.SmokeReport:
 
 
 def per_answer(report) -> int:
-    """Polar's count on each answer: the single request's and the tool request's (same bytes, same fault)."""
+    """Polar's count on each answer: the single request's and the two tool requests' (same bytes, same fault)."""
     counts = {e["polar"]["polar_trainable_tokens"] for e in report.exchanges if "polar" in e}
-    assert [e["kind"] for e in report.exchanges] == ["single", "tools"] and len(counts) == 1, report.exchanges
-    assert report.trainable_tokens == 2 * counts.pop()
-    return report.trainable_tokens // 2
+    assert [e["kind"] for e in report.exchanges] == ["single", "tools", "tools"] and len(counts) == 1, report.exchanges
+    assert report.trainable_tokens == 3 * counts.pop()
+    return report.trainable_tokens // 3
 
 
 def codes(report) -> set[str]:
@@ -188,8 +188,8 @@ def test_json_report_carries_polars_verdict_count_and_warnings(monkeypatch):
     data = smoke_on(monkeypatch, answer(output=((1e-300, 10, "a"),))).as_dict()
     assert data["verdict"] == "pass" and data["polar_verdict"] == "trainable"
     assert (
-        data["polar_trainable_tokens"] == 2
-        and len(data["requests"]) == 2
+        data["polar_trainable_tokens"] == 3
+        and len(data["requests"]) == 3
         and data["warnings"]
         and data["findings"][0]["code"]
     )

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from default_signals import default_signals, defaults_here
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.stack import profiles
@@ -93,11 +94,10 @@ def test_the_trap_stops_this_attempts_job_on_a_signal(tmp_path, sig):
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RAY_LOG": str(tmp_path / "ray.log")}
     for attempt in (1, 2):
         (tmp_path / "submit.pid").unlink(missing_ok=True)
-        # SIGINT's default: a shell started in the background of a non-interactive one (a CI runner) inherits
-        # SIGINT ignored, and bash can neither trap nor reset a signal ignored on entry (bash(1), SIGNALS)
-        proc = subprocess.Popen(
-            ["bash", str(script)], env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
-        )
+        # the signals at their defaults: a shell started in the background of a non-interactive one (a CI runner)
+        # inherits SIGINT ignored, `nohup` SIGHUP, and bash can neither trap nor reset a signal ignored on entry
+        # (bash(1), SIGNALS); the sleeper, bash's child, then gets the default SIGTERM of its cleanup's `kill` too
+        proc = subprocess.Popen(["bash", str(script)], env=env, preexec_fn=default_signals)
         deadline = time.monotonic() + 10
         # the file exists before `echo` wrote it: wait for its digits
         while time.monotonic() < deadline and not _read(tmp_path / "submit.pid").strip().isdigit():
@@ -163,7 +163,7 @@ def test_the_health_loop_fails_when_this_attempts_server_exited(tmp_path):
 
 
 def test_servers_left_by_an_earlier_attempt_are_stopped_by_their_pids(tmp_path):
-    old = subprocess.Popen(["bash", "-c", "exec -a polar-serve-old sleep 60"])
+    old = subprocess.Popen(["bash", "-c", "exec -a polar-serve-old sleep 60"], preexec_fn=default_signals)
     try:
         (tmp_path / "polar-rollout.pid").write_text(f"{old.pid}\n")
         script = _polar_script(tmp_path, "touch healthy; sleep 30")
@@ -199,11 +199,13 @@ def test_an_interrupted_make_train_stops_the_attempts_job(tmp_path, monkeypatch,
         return subprocess.CompletedProcess(args, 0, "", "")
 
     monkeypatch.setattr(compose, "run_compose", trainer)
-    before, before_hup = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
-    code = main(["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"])
+    with defaults_here(signal.SIGTERM):  # this test sends SIGTERM to pytest itself: not the one pytest inherited
+        before, before_hup = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
+        code = main(["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"])
+        after, after_hup = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)
     assert code == 130, capsys.readouterr().err
     stop = [a for a in calls if "stop" in a]
     port = load_defaults()["ray"]["dashboard_port"]
     assert stop and stop[-1][-5:] == ["ray", "job", "stop", f"--address=http://127.0.0.1:{port}", stop[-1][-1]]
     assert stop[-1][-1].endswith("-1")
-    assert signal.getsignal(signal.SIGTERM) is before and signal.getsignal(signal.SIGHUP) is before_hup  # restored
+    assert after is before and after_hup is before_hup  # restored

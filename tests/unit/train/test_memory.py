@@ -10,6 +10,7 @@
   Compose starts anything.
 """
 
+import copy
 import json
 
 import pytest
@@ -268,3 +269,45 @@ def test_the_rehearsal_uses_the_real_runs_offload():
     router = preflight.build(profiles.load("patched-router"), run_id="r")
     assert not router.phases[0][1].memory.offload
     assert not set(memory.OFFLOAD_ARGS) & set(router.phases[0][1].train_args)
+
+
+def test_the_host_is_checked_against_memavailable_not_memtotal(tmp_path, monkeypatch):
+    """Issue 32 point 8: a 512 GB host with 200 GB available cannot hold engine-direct's pinned backups and offloaded
+    optimizer (about 253 GB); MemTotal would say it fits."""
+    fake_node.install(tmp_path, monkeypatch)
+    profile = profiles.load("engine-direct")
+    fake_node.set_memory(tmp_path, monkeypatch, gpu_gb=140, host_gb=200, host_total_gb=512)
+    seen = memory.node_capacity(profile)
+    assert seen.host_gb == pytest.approx(200, abs=0.01) and "MemAvailable" in seen.source
+    with pytest.raises(StackError, match="GB available") as info:
+        build_plan("humaneval", profile, run_id="t")
+    assert info.value.code == ExitCode.ENVIRONMENT
+    fake_node.set_memory(tmp_path, monkeypatch, gpu_gb=140, host_gb=512, host_total_gb=512)
+    assert build_plan("humaneval", profile, run_id="t").memory.offload
+
+
+def test_rays_object_store_is_set_by_the_stack_and_counted(monkeypatch):
+    """Issue 32 point 8: RAY_OBJECT_STORE_GB reaches every `ray start` the stack renders and the host estimate."""
+    from polarstack.offline import host_memory
+    from polarstack.stack import compose, ray_head
+
+    monkeypatch.setenv("RAY_OBJECT_STORE_GB", "12.5")
+    profile = profiles.load("engine-direct")
+    capacity = memory.Capacity(140.0, None, "test")
+    plan = build_plan("humaneval", profile, run_id="t", capacity=capacity)
+    term = next(t for t in plan.memory.host if "--object-store-memory" in t.name)
+    assert term.gb == 12.5
+    assert "--object-store-memory=12500000000" in plan.commands[0]
+    assert "--object-store-memory=12500000000" in plan.files["launch.sh"]
+    assert compose.render_values(profile)["RAY_OBJECT_STORE_BYTES"] == "12500000000"
+    values = profiles.stack_knobs()
+    assert host_memory.check(plan.commands[0], plan.memory, values).ok
+    unset = [a for a in plan.commands[0] if not a.startswith("--object-store-memory")]
+    assert not host_memory.check(unset, plan.memory, values).ok  # a ray start that lets ray choose
+    uncounted = copy.deepcopy(plan.memory)
+    uncounted.host = [t for t in uncounted.host if t is not term and "--object-store-memory" not in t.name]
+    assert host_memory.counted_problems(uncounted, values)
+    monkeypatch.setenv("RAY_OBJECT_STORE_GB", "lots")
+    with pytest.raises(StackError, match="RAY_OBJECT_STORE_GB") as info:
+        ray_head.object_store_gb()
+    assert info.value.code == ExitCode.USAGE

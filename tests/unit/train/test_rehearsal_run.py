@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from polarstack.checks import sandbox_probe
+from polarstack.checks import rehearsal_report, sandbox_probe
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import assets, docker_state, profiles
 from polarstack.train import preflight, rehearsal_record, rehearsal_run
@@ -35,7 +35,11 @@ def test_a_full_rehearsal_passes_records_and_takes_the_stack_down(setup):
     node = FakeNode(host)
     result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
     assert result["passed"], result
-    assert node.compose_calls == ["up", "down"] and node.env_at_up == "/models/Qwen2.5-3B-Instruct"
+    # the small model's stack, then the real run's (the 7B's train-only step and reload), each taken down
+    assert node.compose_calls == ["up", "down", "up", "down"]
+    assert node.envs_at_up == ["/models/Qwen2.5-3B-Instruct", "/models/Qwen2.5-7B-Instruct"]
+    step, reload = node.seven_b_commands
+    assert "launch-7b-step.sh" in step and "/models/Qwen2.5-7B-Instruct" in reload and "rehearsal-7b-reload" in reload
     assert node.releases == 3  # the router lists no engine when each job (and the restart) starts
     saved = json.loads((host / "rehearsal-report.json").read_text())
     assert saved["evidence"]["checkpoint"] == {"after_train": "1", "after_resume": "2"}
@@ -166,3 +170,46 @@ def test_a_resumed_job_that_crashes_before_its_checkpoint_fails_the_supervisor_c
     result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
     sup = next(v for v in result["verdicts"] if v["class"] == "supervisor")
     assert sup["verdict"] == "fail" and "the supervisor stopped" in sup["figure"]
+
+
+def test_the_7b_parts_are_judged_each_in_its_own_class(setup):
+    """Issue 32 point 8: the 7B's train-only step (peak GPU memory per rank against the estimate) and its reload
+    into engine-0, from what the node leaves; a broken step or reload fails its own class."""
+    profile, plan, host = setup
+    saved = lambda: json.loads((host / "rehearsal-report.json").read_text())  # noqa: E731
+    rehearsal_run.run(profile, plan, node=FakeNode(host), progress=lambda m: None)
+    seven = saved()["evidence"]["seven_b"]
+    assert seven["exit"] == 0 and seven["steps"] == 1
+    assert seven["peak_gpu_gb"] == {"0": 100.66, "1": 100.66, "2": 100.66}  # 96,000 MiB, the peak of the samples
+    assert seven["estimate_gb"] == pytest.approx(plan.seven_b.memory.trainer_gb, abs=1e-3)
+    assert (host / "launch-7b-step.sh").is_file() and "7b" in saved()["evidence"]["phases"]
+    oom = rehearsal_run.run(profile, plan, node=FakeNode(host, step_exit=1), progress=lambda m: None)
+    assert oom["first_failure"] == "seven_b_step"
+    bad_reload = rehearsal_run.run(profile, plan, node=FakeNode(host, reload_ok=False), progress=lambda m: None)
+    assert bad_reload["first_failure"] == "seven_b_reload"
+    with pytest.raises(StackError) as info:
+        rehearsal_report.raise_on_failure(bad_reload)
+    assert "update_weights_from_disk success=False" in info.value.message and "lm_head" in info.value.message
+
+
+def test_without_the_7b_weights_the_7b_parts_fail_naming_make_model(setup, monkeypatch):
+    profile, plan, host = setup
+
+    def check(profile):
+        if os.environ.get("MODEL_PATH") == "/models/Qwen2.5-7B-Instruct":
+            raise StackError("the model weights are missing: run `make model` first.", ExitCode.ASSETS_MISSING)
+
+    monkeypatch.setattr(assets, "check_before_up", check)
+    node = FakeNode(host)
+    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    assert result["first_failure"] == "seven_b_step" and node.compose_calls == ["up", "down"]
+    assert "make model" in next(v for v in result["verdicts"] if v["class"] == "seven_b_step")["figure"]
+
+
+def test_a_failed_job_skips_the_7b_parts(setup):
+    profile, plan, host = setup
+    node = FakeNode(host, fail_job="train")
+    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    assert node.compose_calls == ["up", "down"] and not node.seven_b_commands
+    row = next(v for v in result["verdicts"] if v["class"] == "seven_b_step")
+    assert row["verdict"] == "fail" and "job train failed" in row["figure"]

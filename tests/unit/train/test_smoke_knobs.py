@@ -2,7 +2,8 @@
 
 POLARSTACK_SMOKE_TOOL_PAD / POLARSTACK_SMOKE_TOOL_MAX_TOKENS (docs/tool-calls.md) and POLARSTACK_SMOKE_TIMEOUT ride in
 the Ray job's runtime env, so the in-job first-rollout check reads what the host gate read; both take their deadline
-from polarstack.checks.tool_exchange.smoke_deadline (the knob, else the target's own, else 30 s). Under the supervisor:
+from polarstack.checks.tool_exchange.smoke_deadline (the knob, else the rule for the request's token count with the
+target's own need or 30 s as its floor). Under the supervisor:
 a first-rollout check that got no answer (UNREACHABLE) is a crash, which the supervisor restarts, not a gate stop;
 any other smoke failure is a GateAbort with its sentence in the abort file, never restarted."""
 
@@ -23,6 +24,7 @@ KNOBS = {
     "POLARSTACK_SMOKE_TOOL_PAD": "0",
     "POLARSTACK_SMOKE_TOOL_MAX_TOKENS": "256",
     "POLARSTACK_SMOKE_TIMEOUT": "90",
+    "POLARSTACK_SMOKE_AGENT_REQUEST": "/models/agent-request.json",
 }
 
 
@@ -52,7 +54,7 @@ def test_the_documented_knobs_reach_the_ray_jobs_runtime_env(monkeypatch):
 
 
 def test_one_deadline_rule(monkeypatch):
-    assert tool_exchange.smoke_deadline() == tool_exchange.DEFAULT_SMOKE_TIMEOUT == 30.0
+    assert tool_exchange.smoke_deadline() == tool_exchange.deadline_rule()["floor_seconds"] == 30.0
     assert tool_exchange.smoke_deadline(60.0) == 60.0  # what the target needs (the real sglang on a CPU)
     monkeypatch.setenv("POLARSTACK_SMOKE_TIMEOUT", "90")
     assert tool_exchange.smoke_deadline() == tool_exchange.smoke_deadline(60.0) == 90.0

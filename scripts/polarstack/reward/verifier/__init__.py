@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import re
 import secrets
 import select
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -98,6 +100,67 @@ from polarstack.reward.verifier.verdict import (
 )
 
 # --- running: one supervisor per run, every wait bounded by the deadline ---------------------
+
+TMPFS_MB = 256  # the sandbox's root, a fresh tmpfs (its files count against the memory budget too)
+# The largest solution the verifier reads or sends into the sandbox, in bytes. A HumanEval or MBPP solution is a
+# few KiB (the largest canonical HumanEval one with its prompt: under 3 KiB); 1 MiB leaves a model's longest
+# completion room, stays far below the sandbox's 256 MiB tmpfs (so the candidate's files cannot fill it at
+# set-up) and keeps the verifier's own copies of it (the text, its JSON in the sandbox's configuration) a few MiB.
+SOLUTION_LIMIT = 1 << 20
+
+
+class SolutionRefused(ValueError):
+    """The solution file is not one the verifier reads: a symbolic link, not a regular file, or over the bound."""
+
+
+def read_solution(path: str | os.PathLike[str], limit: int | None = None) -> str:
+    """The text of the solution file at `path`, read without following a symbolic link (an agent's patch may
+    make solution.py one, to /dev/zero or a host file), without blocking (a FIFO), only from a regular file, and
+    at most `limit` bytes; SolutionRefused (one clause saying why) or OSError otherwise. O_NOFOLLOW concerns the
+    last component only: the evaluator passes `solution.py`, a name in its working directory."""
+    limit = SOLUTION_LIMIT if limit is None else limit
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SolutionRefused("it is a symbolic link") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next(
+                (
+                    name
+                    for test, name in (
+                        (stat.S_ISDIR, "a directory"),
+                        (stat.S_ISFIFO, "a FIFO"),
+                        (stat.S_ISCHR, "a character device"),
+                        (stat.S_ISBLK, "a block device"),
+                        (stat.S_ISSOCK, "a socket"),
+                    )
+                    if test(info.st_mode)
+                ),
+                "not a regular file",
+            )
+            raise SolutionRefused(f"it is {kind}, not a regular file")
+        too_big = SolutionRefused(f"it is larger than the verifier's bound of {limit} bytes")
+        if info.st_size > limit:
+            raise too_big
+        chunks, size = [], 0
+        while size <= limit:  # the size may grow after fstat: never more than limit + 1 bytes
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise too_big
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError:
+        raise SolutionRefused("it is not UTF-8 text") from None
 
 
 def _tail(handle: Any) -> str:
@@ -153,8 +216,16 @@ def _supervise(
         python = _system_python()
         workdir = None if isolate else tempfile.mkdtemp(prefix="polarstack-verify-")
         if workdir:
-            for name, text in files.items():
-                Path(workdir, name).write_text(text, encoding="utf-8")
+            try:
+                for name, text in files.items():
+                    Path(workdir, name).write_text(text, encoding="utf-8")
+            except (OSError, ValueError) as exc:  # the candidate's files (isolation off): a wrong answer, as inside
+                shutil.rmtree(workdir, ignore_errors=True)
+                why = f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__}"
+                detail = f"the sandbox cannot hold the solution's files ({why})"
+                report = {"verdict": "failed", "detail": detail, "status": "files " + why}
+                mechanism = describe_limits(cgroup, limits.memory_mb, limits.cpu_seconds, limits.nproc)
+                return report, "", time.monotonic() - started, mechanism
             if uid >= 0:
                 for path in (workdir, *(Path(workdir, name) for name in files)):
                     os.chown(path, uid, uid)
@@ -169,7 +240,7 @@ def _supervise(
             "files": files,
             "uid": uid,
             "workdir": workdir,
-            "tmpfs_mb": 256,
+            "tmpfs_mb": TMPFS_MB,
             "cpu": limits.cpu_seconds,
             "memory_mb": limits.memory_mb,
             "file_size_mb": limits.file_size_mb,
@@ -226,7 +297,9 @@ def _supervise(
         tail = _tail(stderr)
         stderr.close()
     status = str(report.get("status", ""))
-    if status.startswith("error "):
+    if status.startswith("files "):  # the candidate's own files did not fit (write_files): a wrong answer
+        report = dict(report, verdict="failed", detail=f"the sandbox cannot hold the solution's files ({status[6:]})")
+    elif status.startswith("error "):
         if isolate:
             raise IsolationUnavailable(
                 f"the verifier's sandbox cannot be set up here ({status[6:]}); run it as root with CAP_SYS_ADMIN, or "
@@ -311,9 +384,18 @@ def verify(problem: dict[str, Any], completion: str, limits: Limits | None = Non
     tests' random inputs (a fresh one per run unless given, as tests comparing two runs do)."""
     limits = limits or Limits()
     task = dict(_judge_task(problem), seed=secrets.randbits(64) if seed is None else seed)
-    report, tail, seconds, mechanism = _supervise(
-        {"solution.py": solution_source(problem, completion)}, ["-c", _RUNNER], limits, task
-    )
+    source = solution_source(problem, completion)
+    size = len(source.encode("utf-8", "surrogatepass"))
+    if size > SOLUTION_LIMIT:  # never sent into the sandbox: it could fill its disk at set-up (a wrong answer)
+        detail = f"the solution is {size} bytes, over the verifier's bound of {SOLUTION_LIMIT} bytes"
+        return Outcome(
+            False,
+            "failed",
+            0.0,
+            detail,
+            limits=describe_limits(None, limits.memory_mb, limits.cpu_seconds, limits.nproc),
+        )
+    report, tail, seconds, mechanism = _supervise({"solution.py": source}, ["-c", _RUNNER], limits, task)
     verdict, detail = report.get("verdict"), str(report.get("detail", ""))
     calls, checks = int(report.get("calls") or 0), int(report.get("checks") or 0)
     if verdict == "timeout" or (not report and seconds >= limits.timeout):
@@ -409,10 +491,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        problem = json.loads(Path(args.problem).read_text(encoding="utf-8"))
-        completion = Path(args.solution).read_text(encoding="utf-8")
+        problem = json.loads(Path(args.problem).read_text(encoding="utf-8"))  # written by prepare: trusted
     except (OSError, ValueError) as exc:
         print(failed_line(args.name, "cannot read the task files", exc))
+        return 1
+    try:  # written by the agent's patch: a symbolic link, a FIFO, a device or a huge file is a wrong answer
+        completion = read_solution(args.solution)
+    except (OSError, ValueError) as exc:
+        reason = exc if isinstance(exc, SolutionRefused) else exc.strerror or type(exc).__name__
+        print(failed_line(args.name, "failed", f"the solution file {args.solution} is not read: {reason}"))
         return 1
     try:
         outcome = verify(problem, completion, Limits(timeout=args.timeout, isolation=args.isolation))

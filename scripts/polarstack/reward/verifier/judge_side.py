@@ -292,7 +292,8 @@ class Strict(ast.NodeTransformer):
         node.handlers = [self.visit(n) for n in node.handlers]
         node.orelse = self._statements(node.orelse)
         node.finalbody = self._statements(node.finalbody)
-        return node
+        # The try as a whole is guarded: what its handlers do not catch is recorded and the tests go on.
+        return node if self.in_try else self._guard(node)
 
     visit_TryStar = visit_Try
 
@@ -355,51 +356,182 @@ class Strict(ast.NodeTransformer):
         return node
 
 
+# Statements that may call the solution: Strict guards each one and Hoist makes each of its calls first, on its own.
+CALLING_STATEMENTS = (ast.Assert, ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)
+# Statements that only group others (their conditions must not depend on answers).
+GROUPING_STATEMENTS = (ast.For, ast.While, ast.If, ast.With)
+# Names that never call anything back, and statements that hold no expression.
+INERT_STATEMENTS = (ast.Import, ast.ImportFrom, ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal)
+# A generator expression that calls the solution is consumed whole only as the one argument of these: all() and
+# any() are the judge's eager_all/eager_any (list() first), list() and tuple() never look at an element. Any other
+# consumer (sum, set, sorted, next, str.join, ...) may stop at the first element that breaks it.
+EAGER_CONSUMERS = ("all", "any", "list", "tuple")
+COMPREHENSION_NODES = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+TRY_NODES = (ast.Try, getattr(ast, "TryStar", ast.Try))
+
+
 def answer_dependent(tree, proxies):
-    """Whether the tests' control flow (if, while, for, comprehension conditions) depends on the solution's answers
-    and governs further calls to it: then the calls it receives depend on its answers whatever the rewriting."""
+    """None when every call the tests make to the solution is made whatever its earlier answers, else why not
+    (a clause naming the line). An allowlist of shapes, not a search for bad ones: a call to the solution may stand
+    only in an assert, an expression statement or an assignment, in the body of the module, of `check`, or of a
+    for/while/if/with whose condition does not use an answer (Strict guards each statement, Hoist makes each call
+    first); its arguments use no answer; inside a comprehension only in the element of a list (or the value of a
+    dict) comprehension, one call per element, over an iteration that uses no answer, or in a generator consumed
+    whole (EAGER_CONSUMERS). Anything else calls it, or not, depending on what it answered, and is refused: the
+    solution's name passed as a value (map, filter, sorted(key=...), functools.reduce, itertools.takewhile), a
+    lambda or a function of the tests that calls it, a try around more than one call, a set element or a dict
+    key (an unhashable answer ends the comprehension), two calls in one element (the first one's exception skips
+    the second), a condition or an iteration over an answer. A try may hold one call, as a statement of its body
+    after nothing that uses an answer (its handlers call nothing; what they bind counts as an answer). "Uses an answer": a call to the solution, or a name
+    bound from one (assigned, iterated over, or mutated by a method call whose arguments use one), to a fixed
+    point, wherever in the tests it happens."""
     callers = set(proxies)
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if node.name == "check":
-                callers.update(a.arg for a in node.args.args)
-    for node in ast.walk(tree):  # helpers of the tests that call the solution
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "check":
-            if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in callers
-                   for n in ast.walk(node)):
-                callers.add(node.name)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "check":
+            callers.update(a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs)
     tainted = set()
 
+    def is_call(n):
+        return isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in callers
+
     def uses(expr):
-        return any((isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in callers)
-                   or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in tainted)
+        return any(is_call(n) or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in tainted)
                    for n in ast.walk(expr))
 
-    def calls(nodes):
-        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in callers
-                   for body in nodes for n in ast.walk(body))
+    def calls(node):
+        return [n for n in ast.walk(node) if is_call(n)]
 
-    for _ in range(10):  # names assigned from answers, to a fixed point
+    def names(target):
+        return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+    for _ in range(50):  # names bound from answers, to a fixed point
         before = len(tainted)
         for node in ast.walk(tree):
-            value = getattr(node, "value", None) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign,
-                                                                      ast.NamedExpr)) else None
-            if isinstance(node, (ast.For, ast.comprehension)):
-                value = node.iter
-            if value is not None and uses(value):
-                targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
-                tainted.update(n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name))
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                if uses(node.value):
+                    for target in getattr(node, "targets", None) or [node.target]:
+                        tainted.update(names(target))
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and uses(node.iter):
+                tainted.update(names(node.target))
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None and uses(node.context_expr):
+                tainted.update(names(node.optional_vars))
+            elif isinstance(node, TRY_NODES) and calls(node):  # which of its paths ran depends on the answer
+                for inner in ast.walk(node):
+                    if isinstance(inner, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
+                        for target in getattr(inner, "targets", None) or [inner.target]:
+                            tainted.update(names(target))
+                    elif isinstance(inner, (ast.For, ast.comprehension)):
+                        tainted.update(names(inner.target))
+                    elif isinstance(inner, ast.ExceptHandler) and inner.name:
+                        tainted.add(inner.name)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):  # xs.append(answer)
+                base = node.func.value
+                while isinstance(base, (ast.Attribute, ast.Subscript)):
+                    base = base.value
+                if isinstance(base, ast.Name) and any(uses(a) for a in node.args + [k.value for k in node.keywords]):
+                    tainted.add(base.id)
         if len(tainted) == before:
             break
+
+    called = {id(n.func) for n in ast.walk(tree) if is_call(n)}
     for node in ast.walk(tree):
-        if isinstance(node, (ast.If, ast.While)) and uses(node.test) and calls(node.body + node.orelse):
-            return True
-        if isinstance(node, ast.For) and uses(node.iter) and calls(node.body + node.orelse):
-            return True
-        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            if any(uses(c.iter) or any(uses(i) for i in c.ifs) for c in node.generators) and calls([node]):
-                return True
-    return False
+        if isinstance(node, ast.Name) and node.id in callers and id(node) not in called:
+            return ("line %d uses the solution's function as a value (as map, filter, sorted(key=...) or "
+                    "functools.reduce do), so how often it is called is not the tests' to decide" % node.lineno)
+
+    def expression(stmt, parts):
+        """Why the calls in `parts` (expressions of one calling statement) might not all be made, or None."""
+        parents = {}
+        for part in parts:
+            for parent in ast.walk(part):
+                for child in ast.iter_child_nodes(parent):
+                    parents[id(child)] = parent
+        for part in parts:
+            for call in calls(part):
+                line = getattr(call, "lineno", stmt.lineno)
+                if any(uses(a) for a in call.args + [k.value for k in call.keywords]):
+                    return "line %d passes an answer of the solution (or a call to it) to the solution" % line
+                child, parent = call, parents.get(id(call))
+                while parent is not None:
+                    if isinstance(parent, ast.Lambda):
+                        return "line %d calls the solution inside a lambda" % line
+                    if isinstance(parent, (ast.Await, ast.Yield, ast.YieldFrom)):
+                        return "line %d awaits or yields around a call to the solution" % line
+                    if isinstance(parent, ast.comprehension):
+                        return "line %d calls the solution in a comprehension's iteration or condition" % line
+                    if isinstance(parent, COMPREHENSION_NODES):
+                        if isinstance(parent, ast.SetComp) or (isinstance(parent, ast.DictComp) and child is parent.key):
+                            return ("line %d calls the solution for a set element or a dict key (an unhashable "
+                                    "answer would end the comprehension)" % line)
+                        element = parent.value if isinstance(parent, ast.DictComp) else parent.elt
+                        if len(calls(element)) > 1:
+                            return "line %d calls the solution twice in one element of a comprehension" % line
+                        if any(isinstance(n, ast.Name) and n.id in tainted for n in ast.walk(element)):
+                            return ("line %d uses an answer in a comprehension's element beside a call to the "
+                                    "solution (its exception would skip the call)" % line)
+                        if any(uses(c.iter) or any(uses(i) for i in c.ifs) for c in parent.generators):
+                            return "line %d iterates over the solution's answers" % line
+                        if isinstance(parent, ast.GeneratorExp):
+                            consumer = parents.get(id(parent))
+                            if not (isinstance(consumer, ast.Call) and isinstance(consumer.func, ast.Name)
+                                    and consumer.func.id in EAGER_CONSUMERS and consumer.args == [parent]
+                                    and not consumer.keywords):
+                                return ("line %d calls the solution in a generator that its consumer may leave "
+                                        "before the end" % line)
+                    child, parent = parent, parents.get(id(parent))
+        return None
+
+    def body(statements, top):
+        for stmt in statements:
+            why = statement(stmt, top)
+            if why:
+                return why
+        return None
+
+    def statement(stmt, top):
+        line = stmt.lineno
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and top:
+            if calls(ast.Module(stmt.decorator_list + stmt.args.defaults + stmt.args.kw_defaults, [])):
+                return "line %d calls the solution in check's signature" % line
+            return body(stmt.body, False)
+        if isinstance(stmt, INERT_STATEMENTS):
+            return None
+        if isinstance(stmt, CALLING_STATEMENTS):
+            parts = [stmt.test] if isinstance(stmt, ast.Assert) else [stmt.value] if stmt.value is not None else []
+            parts += getattr(stmt, "targets", None) or ([stmt.target] if hasattr(stmt, "target") else [])
+            return expression(stmt, parts)
+        if isinstance(stmt, GROUPING_STATEMENTS):
+            if isinstance(stmt, ast.For):
+                head = [stmt.iter, stmt.target]
+            elif isinstance(stmt, ast.With):
+                head = [item.context_expr for item in stmt.items]
+            else:
+                head = [stmt.test]
+            if any(uses(h) for h in head):
+                kind = {ast.For: "a for loop", ast.While: "a while loop", ast.If: "an if", ast.With: "a with"}
+                return "line %d: %s whose %s uses the solution's answers" % (
+                    line, kind[type(stmt)], "iteration" if isinstance(stmt, ast.For) else "condition")
+            return body(stmt.body + getattr(stmt, "orelse", []), False)
+        if isinstance(stmt, TRY_NODES) and (calls(stmt) or uses(stmt)):
+            # One call, in the try's body, as a calling statement: it is made whatever the answers before it, and
+            # nothing after it in the try calls the solution (the handler that runs decides no call). Strict
+            # guards the try as a whole; the names it binds count as answers (above).
+            inner = [n for part in stmt.body for n in ast.walk(part)]
+            calling = [part for part in stmt.body if calls(part)]
+            nested = any(isinstance(n, TRY_NODES) for n in inner)
+            if len(calls(stmt)) != 1 or len(calling) != 1 or not isinstance(calling[0], CALLING_STATEMENTS) or nested:
+                return ("line %d: a try around more than one call to the solution, or a call outside its body (its "
+                        "handlers would decide which calls are made)" % line)
+            if any(uses(part) for part in stmt.body[: stmt.body.index(calling[0])]):
+                return "line %d: a try that uses an answer before its call to the solution" % line
+            return statement(calling[0], False)
+        if calls(stmt):
+            what = "a function of the tests" if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) else \
+                "a %s statement" % type(stmt).__name__.lower()
+            return "line %d calls the solution from %s" % (line, what)
+        return None
+
+    return body(tree.body, True)
 
 
 def load(channel, source, name, namespace, prelude=None):
@@ -427,17 +559,18 @@ def load(channel, source, name, namespace, prelude=None):
     proxies = {n for n, v in namespace.items() if isinstance(v, Proxy)}
     callers = proxies | {a.arg for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "check"
                          for a in n.args.args}
-    state["answer_dependent"] = state["answer_dependent"] or answer_dependent(tree, proxies)
+    state["answer_dependent"] = state["answer_dependent"] or answer_dependent(tree, proxies) or False
     return compile(ast.fix_missing_locations(Strict(callers).visit(tree)), name, "exec")
 
 
 def refuse_answer_dependent():
-    """Before the first call: tests whose control flow depends on the solution's answers would tell the candidate,
+    """Before the first call: tests whose calls may depend on the solution's answers would tell the candidate,
     through the calls it receives, which answer was right, and a channel across runs (the page cache of the
     read-only binds, docs/tasks.md) could carry that to the next run; such a task is not graded at all."""
     if state["answer_dependent"]:
-        raise Verdict("failed", "the task's tests branch on the solution's answers, so their calls would tell "
-                                "right from wrong; the task is not graded (rewrite its tests)")
+        raise Verdict("failed", "the task's tests branch on the solution's answers (%s), so their calls would tell "
+                                "right from wrong; the task is not graded (rewrite its tests as plain asserts)"
+                      % state["answer_dependent"])
 
 
 def judge(task, channel):
@@ -459,7 +592,9 @@ def judge(task, channel):
         namespace["check"](Proxy(channel, task["entry_point"]))
     else:
         exec(compile(task["setup"], "setup.py", "exec"), namespace)
-        load(channel, "\n".join(task["tests"]), "tests.py", dict(namespace))  # all lines' control flow, no call
+        # All lines at once, and the setup after them (a function it defines may call the solution; the analysis
+        # does not depend on the order, and the lines keep their numbers): the shape, no call.
+        load(channel, "\n".join(task["tests"] + [task["setup"]]), "tests.py", dict(namespace))
         refuse_answer_dependent()
         for number, line in enumerate(task["tests"], 1):
             exec(load(channel, line, "test_%d.py" % number, namespace), namespace)

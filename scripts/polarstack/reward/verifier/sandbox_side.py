@@ -96,9 +96,17 @@ def build_root(cfg, root):
 
 
 def write_files(cfg, directory):
+    """The candidate's files into the sandbox. A failure to write them (a full tmpfs: ENOSPC, EDQUOT; no inode
+    left; a name too long; text that cannot be encoded) is caused by the files, not by the host: it is reported
+    as "files <why>", which the verifier counts as a wrong answer, never as "the host cannot isolate"."""
     for name, text in cfg["files"].items():
-        with open(os.path.join(directory, name), "w", encoding="utf-8") as handle:
-            handle.write(text)
+        try:
+            with open(os.path.join(directory, name), "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except (OSError, ValueError) as exc:
+            why = "%s: %s" % (name[:60], exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__)
+            os.write(STATUS, ("files " + why + "\n").encode())
+            os._exit(125)
         if cfg["uid"] >= 0:
             os.chown(os.path.join(directory, name), cfg["uid"], cfg["uid"])
     if cfg["uid"] >= 0:
@@ -257,6 +265,28 @@ def unshare_mapped_by_helper(cfg):
         fail("mapping the sandbox uid into the user namespace (%s)" % answer.decode("utf-8", "replace"))
 
 
+SANDBOX_NICE = 5
+
+
+def yield_to_the_watchdog():
+    """Before anything is forked: the sandbox in a session of its own (not the supervisor's, where the watchdog
+    thread runs: on a host where the kernel's autogroup applies, a session is a scheduling group) and at nice
+    SANDBOX_NICE for every process of it, which none can undo (RLIMIT_NICE 0; lowering a nice value needs
+    CAP_SYS_NICE in the host's user namespace), so a look of the watchdog's is not queued behind the candidate's
+    processes. Autogroup does not apply inside a container's cpu cgroup (the trainer's), where the nice value
+    alone weighs; where it applies, the session's group gets the same nice (/proc/self/autogroup). Not
+    SCHED_IDLE: on a loaded node an idle-class candidate would get no CPU at all and a right answer would time
+    out; nice 5 weighs 335 against a nice-0 task's 1024 (kernel/sched/core.c sched_prio_to_weight)."""
+    os.setsid()
+    os.setpriority(os.PRIO_PROCESS, 0, max(os.getpriority(os.PRIO_PROCESS, 0), SANDBOX_NICE))
+    resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+    try:
+        with open("/proc/self/autogroup", "w") as handle:
+            handle.write(str(SANDBOX_NICE))
+    except OSError:  # no autogroup in this kernel, or not writable here: the nice value is what weighs
+        pass
+
+
 def sandbox_side(cfg, channel, status):
     """The forked child: unshare, then the namespace's init (or, isolation off, the program in its own session);
     it forwards the program's exit code, and SIGTERM makes it kill the init (everything) or the process group."""
@@ -264,6 +294,7 @@ def sandbox_side(cfg, channel, status):
     STATUS = status
     try:
         check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # dies with the supervisor
+        yield_to_the_watchdog()
         if cfg["cgroup"]:  # the sandbox's own cgroup (cgroup.py), joined before anything else is forked
             with open(cfg["cgroup"] + "/cgroup.procs", "w") as handle:
                 handle.write(str(os.getpid()))

@@ -78,7 +78,10 @@ def main():
             pidfd, stop = None, lambda: os.kill(child, signal.SIGTERM)
         threading.Thread(target=watchdog, args=(child, pidfd, sandbox, stop), daemon=True).start()
     # The answers it decodes come from the solution: bound this process's memory too (2 GiB of address space).
-    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    # Under a lower hard limit (a verifier run inside a cap of its own), that limit: setrlimit cannot raise it.
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    cap = 2 << 30 if hard == resource.RLIM_INFINITY else min(2 << 30, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     rest = json.loads(read_exactly(os.fstat(0).st_size - os.lseek(0, 0, os.SEEK_CUR)))  # tests and the secret
     report = {"secret": rest.pop("secret"), "status": read_status(status_r, deadline)}
     returncode = None
