@@ -73,11 +73,14 @@ sys.exit(0 if made <= 8 else 3)
 
 
 # Files in the sandbox's tmpfs are memory too (shmem): 160 MiB of them under a 128 MiB budget.
+# 160 MiB in ten files of 16 MiB (each at RLIMIT_FSIZE, 16 MiB: one file of 160 MiB would end at EFBIG whatever
+# the budget, which is how this test passed before, with a 1024 MiB budget as well).
 TMPFS_FILL = r"""
 import time
-with open("/dev/shm/fill", "wb") as handle:
-    for _ in range(160):
-        handle.write(b"\x01" * (1 << 20))
+for index in range(10):
+    with open("/dev/shm/fill-%d" % index, "wb") as handle:
+        for _ in range(16):
+            handle.write(b"\x01" * (1 << 20))
 time.sleep(1.0)
 """
 
@@ -85,6 +88,8 @@ time.sleep(1.0)
 def test_files_in_the_sandboxs_tmpfs_count_against_its_memory():
     run = verifier.run_program(TMPFS_FILL, verifier.Limits(timeout=10, memory_mb=128))
     assert run.returncode not in (0, None), run
+    roomy = verifier.run_program(TMPFS_FILL, verifier.Limits(timeout=10, memory_mb=1024))
+    assert roomy.returncode == 0, roomy  # the same files under a budget they fit: what killed the first is the budget
 
 
 def test_memory_fan_out_is_bounded_for_the_sandbox_as_a_whole():
