@@ -103,7 +103,7 @@ test-cluster: _venv ## the cluster tier: two nodes in network namespaces (root, 
 	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m cluster tests/cluster $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test-cluster: the cluster tier took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
-test-docker: _venv ## the docker tier: faults of the Docker runtime and make demo RUNTIME=docker on a real engine (DEVICE=cpu; needs DOCKER_HOST or `make dockerd`)
+test-docker: _venv ## the docker tier: faults of the Docker runtime, make demo RUNTIME=docker on a real engine, the verifier in the sessions' namespace shape inside the trainer (DEVICE=cpu; needs DOCKER_HOST or `make dockerd`)
 	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m docker tests/docker $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test-docker: the docker tier took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 

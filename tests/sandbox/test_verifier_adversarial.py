@@ -2,7 +2,8 @@
 program: exiting 0 in every way a process can, objects whose `==` lies, patched builtins and helpers, forged
 PASSED lines and forged reports, hunting the run's secret, signal and thread tricks, a redefined `check`; also
 through the evaluator's command line. A double-forked setsid daemon cannot hold the verifier past its deadline
-nor survive it, and two verifier processes started together do not kill each other's programs."""
+nor survive it (since issue 32 it cannot even be made: its first fork answers EPERM), and two verifier processes
+started together do not kill each other's programs."""
 
 import json
 import subprocess
@@ -173,11 +174,12 @@ def test_double_forked_daemon_is_killed_at_the_timeout(humaneval, mode):
     started = time.monotonic()
     if mode == "verify":
         outcome = verifier.verify(humaneval["HumanEval/0"], _daemon_completion(token), verifier.Limits(timeout=2))
-        assert outcome.reward == 0.0 and outcome.reason == "timeout"
+        # Its first fork is refused (EPERM, seccomp.py: issue 32), so there is no daemon to hold anything.
+        assert outcome.reward == 0.0 and outcome.reason == "failed" and "PermissionError" in outcome.detail, outcome
     else:
         program = "def f():\n" + _daemon_completion(token) + "f()\n"
         run = verifier.run_program(program, verifier.Limits(timeout=2))
-        assert run.returncode != 0
+        assert run.returncode != 0 and "PermissionError" in run.stderr_tail, run
     assert time.monotonic() - started < 2 + 3
     assert _processes_with(token) == []
 

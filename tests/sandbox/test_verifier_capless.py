@@ -6,9 +6,11 @@ sets (util-linux `setpriv`); a correct HumanEval solution passes, a wrong one an
 a listener the test opens on 127.0.0.1 stays unreachable, nothing written to /tmp, /var/tmp or /dev/shm persists,
 the candidate holds no capability, is not uid 0 and cannot chroot, chmod the host's /dev/null or open
 /proc/sysrq-trigger for writing, and RLIMIT_NPROC holds (the candidate never runs as the host's root, which the
-kernel exempts from it). When user namespaces are refused too (a seccomp filter that denies unshare(2)), or root
-also lacks CAP_SETUID and CAP_SETGID to map that uid, or root is in a user namespace that maps uid 0 alone (as
-`unshare --map-root-user` makes), it still fails closed: exit code 8 and one sentence."""
+kernel exempts from it), and no process, thread or namespace can be made (issue 32). When user namespaces are
+refused too (a seccomp filter that denies unshare(2)), or root also lacks CAP_SETUID and CAP_SETGID to map that
+uid, it still fails closed: exit code 8 and one sentence naming the fix (never the opt-out, which Polar's
+test_command does not carry). Root in a user namespace that maps uid 0 alone (as `unshare --map-root-user` makes,
+as apptainer makes for the trainer) verifies since issue 32 (test_verifier_one_uid.py)."""
 
 import json
 import os
@@ -20,6 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from creation_probe import NO_CREATION
 
 import bundled_verifier
 from polarstack.reward import tasks, verifier
@@ -157,6 +160,7 @@ def capless_run(tmp_path_factory):
             ),
             "privileges": PRIVILEGES,
             "nproc": NPROC,
+            "no_creation": NO_CREATION,
         },
     }
     try:
@@ -209,7 +213,12 @@ def test_candidate_has_no_privilege_left(capless_run):
 
 
 def test_rlimit_nproc_holds(capless_run):
+    # Since issue 32 the first fork is refused by the seccomp filter: the program sees the OSError all the same.
     assert capless_run["nproc"][0] == 0, capless_run["nproc"][1]
+
+
+def test_no_process_thread_or_namespace_can_be_made(capless_run):
+    assert capless_run["no_creation"][0] == 0, capless_run["no_creation"][1]
 
 
 # --- when the user namespace is refused as well: fail closed --------------------------------------------
@@ -235,7 +244,8 @@ os.execv(sys.argv[1], sys.argv[1:])
 def test_fails_closed_with_one_sentence(tmp_path, case):
     """unshare(2) denied by seccomp (as a container's profile may) on top of the missing CAP_SYS_ADMIN; root without
     CAP_SETUID and CAP_SETGID as well, which cannot map a sandbox uid (its program would run as the host's root, which
-    RLIMIT_NPROC does not bind); root inside a user namespace that maps uid 0 alone (`unshare --map-root-user`)."""
+    RLIMIT_NPROC does not bind). Root inside a user namespace that maps uid 0 alone (`unshare --map-root-user`)
+    refused on f6ba232 and verifies now (issue 32): its canonical answer prints PASSED."""
     reason = _capless_reason()
     if not reason and case == "user namespaces refused" and platform.machine() not in ("x86_64", "aarch64"):
         reason = f"the seccomp filter knows unshare's number on x86_64 and aarch64 only, not {platform.machine()}"
@@ -264,12 +274,16 @@ def test_fails_closed_with_one_sentence(tmp_path, case):
         drop = "-sys_admin,-setuid,-setgid"
         command, expected = ["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", "--"] + command, "CAP_SETUID"
     else:
-        command, expected = ["unshare", "--user", "--map-root-user", "--"] + command, "does not map the sandbox uids"
+        command, expected = ["unshare", "--user", "--map-root-user", "--"] + command, None
     proc = subprocess.run(
         command, cwd=tmp_path, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}
     )
+    if expected is None:  # the one-uid shape: isolated with uid 0, a real verdict
+        assert (proc.returncode, proc.stdout) == (0, "PASSED t\n"), (proc.stdout, proc.stderr)
+        return
     assert proc.returncode == 8, (proc.stdout, proc.stderr)
     assert proc.stdout.strip() == "FAILED t (not verified)"
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and verifier.ISOLATION_ENV in lines[0], proc.stderr
-    assert expected in lines[0], lines[0]
+    assert len(lines) == 1 and expected in lines[0], proc.stderr
+    # The fix, never the opt-out: Polar's test_command does not carry the trainer's environment (issue 32, point 4).
+    assert verifier.ISOLATION_ENV not in lines[0] and "CAP_SYS_ADMIN" in lines[0], lines[0]

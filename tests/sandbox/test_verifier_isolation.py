@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from creation_probe import NO_CREATION
 
 import bundled_verifier
 from polarstack.cli.main import main as cli_main
@@ -168,7 +169,7 @@ def test_unprivileged_user_cannot_read_the_parents_environment_or_ssh_key(open_d
         "if found:\n    sys.exit('read the parent environment of %s' % found)\n"
         f"try:\n    open({str(key)!r}).read()\nexcept OSError:\n    pass\nelse:\n    sys.exit('read the key')\n"
         f"if os.path.exists({str(open_dir)!r}):\n    sys.exit('sees the host file system')\n"
-    )
+    ) + NO_CREATION  # issue 32: nor a process, a thread or a namespace, in this shape too
     problem = humaneval["HumanEval/0"]
     (open_dir / "problem.json").write_text(json.dumps(dict(problem, kind="humaneval")))
     (open_dir / "problem.json").chmod(0o644)
@@ -210,8 +211,11 @@ def namespaces_refused(monkeypatch):
 
 def test_no_isolation_means_no_verification(namespaces_refused, humaneval, tmp_path, capsys):
     problem = dict(humaneval["HumanEval/0"], kind="humaneval")
-    with pytest.raises(verifier.IsolationUnavailable, match=verifier.ISOLATION_ENV):
+    with pytest.raises(verifier.IsolationUnavailable, match="run it as root with CAP_SYS_ADMIN") as refused:
         verifier.verify(problem, problem["canonical_solution"])
+    # The verifier's own sentence names the fix, not the opt-out: Polar's test_command does not carry this
+    # process's environment (issue 32, point 4), so an opt-out named there could not reach it.
+    assert verifier.ISOLATION_ENV not in str(refused.value)
     sample = SimpleNamespace(response=problem["canonical_solution"], metadata={"problem": problem})
     assert asyncio.run(verifier.reward_func(SimpleNamespace(), sample)) == 0.0
     assert "sandbox cannot be set up" in sample.metadata["verifier_error"]
@@ -225,10 +229,11 @@ def test_no_isolation_means_no_verification(namespaces_refused, humaneval, tmp_p
     )
     captured = capsys.readouterr()
     assert "PASSED" not in captured.out and len(captured.err.strip().splitlines()) == 1
+    assert verifier.ISOLATION_ENV not in captured.err and "CAP_SYS_ADMIN" in captured.err, captured.err
     fixture = REPO / "tests" / "fixtures" / "mbpp_sample.jsonl"
     assert cli_main(["verify", "--task", "mbpp", "--source", str(fixture)]) == ExitCode.ENVIRONMENT
     err = capsys.readouterr().err
-    assert verifier.ISOLATION_ENV in err and len(err.strip().splitlines()) == 1
+    assert verifier.ISOLATION_ENV in err and len(err.strip().splitlines()) == 1  # `polarstack verify`: it reaches
 
 
 def test_explicit_opt_out_still_judges_by_evidence(namespaces_refused, monkeypatch, humaneval):

@@ -21,7 +21,10 @@ MEMORY_FAN_OUT = r"""
 import os, sys, time
 children = []
 for _ in range(4):
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except PermissionError:  # issue 32: no child can be made
+        sys.exit(5)
     if pid == 0:
         block = b"\x01" * (64 << 20)  # written, so resident
         time.sleep(1.5)
@@ -36,7 +39,10 @@ CPU_FAN_OUT = r"""
 import os, sys, time
 children = []
 for _ in range(4):
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except PermissionError:  # issue 32: no child can be made
+        sys.exit(5)
     if pid == 0:
         start = time.process_time()
         while time.process_time() - start < 1.5:
@@ -67,11 +73,14 @@ sys.exit(0 if made <= 8 else 3)
 
 
 # Files in the sandbox's tmpfs are memory too (shmem): 160 MiB of them under a 128 MiB budget.
+# 160 MiB in ten files of 16 MiB (each at RLIMIT_FSIZE, 16 MiB: one file of 160 MiB would end at EFBIG whatever
+# the budget, which is how this test passed before, with a 1024 MiB budget as well).
 TMPFS_FILL = r"""
 import time
-with open("/dev/shm/fill", "wb") as handle:
-    for _ in range(160):
-        handle.write(b"\x01" * (1 << 20))
+for index in range(10):
+    with open("/dev/shm/fill-%d" % index, "wb") as handle:
+        for _ in range(16):
+            handle.write(b"\x01" * (1 << 20))
 time.sleep(1.0)
 """
 
@@ -79,27 +88,45 @@ time.sleep(1.0)
 def test_files_in_the_sandboxs_tmpfs_count_against_its_memory():
     run = verifier.run_program(TMPFS_FILL, verifier.Limits(timeout=10, memory_mb=128))
     assert run.returncode not in (0, None), run
+    roomy = verifier.run_program(TMPFS_FILL, verifier.Limits(timeout=10, memory_mb=1024))
+    assert roomy.returncode == 0, roomy  # the same files under a budget they fit: what killed the first is the budget
 
 
 def test_memory_fan_out_is_bounded_for_the_sandbox_as_a_whole():
     run = verifier.run_program(MEMORY_FAN_OUT, verifier.Limits(timeout=10, memory_mb=128))
-    assert run.returncode not in (0, None), run  # killed before the four children held their 256 MiB
+    # Before issue 32: killed before the four children held their 256 MiB. Now the first fork is refused (exit 5):
+    # one process, whose RLIMIT_AS is the budget.
+    assert run.returncode == 5, run
     assert run.limits.startswith(("cgroup v2", "watchdog")), run.limits
 
 
 def test_cpu_fan_out_is_bounded_for_the_sandbox_as_a_whole():
     run = verifier.run_program(CPU_FAN_OUT, verifier.Limits(timeout=15, cpu_seconds=2))
-    assert run.returncode not in (0, None), run  # killed before the four children used 6 s of CPU
+    assert run.returncode == 5, run  # no child to spend 6 s of CPU: one process, whose RLIMIT_CPU is the budget
 
 
 def test_process_fan_out_is_bounded():
     run = verifier.run_program(PROCESS_FAN_OUT, verifier.Limits(timeout=10, nproc=8))
     assert run.returncode != 3, run
+    assert "made 0" in run.stderr_tail, run  # issue 32: not one process beyond the candidate
+
+
+# A correct solution that, at import, fills the sandbox's tmpfs past the budget: 10 files of 15 MiB (each under
+# RLIMIT_FSIZE), 150 MiB under a 128 MiB budget. Since issue 32 the candidate is one process (its RLIMIT_AS is the
+# budget), so its tmpfs is where it can hold more.
+TMPFS_HOG = r"""
+import time
+for index in range(10):
+    with open("/dev/shm/hog-%d" % index, "wb") as handle:
+        for _ in range(15):
+            handle.write(b"\x01" * (1 << 20))
+time.sleep(1.0)
+"""
 
 
 def test_a_correct_solution_that_hogs_memory_earns_nothing_and_the_verdict_says_why():
     problem = next(p for p in tasks.load_humaneval() if p["task_id"] == "HumanEval/0")
-    hog = problem["canonical_solution"] + "\n" + MEMORY_FAN_OUT.replace("sys.exit(", "_ = (")
+    hog = problem["canonical_solution"] + "\n" + TMPFS_HOG
     outcome = verifier.verify(problem, problem["prompt"] + hog, verifier.Limits(timeout=10, memory_mb=128))
     assert not outcome.passed, outcome
     if outcome.limits.startswith("watchdog"):

@@ -2,12 +2,10 @@
 gives Polar's sessions, reproduced by `unshare --user --map-root-user --mount --fork` (as root here). The bundled
 verifier runs there as Polar's evaluator runs it (`python3 -I verifier.py ...`).
 
-What the verifier decides before any sandbox (the solution file's checks) holds in every shape and is asserted
-plainly. What needs the sandbox (a right answer passes, a task whose calls go through a lambda is refused before its
-first call) can hold there only once the verifier isolates in that shape, which is the work of the vshape branch
-(issue 33's lead: the sandbox for root mapping only uid 0, and the seccomp filter refusing process and thread
-creation); until then the verifier refuses in that shape (exit 8, "not verified"), and these report that refusal as
-an expected failure naming that work. The lead turns them into plain tests when both branches are merged."""
+What the verifier decides before any sandbox (the solution file's checks) holds in every shape. What needs the
+sandbox (a right answer passes, a task whose calls go through a lambda is refused before its first call) holds there
+since the verifier isolates in that shape (issue 32: the candidate as that uid 0 with no capability, no /proc and no
+way to make a process; tests/sandbox/test_verifier_one_uid.py); on f6ba232 it refused there (exit 8)."""
 
 import json
 import os
@@ -22,10 +20,6 @@ from polarstack.reward.verifier import bundle, verdict
 
 pytestmark = pytest.mark.sandbox
 SYSTEM_PYTHON = "/usr/bin/python3"
-NOT_YET = (
-    "the verifier does not isolate yet in the node's shape (root in a user namespace mapping only uid 0): "
-    "the vshape branch's work (issue 33); it refused with exit 8"
-)
 
 
 def _cap():
@@ -90,8 +84,7 @@ def test_a_fifo_and_an_oversized_file_are_failed_in_the_nodes_shape(node_shape):
 
 
 def _sandboxed(proc):
-    if proc.returncode == 8 and verdict.refused(proc.stdout.strip().splitlines()[-1], "t"):
-        pytest.xfail(NOT_YET)
+    _no_refusal(proc)  # the verifier isolates in this shape: a refusal (exit 8) is a failure
     return proc
 
 

@@ -72,7 +72,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         verifier.probe_sandbox(limits)  # refuse before the first solution when the sandbox cannot be set up
     except ValueError as exc:  # a bad POLARSTACK_VERIFIER_ISOLATION
         raise StackError(f"{exc}.", ExitCode.USAGE) from None
-    except RuntimeError as exc:  # IsolationUnavailable, or no interpreter / lock directory for the sandbox
+    except verifier.IsolationUnavailable as exc:  # this process's environment reaches the verifier: name the opt-out
+        raise StackError(
+            f"{exc}; for completions you trust, --isolation none (or {verifier.ISOLATION_ENV}=none) opts out.",
+            ExitCode.ENVIRONMENT,
+        ) from None
+    except RuntimeError as exc:  # no interpreter / lock directory for the sandbox
         raise StackError(f"{exc}.", ExitCode.ENVIRONMENT) from None
     with progress_bar() as progress:
         bar = progress.add_task(f"{args.task} canonical solutions", total=len(items))

@@ -20,6 +20,8 @@
    stack's token by the trainer's read-only mount, the healthchecks poll a public path, no rendered text holds it.
 9. Two nodes (issue 28, polarstack.offline.multinode): a 2-node plan, rehearsal and Compose override of every working
    router profile against configs/upstream/multinode-facts.json.
+10. The user namespace of Polar's sessions (issue 32, polarstack.offline.apptainer_userns): the recorded apptainer
+   map is the verifier's one-uid shape, and nothing the stack ships turns on fakeroot or a PID namespace.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from polarstack.engine.emulator import tokenizer_manager as context_check
 from polarstack.engine.protocol import source_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.offline import (
+    apptainer_userns,
     flags,
     host_memory,
     meaning,
@@ -693,6 +696,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
         )
     )
     checks.append(ray_auth_facts.check_record())  # issue 28: Ray's token authentication, measured
+    checks.append(apptainer_userns.check())  # issue 32: the sessions' user namespace, where the verifier isolates
     with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:
         checks.append(ray_auth_facts.check_cpu(Path(tmp) / "cpu"))
         for name in profiles.available():

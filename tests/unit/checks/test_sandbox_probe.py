@@ -4,6 +4,7 @@ trainer in Polar's instance mode and a verifier that cannot tell right from wron
 way Polar starts the sandbox (direct `apptainer exec`, Polar's binds)."""
 
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -106,15 +107,31 @@ def test_probe_runs_the_verifier_the_way_polar_starts_the_sandbox(tmp_path, monk
     assert not list((tmp_path / "run" / "train").glob("sandbox-probe-*"))  # the probe cleans up after itself
 
 
-def test_probe_refuses_when_the_verifier_cannot_isolate(tmp_path, monkeypatch):
-    """Root in a user namespace mapping uid 0 alone: the real verifier prints `FAILED probe (not verified)`."""
+def test_probe_passes_in_the_namespace_shape_apptainer_gives_the_sessions(tmp_path, monkeypatch, capsys):
+    """Issue 32: each session as apptainer runs it for the trainer's root (a user namespace mapping uid 0 alone and a
+    mount namespace, configs/upstream/apptainer-userns.json): the real verifier gives both verdicts; on f6ba232 it
+    refused there, so the probe stopped `make train` and every reward on the node was 0."""
+    if not shutil.which("unshare"):
+        pytest.skip("needs util-linux's unshare")
     real_probe(tmp_path, monkeypatch)
-    monkeypatch.setenv("FAKE_APPTAINER_WRAP", "unshare --user --map-root-user")
+    monkeypatch.setenv("FAKE_APPTAINER_WRAP", "unshare --user --map-root-user --mount --fork --")
+    sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert "PASSED probe for the canonical HumanEval/0, FAILED probe for a wrong one" in capsys.readouterr().err
+
+
+def test_probe_refuses_when_the_verifier_cannot_isolate(tmp_path, monkeypatch):
+    """Root without CAP_SYS_ADMIN, CAP_SETUID and CAP_SETGID: the real verifier prints `FAILED probe (not verified)`.
+    (Before issue 32 this test used root in a user namespace mapping uid 0 alone, where the verifier now isolates.)"""
+    if not shutil.which("setpriv"):
+        pytest.skip("needs util-linux's setpriv to drop CAP_SYS_ADMIN, CAP_SETUID and CAP_SETGID")
+    real_probe(tmp_path, monkeypatch)
+    drop = "-sys_admin,-setuid,-setgid"
+    monkeypatch.setenv("FAKE_APPTAINER_WRAP", f"setpriv --inh-caps={drop} --bounding-set={drop} --")
     with pytest.raises(StackError) as exc:
         sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
     message = exc.value.message
     assert exc.value.code == ExitCode.ENVIRONMENT
-    assert "reward would be 0 for every sample" in message and "does not map the sandbox uids" in message
+    assert "reward would be 0 for every sample" in message and "needs CAP_SETUID and CAP_SETGID" in message
     assert "Where it holds" in message and "POLARSTACK_VERIFIER_ISOLATION=none" in message and "/tmp" in message
 
 

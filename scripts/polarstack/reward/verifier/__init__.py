@@ -21,13 +21,16 @@ Two processes per verification, and the reward never depends on anything the sol
 The sandbox (default `namespaces`): new PID, network, mount, IPC and UTS namespaces (plus a user namespace
 when not root, or root without CAP_SYS_ADMIN: then a helper outside maps the sandbox uid into it); a chroot into
 a fresh tmpfs holding read-only binds of /usr, /etc and the interpreter's prefix, a private /tmp, /var/tmp and
-/dev/shm, a minimal /dev and its own /proc (or none); as root a uid per concurrent run, locked across
-processes with flock; rlimits (CPU, memory, file size, open files, processes);
-no_new_privs; a fresh session keyring and a seccomp filter (seccomp.py: keyrings and other kernel state that
-outlives a run); limits on the sandbox's total, by a cgroup v2 per run or the supervisor's watchdog (cgroup.py,
+/dev/shm, a minimal /dev of read-only device binds and its own /proc (or none); as root a uid per concurrent run,
+locked across processes with flock, where the user namespace maps them; uid 0 of a namespace mapping root alone
+(an Apptainer session of the trainer) keeps that uid for the candidate, with no /proc (host.py _one_uid_shape);
+rlimits (CPU, memory, file size, open files, processes); every capability dropped (bounding set, ambient, locked
+securebits, capset); no_new_privs; a fresh session keyring and a seccomp filter (seccomp.py: keyrings and other
+kernel state that outlives a run, and every way to make a process, a thread or a namespace); limits on the sandbox's total, by a cgroup v2 per run or the supervisor's watchdog (cgroup.py,
 watchdog.py), named in every verdict. The process tree dies with the namespace's init, which the supervisor has killed at the deadline.
-When the namespaces cannot be set up the verification is refused (IsolationUnavailable) unless the user opts
-out with POLARSTACK_VERIFIER_ISOLATION=none (or `--isolation none`).
+When the namespaces cannot be set up the verification is refused (IsolationUnavailable, a sentence naming the
+fix) unless the user opts out with POLARSTACK_VERIFIER_ISOLATION=none (or `--isolation none`) in the verifier's
+own environment or command line.
 
 Usable as slime's `--custom-rm-path polarstack.reward.verifier.reward_func` (async `(args, sample, **kwargs)`,
 see slime/rollout/rm_hub/__init__.py) and from Polar's `test_on_output` evaluator (`main()`).
@@ -62,8 +65,10 @@ from polarstack.reward.verifier.host import (
     _CAP_SETUID,
     _NEWUSER,
     _binds,
+    _cap_last_cap,
     _kill_uid,
     _maps_sandbox_uids,
+    _one_uid_shape,
     _pids_of_uid,  # noqa: F401 (re-exported for tests and the bundle)
     _root_with,
     _sandbox_uid,
@@ -77,8 +82,8 @@ from polarstack.reward.verifier.limits import (
     DEFAULT_TIMEOUT,
     ISOLATION_ENV,
     ISOLATION_MODES,
-    SLOTS,
-    VERIFIER_UID_BASE,
+    SLOTS,  # noqa: F401 (re-exported)
+    VERIFIER_UID_BASE,  # noqa: F401 (re-exported)
     IsolationUnavailable,
     Limits,
     Outcome,
@@ -187,25 +192,23 @@ def _supervise(
     started = time.monotonic()
     secret = secrets.token_hex(16)
     flags = _unshare_flags()
+    # uid 0 of a user namespace without the sandbox uids (an Apptainer session of the trainer): no uid to switch
+    # to, so the candidate stays that uid 0, without capabilities, /proc or processes of its own (host.py).
+    one_uid = isolate and _one_uid_shape()
     # Root without CAP_SYS_ADMIN: a user namespace into which a helper maps the sandbox uid (needs CAP_SETUID and
     # CAP_SETGID; without them the program would run as the host's root, which RLIMIT_NPROC does not bind).
-    by_helper = bool(isolate and flags & _NEWUSER and os.geteuid() == 0)
+    by_helper = bool(isolate and flags & _NEWUSER and os.geteuid() == 0 and not one_uid)
     if by_helper and not _root_with(_CAP_SETUID, _CAP_SETGID):
         raise IsolationUnavailable(
-            f"the verifier's sandbox cannot be set up here (root without CAP_SYS_ADMIN needs CAP_SETUID and CAP_SETGID "
-            f"to run the program as a sandbox uid); grant them or opt out of isolation with {ISOLATION_ENV}=none "
-            f"(see docs/tasks.md)"
+            "the verifier's sandbox cannot be set up here (root without CAP_SYS_ADMIN needs CAP_SETUID and CAP_SETGID "
+            "to run the program as a sandbox uid); grant the verifier's process CAP_SYS_ADMIN, or CAP_SETUID and "
+            "CAP_SETGID (see docs/tasks.md)"
         )
     # Root switches the program to a sandbox uid when it can: isolated, always (directly or through the helper's
-    # map); with isolation off, when it holds the capabilities to chown, setgid and setuid.
+    # map) unless no sandbox uid is mapped; with isolation off, when it holds the capabilities to chown, setgid and
+    # setuid.
     if isolate:
-        wanted = by_helper or not flags & _NEWUSER
-        if wanted and not _maps_sandbox_uids():
-            raise IsolationUnavailable(
-                f"the verifier's sandbox cannot be set up here (root in a user namespace that does not map the sandbox "
-                f"uids {VERIFIER_UID_BASE}-{VERIFIER_UID_BASE + SLOTS - 1}); map them into it or opt out of isolation "
-                f"with {ISOLATION_ENV}=none (see docs/tasks.md)"
-            )
+        wanted = (by_helper or not flags & _NEWUSER) and not one_uid
     else:
         wanted = _root_with(_CAP_SETUID, _CAP_SETGID, _CAP_CHOWN) and _maps_sandbox_uids()
     parent = cgroup_parent()
@@ -231,6 +234,8 @@ def _supervise(
             "isolate": isolate,
             "unshare_flags": flags,
             "map_by_helper": by_helper,
+            "one_uid": one_uid,
+            "cap_last_cap": _cap_last_cap(),
             "binds": _binds(python),
             "files": files,
             "uid": uid,
@@ -252,6 +257,10 @@ def _supervise(
                 "LANG": "C.UTF-8",
                 "HOME": workdir or "/sandbox",
                 "PYTHONDONTWRITEBYTECODE": "1",
+                # One thread: the seccomp filter refuses clone and clone3 (seccomp.py), so libraries must not try.
+                "OMP_NUM_THREADS": "1",
+                "OPENBLAS_NUM_THREADS": "1",
+                "MKL_NUM_THREADS": "1",
             },
         }
         head = json.dumps(sandbox).encode()
@@ -293,8 +302,8 @@ def _supervise(
     elif status.startswith("error "):
         if isolate:
             raise IsolationUnavailable(
-                f"the verifier's sandbox cannot be set up here ({status[6:]}); run as root with CAP_SYS_ADMIN or where "
-                f"user namespaces are allowed, or opt out of isolation with {ISOLATION_ENV}=none (see docs/tasks.md)"
+                f"the verifier's sandbox cannot be set up here ({status[6:]}); run it as root with CAP_SYS_ADMIN, or "
+                f"where user namespaces are allowed (see docs/tasks.md)"
             )
         raise RuntimeError(f"the sandbox could not start: {status[6:]}")
     mechanism = describe_limits(cgroup, limits.memory_mb, limits.cpu_seconds, limits.nproc)

@@ -37,20 +37,40 @@ def _root_with(*capabilities: int) -> bool:
     return os.geteuid() == 0 and all(held >> cap & 1 for cap in capabilities)
 
 
+def _map_holds_sandbox_uids(text: str) -> bool:
+    """Whether a uid_map or gid_map (`first outside count` lines) has the ids VERIFIER_UID_BASE.. (one per slot)."""
+    numbers = [int(n) for n in text.split()]
+    extents = [numbers[i : i + 3] for i in range(0, len(numbers) - 2, 3)]
+    return any(first <= VERIFIER_UID_BASE and VERIFIER_UID_BASE + SLOTS <= first + count for first, _, count in extents)
+
+
 def _maps_sandbox_uids() -> bool:
     """Whether this process's user namespace has the uids and gids VERIFIER_UID_BASE.. (one per slot): not when it
     maps root alone, as `unshare --user --map-root-user` does. True where the maps cannot be read."""
     for name in ("uid_map", "gid_map"):
         try:
-            numbers = [int(n) for n in Path("/proc/self", name).read_text().split()]
+            if not _map_holds_sandbox_uids(Path("/proc/self", name).read_text()):
+                return False
         except (OSError, ValueError):
-            return True
-        extents = [numbers[i : i + 3] for i in range(0, len(numbers) - 2, 3)]
-        if not any(
-            first <= VERIFIER_UID_BASE and VERIFIER_UID_BASE + SLOTS <= first + count for first, _, count in extents
-        ):
-            return False
+            continue
     return True
+
+
+def _one_uid_shape(euid: int | None = None, maps_sandbox_uids: bool | None = None) -> bool:
+    """uid 0 of a user namespace that does not map the sandbox uids (`0 0 1`, as apptainer gives root without
+    CAP_SYS_ADMIN, configs/upstream/apptainer-userns.json): the candidate then runs as that uid 0, with every
+    capability dropped, no /proc and no way to make a process (seccomp.py); there is no other uid to switch to.
+    This process's own euid and maps unless given (verify-offline classes the recorded map with them)."""
+    euid = os.geteuid() if euid is None else euid
+    return euid == 0 and not (_maps_sandbox_uids() if maps_sandbox_uids is None else maps_sandbox_uids)
+
+
+def _cap_last_cap() -> int:
+    """The highest capability this kernel knows (/proc/sys/kernel/cap_last_cap); 63 where it cannot be read (the
+    sandbox side then drops every one the kernel accepts)."""
+    with contextlib.suppress(OSError, ValueError):
+        return int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+    return 63
 
 
 def _unshare_flags() -> int:

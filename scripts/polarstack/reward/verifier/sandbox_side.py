@@ -32,16 +32,19 @@ def mount(source, target, fstype, flags, data=None):
     check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), "mount %s" % target)
 
 
-def remount_readonly(target):
-    """Every mount at or under target becomes read-only, nosuid and nodev (keeping the flags it has)."""
+def remount_readonly(target, device=False):
+    """Every mount at or under target becomes read-only, nosuid and nodev (keeping the flags it has); a `device`
+    node's bind read-only, nosuid and noexec, not nodev (the node must stay usable: a read-only mount refuses
+    chmod, chown and utime of the shared inode, while reads and writes of a device node go to its driver)."""
     with open("/proc/self/mountinfo") as handle:
         points = [line.split()[4].encode().decode("unicode_escape") for line in handle]
+    added = MS_RDONLY | MS_NOSUID | (MS_NOEXEC if device else MS_NODEV)
     for point in points:
         if point == target or point.startswith(target + "/"):
             current = os.statvfs(point).f_flag
             flags = current & (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048)
             flags |= MS_RELATIME if current & 4096 else 0
-            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | flags)
+            mount(None, point, None, MS_REMOUNT | MS_BIND | added | flags)
 
 
 def build_root(cfg, root):
@@ -63,6 +66,7 @@ def build_root(cfg, root):
     for device in ("null", "zero", "full", "random", "urandom"):
         open(root + "/dev/" + device, "w").close()
         mount("/dev/" + device, root + "/dev/" + device, None, MS_BIND)
+        remount_readonly(root + "/dev/" + device, device=True)
     for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, root + "/dev/" + link)
@@ -71,8 +75,13 @@ def build_root(cfg, root):
         os.chmod(root + path, 0o1777)
     os.makedirs(root + "/proc")
     # Its own /proc; where the kernel refuses one to a user namespace (a masked /proc, as in a default Docker
-    # container: "mount_too_revealing"), none at all: the program then sees no process, not even itself.
-    if libc.mount(b"proc", (root + "/proc").encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
+    # container: "mount_too_revealing"), none at all: the program then sees no process, not even itself. None
+    # either when the program runs as uid 0 of a namespace that maps root alone (cfg["one_uid"]): that uid is the
+    # kernel's global root, and /proc/sys and /proc/sysrq-trigger grant it their owner bits without any capability
+    # (fs/proc/proc_sysctl.c test_perm: euid == GLOBAL_ROOT_UID takes the owner bits).
+    if cfg["one_uid"]:
+        pass
+    elif libc.mount(b"proc", (root + "/proc").encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
         if ctypes.get_errno() not in (errno.EPERM, errno.EACCES) or not cfg["unshare_flags"] & NEWUSER:
             fail("mount %s/proc: %s" % (root, os.strerror(ctypes.get_errno())))
     else:  # keyrings are not namespaced: the keys any uid may view (the launcher's too) stay out of sight
@@ -108,6 +117,56 @@ def exit_code(status):
     return os.waitstatus_to_exitcode(status) & 0xFF if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
+# prctl options (include/uapi/linux/prctl.h) and securebits (include/uapi/linux/securebits.h).
+PR_CAPBSET_READ, PR_CAPBSET_DROP, PR_GET_SECUREBITS, PR_SET_SECUREBITS, PR_CAP_AMBIENT = 23, 24, 27, 28, 47
+PR_CAP_AMBIENT_IS_SET, PR_CAP_AMBIENT_CLEAR_ALL = 1, 4
+# NOROOT, NOROOT_LOCKED, NO_SETUID_FIXUP, NO_SETUID_FIXUP_LOCKED, KEEP_CAPS_LOCKED (KEEP_CAPS itself off): uid 0
+# gains no capability at exec, none is kept or regained across a uid change, and nothing of it can be undone.
+SECUREBITS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20
+AMBIENT_SECUREBITS = 0x40 | 0x80  # NO_CAP_AMBIENT_RAISE and its lock (Linux 4.3+; EPERM before: not set)
+CAP_HEADER_VERSION_3 = 0x20080522  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words per set
+
+
+def drop_bounding_set(last_cap, required):
+    """Every capability up to `last_cap` out of the bounding set, then the securebits: before the uid switch, which
+    needs CAP_SETUID, and while CAP_SETPCAP is held. Where the program will run as a sandbox uid (not `required`) an
+    EPERM (a root without CAP_SETPCAP) leaves them: that uid holds nothing after the switch and no_new_privs keeps
+    it so; where it stays uid 0, each step must hold."""
+    for cap in range(last_cap + 1):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            code = ctypes.get_errno()
+            if code == errno.EINVAL:  # beyond this kernel's last capability (a cap_last_cap that was not read)
+                break
+            if required or code != errno.EPERM:
+                fail("dropping capability %d from the bounding set: %s" % (cap, os.strerror(code)))
+            return
+    if libc.prctl(PR_SET_SECUREBITS, SECUREBITS | AMBIENT_SECUREBITS, 0, 0, 0) != 0:
+        if libc.prctl(PR_SET_SECUREBITS, SECUREBITS, 0, 0, 0) != 0 and required:
+            fail("securebits: %s" % os.strerror(ctypes.get_errno()))
+
+
+def drop_capabilities(last_cap, as_root):
+    """No capability left, in any set: ambient cleared, effective, permitted and inheritable emptied (capset), then
+    each read back; and, where the program stays uid 0 (`as_root`), the bounding set empty and the securebits
+    locked, so that exec as uid 0 gives none back."""
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # EINVAL before Linux 4.3: no ambient set
+    header = (ctypes.c_uint32 * 2)(CAP_HEADER_VERSION_3, 0)
+    check(libc.capset(header, (ctypes.c_uint32 * 6)()), "capset")
+    data = (ctypes.c_uint32 * 6)()
+    check(libc.capget(header, data), "capget")
+    if any(data):
+        fail("capabilities left after capset: %s" % list(data))
+    for cap in range(last_cap + 1):
+        if libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap, 0, 0) == 1:
+            fail("ambient capability %d left" % cap)
+    if as_root:
+        for cap in range(64):
+            if libc.prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1:
+                fail("capability %d left in the bounding set" % cap)
+        if libc.prctl(PR_GET_SECUREBITS, 0, 0, 0, 0) & SECUREBITS != SECUREBITS:
+            fail("the securebits did not hold")
+
+
 def worker(cfg, channel):
     """Limits, the sandbox uid, the channel on fds 3 and 4, the status, then exec the program."""
     global STATUS
@@ -124,6 +183,9 @@ def worker(cfg, channel):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if seccomp_arch() is not None:  # nothing of the launcher's session keyring, before the uid switch
         join_fresh_session_keyring(seccomp_arch()[2]["keyctl"])
+    as_root = cfg["uid"] < 0 and os.getuid() == 0
+    if cfg["isolate"]:  # while CAP_SETPCAP is held: required where the program stays uid 0
+        drop_bounding_set(cfg["cap_last_cap"], as_root)
     if cfg["uid"] >= 0:
         try:
             os.setgroups([])
@@ -132,6 +194,8 @@ def worker(cfg, channel):
         except OSError as exc:
             fail("cannot switch to the sandbox uid %d (%s)" % (cfg["uid"], exc.strerror))
     resource.setrlimit(resource.RLIMIT_NPROC, (cfg["nproc"], cfg["nproc"]))
+    if cfg["isolate"]:
+        drop_capabilities(cfg["cap_last_cap"], as_root)
     check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
     check(libc.prctl(1, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # cleared by the uid switch; dies with its parent
     install_seccomp(cfg["isolate"])  # no keyrings, no other kernel state that outlives the run (seccomp.py)

@@ -23,6 +23,16 @@ AF_INET6 (the filter reads the first argument, seccomp_data.args[0]): a unix-dom
 SO_SNDBUF each, queued in the peer) are unaccounted kernel memory too, and AF_UNIX (abstract names included),
 AF_NETLINK, AF_PACKET and the rest are nothing a solution needs; inet sockets stay, in the sandbox's empty
 network namespace (no interface but a down loopback), so that layer stays what the network tests pin.
+
+Denied too, in every shape the sandbox runs in: every way to make a process or a thread, clone, clone3, fork and
+vfork (aarch64 has no fork nor vfork: glibc's fork is a clone there), and unshare and setns. The candidate is one
+single-threaded process, so its own RLIMIT_AS and RLIMIT_CPU bound the sandbox's whole memory (with the tmpfs,
+which the cgroup or the watchdog counts) and CPU time. RLIMIT_NPROC alone could not: where the host's user
+namespace maps uid 0 alone (an Apptainer session of the trainer, docs/tasks.md), the candidate runs as that uid,
+the kernel's global root, which copy_process (kernel/fork.c) exempts from RLIMIT_NPROC. With clone3 and clone
+refused, pthread_create fails (Python's threading.Thread.start raises RuntimeError) and os.fork raises OSError;
+the sandbox's environment sets OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS to 1 so that numerical
+libraries start no thread of their own.
 """
 
 from __future__ import annotations
@@ -35,12 +45,14 @@ SECCOMP_ARCHES = {
         "add_key": 248, "request_key": 249, "keyctl": 250, "inotify_init": 253, "inotify_init1": 294,
         "fanotify_init": 300, "perf_event_open": 298, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
         "io_uring_enter": 426, "io_uring_register": 427, "ptrace": 101, "shmget": 29, "memfd_create": 319,
-        "memfd_secret": 447, "semget": 64, "msgget": 68, "socketpair": 53}, 41),
+        "memfd_secret": 447, "semget": 64, "msgget": 68, "socketpair": 53, "clone": 56, "fork": 57, "vfork": 58,
+        "clone3": 435, "unshare": 272, "setns": 308}, 41),
     "aarch64": (0xC00000B7, False, {
         "add_key": 217, "request_key": 218, "keyctl": 219, "inotify_init1": 26, "fanotify_init": 262,
         "perf_event_open": 241, "bpf": 280, "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "ptrace": 117, "shmget": 194, "memfd_create": 279, "memfd_secret": 447,
-        "semget": 190, "msgget": 186, "socketpair": 199}, 198),
+        "semget": 190, "msgget": 186, "socketpair": 199, "clone": 220, "clone3": 435, "unshare": 97,
+        "setns": 268}, 198),
 }
 X32_SYSCALL_BIT = 0x40000000
 SOCKET_FAMILIES = (2, 10)  # AF_INET, AF_INET6 (include/linux/socket.h): the only ones socket() may create

@@ -1,0 +1,80 @@
+"""The user namespace of Polar's sessions, as recorded from apptainer's source (configs/upstream/apptainer-userns.json,
+issue 32), checked for what it means to this stack: the record is of APPTAINER_RELEASE; the verifier's host detection
+classes the recorded uid map (`0 0 1`) as its one-uid shape (and a full map as not), so it isolates there with the
+candidate as that uid 0; and nothing the stack ships or renders turns on what would change the shape (apptainer's
+fakeroot, APPTAINER_FAKEROOT or SINGULARITY_FAKEROOT, or Polar's PID namespace, POLAR_APPTAINER_ISOLATE_PID), so the
+reproduction the sandbox tests run (`unshare --user --map-root-user --mount --fork`) is the shape the node gives."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from polarstack.checks.sandbox_probe import polar_exec_args
+from polarstack.errors import StackError
+from polarstack.offline.check import Check
+from polarstack.pins import pins, repo_root
+from polarstack.reward.tasks import TASKS
+from polarstack.reward.verifier import host
+from polarstack.stack import profiles
+from polarstack.train.plan import build_plan, load_defaults
+
+RECORD = "configs/upstream/apptainer-userns.json"
+# What the stack ships that sets the environment or the command line of Polar's servers and sessions.
+SHIPPED = ("compose/compose.yaml", "compose/compose.cpu.yaml", "images/trainer/Dockerfile")
+FULL_MAP = "0 0 4294967295"
+
+
+def _rendered_texts(profile: profiles.Profile) -> dict[str, str]:
+    """Every file and command line the training plan renders for each task (launch.sh, the Ray job's runtime env,
+    Polar's config with its task template), plus the sandbox probe's `apptainer exec` line (Polar's own flags)."""
+    texts: dict[str, str] = {}
+    for task in TASKS:
+        plan = build_plan(task, profile, run_id="verify", config=load_defaults())
+        texts.update({f"{task}: {name}": text for name, text in plan.files.items()})
+        texts[f"{task}: commands"] = json.dumps(plan.commands)
+        texts[f"{task}: Polar's apptainer exec"] = json.dumps(polar_exec_args("/s", "/c", "true", task))
+    return texts
+
+
+def problems(record: dict[str, Any] | None = None, texts: dict[str, str] | None = None) -> list[str]:
+    record = record or json.loads((repo_root() / RECORD).read_text())
+    found = []
+    release = pins()["APPTAINER_RELEASE"]
+    if record["apptainer_release"] != release:
+        found.append(f"{RECORD} was read at apptainer {record['apptainer_release']}, not APPTAINER_RELEASE={release}")
+    mapped = host._map_holds_sandbox_uids(record["uid_map_for_root"])
+    if not host._one_uid_shape(euid=0, maps_sandbox_uids=mapped):
+        found.append(
+            f"the verifier does not class the recorded uid map {record['uid_map_for_root']!r} as its one-uid shape "
+            "(host._one_uid_shape): it would refuse, or switch to a uid that does not exist, in Polar's sessions"
+        )
+    if host._one_uid_shape(euid=0, maps_sandbox_uids=host._map_holds_sandbox_uids(FULL_MAP)):
+        found.append("the verifier classes a full uid map as the one-uid shape: it would never use its sandbox uids")
+    if texts is None:
+        texts = {path: (repo_root() / path).read_text() for path in SHIPPED}
+        for name in profiles.available():
+            try:
+                rendered = _rendered_texts(profiles.load(name))
+            except StackError:  # a profile that cannot be rendered is check_profile's failure, named there
+                continue
+            texts.update({f"profile {name}, {k}": v for k, v in rendered.items()})
+    switches = [*record["fakeroot_env"], "--fakeroot", record["pid_namespace_env"]]
+    for where, text in texts.items():
+        for switch in switches:
+            if switch in text:
+                found.append(
+                    f"{where} sets {switch}: Polar's sessions would not be the recorded one-uid shape the sandbox "
+                    f"tests reproduce ({' '.join(record['reproduced_by'])}); record the new shape and test it"
+                )
+    return found
+
+
+def check() -> Check:
+    found = problems()
+    return Check(
+        f"Polar's sessions run in the user namespace recorded in {RECORD}, and the verifier isolates there",
+        not found,
+        "uid map 0 0 1 -> one-uid shape; no fakeroot, no PID namespace",
+        found,
+    )

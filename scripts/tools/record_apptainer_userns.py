@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Record the user namespace apptainer gives Polar's sessions in the trainer (read from the source, no code copied).
+
+From a git checkout (a bare mirror will do) of apptainer/apptainer that holds the tag APPTAINER_RELEASE:
+
+    .venv/bin/python scripts/tools/record_apptainer_userns.py --repo DIR > configs/upstream/apptainer-userns.json
+
+The trainer runs as root without CAP_SYS_ADMIN (images/trainer/Dockerfile, compose/compose.yaml) and Polar passes
+neither --userns nor --fakeroot (configs/upstream/polar-apptainer.json). What it reads at the tag, each fact with
+the file and line where the code says it (found by a needle, so a moved line is found again and a changed one
+fails): the launcher's useSuid falls back to a user namespace for root whose effective set lacks CAP_SYS_ADMIN;
+setNamespaces then maps only `getuid() -> the launcher's uid, 1` (root: `0 0 1`) unless fakeroot is on; a PID
+namespace only when it is asked for (Polar passes --pid only under POLAR_APPTAINER_ISOLATE_PID); root gets the
+capabilities of `root default capabilities` (prepareRootCaps); the /etc/subuid range is mapped only on the fakeroot
+path, which --fakeroot or APPTAINER_FAKEROOT (the flag's environment key) turns on. `make verify-offline`
+(polarstack.offline.apptainer_userns) checks what these mean for the stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+
+from polarstack.pins import pin
+
+LAUNCHER = "internal/pkg/runtime/launch/launcher_linux.go"
+FLAGS = "cmd/internal/cli/action_flags.go"
+PREPARE = "internal/pkg/runtime/engine/apptainer/prepare_linux.go"
+FAKEROOT = "internal/pkg/fakeroot/fakeroot.go"
+
+
+def _git(repo: str, *args: str) -> str:
+    """`git ARGS` in `repo`, a checkout or a bare mirror."""
+    bare = subprocess.run(["git", "-C", repo, "rev-parse", "--is-bare-repository"], capture_output=True, text=True)
+    where = ["--git-dir", repo] if bare.stdout.strip() == "true" else ["-C", repo]
+    return subprocess.run(["git", *where, *args], capture_output=True, text=True, check=True).stdout
+
+
+def _source(repo: str, tag: str, path: str) -> list[str]:
+    return _git(repo, "show", f"{tag}:{path}").splitlines()
+
+
+def _line(lines: list[str], needle: str, after: str | None = None, path: str = "") -> int:
+    """The 1-based line holding `needle` (the first after the line holding `after`, when given)."""
+    start = 0
+    if after is not None:
+        start = next((i for i, text in enumerate(lines) if after in text), -1) + 1
+        if start == 0:
+            raise SystemExit(f"{path}: no line holds {after!r}; apptainer changed, read it again")
+    for index in range(start, len(lines)):
+        if needle in lines[index]:
+            return index + 1
+    raise SystemExit(f"{path}: no line holds {needle!r}; apptainer changed, read it again")
+
+
+def record(repo: str, tag: str) -> dict:
+    commit = _git(repo, "rev-parse", f"{tag}^{{commit}}").strip()
+    launcher, flags, prepare, fakeroot = (_source(repo, tag, p) for p in (LAUNCHER, FLAGS, PREPARE, FAKEROOT))
+    at = lambda lines, path, needle, after=None: {  # noqa: E731
+        "file": path,
+        "line": _line(lines, needle, after, path),
+    }
+    return {
+        "what": "The user namespace apptainer runs Polar's sessions in, in this stack's trainer (root without "
+        "CAP_SYS_ADMIN, no --userns or --fakeroot): its uid map, namespaces and capabilities. Read from the source "
+        "and restated in our words; the verifier's sandbox (scripts/polarstack/reward/verifier/host.py "
+        "_one_uid_shape) isolates in this shape, tests/sandbox/test_verifier_one_uid.py reproduces it with "
+        "`unshare --user --map-root-user --mount --fork`, and make verify-offline (polarstack.offline.apptainer_userns) "
+        "checks what it means for the stack.",
+        "repo": "apptainer/apptainer",
+        "apptainer_release": tag,
+        "commit": commit,
+        "recorded_on": datetime.date.today().isoformat(),
+        "recorded_with": "scripts/tools/record_apptainer_userns.py --repo <apptainer checkout>",
+        "uid_map_for_root": "0 0 1",
+        "reproduced_by": ["unshare", "--user", "--map-root-user", "--mount", "--fork"],
+        "fakeroot_env": ["APPTAINER_FAKEROOT", "SINGULARITY_FAKEROOT"],
+        "pid_namespace_env": "POLAR_APPTAINER_ISOLATE_PID",
+        "facts": {
+            "user_namespace_fallback": dict(
+                at(launcher, LAUNCHER, "Effective capability CAP_SYS_ADMIN is missing, fallback to user namespace"),
+                function="Launcher.useSuid",
+                fact="root (uid 0) not already asking for a user namespace, whose effective capability set lacks "
+                "CAP_SYS_ADMIN, gets one: the non-setuid starter with Namespaces.User set. The trainer's root is "
+                "that root (Docker's default capabilities hold no CAP_SYS_ADMIN).",
+            ),
+            "one_uid_map": dict(
+                at(
+                    launcher,
+                    LAUNCHER,
+                    "AddLinuxUIDMapping(uint32(os.Getuid()), l.uid, 1)",
+                    "func (l *Launcher) setNamespaces",
+                ),
+                function="Launcher.setNamespaces",
+                fact="with a user namespace and no fakeroot, the uid map is one line, the caller's uid outside to "
+                "the target uid inside, size 1 (the gid map likewise): for root `0 0 1`. No sandbox uid "
+                "(61000-61999) exists in that namespace, so the verifier cannot switch its candidate to one.",
+            ),
+            "pid_namespace_only_when_asked": dict(
+                at(launcher, LAUNCHER, 'AddOrReplaceLinuxNamespace("pid", "")', "func (l *Launcher) setNamespaces"),
+                function="Launcher.setNamespaces",
+                fact="a PID namespace is added only when Namespaces.PID is set (--pid); Polar passes --pid only "
+                "when POLAR_APPTAINER_ISOLATE_PID is truthy (configs/upstream/polar-apptainer.json), so the "
+                "session shares the trainer's PID namespace: hence `unshare` without --pid reproduces it.",
+            ),
+            "root_capabilities": dict(
+                at(prepare, PREPARE, "func (e *EngineOperations) prepareRootCaps"),
+                function="EngineOperations.prepareRootCaps",
+                fact="uid 0 gets the capabilities `root default capabilities` in apptainer.conf names (full by "
+                "default), within the user namespace: so the verifier holds CAP_SYS_ADMIN there, may make its "
+                "sandbox's namespaces, and must drop every capability for its candidate itself.",
+            ),
+            "fakeroot_from_the_environment": dict(
+                at(flags, FLAGS, 'EnvKeys:      []string{"FAKEROOT"}', "var actionFakerootFlag"),
+                function="actionFakerootFlag",
+                fact="--fakeroot is also set by the flag's environment key FAKEROOT, which apptainer's flag parser "
+                "(pkg/cmdline/flag.go, env.ApptainerPrefixes) reads as APPTAINER_FAKEROOT or the legacy "
+                "SINGULARITY_FAKEROOT; the launcher's Fakeroot comes from that flag.",
+            ),
+            "subuid_only_with_fakeroot": dict(
+                at(prepare, PREPARE, "getIDRange(fakerootutil.SubUIDFile, uid)"),
+                function="EngineOperations.prepareContainerConfig (its GetFakeroot() branch)",
+                fact="the caller's range in "
+                + fakeroot[_line(fakeroot, 'SubUIDFile = "', None, FAKEROOT) - 1].split("=", 1)[1].strip().strip('"')
+                + " (fakeroot.SubUIDFile) is added to the uid map only on the fakeroot path: without --fakeroot or "
+                "APPTAINER_FAKEROOT a range there changes nothing.",
+            ),
+        },
+        "confirm_on_the_gpu_node": "in a session: `cat /proc/self/uid_map` prints `0 0 1`; the task's verifier "
+        "prints PASSED for a canonical answer (make train's in-trainer sandbox probe).",
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo", required=True, help="a git checkout or mirror of apptainer/apptainer")
+    parser.add_argument("--tag", default=None, help="default: APPTAINER_RELEASE from configs/pins.env")
+    args = parser.parse_args()
+    json.dump(record(args.repo, args.tag or pin("APPTAINER_RELEASE")), sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
