@@ -146,10 +146,12 @@ def verdict(outputs: dict[str, list[str]]) -> str | None:
         return (
             f"the task's verifier refused to verify inside the agent sandbox ({why[:300]}), so it would print "
             "`FAILED <name> (not verified)` and the reward would be 0 for every sample (GRPO would learn nothing); "
-            'the verifier needs its isolation (docs/tasks.md, "Where it holds": root with CAP_SYS_ADMIN, or root '
-            "with CAP_SETUID and CAP_SETGID where user namespaces are allowed); the explicit opt-out "
-            "POLARSTACK_VERIFIER_ISOLATION=none keeps the evidence protocol but runs each candidate on the "
-            "sandbox's file system with its network, /tmp and /proc (trusted completions only)"
+            'the verifier needs its isolation (docs/tasks.md, "Where it holds": root in a user namespace mapping '
+            "uid 0 alone, as apptainer gives the trainer's root, root with CAP_SYS_ADMIN, or root with CAP_SETUID "
+            "and CAP_SETGID where user namespaces are allowed); the explicit opt-out, "
+            "POLARSTACK_VERIFIER_ISOLATION=none in configs/stack.env (it reaches Polar's test_command), keeps the "
+            "evidence protocol but runs each candidate on the sandbox's file system with its network, /tmp and "
+            "/proc (trusted completions only)"
         )
     passed = {case: f"PASSED {PROBE_NAME}" in [line.strip() for line in outputs[case]] for case in PROBE_CASES}
     failed = {case: any(line.startswith(f"FAILED {PROBE_NAME}") for line in outputs[case]) for case in PROBE_CASES}
