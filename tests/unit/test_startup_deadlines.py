@@ -44,11 +44,19 @@ def test_it_reads_this_machines_load_and_cores(monkeypatch):
     assert processes.startup_seconds(30.0) == 120.0
 
 
-def test_the_engine_fixture_waits_by_the_rule_and_fails_with_its_log(monkeypatch, tmp_path):
+def _root_conftest(config):
+    """tests/conftest.py as pytest loaded it: `import conftest` finds whichever conftest a worker imported last
+    (tests/sglang/conftest.py too), so look it up among pytest's plugins by its file."""
+    path = str(Path(__file__).resolve().parents[1] / "conftest.py")
+    found = [m for m in config.pluginmanager.get_plugins() if getattr(m, "__file__", None) == path]
+    assert found, "tests/conftest.py is not loaded"
+    return found[0]
+
+
+def test_the_engine_fixture_waits_by_the_rule_and_fails_with_its_log(monkeypatch, tmp_path, pytestconfig):
     """The session fixture `engine` asks start_emulator for startup_seconds(30) and, when the start fails, fails the
     test with the emulator's log lines instead of a bare timeout."""
-    import conftest
-
+    conftest = _root_conftest(pytestconfig)
     seen = {}
 
     def start(**kwargs):

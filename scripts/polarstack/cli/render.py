@@ -13,6 +13,7 @@ from typing import Any
 
 from polarstack.bench import matrix
 from polarstack.bench.compare import spread
+from polarstack.train.preflight import seven_b_line
 
 
 def progress_bar():
@@ -236,7 +237,6 @@ def render_train_plan(plan, task: str, profile_name: str, runtime: str, run_dir_
     for line in described["watch"]:
         print(f"# on the GPU node, watch: {line}")
     render_memory(plan)
-    from polarstack.train.preflight import seven_b_line
 
     print(f"# {seven_b_line(plan)}")
 

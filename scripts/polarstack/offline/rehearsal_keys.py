@@ -26,7 +26,7 @@ from polarstack.engine.emulator.tokenizer_manager import length_problem
 from polarstack.engine.protocol import source_dir
 from polarstack.errors import StackError
 from polarstack.pins import pins, repo_root
-from polarstack.train import gate, learning_signal
+from polarstack.train import gate, learning_signal, rehearsal_run
 
 RECORD = "configs/upstream/rehearsal-keys.json"
 DEFAULT_SLIME_GIT = "/work/.mirror/THUDM+slime/repo"  # where this project's sessions keep slime's mirror; optional
@@ -181,7 +181,6 @@ def context_limit_problems(facts: dict[str, Any]) -> list[str]:
 def reload_problems(io_struct: str) -> list[str]:
     """Issue 32 point 8: the rehearsal's 7B reload sends what sglang's /update_weights_from_disk reads: the fields of
     UpdateWeightFromDiskReqInput in the pinned wheel's io_struct.py include every key RELOAD_SCRIPT posts."""
-    from polarstack.train import rehearsal_run
 
     match = re.search(r"class UpdateWeightFromDiskReqInput\(.*?\):\n(.*?)\n\n\nclass ", io_struct, re.S)
     if not match:

@@ -64,6 +64,7 @@ from polarstack.processes import child_env, file_lock
 from polarstack.reward.tasks import TASKS
 from polarstack.stack import assets, compose, exposure, host_check, profiles
 from polarstack.train import batch_layout, gate, preflight, ray_job
+from polarstack.train.memory import DEFAULT_GPU_MEMORY_GB, Capacity
 from polarstack.train.plan import build_plan, load_defaults
 
 
@@ -565,7 +566,6 @@ def check_pins(skip_downloads: bool = False) -> list[Check]:
 
 
 def _host_memory_check() -> Check:
-    from polarstack.train.memory import DEFAULT_GPU_MEMORY_GB, Capacity
 
     profile = profiles.load("engine-direct")
     capacity = Capacity(DEFAULT_GPU_MEMORY_GB, None, "GPU_MEMORY_GB default")

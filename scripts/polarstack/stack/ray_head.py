@@ -43,6 +43,7 @@ from polarstack.pins import pin, repo_root
 from polarstack.processes import announced_install, child_env, file_lock, free_ports
 from polarstack.stack import ray_auth
 from polarstack.stack.listeners import Listener, listening, session_pids
+from polarstack.stack.profiles import stack_knobs
 
 # Keeps the Ray node IP at 127.0.0.1 (see the module docstring); set wherever a Ray process of the stack starts.
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
@@ -63,8 +64,6 @@ def object_store_gb(values: dict[str, str] | None = None) -> float:
     """Ray's object store on the trainer's node (decimal GB), as the stack sets it: `ray start --object-store-memory`
     (compose.yaml's trainer command, launch.sh's fallback `ray start`), counted by polarstack.train.memory."""
     if values is None:
-        from polarstack.stack.profiles import stack_knobs
-
         values = stack_knobs()
     raw = (values.get(OBJECT_STORE_KNOB) or "").strip()
     try:

@@ -30,8 +30,8 @@ from polarstack.paths import configs_dir, repo_root
 from polarstack.pins import pins
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack.cluster import Cluster
-from polarstack.stack.profiles import Profile
-from polarstack.train import memory, synthetic_rollout
+from polarstack.stack.profiles import Profile, stack_knobs
+from polarstack.train import cluster_plan, memory, step_cost, synthetic_rollout
 from polarstack.train.model_size import model_facts
 from polarstack.train.plan import TRAINER_RUN_DIR, LaunchPlan, build_plan, load_defaults
 from polarstack.train.ray_job import SUBMISSION_ID
@@ -279,8 +279,6 @@ def added_seconds(
     facts: dict[str, Any], traces: int, seq: int, gpus: int, tflops: float, offload: bool = False
 ) -> dict[str, float]:
     """The 7B parts' added time (an estimate from sizes and stated rates, never a measurement)."""
-    from polarstack.train import step_cost
-
     params = facts["parameters"]
     weights_gb = 2 * params / 1e9
     reads = {  # GB read from the models volume
@@ -421,14 +419,10 @@ def seven_b_line(plan: LaunchPlan) -> str:
 
 def _hub_name(name: str) -> str:
     """The Hugging Face id of the real run's model (`make model`'s default MODEL_NAME, configs/stack.env)."""
-    from polarstack.stack.profiles import stack_knobs
-
     return stack_knobs().get("MODEL_NAME") or f"Qwen/{name}"
 
 
 def cluster_plan_launch_env(cluster: Cluster) -> dict[str, str]:
-    from polarstack.train import cluster_plan
-
     return cluster_plan.launch_env(cluster)
 
 
