@@ -69,8 +69,10 @@ def test_smoke_exit_code_behind_each_router_release(real_engine, scripted_tool_f
         assert unscripted is None
         assert report.code == ExitCode.OK, report.message
         assert report.trainable_tokens > 0
-        # the logit processor's fields reach the engine too, so the parser's answer comes back through the router
-        assert [t["outcome"] for t in report.tool_check["targets"]] == [tool_exchange.PARSED]
+        # the logit processor's fields reach the engine too, so the parser's answer comes back through the router,
+        # for the unpadded and the agent-length tool request alike (issue 32 point 6)
+        assert [t["outcome"] for t in report.tool_check["targets"]] == [tool_exchange.PARSED, tool_exchange.PARSED]
+        assert [t["padded"] for t in report.tool_check["targets"]] == [False, True]
         return
     assert report.code == ExitCode.TOKENS_MISSING, report.message
     assert report.trainable_tokens == 0
