@@ -235,6 +235,14 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     problems += host_check.docker_problems(  # configs/upstream/apptainer-host.json (issue 18 point 5)
         trainer.get("security_opt") or [], [d.get("source") for d in trainer.get("devices") or []]
     )
+    # Docker's read-only /proc/sys kept: the sessions are the node's root with the trainer's /proc bound in
+    # (configs/upstream/apptainer-userns.json proc_bound_without_pid_namespace).
+    problems += apptainer_userns.procfs_problems(trainer.get("security_opt") or [], trainer.get("environment") or {})
+    if "HF_TOKEN" in (trainer.get("environment") or {}):  # every agent session inherits the trainer's environment
+        problems.append(
+            "the trainer's environment has HF_TOKEN, which every agent session inherits (Polar passes no --cleanenv); "
+            "the trainer reads the weights from the models volume and needs no token: remove it from compose.yaml"
+        )
     if trainer.get("privileged") or trainer.get("cap_add"):
         problems.append("the trainer is privileged or has added capabilities: apptainer needs neither")
     plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
