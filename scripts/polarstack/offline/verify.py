@@ -10,7 +10,9 @@
 3. One source: images/README.md names every pin, the recorded upstream option tables match the pins.
 4. Meaning for the GPU node (docs/gpu-node.md): the trace budget (measured harness prompt + task prompt +
    response <= seq_length <= max_tokens_per_gpu x CP <= model context), and the weights source, the agent
-   sandbox, the agent-CLI mount and apptainer's grant present in the rendered plan.
+   sandbox, the agent-CLI mount and apptainer's grant present in the rendered plan; what the trainer must not have:
+   systempaths=unconfined (the sessions are the node's root with its /proc), HF_TOKEN (every session inherits the
+   trainer's environment); Polar's mode env and POLAR_APPTAINER_NO_MOUNT_TMP wherever Polar runs.
 5. Meaning (polarstack.offline.meaning): the Polar bridge's slime API exists at the pinned slime, the engines parse tool
    calls, checkpoints/dropout/resume, and the weight-sync transport reaches the engines across containers.
 6. The routing flags each profile ships (ROUTER_ARGS) are the ones docs/routing.json measured.
