@@ -8,6 +8,7 @@ Knobs (environment of the test process, read by the fakes at call time):
   FAKE_NO_APPTAINER=1  `command -v apptainer` fails in the trainer image (run or compose exec)
   FAKE_SANDBOX_ERROR=x `compose exec trainer` reports that starting the sandbox failed with x
   FAKE_APPTAINER_MODE=v  the trainer's POLAR_APPTAINER_NO_INSTANCE as the probe reports it (default 1)
+  FAKE_APPTAINER_NO_MOUNT_TMP=v  the trainer's POLAR_APPTAINER_NO_MOUNT_TMP as the probe reports it (default 1)
   FAKE_VERIFIER_GOOD=t / FAKE_VERIFIER_BAD=t  what the task's verifier prints in the sandbox probe for the
                        canonical / the wrong solution (printf %b; defaults `PASSED probe` / `FAILED probe (...)`)
   FAKE_SHAPE_RUN=1     the verifier probe in Polar's namespace shape (`compose run|exec ... trainer sh -c` with unshare)
@@ -77,6 +78,7 @@ case "$*" in
     for absent in ${FAKE_ABSENT:-}; do echo "$absent"; done
     [ -n "${FAKE_SANDBOX_ERROR:-}" ] && echo "exec-failed: $FAKE_SANDBOX_ERROR"
     echo "mode: ${FAKE_APPTAINER_MODE-1}"
+    echo "no-mount-tmp: ${FAKE_APPTAINER_NO_MOUNT_TMP-1}"
     [ -z "${FAKE_SANDBOX_ERROR:-}" ] && echo "sandbox-ok: ${FAKE_CLI_VERSION-@AGENT_CLI_VERSION@ (Claude Code)}" >&2
     printf '%b\n' "${FAKE_VERIFIER_GOOD-PASSED probe}" | sed 's/^/verifier-good: /'
     printf '%b\n' "${FAKE_VERIFIER_BAD-FAILED probe (failed: assertion)}" | sed 's/^/verifier-bad: /' ;;
@@ -126,6 +128,7 @@ def install(tmp_path: Path, monkeypatch) -> Path:
         "FAKE_TRAINER_SMOKE",
         "FAKE_TRAINER_SMOKE_RC",
         "FAKE_APPTAINER_MODE",
+        "FAKE_APPTAINER_NO_MOUNT_TMP",
         "FAKE_VERIFIER_GOOD",
         "FAKE_VERIFIER_BAD",
         "FAKE_SHAPE_RUN",

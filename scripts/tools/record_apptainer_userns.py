@@ -12,8 +12,10 @@ fails): the launcher's useSuid falls back to a user namespace for root whose eff
 setNamespaces then maps only `getuid() -> the launcher's uid, 1` (root: `0 0 1`) unless fakeroot is on; a PID
 namespace only when it is asked for (Polar passes --pid only under POLAR_APPTAINER_ISOLATE_PID); root gets the
 capabilities of `root default capabilities` (prepareRootCaps); the /etc/subuid range is mapped only on the fakeroot
-path, which --fakeroot or APPTAINER_FAKEROOT (the flag's environment key) turns on. `make verify-offline`
-(polarstack.offline.apptainer_userns) checks what these mean for the stack.
+path, which --fakeroot or APPTAINER_FAKEROOT (the flag's environment key) turns on; without a PID namespace the
+container's /proc is the caller's, bound recursively (addKernelMount), so /proc/sys is whatever Docker gave the
+trainer; the caller's /tmp is bound in unless `--no-mount tmp` (addTmpMount, `mount tmp` defaulting to yes).
+`make verify-offline` (polarstack.offline.apptainer_userns) checks what these mean for the stack.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ LAUNCHER = "internal/pkg/runtime/launch/launcher_linux.go"
 FLAGS = "cmd/internal/cli/action_flags.go"
 PREPARE = "internal/pkg/runtime/engine/apptainer/prepare_linux.go"
 FAKEROOT = "internal/pkg/fakeroot/fakeroot.go"
+CONTAINER = "internal/pkg/runtime/engine/apptainer/container_linux.go"
+CONFIG = "pkg/util/apptainerconf/config.go"
 
 
 def _git(repo: str, *args: str) -> str:
@@ -58,7 +62,11 @@ def _line(lines: list[str], needle: str, after: str | None = None, path: str = "
 
 def record(repo: str, tag: str) -> dict:
     commit = _git(repo, "rev-parse", f"{tag}^{{commit}}").strip()
-    launcher, flags, prepare, fakeroot = (_source(repo, tag, p) for p in (LAUNCHER, FLAGS, PREPARE, FAKEROOT))
+    launcher, flags, prepare, fakeroot, container, config = (
+        _source(repo, tag, p) for p in (LAUNCHER, FLAGS, PREPARE, FAKEROOT, CONTAINER, CONFIG)
+    )
+    tmp_default = _line(config, 'directive:"mount tmp"', None, CONFIG)
+    no_tmp = _line(launcher, "l.engineConfig.SetNoTmp(true)", "func (l *Launcher) setNoMountFlags", LAUNCHER)
     at = lambda lines, path, needle, after=None: {  # noqa: E731
         "file": path,
         "line": _line(lines, needle, after, path),
@@ -79,6 +87,7 @@ def record(repo: str, tag: str) -> dict:
         "reproduced_by": ["unshare", "--user", "--map-root-user", "--mount", "--fork"],
         "fakeroot_env": ["APPTAINER_FAKEROOT", "SINGULARITY_FAKEROOT"],
         "pid_namespace_env": "POLAR_APPTAINER_ISOLATE_PID",
+        "proc_sys_lifted_by": "systempaths=unconfined",
         "facts": {
             "user_namespace_fallback": dict(
                 at(launcher, LAUNCHER, "Effective capability CAP_SYS_ADMIN is missing, fallback to user namespace"),
@@ -120,6 +129,36 @@ def record(repo: str, tag: str) -> dict:
                 "(pkg/cmdline/flag.go, env.ApptainerPrefixes) reads as APPTAINER_FAKEROOT or the legacy "
                 "SINGULARITY_FAKEROOT; the launcher's Fakeroot comes from that flag.",
             ),
+            "proc_bound_without_pid_namespace": dict(
+                at(
+                    container,
+                    CONTAINER,
+                    'system.Points.AddBind(mount.KernelTag, "/proc", "/proc", bindFlags)',
+                    "func (c *container) addKernelMount",
+                ),
+                function="container.addKernelMount",
+                fact="with `mount proc` on (the default) and no PID namespace (c.pidNS false), apptainer mounts no "
+                "fresh procfs: it binds the caller's /proc at /proc with MS_REC, so the session's /proc/sys is the "
+                "trainer's, read-only where Docker made it so (copied into the session's mount namespace, locked "
+                "there). Docker's read-only /proc/sys is lifted by --security-opt systempaths=unconfined; the "
+                "session's uid 0 is the node's global root (`0 0 1`), and the kernel lets the global root write "
+                "sysctls by their owner bits with no capability, so with it lifted an agent could set "
+                "kernel.core_pattern: code run as the node's root. The trainer must keep it.",
+            ),
+            "tmp_bound_by_default": dict(
+                at(
+                    container,
+                    CONTAINER,
+                    "system.Points.AddBind(mount.TmpTag, tmpSource, tmpPath, flags)",
+                    "func (c *container) addTmpMount",
+                ),
+                function="container.addTmpMount",
+                fact=f"unless `mount tmp = no` in apptainer.conf (its default is yes: {CONFIG} l.{tmp_default}) or "
+                f"--no-mount tmp (SetNoTmp, {LAUNCHER} l.{no_tmp}), and without --contain, the caller's /tmp and "
+                "/var/tmp are bound into the session: every "
+                "session would see the trainer's /tmp, where Polar keeps the session directories. Polar passes "
+                "`--no-mount ...,tmp` when POLAR_APPTAINER_NO_MOUNT_TMP is truthy (configs/upstream/polar-apptainer.json).",
+            ),
             "subuid_only_with_fakeroot": dict(
                 at(prepare, PREPARE, "getIDRange(fakerootutil.SubUIDFile, uid)"),
                 function="EngineOperations.prepareContainerConfig (its GetFakeroot() branch)",
@@ -130,7 +169,9 @@ def record(repo: str, tag: str) -> dict:
             ),
         },
         "confirm_on_the_gpu_node": "in a session: `cat /proc/self/uid_map` prints `0 0 1`; the task's verifier "
-        "prints PASSED for a canonical answer (make train's in-trainer sandbox probe).",
+        "prints PASSED for a canonical answer (make train's in-trainer sandbox probe); writing "
+        "/proc/sys/kernel/core_pattern's own value back fails (read-only file system); `ls /tmp` shows no other "
+        "session's directory.",
     }
 
 

@@ -1,11 +1,15 @@
 """Pins issue 32, point 2 (docker tier): inside the CPU trainer container, run by Compose with the trainer service's
 own security options, devices and environment (`docker compose run --no-deps trainer`: root without CAP_SYS_ADMIN,
-seccomp, AppArmor and /proc masks lifted), the namespace shape apptainer gives Polar's sessions there (a user
+seccomp and AppArmor lifted, Docker's read-only /proc/sys kept), the namespace shape apptainer gives Polar's sessions there (a user
 namespace mapping uid 0 alone, reproduced with `unshare --user --map-root-user --mount --fork`,
 configs/upstream/apptainer-userns.json) gets real verdicts: the task template's test_command passes HumanEval/0's
 canonical answer and fails a wrong and a forged one, the package API of the trainer's own polarstack does the same
 with isolation on, and the adversarial programs, the probes and the capability sets read from outside are what
-tests/sandbox/test_verifier_one_uid.py requires on the host (its test functions are called on these results)."""
+tests/sandbox/test_verifier_one_uid.py requires on the host (its test functions are called on these results).
+And, since the sessions' uid 0 is the node's root and apptainer binds the trainer's /proc into them (no PID
+namespace, configs/upstream/apptainer-userns.json): root in that shape gets a read-only file system (or EACCES)
+writing /proc/sys/kernel/core_pattern's own value back (with systempaths=unconfined, the compose.yaml before the
+node-path review, the write went through: code run as the node's root)."""
 
 from __future__ import annotations
 
@@ -54,7 +58,29 @@ for name, source in spec["solutions"].items():
 proc = subprocess.run(spec["shape"] + ["python3", "-I", "-c", spec["driver"], json.dumps(spec["api"])],
                       env=dict(env, HOME=root), capture_output=True, text=True, cwd=root)
 result["api"] = [proc.returncode, proc.stdout, proc.stderr[-3000:]]
+proc = subprocess.run(spec["shape"] + ["python3", "-I", "-c", spec["core_pattern"]], env=env, capture_output=True,
+                      text=True)
+result["core_pattern"] = [proc.returncode, proc.stdout.strip(), proc.stderr[-2000:]]
 print(json.dumps(result))
+"""
+
+
+# Writes /proc/sys/kernel/core_pattern's current value back (harmless if it succeeds), prints the errno's name, or
+# `written`, and the uid map it ran under.
+CORE_PATTERN = r"""
+import errno, os
+path = "/proc/sys/kernel/core_pattern"
+value = open(path).read()
+try:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+    outcome = "written"
+except OSError as exc:
+    outcome = errno.errorcode.get(exc.errno, str(exc.errno))
+print(outcome, "|", " ".join(open("/proc/self/uid_map").read().split()))
 """
 
 
@@ -77,6 +103,7 @@ def inside(docker_engine):
             "shape": one_uid.SHAPE,
             "driver": one_uid.DRIVER,
             "api": one_uid.api_spec(),
+            "core_pattern": CORE_PATTERN,
         }
         run = ["run", "--rm", "--no-deps", "-T", "--entrypoint", "python3", "trainer", "-I", "-c", INSIDE]
         proc = subprocess.run(
@@ -131,3 +158,12 @@ def test_the_candidate_holds_nothing_in_the_trainer(inside):
     one_uid.test_the_candidate_is_uid_0_without_capabilities_or_proc(probes)
     one_uid.test_no_process_thread_or_namespace_can_be_made(probes)
     one_uid.test_shared_inodes_and_kernel_settings_are_out_of_reach(probes)
+
+
+def test_root_in_the_sessions_shape_cannot_write_the_nodes_sysctls(inside):
+    """The sessions' uid 0 is the node's root with the trainer's /proc: /proc/sys stays read-only there."""
+    code, out, err = inside["core_pattern"]
+    assert code == 0, err
+    outcome, uid_map = (part.strip() for part in out.split("|"))
+    assert uid_map == "0 0 1", out  # the shape apptainer gives the sessions (apptainer-userns.json uid_map_for_root)
+    assert outcome in ("EROFS", "EACCES"), out

@@ -25,10 +25,15 @@ PROBE_TASK_ID = "HumanEval/0"
 PROBE_CASES = ("good", "bad")  # the canonical solution must pass, the wrong one must fail
 
 
-def polar_exec_args(session_dir: str, control_dir: str, command: str, task: str = "humaneval") -> list[str]:
+def polar_exec_args(
+    session_dir: str, control_dir: str, command: str, task: str = "humaneval", environment: dict | None = None
+) -> list[str]:
     """The `apptainer exec` command line Polar's runtime builds in direct mode for this stack's task template
-    (ApptainerRuntime._runtime_options and .exec, configs/upstream/polar-apptainer.json), running `command`."""
+    (ApptainerRuntime._runtime_options and .exec, configs/upstream/polar-apptainer.json), running `command`, with
+    Polar's environment `environment` (default: what the stack sets wherever Polar runs, assets.sandbox_mode_env)."""
     import shlex
+
+    environment = assets.sandbox_mode_env() if environment is None else environment
 
     runtime = task_template(task)["runtime"]
     fill = {"{args.polar_agent_cli_dir}": assets.AGENT_CLI_DIR, "{args.polar_apptainer_image_dir}": assets.SANDBOX_DIR}
@@ -38,7 +43,7 @@ def polar_exec_args(session_dir: str, control_dir: str, command: str, task: str 
             text = text.replace(key, value)
         return text
 
-    options = ["--overlay", f"{session_dir}/overlay", "--no-mount", "cwd,home,bind-paths"]
+    options = ["--overlay", f"{session_dir}/overlay", "--no-mount", assets.no_mount(environment)]
     if runtime.get("network") not in (None, "host"):
         options += ["--net", "--network", str(runtime["network"])]
     options += ["--bind", f"{session_dir}:{SESSION_MOUNT}", "--bind", f"{control_dir}:{CONTROL_MOUNT}:ro"]
@@ -94,7 +99,7 @@ def _probe_script(probe_dir: str) -> str:
     import shlex
 
     cli = f"{assets.AGENT_CLI_DIR}/bin/{assets.AGENT_CLI_BIN}"
-    mode_env = assets.apptainer_record()["mode_env"]
+    mode_env, tmp_env = (assets.apptainer_record()[key] for key in ("mode_env", "no_mount_tmp_env"))
     control = f"{probe_dir}/control"
 
     def run(args: list[str]) -> str:  # the binary Polar resolves (_resolve_binary), then its arguments
@@ -108,6 +113,7 @@ def _probe_script(probe_dir: str) -> str:
         f"[ -e {assets.SIF_PATH} ] || echo sif",
         f"[ -x {cli} ] || echo agent-cli",
         f'echo "mode: ${{{mode_env}:-}}"',
+        f'echo "no-mount-tmp: ${{{tmp_env}:-}}"',
         # ApptainerRuntime._resolve_binary: POLAR_APPTAINER_BIN, /usr/bin/apptainer, /bin/apptainer, PATH.
         'binary="${POLAR_APPTAINER_BIN:-}"',
         'for c in /usr/bin/apptainer /bin/apptainer; do [ -n "$binary" ] || { [ -f "$c" ] && binary="$c"; }; done',
@@ -197,7 +203,7 @@ def check_in_trainer(profile) -> None:
         )
     lines = [line.rstrip() for line in proc.stdout.splitlines() if line.strip()]
     outputs: dict[str, list[str]] = {case: [] for case in PROBE_CASES}
-    failed, missing, mode = [], [], None
+    failed, missing, mode, no_tmp = [], [], None, None
     for line in lines:
         case = next((c for c in PROBE_CASES if line.startswith(f"verifier-{c}: ")), None)
         if case is not None:
@@ -206,6 +212,8 @@ def check_in_trainer(profile) -> None:
             failed.append(line.removeprefix("exec-failed:").strip())
         elif line.startswith("mode:"):
             mode = line.removeprefix("mode:").strip()
+        elif line.startswith("no-mount-tmp:"):
+            no_tmp = line.removeprefix("no-mount-tmp:").strip()
         else:
             missing.append(line.strip())
     if missing:
@@ -214,7 +222,10 @@ def check_in_trainer(profile) -> None:
         )
     # ENVIRONMENT, not ASSETS_MISSING, from here on: everything `make sif` / `make build` provide is in place; what
     # fails is what the node and the trainer container allow (or a container created before this setting existed).
-    problems = assets.mode_problems({assets.apptainer_record()["mode_env"]: mode}, "the running trainer container")
+    record = assets.apptainer_record()  # the probe's command line has --no-mount ...,tmp only if Polar's would
+    problems = assets.mode_problems(
+        {record["mode_env"]: mode, record["no_mount_tmp_env"]: no_tmp}, "the running trainer container"
+    )
     if problems:
         raise StackError(problems[0] + "; recreate it with `make up` (compose.yaml sets it).", ExitCode.ENVIRONMENT)
     if failed:
@@ -224,7 +235,7 @@ def check_in_trainer(profile) -> None:
             + (
                 host[0] + "."
                 if host
-                else "the trainer needs /dev/fuse, seccomp, AppArmor and system paths unconfined (compose.yaml) and "
+                else "the trainer needs /dev/fuse and seccomp and AppArmor unconfined (compose.yaml) and "
                 "a host kernel that allows unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns"
                 '=0, user.max_user_namespaces>0): see docs/gpu-node.md, "The agent sandbox".'
             ),

@@ -3,7 +3,11 @@ issue 32), checked for what it means to this stack: the record is of APPTAINER_R
 classes the recorded uid map (`0 0 1`) as its one-uid shape (and a full map as not), so it isolates there with the
 candidate as that uid 0; and nothing the stack ships or renders turns on what would change the shape (apptainer's
 fakeroot, APPTAINER_FAKEROOT or SINGULARITY_FAKEROOT, or Polar's PID namespace, POLAR_APPTAINER_ISOLATE_PID), so the
-reproduction the sandbox tests run (`unshare --user --map-root-user --mount --fork`) is the shape the node gives."""
+reproduction the sandbox tests run (`unshare --user --map-root-user --mount --fork`) is the shape the node gives.
+And what the shape means for the trainer's Docker grant (procfs_problems): the sessions' uid 0 is the node's global
+root and, with no PID namespace, apptainer binds the trainer's /proc into them (container.addKernelMount), so the
+trainer must keep Docker's read-only /proc/sys: never systempaths=unconfined (kernel.core_pattern would be writable
+from a session, code run as the node's root)."""
 
 from __future__ import annotations
 
@@ -68,6 +72,40 @@ def problems(record: dict[str, Any] | None = None, texts: dict[str, str] | None 
                     f"tests reproduce ({' '.join(record['reproduced_by'])}); record the new shape and test it"
                 )
     return found
+
+
+def _maps_global_root(uid_map: str) -> bool:
+    """Whether a uid_map line set maps uid 0 inside to uid 0 outside (the node's root, in the trainer's container,
+    whose own map is the identity: Docker without userns-remap)."""
+    for line in uid_map.strip().splitlines():
+        inside, outside, count = (int(v) for v in line.split())
+        if inside <= 0 < inside + count and outside - inside == 0:
+            return True
+    return False
+
+
+def procfs_problems(
+    security_opt: list[str], environment: dict[str, Any], record: dict[str, Any] | None = None
+) -> list[str]:
+    """The trainer's security_opt against the sessions' shape (verify-offline check_assets): lifting Docker's
+    read-only /proc/sys (systempaths=unconfined) while the sessions' uid 0 is the global root and no PID namespace
+    is asked gives every agent the node's sysctls, kernel.core_pattern among them."""
+    record = record or json.loads((repo_root() / RECORD).read_text())
+    fact = record["facts"].get("proc_bound_without_pid_namespace")
+    lifted = record.get("proc_sys_lifted_by", "systempaths=unconfined")
+    pid_asked = str(environment.get(record["pid_namespace_env"]) or "").strip().lower() in {"1", "true", "yes", "on"}
+    if fact is None or not _maps_global_root(record["uid_map_for_root"]) or pid_asked:
+        if lifted in security_opt:  # a shape this check was not written for: refuse until it is recorded and read
+            return [f"the trainer sets {lifted} and {RECORD} does not record how the sessions' /proc is made there"]
+        return []
+    if lifted not in security_opt:
+        return []
+    return [
+        f"the trainer sets {lifted}, which makes /proc/sys writable in the container, while Polar's sessions run "
+        f"as the node's root (uid map {record['uid_map_for_root']!r}) with the trainer's /proc bound in (no PID "
+        f"namespace: {fact['file']}:{fact['line']}): an agent could write kernel.core_pattern, code run as the "
+        f"node's root; drop it from compose.yaml's trainer ({RECORD})"
+    ]
 
 
 def check() -> Check:

@@ -295,6 +295,9 @@ def check_before_up_cpu(say=lambda s: print(f"polarstack: {s}", file=sys.stderr)
 # says cannot re-enter a nested user namespace; with it, one long-lived direct `apptainer exec` per session runs
 # every agent and evaluator command. The trainer container is such a nested setup, so the stack sets it wherever
 # Polar runs (compose.yaml trainer environment, launch.sh, the Ray job) and verify-offline checks that it does.
+# POLAR_APPTAINER_NO_MOUNT_TMP goes with it everywhere: apptainer binds the trainer's /tmp into every session by
+# default (`mount tmp = yes`, configs/upstream/apptainer-userns.json), where Polar keeps the other sessions'
+# directories (their hidden tests) and Ray its /tmp/ray; with it Polar adds `tmp` to --no-mount.
 
 
 def apptainer_record() -> dict[str, Any]:
@@ -304,19 +307,42 @@ def apptainer_record() -> dict[str, Any]:
 
 
 def sandbox_mode_env() -> dict[str, str]:
-    """The environment that selects Polar's direct-exec apptainer mode (configs/upstream/polar-apptainer.json)."""
+    """The environment that selects Polar's direct-exec apptainer mode and keeps the trainer's /tmp out of every
+    session (configs/upstream/polar-apptainer.json)."""
     record = apptainer_record()
-    return {record["mode_env"]: record["mode_value"]}
+    return {record["mode_env"]: record["mode_value"], record["no_mount_tmp_env"]: record["no_mount_tmp_value"]}
+
+
+def _truthy(environment: dict[str, Any], name: str) -> bool:
+    """Polar's _env_truthy on `environment` (configs/upstream/polar-apptainer.json mode_env_truthy)."""
+    return str(environment.get(name) or "").strip().lower() in apptainer_record()["mode_env_truthy"]
+
+
+def no_mount(environment: dict[str, Any]) -> str:
+    """The --no-mount list Polar's ApptainerRuntime._runtime_options builds from `environment` (read at the revision
+    configs/upstream/polar-apptainer.json names): cwd,home,bind-paths, then hostfs and tmp when their env is truthy."""
+    names = ["cwd", "home", "bind-paths"]
+    names += ["hostfs"] if _truthy(environment, "POLAR_APPTAINER_NO_MOUNT_HOSTFS") else []
+    names += ["tmp"] if _truthy(environment, apptainer_record()["no_mount_tmp_env"]) else []
+    return ",".join(names)
 
 
 def mode_problems(environment: dict[str, Any], where: str) -> list[str]:
-    """Why Polar, run with `environment`, would use its instance mode, which cannot nest in the trainer container."""
+    """Why Polar, run with `environment`, would use its instance mode, which cannot nest in the trainer container,
+    or bind the trainer's /tmp into the sessions."""
     record = apptainer_record()
-    value = str(environment.get(record["mode_env"]) or "").strip().lower()
-    if value in record["mode_env_truthy"]:
-        return []
-    return [
-        f"{where} does not set {record['mode_env']}={record['mode_value']}: Polar's apptainer runtime then uses "
-        "`apptainer instance start` + `exec instance://`, which cannot re-enter the nested user namespace of the "
-        "trainer container (configs/upstream/polar-apptainer.json), so every rollout would fail"
-    ]
+    found = []
+    if not _truthy(environment, record["mode_env"]):
+        found.append(
+            f"{where} does not set {record['mode_env']}={record['mode_value']}: Polar's apptainer runtime then uses "
+            "`apptainer instance start` + `exec instance://`, which cannot re-enter the nested user namespace of the "
+            "trainer container (configs/upstream/polar-apptainer.json), so every rollout would fail"
+        )
+    if not _truthy(environment, record["no_mount_tmp_env"]):
+        found.append(
+            f"{where} does not set {record['no_mount_tmp_env']}={record['no_mount_tmp_value']}: apptainer then binds "
+            "the trainer's /tmp into every agent session (`mount tmp = yes`), where an agent reads the other "
+            "sessions' hidden tests (eval/problem.json) and can delete them and Ray's /tmp/ray "
+            "(configs/upstream/polar-apptainer.json)"
+        )
+    return found

@@ -3,7 +3,8 @@
 configs/upstream/apptainer-host.json: a host with kernel.apparmor_restrict_unprivileged_userns=1 (Ubuntu 24.04's
 default), user.max_user_namespaces=0, or Debian's kernel.unprivileged_userns_clone=0 refuses the user namespace
 apptainer needs to start the agent sandbox unprivileged in the trainer, so every agent session would fail; and
-Docker must give the trainer /dev/fuse and seccomp, AppArmor and system paths unconfined (compose.yaml).
+Docker must give the trainer /dev/fuse and seccomp and AppArmor unconfined (compose.yaml); never system paths
+(the record's not_granted: polarstack.offline.apptainer_userns refuses it).
 `POLARSTACK_PROC_SYS` points the check at another /proc/sys tree (tests).
 """
 

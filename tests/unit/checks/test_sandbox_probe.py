@@ -79,6 +79,7 @@ def real_probe(tmp_path, monkeypatch) -> Path:
     monkeypatch.setattr(assets, "AGENT_CLI_DIR", str(sandbox / "agent-cli"))
     monkeypatch.setattr("polarstack.paths.TRAINER_RUN_DIR", str(tmp_path / "run" / "train"))  # the trainer's mount
     monkeypatch.setenv("POLAR_APPTAINER_NO_INSTANCE", "1")  # what compose.yaml gives the trainer container
+    monkeypatch.setenv("POLAR_APPTAINER_NO_MOUNT_TMP", "1")  # likewise
     monkeypatch.setenv("POLAR_APPTAINER_BIN", str(bin_dir / "apptainer"))  # Polar's override, honoured by the probe
     monkeypatch.delenv("POLARSTACK_VERIFIER_ISOLATION", raising=False)
     monkeypatch.delenv("FAKE_APPTAINER_WRAP", raising=False)
@@ -94,7 +95,8 @@ def test_probe_runs_the_verifier_the_way_polar_starts_the_sandbox(tmp_path, monk
     calls = [shlex.split(line)[1:] for line in log.read_text().splitlines() if line.startswith("apptainer ")]
     assert len(calls) == 3 and all(call[0] == "exec" for call in calls)  # direct exec: never `instance start`
     for call in calls:  # ApptainerRuntime._runtime_options for this template (configs/upstream/polar-apptainer.json)
-        assert call[1:5] == ["--overlay", call[2], "--no-mount", "cwd,home,bind-paths"] and call[2].endswith("/overlay")
+        assert call[1:5] == ["--overlay", call[2], "--no-mount", "cwd,home,bind-paths,tmp"]  # the trainer's /tmp out
+        assert call[2].endswith("/overlay")
         binds = [call[i + 1] for i, a in enumerate(call) if a == "--bind"]
         assert [b.split(":", 1)[1] for b in binds] == ["/polar/session", "/polar/runtime-control:ro", "/opt/node:ro"]
         assert not {"--userns", "--fakeroot", "--containall", "--no-privs", "--net", "--nv"} & set(call)
@@ -159,6 +161,33 @@ def test_probe_refuses_a_trainer_in_polar_instance_mode(tmp_path, monkeypatch):
         sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
     assert exc.value.code == ExitCode.ENVIRONMENT
     assert "POLAR_APPTAINER_NO_INSTANCE=1" in exc.value.message and "make up" in exc.value.message
+
+
+def test_probe_refuses_a_trainer_that_binds_its_tmp_into_the_sessions(tmp_path, monkeypatch):
+    """A trainer created without POLAR_APPTAINER_NO_MOUNT_TMP: Polar would not pass `--no-mount ...,tmp`, and
+    every session would see the trainer's /tmp (the other sessions' hidden tests): the probe stops `make train`."""
+    fake_node.install(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_APPTAINER_NO_MOUNT_TMP", "")
+    with pytest.raises(StackError) as exc:
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert exc.value.code == ExitCode.ENVIRONMENT
+    assert "POLAR_APPTAINER_NO_MOUNT_TMP=1" in exc.value.message and "hidden tests" in exc.value.message
+    assert "make up" in exc.value.message
+
+
+def test_the_probe_builds_the_no_mount_list_the_way_polar_does():
+    """ApptainerRuntime._runtime_options (configs/upstream/polar-apptainer.json no_mount_tmp): tmp only when
+    POLAR_APPTAINER_NO_MOUNT_TMP is truthy, after hostfs; what the stack sets gives `cwd,home,bind-paths,tmp`."""
+
+    def listed(env):
+        call = sandbox_probe.polar_exec_args("/s", "/c", "true", environment=env)
+        return call[call.index("--no-mount") + 1]
+
+    assert listed(None) == "cwd,home,bind-paths,tmp"  # default: the stack's own environment (assets.sandbox_mode_env)
+    assert listed({}) == listed({"POLAR_APPTAINER_NO_MOUNT_TMP": "0"}) == "cwd,home,bind-paths"
+    assert listed({"POLAR_APPTAINER_NO_MOUNT_TMP": "Yes"}) == "cwd,home,bind-paths,tmp"
+    both = {"POLAR_APPTAINER_NO_MOUNT_TMP": "1", "POLAR_APPTAINER_NO_MOUNT_HOSTFS": "on"}
+    assert listed(both) == "cwd,home,bind-paths,hostfs,tmp"
 
 
 def test_the_probe_files_tell_right_from_wrong_with_the_real_verifier(tmp_path):

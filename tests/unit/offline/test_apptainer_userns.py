@@ -48,3 +48,41 @@ def test_a_stack_that_changes_the_shape_is_a_problem(switch):
     texts = {"launch.sh": f"export {switch}=1\n" if not switch.startswith("--") else f"apptainer exec {switch} x\n"}
     found = apptainer_userns.problems(RECORD, texts=texts)
     assert len(found) == 1 and switch in found[0] and "launch.sh" in found[0], found
+
+
+OLD_GRANT = ["seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"]  # compose.yaml before the review
+
+
+def test_the_record_says_proc_is_the_trainers_without_a_pid_namespace_and_tmp_is_bound_by_default():
+    proc = RECORD["facts"]["proc_bound_without_pid_namespace"]
+    assert proc["file"] == "internal/pkg/runtime/engine/apptainer/container_linux.go"
+    assert proc["function"] == "container.addKernelMount" and "kernel.core_pattern" in proc["fact"]
+    tmp = RECORD["facts"]["tmp_bound_by_default"]
+    assert tmp["function"] == "container.addTmpMount" and "POLAR_APPTAINER_NO_MOUNT_TMP" in tmp["fact"]
+    assert RECORD["proc_sys_lifted_by"] == "systempaths=unconfined"
+
+
+def test_lifting_proc_sys_for_sessions_run_as_the_nodes_root_is_a_problem():
+    """The trainer as composed before the review: Docker's read-only /proc/sys lifted while the sessions' uid 0 is
+    the node's root with the trainer's /proc bound in (no PID namespace)."""
+    found = apptainer_userns.procfs_problems(OLD_GRANT, {"POLAR_APPTAINER_NO_INSTANCE": "1"})
+    assert len(found) == 1 and "kernel.core_pattern" in found[0], found
+    assert f"container_linux.go:{RECORD['facts']['proc_bound_without_pid_namespace']['line']}" in found[0]
+    assert apptainer_userns.procfs_problems(OLD_GRANT[:2], {}) == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"facts": {}},  # the record no longer says how the sessions' /proc is made
+        {"uid_map_for_root": "0 1000 1"},  # a shape this check was not written for
+    ],
+)
+def test_lifting_proc_sys_in_an_unrecorded_shape_is_still_a_problem(change):
+    assert apptainer_userns.procfs_problems(OLD_GRANT, {}, dict(RECORD, **change))
+    assert apptainer_userns.procfs_problems(OLD_GRANT[:2], {}, dict(RECORD, **change)) == []
+
+
+def test_global_root_is_read_from_the_map():
+    assert apptainer_userns._maps_global_root("0 0 1") and apptainer_userns._maps_global_root("0 0 4294967295")
+    assert not apptainer_userns._maps_global_root("0 1000 1") and not apptainer_userns._maps_global_root("1 0 1")

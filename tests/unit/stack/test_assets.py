@@ -97,7 +97,8 @@ def test_sandbox_build_and_the_trainer_grant_for_apptainer(tmp_path, monkeypatch
     assert build["volumes"][0]["target"] == "/models"
     trainer = services["trainer"]
     assert [d["source"] for d in trainer["devices"]] == ["/dev/fuse"]
-    assert sorted(trainer["security_opt"]) == ["apparmor=unconfined", "seccomp=unconfined", "systempaths=unconfined"]
+    # Docker's read-only /proc/sys stays: the sessions run as the node's root with the trainer's /proc bound in.
+    assert sorted(trainer["security_opt"]) == ["apparmor=unconfined", "seccomp=unconfined"]
     assert not trainer.get("privileged") and not trainer.get("cap_add")
     assert "APPTAINER_RELEASE" in trainer["build"]["args"]
     assert "sandbox-build" not in rendered("engine-direct", tmp_path / "plain")["services"]  # only with `make sif`
@@ -321,16 +322,87 @@ def test_polar_runs_in_direct_exec_mode_everywhere(tmp_path, monkeypatch):
 
     record = json.loads((ROOT / "configs" / "upstream" / "polar-apptainer.json").read_text())
     assert record["polar_commit"] == __import__("polarstack.pins", fromlist=["pins"]).pins()["POLAR_COMMIT"]
-    assert assets.sandbox_mode_env() == {"POLAR_APPTAINER_NO_INSTANCE": "1"}
+    assert assets.sandbox_mode_env() == {"POLAR_APPTAINER_NO_INSTANCE": "1", "POLAR_APPTAINER_NO_MOUNT_TMP": "1"}
     monkeypatch.delenv("MODEL_DIR", raising=False)
-    assert (
-        rendered("engine-direct", tmp_path)["services"]["trainer"]["environment"]["POLAR_APPTAINER_NO_INSTANCE"] == "1"
-    )
+    environment = rendered("engine-direct", tmp_path)["services"]["trainer"]["environment"]
+    assert environment["POLAR_APPTAINER_NO_INSTANCE"] == environment["POLAR_APPTAINER_NO_MOUNT_TMP"] == "1"
     plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
-    assert "export POLAR_APPTAINER_NO_INSTANCE=1" in plan.files["launch.sh"].splitlines()
-    assert '"POLAR_APPTAINER_NO_INSTANCE": "1"' in next(a for a in plan.commands[-1] if a.startswith("--runtime-env"))
+    for name in ("POLAR_APPTAINER_NO_INSTANCE", "POLAR_APPTAINER_NO_MOUNT_TMP"):
+        assert f"export {name}=1" in plan.files["launch.sh"].splitlines()
+        assert f'"{name}": "1"' in next(a for a in plan.commands[-1] if a.startswith("--runtime-env"))
     assert verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "a").ok
     monkeypatch.setattr("polarstack.train.plan.sandbox_mode_env", lambda: {})
     check = verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "b")
     assert not check.ok and any("launch.sh does not set POLAR_APPTAINER_NO_INSTANCE=1" in p for p in check.problems)
     assert any("Ray job" in p for p in check.problems)
+
+
+def _check_assets_with_compose(tmp_path, monkeypatch, text: str):
+    """verify-offline's check_assets on `text` as compose.yaml (a copy beside the repository's compose.cpu.yaml)."""
+    from polarstack.offline import verify as verify_offline
+
+    copy = tmp_path / "compose" / "compose.yaml"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(text)
+    (copy.parent / "compose.cpu.yaml").write_text((ROOT / "compose" / "compose.cpu.yaml").read_text())
+    monkeypatch.setattr("polarstack.stack.compose.compose_file", lambda: copy)
+    monkeypatch.delenv("MODEL_DIR", raising=False)
+    return verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "render")
+
+
+def test_verify_offline_refuses_a_trainer_that_lifts_proc_sys(tmp_path, monkeypatch):
+    """The node-path review: the sessions' uid 0 is the node's root and apptainer binds the trainer's /proc into them
+    (no PID namespace), so systempaths=unconfined would let an agent write kernel.core_pattern. The compose.yaml
+    before the fix (systempaths=unconfined in the trainer's security_opt) fails check_assets; the shipped one passes."""
+    text = (ROOT / "compose" / "compose.yaml").read_text()
+    assert _check_assets_with_compose(tmp_path / "now", monkeypatch, text).ok
+    old = text.replace(
+        "      - apparmor=unconfined\n", "      - apparmor=unconfined\n      - systempaths=unconfined\n", 1
+    )
+    assert old != text
+    check = _check_assets_with_compose(tmp_path / "old", monkeypatch, old)
+    assert not check.ok
+    assert any("systempaths=unconfined" in p and "kernel.core_pattern" in p for p in check.problems), check.problems
+
+
+def test_verify_offline_refuses_a_trainer_that_binds_its_tmp_into_the_sessions(tmp_path, monkeypatch):
+    """POLAR_APPTAINER_NO_MOUNT_TMP wherever POLAR_APPTAINER_NO_INSTANCE is: compose.yaml's trainer (the compose.yaml
+    without it fails), launch.sh and the Ray job (a plan that sets only the mode env fails)."""
+    from polarstack.offline import verify as verify_offline
+
+    text = (ROOT / "compose" / "compose.yaml").read_text()
+    line = '      POLAR_APPTAINER_NO_MOUNT_TMP: "1"\n'
+    assert line in text
+    check = _check_assets_with_compose(tmp_path / "compose", monkeypatch, text.replace(line, ""))
+    assert not check.ok
+    assert any(
+        p.startswith("the trainer's environment (compose.yaml) does not set POLAR_APPTAINER_NO_MOUNT_TMP=1")
+        for p in check.problems
+    ), check.problems
+    monkeypatch.undo()
+    monkeypatch.delenv("MODEL_DIR", raising=False)
+    monkeypatch.setattr("polarstack.train.plan.sandbox_mode_env", lambda: {"POLAR_APPTAINER_NO_INSTANCE": "1"})
+    check = verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "plan")
+    tmp_problems = [p for p in check.problems if "POLAR_APPTAINER_NO_MOUNT_TMP=1" in p]
+    assert not check.ok and len(tmp_problems) == 2, check.problems
+    assert (
+        tmp_problems[0].startswith("launch.sh") and "Ray job" in tmp_problems[1] and "hidden tests" in tmp_problems[0]
+    )
+
+
+def test_the_trainer_gets_no_hf_token(tmp_path, monkeypatch):
+    """The trainer reads the weights from the models volume and never asks the Hub, and every agent session inherits
+    its environment (no --cleanenv): HF_TOKEN reaches the engines and model-download only; check_assets refuses a
+    trainer that has it (the compose.yaml before the fix merged the engines' environment into the trainer's)."""
+    monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+    monkeypatch.delenv("MODEL_DIR", raising=False)
+    services = rendered("engine-direct", tmp_path / "r")["services"]
+    assert "HF_TOKEN" not in services["trainer"]["environment"]
+    assert "HF_TOKEN" in services["engine-0"]["environment"]  # passed through (the value is the caller's)
+    text = (ROOT / "compose" / "compose.yaml").read_text()
+    old = text.replace(
+        "    environment:\n      PROFILE_NAME:", "    environment:\n      <<: *hf-environment\n      PROFILE_NAME:", 1
+    )
+    assert old != text
+    check = _check_assets_with_compose(tmp_path / "old", monkeypatch, old)
+    assert not check.ok and any("HF_TOKEN" in p for p in check.problems), check.problems
