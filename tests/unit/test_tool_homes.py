@@ -89,3 +89,33 @@ def test_the_real_engine_keeps_flashinfers_cache_out_of_home(fresh_home):
 
     home, cache = fresh_home
     assert real_sglang.server_env()["FLASHINFER_WORKSPACE_BASE"] == str(cache / "flashinfer")
+
+
+def test_make_creates_the_venv_without_writing_into_home(tmp_path):
+    """`python3 -m venv` runs ensurepip's pip, which runs `rustc --version` too: in the cold CI run of 2026-12-03 the
+    rustup proxy on PATH left ~/.rustup in the empty HOME 3 s after start, from the Makefile's venv line. That line
+    (as `make -n` prints it, the real interpreter and the rustc stand-in above on PATH) leaves HOME empty."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    home, bin_dir, venv = tmp_path / "home", tmp_path / "bin", tmp_path / "venv"
+    home.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "rustc").write_text(RUSTC)
+    (bin_dir / "rustc").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in dict.fromkeys(n for n, _, _ in TOOL_HOMES)}
+    env.update(HOME=str(home), PATH=f"{bin_dir}:{env.get('PATH', '')}", POLARSTACK_CACHE=str(tmp_path / "cache"))
+    printed = subprocess.run(
+        ["make", "-n", "-B", "_venv", f"VENV={venv}", f"PYTHON={sys.executable}"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    creation = next(line for line in printed.splitlines() if " -m venv " in line)
+    subprocess.run(["bash", "-c", creation], cwd=repo, env=env, check=True, capture_output=True)
+    assert (venv / "bin" / "python").exists()
+    assert sorted(p.name for p in home.iterdir()) == [], creation
