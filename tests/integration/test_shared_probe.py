@@ -6,6 +6,7 @@ NODE_ADDRS that did not read the head's file, whose file did not come back, or t
 
 import hashlib
 import json
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -47,6 +48,9 @@ def head(ray_bin):
         yield gcs, ray_bin, temp
     finally:
         running.stop()
+        # Ray's sockets need a short path, hence /tmp itself (outside the run's own TMPDIR, which the end-of-run
+        # check watches): removed here, as the cold CI run of 2026-12-03 found it left behind.
+        shutil.rmtree(base, ignore_errors=True)
         assert not running.pids
 
 
