@@ -94,7 +94,7 @@ test: _venv ## the whole suite: tiers in parallel, then the real-engine tier (sk
 	  [ "$$second" = 0 ] || [ "$$second" = 5 ] || failed="$${failed:+$$failed and }the real-engine tier (exit $$second)"; \
 	  if [ -n "$$failed" ]; then echo "make test: FAILED: $$failed" >&2; exit 1; fi
 
-test-slow: _venv ## the slow tier: the verifier's starved-watchdog candidate (in a memory cgroup of its own) and right answers at load 8 (15-37 s measured here)
+test-slow: _venv ## the slow tier: the verifier's starved-watchdog candidate (in a memory cgroup of its own) and right answers at load 8 (12-37 s measured here)
 	@started=$$(date +%s); rc=0; $(VENV_PY) -m pytest -p no:xdist -m slow tests/sandbox $(PYTEST_ARGS) || rc=$$?; \
 	  echo "make test-slow: the slow tier took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
