@@ -59,7 +59,9 @@ def free_ports(count: int) -> list[int]:
 
 # How long a process the stack or a test starts may take to answer, on this machine now (issue 34 point 2): the base
 # (what a quiet machine needs, with a margin) times how overloaded the CPUs are, max(1, load / cores), with the load
-# the larger of the 1- and 5-minute averages and cores the CPUs this process may run on; at least the base, at most
+# the largest of the 1- and 5-minute averages and the tasks runnable now besides the reader (/proc/loadavg's fourth
+# field: the averages lag a load that began less than a minute ago), and cores the CPUs this process may run on; at
+# least the base, at most
 # STARTUP_CEILING_FACTOR times it (and at most `ceiling` when the caller's own deadline is shorter). A stand-in engine
 # that answers in about a second when quiet got 30 s and missed them at load 10 on 2 cores: it now gets 120 s there.
 STARTUP_CEILING_FACTOR = 4.0
@@ -72,13 +74,24 @@ def startup_seconds(
     the machine's (os.getloadavg, os.sched_getaffinity)."""
     if load is None:
         one, five, _fifteen = os.getloadavg()
-        load = max(one, five)
+        load = max(one, five, runnable_now())
     if cores is None:
         cores = len(os.sched_getaffinity(0)) or 1
     top = base * STARTUP_CEILING_FACTOR
     if ceiling is not None:
         top = min(top, ceiling)
     return max(base, min(base * max(1.0, load / cores), top))
+
+
+def runnable_now() -> float:
+    """Tasks runnable on this machine now, the reader excluded (the numerator of /proc/loadavg's fourth field); 0
+    where the file is missing or unreadable."""
+    try:
+        with open("/proc/loadavg") as file:
+            running = file.read().split()[3].split("/")[0]
+        return max(0.0, float(running) - 1)
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ import pytest
 from default_signals import default_signals
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
-from polarstack.processes import stop_pid
+from polarstack.processes import startup_seconds, stop_pid
 from polarstack.stack import local, profiles
 from polarstack.stack.local import start_time
 
@@ -50,6 +50,21 @@ def _cli(args: list[str], run_dir: Path, timeout: float = 60, **extra: str) -> s
 
 def _alive(pid: int, started: int | None) -> bool:
     return started is not None and start_time(pid) == started
+
+
+def _wait_until_recorded(state_path: Path, up: subprocess.Popen) -> None:
+    """Until `up` has recorded its first process, within the machine's start-up deadline (a fixed 30 s ran out at
+    load 14-19 on 2 cores before `up` had imported the package, and the test then blamed an `up` that had finished)."""
+    deadline = time.monotonic() + startup_seconds(UP_RECORDS_SECONDS)
+    while time.monotonic() < deadline and not _recorded(state_path) and up.poll() is None:
+        time.sleep(0.01)
+    assert _recorded(state_path), (
+        f"`up` recorded no process within {startup_seconds(UP_RECORDS_SECONDS):.0f} s (exit {up.poll()})"
+    )
+
+
+# What `up` needs to start Python, import the package and record its first engine on a quiet machine, with a margin.
+UP_RECORDS_SECONDS = 30.0
 
 
 def _recorded(path: Path) -> list[tuple[int, int | None]]:
@@ -190,9 +205,7 @@ def test_half_written_state_refuses_with_state_and_down_stops_the_orphan(tmp_pat
         preexec_fn=default_signals,  # the engines it starts get `down`'s SIGTERM at its default (not inherited ignored)
     )
     state_path = tmp_path / "state.json"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not _recorded(state_path):
-        time.sleep(0.01)
+    _wait_until_recorded(state_path, up)
     os.kill(up.pid, signal.SIGKILL)  # `make up` killed half-way: no cleanup runs
     up.wait(timeout=10)
     recorded = _recorded(state_path)
@@ -222,13 +235,11 @@ def test_up_terminated_half_way_stops_what_it_started(tmp_path, survivors):
         preexec_fn=default_signals,  # the SIGTERM sent below, at its default (not inherited as ignored)
     )
     state_path = tmp_path / "state.json"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not _recorded(state_path):
-        time.sleep(0.01)
+    _wait_until_recorded(state_path, up)
     recorded = _recorded(state_path)
     survivors.extend(recorded)
     up.send_signal(signal.SIGTERM)
-    _, err = up.communicate(timeout=30)
+    _, err = up.communicate(timeout=startup_seconds(30.0))
     assert recorded and up.returncode == 130, err
     assert not state_path.exists()
     assert not any(_alive(pid, started) for pid, started in recorded)
@@ -251,7 +262,7 @@ def test_second_ctrl_c_during_demo_teardown_orphans_nothing(tmp_path, survivors)
     def states() -> list[Path]:  # where this code keeps the demo's state, and where older code did (a temp dir)
         return [*run_dir.glob("demo/*/state.json"), *tmp.glob("polarstack-demo-*/*/state.json")]
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + startup_seconds(60.0)  # the machine's rule: longer on a loaded machine
     complete = False  # wait until the profile is up (its state has base_url): the smoke runs next
     recorded: list[tuple[int, int | None]] = []
     while time.monotonic() < deadline and not complete:
@@ -273,7 +284,7 @@ def test_second_ctrl_c_during_demo_teardown_orphans_nothing(tmp_path, survivors)
             break
         demo.send_signal(signal.SIGINT)
         time.sleep(0.02)
-    _, err = demo.communicate(timeout=60)
+    _, err = demo.communicate(timeout=startup_seconds(60.0))
     assert demo.returncode != 0, err
     down = _cli(["down"], run_dir)
     assert down.returncode == 0, down.stderr

@@ -113,3 +113,64 @@ def test_a_failed_shared_fixture_is_one_full_error_and_one_line_for_each_later_t
     pointers = [line for line in out.splitlines() if "a shared fixture failed to start, first in" in line]
     assert len(pointers) == 4, out  # each later test: one line
     assert all("test_needs_the_server[0]" in line for line in pointers), out
+
+
+def test_the_averages_lag_so_the_tasks_runnable_now_count_too(monkeypatch):
+    """A load that began seconds ago shows in /proc/loadavg's runnable count before the 1-minute average."""
+    monkeypatch.setattr(processes.os, "getloadavg", lambda: (0.2, 0.1, 0.1))
+    monkeypatch.setattr(processes.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(processes, "runnable_now", lambda: 6.0)
+    assert processes.startup_seconds(30.0) == 90.0
+    monkeypatch.setattr(processes, "runnable_now", lambda: 0.0)
+    assert processes.startup_seconds(30.0) == 30.0
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("0.50 0.40 0.30 9/321 4567\n", 8.0), ("0.00 0.00 0.00 1/80 12\n", 0.0), ("garbled\n", 0.0)],
+)
+def test_runnable_now_reads_the_fourth_field_without_the_reader(monkeypatch, tmp_path, text, expected):
+    fake = tmp_path / "loadavg"
+    fake.write_text(text)
+    real_open = open
+    monkeypatch.setattr(
+        processes,
+        "open",
+        lambda path, *a, **k: real_open(fake if path == "/proc/loadavg" else path, *a, **k),
+        raising=False,
+    )
+    assert processes.runnable_now() == expected
+
+
+def test_runnable_now_reads_this_machine():
+    assert processes.runnable_now() >= 0.0
+
+
+class _Item:
+    def __init__(self, marker, ini):
+        self._marker, self.config = marker, type("Config", (), {"getini": staticmethod(lambda name: ini)})()
+
+    def get_closest_marker(self, name):
+        return self._marker if name == "timeout" else None
+
+
+@pytest.mark.parametrize(
+    "marker, ini, expected",
+    [
+        (None, 300, 1200.0),  # pyproject's 300 s, four times at the ceiling
+        (pytest.mark.timeout(900).mark, 300, 3600.0),  # a tier's own marker is the base
+        (pytest.mark.timeout(timeout=50).mark, 300, 200.0),
+        (None, 0, None),  # no timeout configured: none added
+    ],
+)
+def test_pytests_per_test_timeout_follows_the_rule(monkeypatch, pytestconfig, marker, ini, expected):
+    conftest = _root_conftest(pytestconfig)
+    monkeypatch.setattr(conftest, "startup_seconds", lambda base, **kw: base * 4)
+    assert conftest.scaled_timeout(_Item(marker, ini)) == expected
+
+
+def test_this_test_runs_under_the_scaled_timeout(request):
+    """The hook in tests/conftest.py put the scaled timeout first among this test's markers, where pytest-timeout's
+    `_get_item_settings` (pytest-timeout 2.4.0) reads it."""
+    timeout = request.node.get_closest_marker("timeout").args[0]
+    assert 300.0 <= timeout <= 300.0 * processes.STARTUP_CEILING_FACTOR

@@ -46,7 +46,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
 from polarstack.polar import contract
 from polarstack.polar.contract import POLAR_REQUEST_FLAGS
-from polarstack.processes import child_env, free_port, stop_pid, wait_http
+from polarstack.processes import child_env, free_port, startup_seconds, stop_pid, wait_http
 from polarstack.routers import worker_api
 from polarstack.routers.harness import PACKAGES, RouterRelease, install, is_installed, version_tuple
 from polarstack.routers.harness import start as start_router
@@ -131,8 +131,15 @@ class Engines:
             http.post(f"{self.url}{tap.MODE}", json={"add_flags": on}).raise_for_status()
 
 
-def start_tap(upstream: str, timeout: float = 30.0) -> tuple[subprocess.Popen, str]:
-    """A recording relay on 127.0.0.1 in front of `upstream`; (process, url) once /health answers through it."""
+# What the relay needs to answer /health through itself on a quiet machine, with a margin: the base of the rule.
+TAP_START_SECONDS = 30.0
+
+
+def start_tap(upstream: str, timeout: float | None = None) -> tuple[subprocess.Popen, str]:
+    """A recording relay on 127.0.0.1 in front of `upstream`; (process, url) once /health answers through it (within
+    `timeout`, by default processes.startup_seconds(TAP_START_SECONDS): the machine's rule)."""
+    if timeout is None:
+        timeout = startup_seconds(TAP_START_SECONDS)
     port = free_port()
     cmd = [sys.executable, "-m", "polarstack.bench.tap", "--port", str(port), "--upstream", upstream]
     log_path = cache_dir() / "logs" / f"tap-{port}.log"  # a relay's own failure shows here, not only as a 502
@@ -300,7 +307,7 @@ def measure(release: RouterRelease, engines: Engines, latency_requests: int = 20
         row.update(installs=False, starts=None, note=exc.message)
         return row
     try:
-        router = start_router(release, [engines.url], timeout=30)
+        router = start_router(release, [engines.url])
     except StackError as exc:
         row.update(starts=False, note=exc.message)
         return row

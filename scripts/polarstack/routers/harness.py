@@ -21,7 +21,16 @@ import httpx
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
-from polarstack.processes import Served, announced_install, child_env, file_lock, free_port, stop_pid, wait_http
+from polarstack.processes import (
+    Served,
+    announced_install,
+    child_env,
+    file_lock,
+    free_port,
+    startup_seconds,
+    stop_pid,
+    wait_http,
+)
 
 # The catalog, re-exported: callers and tests import these names from polarstack.routers.harness too.
 from polarstack.routers.catalog import LAUNCH_MODULES, MEASURED, PACKAGES, RouterRelease, version_tuple  # noqa: F401
@@ -98,14 +107,17 @@ def start(
     port: int | None = None,
     prometheus_port: int | None = None,
     log_dir: Path | None = None,
-    timeout: float = 30.0,
+    timeout: float | None = None,
     extra_args: list[str] | None = None,
 ) -> RunningRouter:
     """Start `release` on 127.0.0.1 in front of `worker_urls`; returns once it answers /health.
 
     Ports this function chose itself (free_port) can be taken by another process between the choice and the router's
     bind (seen once in `make test`: sglang-router 0.1.9's metrics exporter, "Address already in use"); such a start is
-    retried on fresh ports, at most PORT_RACE_ATTEMPTS times. Ports the caller passed are never changed."""
+    retried on fresh ports, at most PORT_RACE_ATTEMPTS times. Ports the caller passed are never changed. `timeout`
+    None: processes.startup_seconds(ROUTER_START_SECONDS), the machine's rule (issue 34 point 2)."""
+    if timeout is None:
+        timeout = startup_seconds(ROUTER_START_SECONDS)
     for attempt in range(1, PORT_RACE_ATTEMPTS + 1):
         chosen = (port or free_port(), prometheus_port)
         if release.accepts_prometheus_port and prometheus_port is None:
@@ -124,6 +136,8 @@ def start(
 
 
 PORT_RACE_ATTEMPTS = 3
+# What a router needs to answer /health and list its models on a quiet machine, with a margin (the base of the rule).
+ROUTER_START_SECONDS = 30.0
 
 
 class _PortTaken(Exception):
