@@ -1,10 +1,17 @@
 """Run a command while this machine is kept loaded: `python scripts/tools/load.py N -- COMMAND...`.
 
 The load generator of issue 34's acceptance ("make test green three times in a row on a machine kept at load 8"):
-N processes that spin on the CPU, each in a session of its own (so each is a scheduling group of its own where the
-kernel's autogroup applies, as unrelated work on a node would be), started before COMMAND and stopped by their pids
-after it, whatever it exits with; a load average of about N (plus what COMMAND runs) follows within a minute. It
-prints the 1-minute load average every 60 s on stderr and exits with COMMAND's exit code (128 + N for a signal).
+N processes that spin on the CPU, started before COMMAND and stopped by their pids after it, whatever it exits with;
+a load average of about N (plus what COMMAND runs) follows within a minute. It prints the 1-minute load average every
+60 s on stderr and exits with COMMAND's exit code (128 + N for a signal).
+
+The spinners stay in this process's session, each in a process group of its own (a signal COMMAND's tests send to
+their own group never reaches them). The session matters: where the kernel's autogroup is on
+(/proc/sys/kernel/sched_autogroup_enabled, and the cpu cgroup is the root one), the CPU is shared between sessions
+first and between tasks of a session second. Spinners in sessions of their own (this tool before 2026-12-04) each
+took as much CPU as all of COMMAND: with 8 of them `make test` ran on about a ninth of the machine, not the share a
+load of 8 implies, and was at 5% after 19 minutes. In COMMAND's session every spinner and every task of COMMAND get
+one share each, which is what a load average of N means.
 """
 
 from __future__ import annotations
@@ -18,11 +25,11 @@ import threading
 
 
 def spinners(count: int) -> list[subprocess.Popen]:
-    """`count` spinning processes, each in a new session, at this process's priority."""
+    """`count` spinning processes in this session, each in a process group of its own, at this priority."""
     return [
         subprocess.Popen(
             [sys.executable, "-S", "-c", "while True: pass"],
-            start_new_session=True,
+            process_group=0,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

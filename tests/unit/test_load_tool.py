@@ -1,5 +1,5 @@
 """Pins scripts/tools/load.py, the load generator the repository names for issue 34's loaded runs: its spinners run
-while the command runs (each in a session of its own), are gone by their pids after it, and the command's exit code
+while the command runs (in its session, each in a process group of its own), are gone by their pids after it, and the command's exit code
 is its own."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 LOAD = Path(__file__).resolve().parents[2] / "scripts" / "tools" / "load.py"
 
-# The command: the spinners are this process's siblings, children of load.py (its parent), each a session leader.
+# The command: the spinners are this process's siblings, children of load.py (its parent), each a group leader.
 PROBE = r"""
 import json, os, sys
 parent = os.getppid()
@@ -24,8 +24,8 @@ for entry in os.listdir("/proc"):
             continue
         fields = stat[stat.rindex(")") + 2:].split()
         if int(fields[1]) == parent and fields[0] != "Z":
-            kids.append({"pid": int(entry), "session": int(fields[3])})
-print(json.dumps(kids))
+            kids.append({"pid": int(entry), "group": int(fields[2]), "session": int(fields[3])})
+print(json.dumps({"kids": kids, "session": os.getsid(0), "group": os.getpgid(0)}))
 sys.exit(int(sys.argv[1]))
 """
 
@@ -43,9 +43,11 @@ def test_spinners_run_beside_the_command_and_are_gone_after_it():
         [sys.executable, str(LOAD), "3", "--", sys.executable, "-c", PROBE, "7"], capture_output=True, text=True
     )
     assert proc.returncode == 7, proc.stderr  # the command's own exit code
-    spinners = json.loads(proc.stdout)
+    seen = json.loads(proc.stdout)
+    spinners = seen["kids"]
     assert len(spinners) == 3, spinners
-    assert all(s["pid"] == s["session"] for s in spinners), spinners  # each leads a session of its own
+    # in the command's session (one CPU share each under autogroup), each leading a process group of its own
+    assert all(s["session"] == seen["session"] and s["pid"] == s["group"] != seen["group"] for s in spinners), seen
     assert not any(_alive(s["pid"]) for s in spinners), spinners
 
 
