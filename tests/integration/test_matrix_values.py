@@ -79,7 +79,7 @@ def measure_behind(monkeypatch, engine_factory, rewrite) -> dict[str, Any]:
     first, spare = engine_factory(seed=0), engine_factory(seed=1)
     routers: list[FakeRouter] = []
 
-    def start(release, urls, timeout):
+    def start(release, urls, **options):
         routers.append(FakeRouter(urls[0], rewrite))
         return routers[-1]
 
