@@ -34,7 +34,9 @@ class SmokeOptions:
     strict: bool = False  # findings Polar does not enforce fail with INVARIANT
     allow_retokenized: bool = False  # pass when Polar trains only on ids its builder re-tokenizes
     polar_config: str | None = None  # the guarded Polar config's path (--polar-config), when the CLI was given one
-    tokenizer_name: str | None = None  # its builder tokenizer (None: no re-tokenization); from polar_config if given
+    # the builder tokenizer (None: no re-tokenization); from_args reads it from polar_config, else from the template
+    # this stack renders (checks.retokenize.configured_name)
+    tokenizer_name: str | None = None
 
     @classmethod
     def add_arguments(cls, parser: Any) -> None:
@@ -110,11 +112,12 @@ class SmokeOptions:
     def to_argv(self) -> list[str]:
         """These options as the smoke's flags (from_args of their parse gives them back). The counts and the
         timeout are always written, so the smoke that reads them (inside the trainer) applies no default of its
-        own; the tokenizer travels as the Polar config it was read from."""
-        if self.tokenizer_name is not None and self.polar_config is None:
+        own; the tokenizer travels as the Polar config it was read from (without one, the side that parses the
+        flags reads the template this stack renders, as from_args does)."""
+        if self.polar_config is None and self.tokenizer_name != retokenize.configured_name(None):
             raise ValueError(
-                "SmokeOptions.to_argv: tokenizer_name has no flag of its own; it is read from --polar-config, "
-                "so set polar_config to the file that names it"
+                f"SmokeOptions.to_argv: tokenizer_name {self.tokenizer_name!r} has no flag of its own; it is read "
+                "from --polar-config, so set polar_config to the file that names it"
             )
         argv = [
             "--requests",
