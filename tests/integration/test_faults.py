@@ -13,6 +13,7 @@ import pytest
 
 from conftest import FAULT_EXIT_CODES
 from polarstack.checks.smoke import run_smoke
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.pins import pin
@@ -30,7 +31,9 @@ def test_engine_killed_during_a_smoke(engine_factory):
     engine = engine_factory()
     engine.fault("delay", seconds=3)
     result = {}
-    thread = threading.Thread(target=lambda: result.update(report=run_smoke(engine.url, timeout=8)))
+    thread = threading.Thread(
+        target=lambda: result.update(report=run_smoke(SmokeTarget(engine.url), SmokeOptions(timeout=8)))
+    )
     started = time.monotonic()
     thread.start()
     time.sleep(1.0)
@@ -47,19 +50,19 @@ def test_router_killed(engine, router_factory):
     router = router_factory(PATCHED, [engine.url])
     os.kill(router.pid, signal.SIGKILL)
     router.process.wait(timeout=5)
-    report = run_smoke(router.url, timeout=5)
+    report = run_smoke(SmokeTarget(router.url), SmokeOptions(timeout=5))
     assert report.code == ExitCode.UNREACHABLE and "nothing accepts connections" in report.message
     assert gone(router.pid)
 
 
 def test_router_restarted_between_two_smokes(engine, router_factory):
     first = router_factory(PATCHED, [engine.url])
-    assert run_smoke(first.url).ok
+    assert run_smoke(SmokeTarget(first.url), SmokeOptions()).ok
     port = first.port
     first.stop(timeout=2.0)
     assert gone(first.pid)
     second = router_factory(PATCHED, [engine.url], port=port)
-    report = run_smoke(second.url)
+    report = run_smoke(SmokeTarget(second.url), SmokeOptions())
     assert report.ok, report.message
 
 
@@ -67,7 +70,7 @@ def test_engine_slower_than_the_timeout_does_not_hang(engine_factory):
     engine = engine_factory()
     engine.fault("delay", seconds=5)
     started = time.monotonic()
-    report = run_smoke(engine.url, timeout=1.0, requests=1, turns=0)
+    report = run_smoke(SmokeTarget(engine.url), SmokeOptions(timeout=1.0, requests=1, turns=0))
     assert report.code == ExitCode.UNREACHABLE and "did not answer within 1 s" in report.message
     assert time.monotonic() - started < 4
 

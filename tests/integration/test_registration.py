@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from polarstack.checks.smoke import run_smoke
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.pins import pin
 
 pytestmark = pytest.mark.router
@@ -20,7 +21,7 @@ def test_temporary_registration_leaves_the_router_as_found(engine_factory, route
     first, second = engine_factory(seed=0), engine_factory(seed=1)
     router = router_factory(PATCHED, [])
     assert listed(router.url) == []
-    report = run_smoke(router.url, register=[first.url, second.url])
+    report = run_smoke(SmokeTarget(router.url, register=[first.url, second.url]), SmokeOptions())
     assert report.ok, report.message
     assert report.trainable_tokens > 0
     assert listed(router.url) == []  # slime can now register both without a 409
@@ -33,7 +34,7 @@ def test_workers_registered_by_others_stay(engine_factory, router_factory):
     first, second = engine_factory(seed=0), engine_factory(seed=1)
     router = router_factory(PATCHED, [])
     assert httpx.post(f"{router.url}/workers", json={"url": first.url, "worker_type": "regular"}).status_code == 202
-    report = run_smoke(router.url, register=[first.url, second.url])
+    report = run_smoke(SmokeTarget(router.url, register=[first.url, second.url]), SmokeOptions())
     assert report.ok, report.message
     assert listed(router.url) == [first.url]
 

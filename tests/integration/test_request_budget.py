@@ -12,6 +12,7 @@ import yaml
 
 from polarstack.checks import budget, tool_exchange
 from polarstack.checks.smoke import run_smoke
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.cli.main import main
 from polarstack.engine.emulator import tokenizer_manager as context_check
 from polarstack.engine.emulator.engine import CONTEXT_LENGTH
@@ -21,6 +22,7 @@ from polarstack.paths import train_defaults
 from polarstack.stack import profiles
 from polarstack.train.plan import build_plan, load_defaults
 
+ONE = SmokeOptions(requests=1, turns=0)  # one plain request, then the tool requests
 pytestmark = pytest.mark.emulator
 
 
@@ -97,7 +99,7 @@ def test_the_plan_refuses_a_budget_whose_last_request_the_engine_would_refuse(ca
 
 def test_smoke_passes_with_the_cap_and_sends_the_agents_first_turn_shape(engine):
     engine.clear()
-    report = run_smoke(engine.url, requests=1, turns=0)
+    report = run_smoke(SmokeTarget(engine.url), ONE)
     assert report.ok, report.message
     pad, max_tokens = budget.harness_request_shape()
     assert report.tool_check["max_tokens"] == max_tokens and report.tool_check["prompt_padding_tokens"] == pad
@@ -109,7 +111,7 @@ def test_smoke_passes_with_the_cap_and_sends_the_agents_first_turn_shape(engine)
 def test_smoke_fails_in_one_sentence_naming_the_setting_when_the_agents_requests_exceed_the_context(
     engine, uncapped_defaults
 ):
-    report = run_smoke(engine.url, requests=1, turns=0)
+    report = run_smoke(SmokeTarget(engine.url), ONE)
     assert report.code == ExitCode.USAGE, report.message
     assert "context.agent_max_output_tokens" in report.message and budget.AGENT_OUTPUT_ENV in report.message
     assert "max_tokens 32000" in report.message and report.message.count(". ") == 0
@@ -119,7 +121,7 @@ def test_smoke_fails_in_one_sentence_naming_the_setting_when_the_agents_requests
 
 def test_the_padding_can_be_switched_off(engine, monkeypatch):
     monkeypatch.setenv(tool_exchange.PAD_ENV, "0")
-    report = run_smoke(engine.url, requests=1, turns=0)
+    report = run_smoke(SmokeTarget(engine.url), ONE)
     assert report.ok, report.message
     assert report.tool_check["prompt_padding_tokens"] == 0
 
@@ -127,9 +129,9 @@ def test_the_padding_can_be_switched_off(engine, monkeypatch):
 def test_the_gate_sends_the_plans_own_cap(engine, capsys):
     """make train's gate and the in-job gate pass the rendered agent.env: the tool request asks that cap, and a
     plan without one (the CLI's 32000) fails the smoke in one sentence naming the setting."""
-    capped = run_smoke(engine.url, requests=1, turns=0, agent_env={budget.AGENT_OUTPUT_ENV: "2048"})
+    capped = run_smoke(SmokeTarget(engine.url, agent_env={budget.AGENT_OUTPUT_ENV: "2048"}), ONE)
     assert capped.ok and capped.tool_check["max_tokens"] == 2048, capped.message
-    uncapped = run_smoke(engine.url, requests=1, turns=0, agent_env={})
+    uncapped = run_smoke(SmokeTarget(engine.url, agent_env={}), ONE)
     assert uncapped.code == ExitCode.USAGE and "max_tokens 32000" in uncapped.message
 
 

@@ -5,6 +5,7 @@ naming the risk and the drift measured on its own requests against an engine tha
 router that dropped Polar's request fields."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -43,7 +44,9 @@ def test_retokenized_only_is_refused_with_the_risk_and_measured_drift(engine_fac
     from polarstack.checks import smoke
 
     real = smoke.run_smoke
-    monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: real(*a, **{**kw, "engine_urls": [keeping.url]}))
+    monkeypatch.setattr(
+        smoke, "run_smoke", lambda target, options: real(replace(target, engine_urls=[keeping.url]), options)
+    )
     # The smoke's tool request as sglang dumps it ("strict": false), so Polar can rebuild its prompt too; without it
     # the tool exchange is not re-tokenizable (tests/integration/test_tool_calls.py pins that case).
     from polarstack.engine import agent_turn

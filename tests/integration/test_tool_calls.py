@@ -18,6 +18,7 @@ import pytest
 from conftest import START_SECONDS
 from polarstack.checks import budget, tool_exchange
 from polarstack.checks.smoke import run_smoke
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.cli.main import main
 from polarstack.engine import tool_parser
 from polarstack.errors import ExitCode
@@ -158,7 +159,7 @@ def tool_requests(url: str) -> list[dict]:
 
 def test_tool_exchange_carries_polars_flags_and_its_tokens_count(engines):
     httpx.delete(f"{engines[0]}/_emulator/requests")
-    report = run_smoke(engines[0], requests=1, turns=0)
+    report = run_smoke(SmokeTarget(engines[0]), SmokeOptions(requests=1, turns=0))
     assert report.ok, report.message
     short, long = tool_requests(engines[0])
     pad, max_tokens = budget.harness_request_shape()

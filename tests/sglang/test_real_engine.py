@@ -15,6 +15,7 @@ import pytest
 
 from polarstack.checks import budget, tool_exchange
 from polarstack.checks.smoke import run_smoke
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.engine import agent_turn, tool_parser
 from polarstack.errors import ExitCode
 from polarstack.pins import pin, repo_root
@@ -40,8 +41,9 @@ REFUSES_TOOL_REQUEST = {"sglang-router==0.1.5": "untagged enum ToolChoice"}
 RECORD = json.loads((repo_root() / "configs" / "upstream" / "real-sglang-cpu.json").read_text())
 
 
-def smoke(url: str, fields: dict | None, **kwargs):
-    return run_smoke(url, route="base", timeout=TIMEOUT, tool_fields=fields, **kwargs)
+def smoke(url: str, fields: dict | None, tool_unscripted: str | None = None, **options):
+    target = SmokeTarget(url, route="base", tool_fields=fields, tool_unscripted=tool_unscripted)
+    return run_smoke(target, SmokeOptions(timeout=TIMEOUT, **options))
 
 
 def test_smoke_direct_passes_with_parsed_tool_calls(real_engine, scripted_tool_fields):

@@ -27,6 +27,7 @@ import httpx
 from polarstack.checks import measure
 from polarstack.checks.measure import machine
 from polarstack.checks.smoke import run_smoke
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.polar import contract, diagnostics
 from polarstack.routers.harness import start as start_router
 from polarstack.stack import local, profiles
@@ -194,7 +195,7 @@ def run_bench(
                 reps_out = []
                 for rep in range(reps):
                     progress(f"bench: {name} repetition {rep + 1}/{reps}")
-                    smoke = run_smoke(state.base_url, route=profile.route)
+                    smoke = run_smoke(SmokeTarget(state.base_url, route=profile.route), SmokeOptions())
                     row = {
                         "smoke_seconds": smoke.elapsed,
                         "smoke_verdict": "pass" if smoke.ok else smoke.code.name,

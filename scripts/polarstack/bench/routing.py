@@ -27,6 +27,7 @@ import httpx
 from polarstack.bench import workload
 from polarstack.checks.measure import machine
 from polarstack.checks.smoke import run_smoke
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.processes import stop_pid
 from polarstack.routers.harness import RouterRelease
 from polarstack.routers.harness import start as start_router
@@ -164,7 +165,7 @@ def run(
                 try:
                     m = measure(engines, lambda _s, url=router.url: url, load, model, mode.session_header)
                     if mode.args == tuple(profile.router_args) and mode.session_header is None:
-                        smoke = run_smoke(router.url, route=profile.route)
+                        smoke = run_smoke(SmokeTarget(router.url, route=profile.route), SmokeOptions())
                         row["smoke"] = "pass" if smoke.ok else smoke.code.name
                 finally:
                     router.stop(timeout=5.0)

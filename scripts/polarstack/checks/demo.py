@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol
 
 from polarstack.checks import rehearsal_report
 from polarstack.checks.smoke import run_smoke
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.errors import ExitCode, StackError
 from polarstack.polar.contract import POLAR_REQUEST_FLAGS
 from polarstack.routers.harness import install
@@ -126,14 +127,11 @@ def run_profile(
         stack = runtime.up(profile)
         row["up_seconds"] = round(time.perf_counter() - started, 3)
         # the real engine on a shared 2-core CPU answers a 16-token request in 0.1-7 s (measured): more headroom
-        timeout = real_sglang.SMOKE_TIMEOUT if engine == "sglang" else 10.0
-        report = run_smoke(
-            stack.base_url,
-            route=profile.route,
-            tool_fields=stack.tool_fields,
-            tool_unscripted=stack.tool_unscripted,
-            timeout=timeout,
+        options = SmokeOptions(timeout=real_sglang.SMOKE_TIMEOUT) if engine == "sglang" else SmokeOptions()
+        target = SmokeTarget(
+            stack.base_url, route=profile.route, tool_fields=stack.tool_fields, tool_unscripted=stack.tool_unscripted
         )
+        report = run_smoke(target, options)
         row.update(
             verdict="pass" if report.ok else report.code.name,
             trainable_tokens=report.trainable_tokens,

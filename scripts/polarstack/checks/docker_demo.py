@@ -20,13 +20,13 @@ import os
 import subprocess
 import threading
 import time
-from types import SimpleNamespace
 from typing import Any, Callable
 
 import httpx
 
 from polarstack.checks import docker_smoke
 from polarstack.checks.demo import _as_expected
+from polarstack.checks.smoke_inputs import SmokeOptions
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import shielded
 from polarstack.stack import bases, compose, device, docker_state, dockerd, profiles, real_sglang
@@ -68,19 +68,8 @@ def _compose(profile, args: list[str], progress: Callable[[str], None]) -> None:
         )
 
 
-def _smoke_args() -> SimpleNamespace:
-    """The arguments `make smoke` passes by default (cli.main's smoke parser), for docker_smoke.trainer_command."""
-    return SimpleNamespace(
-        requests=2,
-        turns=2,
-        timeout=real_sglang.SMOKE_TIMEOUT,
-        max_tokens=16,
-        model=None,
-        route=None,
-        strict=False,
-        allow_retokenized=False,
-        polar_config=None,
-    )
+# The options `make smoke` runs with by default against the real CPU engines (cli.main: the target's timeout).
+SMOKE_OPTIONS = SmokeOptions(timeout=real_sglang.SMOKE_TIMEOUT)
 
 
 def flush_caches(profile) -> None:
@@ -123,7 +112,7 @@ def run_profile(
         )
         docker_state.write(profile, extra=device.tool_record(release), demo=owner)
         row["up_seconds"] = round(time.perf_counter() - started, 3)
-        report = docker_smoke.run_in_trainer(_smoke_args(), profile)
+        report = docker_smoke.run_in_trainer(SMOKE_OPTIONS, profile)
         row.update(
             verdict="pass" if report["verdict"] == "pass" else report["code"],
             trainable_tokens=report.get("trainable_tokens", 0),

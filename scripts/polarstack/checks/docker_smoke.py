@@ -18,10 +18,12 @@ import json
 import os
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from polarstack import paths
+from polarstack.checks.smoke_inputs import SmokeOptions
 from polarstack.errors import ExitCode, StackError
 from polarstack.polar import opinion as polar_opinion
 from polarstack.stack import compose, device, docker_state, real_sglang
@@ -29,36 +31,15 @@ from polarstack.stack import compose, device, docker_state, real_sglang
 TRAINER_SMOKE_DIR = "smoke"  # under .run/train (mounted at train.TRAINER_RUN_DIR): the --polar-config handed over
 
 
-def trainer_command(args, profile_name: str) -> list[str]:
-    """The `polarstack smoke` command line run inside the trainer: the same arguments, the profile made explicit."""
-    cmd = [
-        "polarstack",
-        "smoke",
-        "--in-trainer",
-        "--json",
-        "--runtime",
-        "docker",
-        "--profile",
-        profile_name,
-        "--requests",
-        str(args.requests),
-        "--turns",
-        str(args.turns),
-        "--timeout",
-        repr(float(args.timeout)),
-        "--max-tokens",
-        str(args.max_tokens),
-    ]
-    if args.model:
-        cmd += ["--model", args.model]
-    if args.route:
-        cmd += ["--route", args.route]
-    if args.strict:
-        cmd.append("--strict")
-    if args.allow_retokenized:
-        cmd.append("--allow-retokenized")
-    if args.polar_config:
-        cmd += ["--polar-config", _hand_over(args.polar_config)]
+def trainer_command(options: SmokeOptions, profile_name: str, route: str | None = None) -> list[str]:
+    """The `polarstack smoke` command line run inside the trainer: the same options (SmokeOptions.to_argv, the Polar
+    config handed over), the profile made explicit, `route` the caller's --route (None: the profile's)."""
+    cmd = ["polarstack", "smoke", "--in-trainer", "--json", "--runtime", "docker", "--profile", profile_name]
+    if route:
+        cmd += ["--route", route]
+    if options.polar_config:
+        options = replace(options, polar_config=_hand_over(options.polar_config))
+    cmd += options.to_argv()
     record = docker_state.read() or {}
     if record.get("tool_fields"):  # DEVICE=cpu: real engines, the scripted tool answer `make up` recorded
         target = paths.train_run_dir() / TRAINER_SMOKE_DIR / "tool_fields.json"
@@ -70,20 +51,21 @@ def trainer_command(args, profile_name: str) -> list[str]:
     return cmd
 
 
-def real_engine_options(args) -> dict[str, Any]:
+def real_engine_options(in_trainer: bool, tool_fields: str | None, tool_unscripted: str | None) -> dict[str, Any]:
     """DEVICE=cpu: the smoke's options for real engines (the scripted tool answer and the real engine's timeout),
-    from the record of `make up` on the host, or from what the host handed over inside the trainer; {} elsewhere."""
-    if args.in_trainer:
-        if not args.tool_fields:
+    from the record of `make up` on the host, or inside the trainer (`in_trainer`) from what the host handed over
+    (--tool-fields, the path of the script's JSON file, and --tool-unscripted); {} elsewhere."""
+    if in_trainer:
+        if not tool_fields:
             return {}
         try:
-            fields = json.loads(Path(args.tool_fields).read_text())
+            fields = json.loads(Path(tool_fields).read_text())
         except (OSError, ValueError):
             raise StackError(
-                f"--tool-fields {args.tool_fields} is not a readable JSON file; rerun `make smoke` on the host.",
+                f"--tool-fields {tool_fields} is not a readable JSON file; rerun `make smoke` on the host.",
                 ExitCode.USAGE,
             ) from None
-        return {"tool_fields": fields, "tool_unscripted": args.tool_unscripted, "timeout": real_sglang.SMOKE_TIMEOUT}
+        return {"tool_fields": fields, "tool_unscripted": tool_unscripted, "timeout": real_sglang.SMOKE_TIMEOUT}
     record = docker_state.read() or {}
     if not record.get("tool_fields"):
         return {}
@@ -105,10 +87,12 @@ def _hand_over(path: str) -> str:
     return f"{paths.TRAINER_RUN_DIR}/{TRAINER_SMOKE_DIR}/polar_config.yaml"
 
 
-def run_in_trainer(args, profile) -> dict[str, Any]:
-    """Run the smoke inside `profile`'s trainer; its report (a dict), or a StackError with the trainer's code."""
+def run_in_trainer(options: SmokeOptions, profile, route: str | None = None) -> dict[str, Any]:
+    """Run the smoke inside `profile`'s trainer (trainer_command); its report (a dict), or a StackError with the
+    trainer's code."""
 
-    proc = compose.run_compose(profile, ["exec", "-T", "trainer", *trainer_command(args, profile.name)], capture=True)
+    command = trainer_command(options, profile.name, route)
+    proc = compose.run_compose(profile, ["exec", "-T", "trainer", *command], capture=True)
     report = None
     try:
         report = json.loads(proc.stdout) if proc.stdout.strip() else None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from polarstack.checks.route import Resolution
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import error_message, request
 from polarstack.polar import diagnostics
@@ -68,29 +69,24 @@ class Exchange:
 
 @dataclass
 class SmokeReport:
-    resolution: Resolution
-    model: str
+    """The smoke's results; the inputs it ran with are `target` and `options`, held apart and never changed."""
+
+    target: SmokeTarget  # what was checked (the site)
+    options: SmokeOptions  # how the check ran
+    resolution: Resolution  # the route as resolved: the targets the requests went to
+    model: str  # the model the requests carried (options.model, or the one discovered)
     exchanges: list[Exchange] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     code: ExitCode = ExitCode.OK
     message: str = ""
     fields_missing: list[str] = field(default_factory=list)
     elapsed: float = 0.0
-    strict: bool = False  # findings Polar does not enforce fail with INVARIANT
-    allow_retokenized: bool = False
-    tokenizer_name: str | None = None  # the builder tokenizer of the guarded Polar config (None: no re-tokenization)
-    tokenizer: Any = None
-    engine_urls: list[str] = field(default_factory=list)  # engine-direct URLs for the drift measurement
+    tokenizer: Any = None  # options.tokenizer_name, loaded (retokenize.load)
     findings: list[dict[str, str]] = field(default_factory=list)
     polar_verdict: str = ""
     drift: dict[str, Any] | None = None
     tool_check: dict[str, Any] | None = None  # tool_exchange.exchange_tools' summary (issue 10 point 4)
     failures: list[dict[str, Any]] = field(default_factory=list)  # every failure found, most fundamental first
-    agent_env: dict[str, str] | None = None  # the plan's agent.env: its output cap sets the tool request's max_tokens
-    # fields added to the tool request only: the real engine's scripted tool answer (local.LocalState.tool_fields)
-    tool_fields: dict[str, Any] | None = None
-    # why tool_fields cannot reach the engine (local.LocalState.tool_unscripted): the tool outcome is then not judged
-    tool_unscripted: str | None = None
     # on a cluster (NODES>1): one row per engine of every node and one per node (checks.per_engine); None elsewhere
     per_engine: list[dict[str, Any]] | None = None
     per_node: list[dict[str, Any]] | None = None
@@ -113,10 +109,10 @@ class SmokeReport:
             "trainable_tokens": self.trainable_tokens,
             "polar_verdict": self.polar_verdict,
             "polar_trainable_tokens": self.trainable_tokens,
-            "strict": self.strict,
+            "strict": self.options.strict,
             "retokenization": {
-                "tokenizer_name_or_path": self.tokenizer_name,
-                "allowed": self.allow_retokenized,
+                "tokenizer_name_or_path": self.options.tokenizer_name,
+                "allowed": self.options.allow_retokenized,
                 "drift": self.drift,
             },
             "findings": self.findings,

@@ -1,6 +1,6 @@
 """The smoke's go/no-go: Polar's count on the recorded exchanges decides, the most fundamental failure wins.
 
-Pure: reads a SmokeReport's exchanges (smoke.Exchange) and sets its code, message, warnings, findings and
+Pure: reads a SmokeReport's exchanges (exchange.Exchange) and sets its code, message, warnings, findings and
 fields_missing; the only I/O is the drift measurement the caller passes in (smoke._measure_drift), called only when
 Polar would train on re-tokenized ids. Exit codes and sentences: docs/polar-verdict.md.
 """
@@ -71,13 +71,14 @@ def judge(report: Any, measure_drift: Callable[[Any], None]) -> None:
             if measured.get("sampled_tokens") is not None
             else "drift not measured: no engine-direct URL answered with token ids"
         )
-        if not report.allow_retokenized:
+        if not report.options.allow_retokenized:
             fail(
                 report,
                 ExitCode.RETOKENIZED,
-                f"Polar would train only on ids its builder re-tokenizes from text with {report.tokenizer_name!r}, "
-                f"because the path to {where} drops the token ids; {retokenize.RISK} ({drift}); use a profile that "
-                "keeps the ids, or pass --allow-retokenized to accept the risk.",
+                "Polar would train only on ids its builder re-tokenizes from text with "
+                f"{report.options.tokenizer_name!r}, because the path to {where} drops the token ids; "
+                f"{retokenize.RISK} ({drift}); use a profile that keeps the ids, or pass --allow-retokenized to "
+                "accept the risk.",
             )
             return
         report.warnings.append(
@@ -92,7 +93,7 @@ def judge(report: Any, measure_drift: Callable[[Any], None]) -> None:
             f"{fatal[0]['path']}); no batch holding such an id is trained on, so fix the engine or the path first.",
         )
         return
-    if report.strict and report.findings:
+    if report.options.strict and report.findings:
         first = report.findings[0]
         fail(
             report,
@@ -129,7 +130,7 @@ def _judge_zero(report: Any, zero: list[tuple[Any, dict[str, Any]]]) -> None:
         # (tool requests: sglang renders its own dump of the tools, see docs/tool-calls.md).
         kinds = sorted({e.kind for e, _ in zero})
         rebuilt = (
-            f" (Polar's re-tokenization with {report.tokenizer_name!r} cannot rebuild the {'/'.join(kinds)} "
+            f" (Polar's re-tokenization with {report.options.tokenizer_name!r} cannot rebuild the {'/'.join(kinds)} "
             f"request(s) either: {zero[0][1]['polar_reason']})"
             if report.tokenizer is not None
             else ""

@@ -18,6 +18,7 @@ from polarstack.checks.exchange import SmokeReport, exchange
 from polarstack.checks.judge import fail, judge
 from polarstack.checks.route import Resolution, discover_model
 from polarstack.checks.route import v1_url as _v1
+from polarstack.checks.smoke_inputs import SmokeTarget
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client
 from polarstack.polar import contract
@@ -30,13 +31,8 @@ def _no_drift(_report: SmokeReport) -> None:
 
 
 def _check_engine(report: SmokeReport, http, url: str, max_tokens: int) -> SmokeReport:
-    one = SmokeReport(
-        Resolution("base", url, [url]),
-        report.model,
-        strict=report.strict,
-        allow_retokenized=report.allow_retokenized,
-        tokenizer_name=report.tokenizer_name,
-    )
+    # the path's options (the verdict's strictness and re-tokenization rule), this engine as the whole target
+    one = SmokeReport(SmokeTarget(url), report.options, Resolution("base", url, [url]), report.model)
     one.tokenizer = report.tokenizer
     try:
         if not one.model:
@@ -51,12 +47,14 @@ def _check_engine(report: SmokeReport, http, url: str, max_tokens: int) -> Smoke
     return one
 
 
-def check_nodes(report: SmokeReport, nodes: list[dict[str, Any]], timeout: float, max_tokens: int) -> None:
-    """One request to every engine of `nodes` (rank order; each {"rank", "addr", "engine_urls"}, NodeLayout's
-    shape); the rows go to report.per_engine and report.per_node, and the first engine without a passing answer
-    fails a report that had passed."""
+def check_nodes(report: SmokeReport) -> None:
+    """One request to every engine of the target's `nodes` (rank order; each {"rank", "addr", "engine_urls"},
+    NodeLayout's shape), with the smoke's timeout and max_tokens; the rows go to report.per_engine and
+    report.per_node, and the first engine without a passing answer fails a report that had passed."""
+    nodes = report.target.nodes or []
+    max_tokens = report.options.max_tokens
     rows: list[dict[str, Any]] = []
-    with client(timeout) as http:
+    with client(report.options.timeout) as http:
         for node in nodes:
             for url in node["engine_urls"]:
                 one = _check_engine(report, http, url.rstrip("/"), max_tokens)

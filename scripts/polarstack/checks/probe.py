@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from polarstack.checks import measure
-from polarstack.checks.smoke import WORKING_PROFILES, _root, _v1, discover_model
+from polarstack.checks.judge import WORKING_PROFILES
+from polarstack.checks.route import discover_model
+from polarstack.checks.route import root_url as _root
+from polarstack.checks.route import v1_url as _v1
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, error_message, request
 from polarstack.polar import diagnostics

@@ -20,20 +20,12 @@ import time
 from typing import Any
 
 from polarstack.checks import per_engine, retokenize, tool_exchange
-from polarstack.checks.exchange import Exchange, SmokeReport, exchange  # noqa: F401 (re-exported)
-from polarstack.checks.judge import (  # noqa: F401 - WORKING_PROFILES re-exported for probe
-    WORKING_PROFILES,
-    judge,
-    judge_with_tool_failure,
-)
+from polarstack.checks.exchange import SmokeReport, exchange
 from polarstack.checks.judge import fail as _fail
-from polarstack.checks.route import (
-    Resolution,
-    discover_model,
-    resolve,  # noqa: F401 - re-exported
-)
-from polarstack.checks.route import root_url as _root  # noqa: F401 - re-exported for probe
+from polarstack.checks.judge import judge, judge_with_tool_failure
+from polarstack.checks.route import Resolution, discover_model, resolve
 from polarstack.checks.route import v1_url as _v1
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.errors import ExitCode, StackError
 from polarstack.http import client, request
 from polarstack.polar import contract, diagnostics
@@ -53,55 +45,29 @@ FOLLOW_UPS = (
 )
 
 
-def run_smoke(
-    base_url: str,
-    *,
-    model: str | None = None,
-    requests: int = 2,
-    turns: int = 2,
-    timeout: float = 10.0,
-    route: str = "base",
-    max_tokens: int = 16,
-    register: list[str] | None = None,
-    strict: bool = False,
-    allow_retokenized: bool = False,
-    tokenizer_name: str | None = None,
-    engine_urls: list[str] | None = None,
-    agent_env: dict[str, str] | None = None,
-    tool_fields: dict[str, Any] | None = None,
-    tool_unscripted: str | None = None,
-    nodes: list[dict[str, Any]] | None = None,
-) -> SmokeReport:
-    """`nodes`: on a cluster (NODES>1), every node's engines ({"rank", "addr", "engine_urls"}): after the path's
-    requests, each engine of each node gets one of its own (checks.per_engine), reported per engine and per node."""
-    verdict_options = {
-        "strict": strict,
-        "allow_retokenized": allow_retokenized,
-        "tokenizer_name": tokenizer_name,
-        "engine_urls": engine_urls or list(register or []),
-        "agent_env": agent_env,
-        "tool_fields": tool_fields,
-        "tool_unscripted": tool_unscripted,
-        "nodes": nodes,
-    }
-    if register:
-        try:
-            with worker_api.registered(base_url.rstrip("/"), register, timeout):
-                return run_smoke(
-                    base_url,
-                    model=model,
-                    requests=requests,
-                    turns=turns,
-                    timeout=timeout,
-                    route=route,
-                    max_tokens=max_tokens,
-                    **verdict_options,
-                )
-        except StackError as exc:
-            report = SmokeReport(Resolution(route, base_url.rstrip("/"), [base_url.rstrip("/")]), model or "")
-            return _fail(report, exc.code, exc.message)
-    """Send `requests` single-turn requests and one `turns`-turn session; never raises StackError for the
-    path's failures (they become the report's code and message), only for bad arguments."""
+def run_smoke(target: SmokeTarget, options: SmokeOptions) -> SmokeReport:
+    """Check `target` as `options` say: with `target.register`, inside a temporary registration of those engines
+    (a router that cannot register them fails the report, UNREACHABLE or as worker_api says)."""
+    if not target.register:
+        return _check(target, options)
+    base_url = target.base_url.rstrip("/")
+    try:
+        with worker_api.registered(base_url, target.register, options.timeout):
+            return _check(target, options)
+    except StackError as exc:
+        # The check did not run: as before the inputs were an object, the report names the model asked for and
+        # states the verdict's options (strict, re-tokenization) at their defaults.
+        untried = SmokeOptions(model=options.model, timeout=options.timeout)
+        report = SmokeReport(target, untried, Resolution(target.route, base_url, [base_url]), options.model or "")
+        return _fail(report, exc.code, exc.message)
+
+
+def _check(target: SmokeTarget, options: SmokeOptions) -> SmokeReport:
+    """Send `options.requests` single-turn requests and one `options.turns`-turn session; never raises StackError
+    for the path's failures (they become the report's code and message), only for bad options. `target.nodes`: on
+    a cluster (NODES>1), after the path's requests, each engine of each node gets one of its own
+    (checks.per_engine), reported per engine and per node."""
+    requests, turns, timeout = options.requests, options.turns, options.timeout
     if requests < 0 or turns < 0 or requests + turns == 0:
         raise StackError("--requests and --turns must be >= 0 and not both 0.", ExitCode.USAGE)
     if timeout <= 0:
@@ -109,24 +75,14 @@ def run_smoke(
     started = time.perf_counter()
     tool_failure: StackError | None = None
     with client(timeout) as http:
-        resolution = Resolution("base", base_url.rstrip("/"), [base_url.rstrip("/")])
-        report = SmokeReport(
-            resolution,
-            model or "",
-            strict=strict,
-            allow_retokenized=allow_retokenized,
-            tokenizer_name=tokenizer_name,
-            engine_urls=list(verdict_options["engine_urls"]),
-            agent_env=agent_env,
-            tool_fields=tool_fields,
-            tool_unscripted=tool_unscripted,
-        )
+        base_url = target.base_url.rstrip("/")
+        report = SmokeReport(target, options, Resolution("base", base_url, [base_url]), options.model or "")
         try:
-            if tokenizer_name:
-                report.tokenizer = retokenize.load(tokenizer_name)
-            report.resolution = resolution = resolve(base_url, route, http, requests + turns)
-            report.model = model or discover_model(http, resolution.targets[0])
-            _exchange_all(report, http, requests, turns, max_tokens)
+            if options.tokenizer_name:
+                report.tokenizer = retokenize.load(options.tokenizer_name)
+            report.resolution = resolve(target.base_url, target.route, http, requests + turns)
+            report.model = options.model or discover_model(http, report.resolution.targets[0])
+            _exchange_all(report, http, requests, turns, options.max_tokens)
             # issue 10 point 4: one Polar-shaped request carrying a tool schema per target, judged like the others
             try:
                 tool_exchange.exchange_tools(report, http)
@@ -139,9 +95,9 @@ def run_smoke(
         judge_with_tool_failure(report, tool_failure, lambda r: judge(r, _measure_drift))
     if report.code == ExitCode.OK:  # issue 10 point 4: tool schemas must come back as parsed tool_calls
         tool_exchange.judge_tool_calls(report)
-    if nodes:  # issue 28 point 4: every engine of every node, from this node
+    if target.nodes:  # issue 28 point 4: every engine of every node, from this node
         started = time.perf_counter()
-        per_engine.check_nodes(report, nodes, timeout, max_tokens)
+        per_engine.check_nodes(report)
         report.elapsed += time.perf_counter() - started
     return report
 
@@ -183,15 +139,16 @@ def _exchange_all(report: SmokeReport, http, requests: int, turns: int, max_toke
 def _measure_drift(report: SmokeReport) -> None:
     """Send the smoke's own requests straight to an engine that keeps the ids and compare them with the ids
     re-tokenized from the same answer's text (retokenize.drift)."""
-    if report.tokenizer is None or not report.engine_urls:
+    engine_urls = report.target.drift_engines
+    if report.tokenizer is None or not engine_urls:
         return
-    totals = {"responses": 0, "sampled_tokens": 0, "differing_positions": 0, "engine_urls": report.engine_urls}
+    totals = {"responses": 0, "sampled_tokens": 0, "differing_positions": 0, "engine_urls": engine_urls}
     with client(30.0) as http:
         for index, entry in enumerate(report.exchanges):
             body = entry.request
             if body is None:
                 continue
-            url = _v1(report.engine_urls[index % len(report.engine_urls)], "chat/completions")
+            url = _v1(engine_urls[index % len(engine_urls)], "chat/completions")
             try:
                 reply = request(http, "POST", url, body)
                 parsed = json.loads(reply.body) if 200 <= reply.status < 300 else None

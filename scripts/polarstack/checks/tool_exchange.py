@@ -107,7 +107,7 @@ def smoke_knobs() -> dict[str, str]:
 
 
 TOOL_PROMPT = agent_turn.TASK
-# Outcomes of one tool exchange (smoke.Exchange.tool_outcome).
+# Outcomes of one tool exchange (exchange.Exchange.tool_outcome).
 PARSED, RAW_TEXT, CUT, PROSE = "parsed", "raw_tool_call_text", "cut_at_max_tokens", "prose_without_call"
 
 
@@ -239,26 +239,28 @@ def _prompt_tokens(parsed: Any) -> int | None:
 def exchange_tools(report: Any, http: Any) -> None:
     """Send the tool requests to every distinct target of the resolution: the unpadded one, then (unless
     POLARSTACK_SMOKE_TOOL_PAD=0) the agent-length one; each is recorded as a smoke exchange of kind "tools" (a
-    smoke.Exchange with its tool_outcome, `padded` and the engine's prompt_tokens) and judged by Polar's pipeline
-    like the others (smoke.exchange: orjson parse, decide(), findings); its trainable tokens count in the report.
+    exchange.Exchange with its tool_outcome, `padded` and the engine's prompt_tokens) and judged by Polar's pipeline
+    like the others (exchange.exchange: orjson parse, decide(), findings); its trainable tokens count in the report.
     The tool-call outcomes are judged later (judge_tool_calls), only if the token verdict passed, so a path dropping
     Polar's fields on tool requests fails as it would for any request (exit 3/4/7). Each request's deadline is
     smoke_deadline's rule for its own token count (the client's deadline restored afterwards).
 
-    `report.tool_unscripted` (the local real engine behind a router that would drop the answer's script, unless the
-    resolution bypasses that router): the requests still go, so what the router does with them (a refusal, the
-    dropped fields) is reported, but capped at UNSCRIPTED_MAX_TOKENS, since the unscripted random model never
-    calls the tool and would run to max_tokens; their outcomes are not judged and the summary says why."""
-    unscripted = report.tool_unscripted if report.tool_unscripted and not report.resolution.bypassed else None
+    `report.target.tool_unscripted` (the local real engine behind a router that would drop the answer's script,
+    unless the resolution bypasses that router): the requests still go, so what the router does with them (a
+    refusal, the dropped fields) is reported, but capped at UNSCRIPTED_MAX_TOKENS, since the unscripted random
+    model never calls the tool and would run to max_tokens; their outcomes are not judged and the summary says
+    why."""
+    unscripted = report.target.tool_unscripted
+    unscripted = unscripted if unscripted and not report.resolution.bypassed else None
     pad = os.environ.get(PAD_ENV, "1").strip() != "0"
     harness_tokens = budget.harness_request_shape()[0]
     # the plan's own agent.env when the gate passes it (make train, the in-job gate), else the defaults'
-    planned = getattr(report, "agent_env", None)
+    planned = report.target.agent_env
     max_tokens = None if planned is None or os.environ.get(MAX_TOKENS_ENV) else budget.env_max_tokens(planned)
     bodies = []
     for padded in (False, True) if pad else (False,):
         body = tool_request(report.model, max_tokens=max_tokens, padded=padded, warnings=report.warnings)
-        body = {**body, **(report.tool_fields or {})}  # tool_fields: a scripted real engine (stack.local)
+        body = {**body, **(report.target.tool_fields or {})}  # tool_fields: a scripted real engine (stack.local)
         if unscripted:
             body["max_tokens"] = UNSCRIPTED_MAX_TOKENS
         bodies.append((padded, body))

@@ -15,10 +15,12 @@ import contextlib
 import os
 import sys
 import traceback
+from dataclasses import replace
 from typing import Callable
 
 from polarstack import __version__
-from polarstack.checks import docker_smoke, probe, retokenize, smoke
+from polarstack.checks import docker_smoke, probe, smoke
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.cli import bench as cli_bench
 from polarstack.cli import cluster as cli_cluster
 from polarstack.cli import docker as cli_docker
@@ -36,7 +38,7 @@ from polarstack.cli.render import (
 )
 from polarstack.engine import tool_parser
 from polarstack.errors import ExitCode, StackError
-from polarstack.inputs import MAX_REQUESTS, MAX_TOKENS, MAX_TURNS, count, seconds, url
+from polarstack.inputs import count, seconds, url
 from polarstack.offline import verify as verify_offline
 from polarstack.paths import TRAINER_RUN_DIR, tool_homes
 from polarstack.polar import switch as polar_switch
@@ -131,26 +133,7 @@ def _add_smoke(sub) -> None:
         type=url,
         help="Polar's inference base URL (router or engine); default: the profile that is up locally",
     )
-    p.add_argument("--model", default=None, help="model name to send (default: first id of GET /v1/models)")
-    p.add_argument(
-        "--requests",
-        type=count(0, MAX_REQUESTS),
-        default=2,
-        help=f"single-turn requests (default 2, at most {MAX_REQUESTS})",
-    )
-    p.add_argument(
-        "--turns",
-        type=count(0, MAX_TURNS),
-        default=2,
-        help=f"turns of the multi-turn session (default 2; 0 skips it; at most {MAX_TURNS})",
-    )
-    p.add_argument(
-        "--timeout",
-        type=seconds,
-        default=None,
-        help="seconds per request, in total (default 10; 60 against a local stack of real CPU engines)",
-    )
-    p.add_argument("--max-tokens", type=count(1, MAX_TOKENS), default=16, help="max_tokens per request (default 16)")
+    SmokeOptions.add_arguments(p)  # the check's own flags: --model ... --polar-config, defaults written there
     p.add_argument(
         "--route",
         choices=("base", "polar"),
@@ -174,25 +157,6 @@ def _add_smoke(sub) -> None:
         "or auto (local when a profile is up locally, else docker)",
     )
     p.add_argument(
-        "--strict",
-        action="store_true",
-        help="fail (exit 4) on findings Polar does not enforce: usage mismatch, positive logprobs, coerced "
-        "id types, aligned-prefix training, extra choices",
-    )
-    p.add_argument(
-        "--allow-retokenized",
-        action="store_true",
-        help="pass when Polar would train only on ids its builder re-tokenizes from text (exit 15 otherwise)",
-    )
-    p.add_argument(
-        "--polar-config",
-        default=None,
-        metavar="PATH",
-        help="the Polar config the smoke guards (slime's --custom-config-path, e.g. a rendered "
-        "polar_config.yaml): its builder tokenizer decides whether Polar re-tokenizes; default: the "
-        "template this stack renders (no tokenizer)",
-    )
-    p.add_argument(
         "--in-trainer",
         action="store_true",
         help="run by `make smoke` inside the trainer container (docker runtime): check --profile's ports "
@@ -205,9 +169,7 @@ def _add_smoke(sub) -> None:
 
 
 def _cmd_smoke(args: argparse.Namespace) -> int:
-    tokenizer_name = retokenize.configured_name(
-        retokenize.read_config(args.polar_config) if args.polar_config else None
-    )
+    options = SmokeOptions.from_args(args)  # first: an unreadable --polar-config is the first thing said
     if args.in_trainer and (args.base_url is not None or args.profile is None):
         raise StackError(
             "--in-trainer takes --profile and no --base-url (`make smoke` passes them); run `make smoke` "
@@ -217,33 +179,16 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     target = stack_target.resolve_target(
         args.runtime, args.profile, args.base_url, route=args.route, verb="smoke", in_trainer=args.in_trainer
     )
-    local_options = local.smoke_options(target)  # a local stack of real engines: its script, its longer timeout
+    site = local.smoke_options(target)  # a local stack of real engines: its script, its longer timeout
     if target.runtime == "docker":  # DEVICE=cpu's real engines: the script `make up` recorded, or the one handed over
-        local_options = docker_smoke.real_engine_options(args) or local_options
-    if args.timeout is None:  # the default depends on what answers (docker_smoke passes it on as a number)
-        args.timeout = local_options.get("timeout", 10.0)
+        site = docker_smoke.real_engine_options(args.in_trainer, args.tool_fields, args.tool_unscripted) or site
+    if args.timeout is None and "timeout" in site:  # without --timeout, what answers decides (to_argv passes it on)
+        options = replace(options, timeout=site["timeout"])
     if target.runtime == "docker":
         if not args.in_trainer:  # on the host (the record is checked): run this smoke inside the trainer
-            return _smoke_via_trainer(args, target.loaded)
+            return _smoke_via_trainer(args, options, target.loaded)
         docker_smoke.check_inside_trainer(target.loaded)
-
-    report = smoke.run_smoke(
-        target.base_url,
-        model=args.model,
-        requests=args.requests,
-        turns=args.turns,
-        timeout=args.timeout,
-        route=target.route or "base",
-        max_tokens=args.max_tokens,
-        register=target.register,
-        strict=args.strict,
-        allow_retokenized=args.allow_retokenized,
-        tokenizer_name=tokenizer_name,
-        engine_urls=target.engine_urls,
-        tool_fields=local_options.get("tool_fields"),
-        tool_unscripted=local_options.get("tool_unscripted"),
-        nodes=target.nodes,
-    )
+    report = smoke.run_smoke(_smoke_target(target, site), options)
     if args.json:
         print_json(report.as_dict())
     else:
@@ -253,8 +198,21 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     return 0
 
 
-def _smoke_via_trainer(args: argparse.Namespace, profile) -> int:
-    result = docker_smoke.run_in_trainer(args, profile)
+def _smoke_target(target: stack_target.Target, site: dict) -> SmokeTarget:
+    """What the smoke checks: the resolved target, with the real engines' scripted tool answer where there is one."""
+    return SmokeTarget(
+        target.base_url,
+        route=target.route or "base",
+        register=target.register,
+        engine_urls=target.engine_urls,
+        nodes=target.nodes,
+        tool_fields=site.get("tool_fields"),
+        tool_unscripted=site.get("tool_unscripted"),
+    )
+
+
+def _smoke_via_trainer(args: argparse.Namespace, options: SmokeOptions, profile) -> int:
+    result = docker_smoke.run_in_trainer(options, profile, route=args.route)
     if args.json:
         print_json(result)
     else:

@@ -48,6 +48,7 @@ from typing import Any
 
 from polarstack.checks import smoke, tool_exchange
 from polarstack.checks.retokenize import configured_name
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.errors import ExitCode
 from polarstack.reward.verifier.verdict import is_refusal
 from polarstack.stack import verifier_knobs
@@ -351,15 +352,18 @@ def first_rollout_check(args: Any) -> None:
 
     # The job's own Polar config decides whether Polar's builder re-tokenizes (polarstack.checks.retokenize).
     tokenizer_name = configured_name({"polar_task_template": getattr(args, "polar_task_template", None)})
-    report = smoke.run_smoke(
+    target = SmokeTarget(
         base_url,
         route=getattr(args, "polar_gate_route", "base") or "base",
+        agent_env=_agent_env(args),  # the agent's per-request max_tokens as the job renders it (issue 18 point 2)
+    )
+    options = SmokeOptions(
         model=getattr(args, "polar_served_model_name", None),
         timeout=tool_exchange.smoke_deadline(),  # the host gate's rule; the knobs reach the job's env (plan.py)
         tokenizer_name=tokenizer_name,
         allow_retokenized=bool(getattr(args, "polar_gate_allow_retokenized", False)),
-        agent_env=_agent_env(args),  # the agent's per-request max_tokens as the job renders it (issue 18 point 2)
     )
+    report = smoke.run_smoke(target, options)
     if not report.ok and report.code == ExitCode.UNREACHABLE:
         # No answer within the deadline, or the connection lost: not a defect of the path, so not a gate stop (no
         # abort file): the job fails as a crash, and `make train`'s supervisor restarts it by its rules.

@@ -22,6 +22,7 @@ import httpx
 
 from polarstack.checks import sandbox_probe, shape_probe, smoke, tool_exchange
 from polarstack.checks.retokenize import configured_name
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import train_run_dir
 from polarstack.processes import interrupt_on
@@ -118,18 +119,22 @@ def _gate(request: TrainRequest, target, plan, profile) -> None:
     import yaml
 
     polar_values = yaml.safe_load(plan.files["polar_config.yaml"])
-    options = dict(local.smoke_options(target))  # a local stack of real engines: its scripted tool answer and timeout
-    options["timeout"] = tool_exchange.smoke_deadline(options.get("timeout"))  # the rule the in-job check uses too
-    report = smoke.run_smoke(
+    site = local.smoke_options(target)  # a local stack of real engines: its scripted tool answer and timeout
+    checked = SmokeTarget(
         target.base_url,
-        **options,
         route=target.route or profile.route,
-        model=target.served_model(),
         register=target.register,
+        agent_env=(polar_values["polar_task_template"].get("agent") or {}).get("env") or {},
+        tool_fields=site.get("tool_fields"),
+        tool_unscripted=site.get("tool_unscripted"),
+    )
+    options = SmokeOptions(
+        model=target.served_model(),
+        timeout=tool_exchange.smoke_deadline(site.get("timeout")),  # the rule the in-job check uses too
         tokenizer_name=configured_name(polar_values),
         allow_retokenized=bool(polar_values.get("polar_gate_allow_retokenized")),
-        agent_env=(polar_values["polar_task_template"].get("agent") or {}).get("env") or {},
     )
+    report = smoke.run_smoke(checked, options)
     if not report.ok:
         raise StackError(f"refusing to launch {request.task} on {target.profile}: {report.message}", ExitCode.GATE)
     print(f"gate passed: {report.message}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""Pins the smoke's exchange record (smoke.Exchange): its row in the JSON report's `requests` has the keys in the
+"""Pins the smoke's exchange record (exchange.Exchange): its row in the JSON report's `requests` has the keys in the
 order the report has always had (kind, turn, url, status, elapsed_ms, bytes, then verdict, polar, installed_polar
 and the tool outcome only once known), never the smoke's own prompt ids or request body; rows read by key as the
 JSON does; the report's trainable tokens are the sum of Polar's counts."""
@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from polarstack.checks import smoke
+from polarstack.checks.exchange import Exchange, SmokeReport
+from polarstack.checks.route import Resolution
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 
 pytestmark = pytest.mark.unit
 
 
-def entry(**known) -> smoke.Exchange:
-    return smoke.Exchange(
+def entry(**known) -> Exchange:
+    return Exchange(
         kind="single", turn=1, url="http://e.invalid/v1/chat/completions", status=200, elapsed_ms=1.5, bytes=10, **known
     )
 
@@ -66,7 +68,8 @@ def test_rows_read_by_key_like_the_json_report():
 
 
 def test_report_rows_and_trainable_tokens():
-    report = smoke.SmokeReport(smoke.Resolution("base", "http://e.invalid", ["http://e.invalid"]), "m")
+    url = "http://e.invalid"
+    report = SmokeReport(SmokeTarget(url), SmokeOptions(), Resolution("base", url, [url]), "m")
     report.exchanges = [entry(polar={"polar_trainable_tokens": 2}), entry(polar={"polar_trainable_tokens": 5}), entry()]
     data = report.as_dict()
     assert data["requests"] == [e.as_dict() for e in report.exchanges]

@@ -11,7 +11,9 @@ import json
 import pytest
 
 from polarstack.checks import judge as smoke_judge
-from polarstack.checks import smoke
+from polarstack.checks.exchange import Exchange, SmokeReport
+from polarstack.checks.route import Resolution
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.errors import ExitCode
 from polarstack.polar import contract, diagnostics
 from polarstack.polar import model as polar_model
@@ -42,24 +44,24 @@ def answer(output=((-0.5, 10, "a"), (-0.25, 11, "b")), prompt=(1, 2, 3), ids=Tru
     }
 
 
-def exchange(body: dict, url: str = URL, kind: str = "single", **known) -> smoke.Exchange:
+def exchange(body: dict, url: str = URL, kind: str = "single", **known) -> Exchange:
     raw = json.dumps(body).encode()
-    entry = smoke.Exchange(kind=kind, turn=1, url=url, status=200, elapsed_ms=1.0, bytes=len(raw), **known)
+    entry = Exchange(kind=kind, turn=1, url=url, status=200, elapsed_ms=1.0, bytes=len(raw), **known)
     entry.verdict = diagnostics.diagnose(json.loads(raw)).as_dict()
     entry.polar = polar_model.decide(raw, REQUEST).as_dict()
     return entry
 
 
-def judged(*exchanges: smoke.Exchange, bypassed: bool = False, **options) -> tuple[smoke.SmokeReport, list]:
-    resolution = smoke.Resolution(
+def judged(*exchanges: Exchange, bypassed: bool = False, **options) -> tuple[SmokeReport, list]:
+    resolution = Resolution(
         "polar" if bypassed else "base",
         URL,
         sorted({e.url for e in exchanges}),
         bypassed=bypassed,
         note="the router is bypassed" if bypassed else "",
     )
-    report = smoke.SmokeReport(resolution, "m", exchanges=list(exchanges), **options)
-    drift_calls: list[smoke.SmokeReport] = []
+    report = SmokeReport(SmokeTarget(URL), SmokeOptions(**options), resolution, "m", exchanges=list(exchanges))
+    drift_calls: list[SmokeReport] = []
     smoke_judge.judge(report, drift_calls.append)
     return report, drift_calls
 
@@ -104,15 +106,16 @@ def test_a_disagreement_with_the_installed_polar_is_internal():
     assert "2 trainable tokens vs Polar's 0, which ended at trace" in report.message
 
 
-def retokenized_exchange() -> smoke.Exchange:
+def retokenized_exchange() -> Exchange:
     entry = exchange(answer())
     entry.polar["polar_verdict"] = polar_model.RETOKENIZED
     return entry
 
 
 def test_retokenized_answers_are_refused_after_measuring_drift():
-    resolution = smoke.Resolution("base", URL, [URL])
-    report = smoke.SmokeReport(resolution, "m", exchanges=[retokenized_exchange()], tokenizer_name="tok")
+    resolution = Resolution("base", URL, [URL])
+    options = SmokeOptions(tokenizer_name="tok")
+    report = SmokeReport(SmokeTarget(URL), options, resolution, "m", exchanges=[retokenized_exchange()])
 
     def measure(r):
         r.drift = {"sampled_tokens": 10, "differing_positions": 3}
@@ -148,6 +151,6 @@ def test_other_findings_warn_and_block_only_with_strict():
 
 
 def test_fail_sets_code_and_message():
-    report = smoke.SmokeReport(smoke.Resolution("base", URL, [URL]), "m")
+    report = SmokeReport(SmokeTarget(URL), SmokeOptions(), Resolution("base", URL, [URL]), "m")
     assert smoke_judge.fail(report, ExitCode.HTTP_ERROR, "no") is report
     assert (report.code, report.message) == (ExitCode.HTTP_ERROR, "no")

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from polarstack.checks import per_engine, smoke
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.errors import ExitCode
 from smoke_answers import PROSE_MESSAGE, TOOL_ANSWER, answer
 
@@ -57,7 +58,7 @@ def serve(monkeypatch, broken: dict[str, str] | None = None) -> list[str]:
 
 def test_every_engine_of_every_node_is_counted(monkeypatch):
     sent = serve(monkeypatch)
-    report = smoke.run_smoke(ROUTER, requests=1, turns=0, nodes=NODES)
+    report = smoke.run_smoke(SmokeTarget(ROUTER, nodes=NODES), SmokeOptions(requests=1, turns=0))
     assert report.ok, report.message
     engines = [url for node in NODES for url in node["engine_urls"]]
     assert sent[-4:] == engines  # one request of its own to each engine, after the path's, rank order
@@ -77,7 +78,7 @@ def test_every_engine_of_every_node_is_counted(monkeypatch):
 
 def test_an_engine_without_token_fields_fails_naming_its_node(monkeypatch):
     serve(monkeypatch, {"http://198.18.7.2:30010": "bare"})
-    report = smoke.run_smoke(ROUTER, requests=1, turns=0, nodes=NODES)
+    report = smoke.run_smoke(SmokeTarget(ROUTER, nodes=NODES), SmokeOptions(requests=1, turns=0))
     assert report.code == ExitCode.TOKENS_MISSING
     assert report.message.startswith("node 1 (198.18.7.2), engine http://198.18.7.2:30010: zero trainable tokens")
     node1 = report.per_node[1]
@@ -86,7 +87,7 @@ def test_an_engine_without_token_fields_fails_naming_its_node(monkeypatch):
 
 def test_an_unreachable_engine_fails_naming_its_node(monkeypatch):
     serve(monkeypatch, {"http://198.18.7.2:30000": "down"})
-    report = smoke.run_smoke(ROUTER, requests=1, turns=0, nodes=NODES)
+    report = smoke.run_smoke(SmokeTarget(ROUTER, nodes=NODES), SmokeOptions(requests=1, turns=0))
     assert report.code == ExitCode.UNREACHABLE
     assert report.message.startswith("node 1 (198.18.7.2), engine http://198.18.7.2:30000:")
     row = next(r for r in report.per_engine if r["url"] == "http://198.18.7.2:30000")
@@ -95,13 +96,13 @@ def test_an_unreachable_engine_fails_naming_its_node(monkeypatch):
 
 def test_a_failing_path_keeps_its_own_code_and_still_lists_every_engine(monkeypatch):
     serve(monkeypatch, {ROUTER: "bare"})
-    report = smoke.run_smoke(ROUTER, requests=1, turns=0, nodes=NODES)
+    report = smoke.run_smoke(SmokeTarget(ROUTER, nodes=NODES), SmokeOptions(requests=1, turns=0))
     assert report.code == ExitCode.TOKENS_MISSING and report.message.startswith("zero trainable tokens")
     assert [r["verdict"] for r in report.per_engine] == ["pass"] * 4  # the engines keep the ids: the path drops them
 
 
 def test_one_node_reports_no_per_engine_rows(monkeypatch):
     sent = serve(monkeypatch)
-    report = smoke.run_smoke(ROUTER, requests=1, turns=0)
+    report = smoke.run_smoke(SmokeTarget(ROUTER), SmokeOptions(requests=1, turns=0))
     assert report.ok and set(sent) == {ROUTER}
     assert "per_engine" not in report.as_dict() and "per_node" not in report.as_dict()

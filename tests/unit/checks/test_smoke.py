@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from polarstack.checks import smoke
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.errors import ExitCode
 from smoke_answers import PROSE_MESSAGE, TOOL_ANSWER, answer
 
@@ -37,7 +38,7 @@ def serve(monkeypatch, body: bytes):
 
 def smoke_on(monkeypatch, body: bytes | dict, **options) -> smoke.SmokeReport:
     serve(monkeypatch, body if isinstance(body, bytes) else json.dumps(body).encode())
-    return smoke.run_smoke(URL, requests=1, turns=0, **options)
+    return smoke.run_smoke(SmokeTarget(URL), SmokeOptions(requests=1, turns=0, **options))
 
 
 def per_answer(report) -> int:

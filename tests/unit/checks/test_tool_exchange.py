@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 from polarstack.checks import budget, smoke, tool_exchange
+from polarstack.checks.exchange import SmokeReport
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.engine import agent_turn
 from polarstack.errors import ExitCode, StackError
 
@@ -85,8 +87,9 @@ def serve(
     return seen
 
 
-def run(**options) -> smoke.SmokeReport:
-    return smoke.run_smoke(URL, requests=1, turns=0, **options)
+def run(**target) -> SmokeReport:
+    """One plain request and the tool requests to URL; `target`: SmokeTarget's fields (the real engine's script)."""
+    return smoke.run_smoke(SmokeTarget(URL, **target), SmokeOptions(requests=1, turns=0))
 
 
 def tool_entries(report) -> list[dict]:
@@ -196,7 +199,7 @@ def test_tool_answer_polars_orjson_rejects_is_malformed(monkeypatch):
 def test_every_target_of_polars_worker_bypass_gets_a_tool_request(monkeypatch):
     workers = ["http://w1.invalid", "http://w2.invalid", "http://w3.invalid"]
     seen = serve(monkeypatch, PARSED, workers=workers)
-    report = smoke.run_smoke(URL, requests=2, turns=0, route="polar")
+    report = smoke.run_smoke(SmokeTarget(URL, route="polar"), SmokeOptions(requests=2, turns=0))
     assert report.ok, report.message
     assert sorted(u for u, b in seen if b.get("tools")) == sorted(2 * [f"{w}/v1/chat/completions" for w in workers])
     assert len(tool_entries(report)) == 6 and report.tool_check["tool_calls"] == 6
@@ -220,7 +223,7 @@ def test_one_target_without_the_parser_fails_the_smoke(monkeypatch):
         return httpx.Response(200, json=answer())
 
     monkeypatch.setattr(smoke, "client", lambda timeout: httpx.Client(transport=httpx.MockTransport(handler)))
-    report = smoke.run_smoke(URL, requests=2, turns=0, route="polar")
+    report = smoke.run_smoke(SmokeTarget(URL, route="polar"), SmokeOptions(requests=2, turns=0))
     assert report.code == ExitCode.TOOL_CALLS and "w2.invalid" in report.message
     assert sorted(seen) == ["w1.invalid", "w1.invalid", "w2.invalid", "w2.invalid"]
 
@@ -281,7 +284,9 @@ def test_the_script_goes_along_when_polar_bypasses_the_router(monkeypatch):
     it at its full max_tokens and the outcome is judged."""
     workers = ["http://w1.invalid", "http://w2.invalid"]
     seen = serve(monkeypatch, PARSED, workers=workers)
-    report = smoke.run_smoke(URL, requests=2, turns=0, route="polar", tool_fields=SCRIPT, tool_unscripted=SKIP)
+    report = smoke.run_smoke(
+        SmokeTarget(URL, route="polar", tool_fields=SCRIPT, tool_unscripted=SKIP), SmokeOptions(requests=2, turns=0)
+    )
     assert report.ok, report.message
     tool_bodies = [(u, b) for u, b in seen if b.get("tools")]
     assert sorted(u for u, _ in tool_bodies) == sorted(2 * [f"{w}/v1/chat/completions" for w in workers])
@@ -424,7 +429,7 @@ def test_the_deadline_follows_the_requests_token_count(monkeypatch):
     monkeypatch.setattr(
         smoke, "client", lambda timeout: httpx.Client(timeout=timeout, transport=httpx.MockTransport(handler))
     )
-    report = smoke.run_smoke(URL, requests=1, turns=0, timeout=30.0)
+    report = smoke.run_smoke(SmokeTarget(URL), SmokeOptions(requests=1, turns=0, timeout=30.0))
     assert report.ok, report.message
     short, long = (tool_exchange.tool_request("m", padded=p) for p in (False, True))
     expected = {

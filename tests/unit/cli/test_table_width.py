@@ -22,6 +22,7 @@ from rich.console import Console
 from polarstack.bench import matrix
 from polarstack.checks import rehearsal_report, smoke
 from polarstack.checks.probe import ProbeReport
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.cli import render
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
@@ -104,7 +105,7 @@ def dropped() -> dict:
 @pytest.mark.parametrize("body", [answer(), dropped()], ids=["passes", "fields dropped"])
 def test_the_smoke_table(monkeypatch, drawn, body):
     serve(monkeypatch, body)
-    report = smoke.run_smoke(URL, requests=2, turns=2)
+    report = smoke.run_smoke(SmokeTarget(URL), SmokeOptions())
     render.render_smoke(report)
     problems = [f["message"] for e in report.exchanges for f in e.get("verdict", {}).get("problems", [])]
     assert bool(problems) == (body != answer())  # said below the table, each once, whole

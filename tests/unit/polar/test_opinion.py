@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from polarstack.checks import smoke
+from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.errors import ExitCode
 from polarstack.polar import opinion as polar_opinion
 from smoke_answers import TOOL_ANSWER
@@ -117,7 +118,7 @@ def smoke_on(monkeypatch, body: bytes):
         return httpx.Response(200, content=body, headers={"content-type": "application/json"})
 
     monkeypatch.setattr(smoke, "client", lambda timeout: httpx.Client(transport=httpx.MockTransport(handler)))
-    return smoke.run_smoke("http://engine.invalid", requests=1, turns=0)
+    return smoke.run_smoke(SmokeTarget("http://engine.invalid"), SmokeOptions(requests=1, turns=0))
 
 
 def test_without_polar_installed_there_is_no_second_opinion(monkeypatch):

@@ -112,6 +112,7 @@ def test_smoke_without_profile_runs_inside_the_trainer_of_the_profile_that_is_up
 
 def test_the_in_trainer_command_line_is_one_the_cli_accepts_with_every_option():
     from polarstack.checks.docker_smoke import trainer_command
+    from polarstack.checks.smoke_inputs import SmokeOptions
     from polarstack.cli.main import build_parser
 
     host = build_parser().parse_args(
@@ -133,7 +134,7 @@ def test_the_in_trainer_command_line_is_one_the_cli_accepts_with_every_option():
             "--allow-retokenized",
         ]
     )
-    command = trainer_command(host, "stock-router")
+    command = trainer_command(SmokeOptions.from_args(host), "stock-router", route=host.route)
     assert command[:2] == ["polarstack", "smoke"]
     inner = build_parser().parse_args(command[1:])
     assert inner.in_trainer and inner.json and inner.profile == "stock-router"
@@ -173,8 +174,8 @@ def test_smoke_inside_the_trainer_refuses_without_polar(node, monkeypatch, capsy
 def test_smoke_inside_the_trainer_checks_the_rendered_profile(node, monkeypatch, capsys):
     seen = {}
 
-    def fake_smoke(base_url, **kwargs):
-        seen.update(base_url=base_url, **kwargs)
+    def fake_smoke(target, options):
+        seen.update(base_url=target.base_url, register=target.register)
         raise SystemExit(0)
 
     monkeypatch.setattr("polarstack.polar.opinion.available", lambda: True)

@@ -8,6 +8,7 @@ a first-rollout check that got no answer (UNREACHABLE) is a crash, which the sup
 any other smoke failure is a GateAbort with its sentence in the abort file, never restarted."""
 
 import json
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import pytest
@@ -68,8 +69,8 @@ def test_one_deadline_rule(monkeypatch):
 def _capture(monkeypatch, code=ExitCode.OK, message="ok"):
     seen = {}
 
-    def fake(base_url, **kwargs):
-        seen.update(kwargs)
+    def fake(target, options):
+        seen.update(asdict(options))
         return SimpleNamespace(ok=code == ExitCode.OK, code=code, message=message)
 
     monkeypatch.setattr(smoke, "run_smoke", fake)
