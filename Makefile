@@ -108,8 +108,8 @@ test-docker: _venv ## the docker tier: faults of the Docker runtime, make demo R
 	  echo "make test-docker: the docker tier took $$(( $$(date +%s) - started )) s (exit $$rc)" >&2; exit $$rc
 
 lint: _venv ## ruff (check and format) and the package's import layers (import-linter); no network needed
-	@$(VENV)/bin/ruff check scripts tests
-	@$(VENV)/bin/ruff format --check scripts tests
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/ruff format --check .
 	@$(VENV)/bin/lint-imports
 
 demo: _venv _runtime ## every profile up in turn, smoke, a table; exit 0 only if all behave as expected (ENGINE=sglang: real engine; RUNTIME=docker: real engines in containers)

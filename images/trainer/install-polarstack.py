@@ -24,7 +24,9 @@ missing = []
 for requirement in requirements:
     name = re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0]
     try:
-        print(f"install-polarstack: {name} {importlib.metadata.version(name)} kept from the base ({requirement} pinned)")
+        print(
+            f"install-polarstack: {name} {importlib.metadata.version(name)} kept from the base ({requirement} pinned)"
+        )
     except importlib.metadata.PackageNotFoundError:
         missing.append(requirement)
 if missing:
