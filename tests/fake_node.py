@@ -16,8 +16,10 @@ Knobs (environment of the test process, read by the fakes at call time):
                        prints FAKE_SHAPE_MAP (default `0 0 1`) and FAKE_VERIFIER_GOOD / FAKE_VERIFIER_BAD
   FAKE_CLI_VERSION=v   what the agent CLI's --version prints in the sandbox probe (default: AGENT_CLI_VERSION)
   FAKE_COMPOSE_RC=N    exit code of the fake Compose binary
+  FAKE_UP_RC=N         exit code of `compose up --detach --wait` alone (default FAKE_COMPOSE_RC)
   FAKE_RUNNING="a b"   `compose ps --format json` lists these services as running (one JSON object a line)
   FAKE_EXITED="a b"    ... and these as exited
+  FAKE_UNHEALTHY="a b" ... and these as running but unhealthy
   FAKE_TRAINER_SMOKE=x `compose exec -T trainer polarstack smoke ...` prints x (the trainer's JSON report) ...
   FAKE_TRAINER_SMOKE_RC=N  ... and exits with N
   FAKE_GPU_MEMORY_MIB=N  `nvidia-smi --query-gpu=index,memory.total` reports N MiB per GPU (default 133514, a
@@ -89,7 +91,9 @@ case "$*" in
   *"exec -T trainer df -B1 --output=avail"*) printf 'Avail\n%s\n' "${FAKE_CHECKPOINT_FREE:-10000000000000}" ;;
   *" ps "*"--format json"*)
     for s in ${FAKE_RUNNING:-}; do printf '{"Service":"%s","State":"running","Health":"healthy"}\n' "$s"; done
-    for s in ${FAKE_EXITED:-}; do printf '{"Service":"%s","State":"exited","Health":""}\n' "$s"; done ;;
+    for s in ${FAKE_EXITED:-}; do printf '{"Service":"%s","State":"exited","Health":""}\n' "$s"; done
+    for s in ${FAKE_UNHEALTHY:-}; do printf '{"Service":"%s","State":"running","Health":"unhealthy"}\n' "$s"; done ;;
+  *" up --detach --wait"*) exit "${FAKE_UP_RC:-${FAKE_COMPOSE_RC:-0}}" ;;
 esac
 exit "${FAKE_COMPOSE_RC:-0}"
 """
@@ -125,6 +129,8 @@ def install(tmp_path: Path, monkeypatch) -> Path:
         "MODEL_DIR",
         "FAKE_RUNNING",
         "FAKE_EXITED",
+        "FAKE_UNHEALTHY",
+        "FAKE_UP_RC",
         "FAKE_TRAINER_SMOKE",
         "FAKE_TRAINER_SMOKE_RC",
         "FAKE_APPTAINER_MODE",

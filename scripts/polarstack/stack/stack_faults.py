@@ -1,6 +1,9 @@
 """`make up` faults on a real Docker engine, each refused or reported in one sentence (README, "Failure modes"):
 
 - `make up` twice: the profile's record is there and its services run -> exit 0 saying so, nothing recreated;
+- `make up` after one whose `compose up --wait` never finished (an engine unhealthy, a timeout, the terminal closed):
+  its record is still unfinished (docker_state.write_unfinished) and its containers are there -> STATE, naming what is
+  left and `make down`, instead of starting them over silently or refusing on the ports they hold;
 - a port of the stack already taken on 127.0.0.1 (every service uses host networking, so a server that cannot bind
   would only show up as a healthcheck that never passes, minutes later) -> STATE, naming the port and its knob;
 - a healthcheck that never passes, or a service that exits, during `up --wait` -> ENVIRONMENT, naming the service,
@@ -14,7 +17,7 @@ import sys
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import port_taken, shielded
-from polarstack.stack import compose, device, docker_state
+from polarstack.stack import compose, device, docker_state, profiles
 from polarstack.stack.profiles import knob, stack_knobs
 
 
@@ -29,6 +32,30 @@ def already_up(profile, record) -> bool:
         file=sys.stderr,
     )
     return True
+
+
+def refuse_unfinished_up(profile) -> None:
+    """Before `make up`: STATE when the record is of a `make up` that never finished and its containers are still
+    there (any state: `compose ps --all` lists every container of the project, orphans included); a record none of
+    whose containers is left (Compose failed before creating any) is forgotten."""
+    state = docker_state.read()
+    if state is None or not docker_state.unfinished(state):
+        return
+    up = state["profile"]
+    left = docker_state.service_states(profiles.load(up))
+    if not left:
+        docker_state.clear()
+        print(
+            f"polarstack: forgot the record of an unfinished `make up PROFILE={up}`: none of its containers is left.",
+            file=sys.stderr,
+        )
+        return
+    listed = ", ".join(f"{name} ({left[name]})" for name in sorted(left))
+    raise StackError(
+        f"an earlier `make up PROFILE={up}` did not finish and left {listed} under Docker ({device.project()}); "
+        f"run `make down` (it stops profile {up}) first, then `make up PROFILE={profile.name}`.",
+        ExitCode.STATE,
+    )
 
 
 def stack_ports(profile) -> list[tuple[int, str, str]]:
