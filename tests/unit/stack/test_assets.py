@@ -148,7 +148,7 @@ def test_up_with_weights_but_no_sandbox_names_make_sif(tmp_path, monkeypatch, ca
 def test_up_with_a_trainer_image_without_apptainer(tmp_path, monkeypatch, capsys):
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VOLUME", "1")
-    monkeypatch.setenv("FAKE_IMAGES", "model-download trainer")
+    monkeypatch.setenv("FAKE_IMAGES", fake_node.IMAGES)
     monkeypatch.setenv("FAKE_NO_APPTAINER", "1")
     code, err = up(capsys)
     assert code == ExitCode.ASSETS_MISSING and "apptainer in the trainer image" in err and "make build" in err
@@ -175,7 +175,7 @@ def test_up_with_model_dir_refuses_a_model_shorter_than_seq_length(tmp_path, mon
 def test_up_with_everything_in_place_starts_compose(tmp_path, monkeypatch, capsys):
     log = fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VOLUME", "1")
-    monkeypatch.setenv("FAKE_IMAGES", "model-download trainer")
+    monkeypatch.setenv("FAKE_IMAGES", fake_node.IMAGES)
     code, err = up(capsys)
     assert code == 0, err
     assert any(" up --detach --wait" in ln for ln in log.read_text().splitlines())

@@ -29,7 +29,7 @@ def node(tmp_path, monkeypatch):
     log = fake_node.install(tmp_path, monkeypatch)
     # Weights, sandbox and apptainer present, so `compose up` reaches Compose.
     monkeypatch.setenv("FAKE_VOLUME", "1")
-    monkeypatch.setenv("FAKE_IMAGES", "model-download trainer")
+    monkeypatch.setenv("FAKE_IMAGES", fake_node.IMAGES)
     return log
 
 
