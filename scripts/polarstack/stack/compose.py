@@ -31,7 +31,7 @@ import yaml
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import compose_file, run_dir, stack_env
 from polarstack.pins import parse_env_file, pins
-from polarstack.stack import assets, bases, device, ray_auth, ray_head, real_sglang
+from polarstack.stack import assets, bases, compose_version, device, ray_auth, ray_head, real_sglang
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack.assets import engine_services  # noqa: F401 (compose.yaml's engines, read here by callers)
 from polarstack.stack.cluster import Cluster
@@ -420,7 +420,8 @@ def compose_command() -> list[str]:
 
 
 def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
-    """Refuse with one sentence when Docker, its engine, Compose v2, the NVIDIA runtime or GPUs are missing."""
+    """Refuse with one sentence when Docker, its engine, Compose v2 (or one new enough for the stack's Compose files:
+    compose_version), the NVIDIA runtime or GPUs are missing."""
     what = f"make {verb}"
     if shutil.which("docker") is None:
         raise StackError(f"{what} needs Docker, which is not installed; {LOCAL_ALTERNATIVE}.", ExitCode.ENVIRONMENT)
@@ -432,7 +433,7 @@ def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
             f"or {LOCAL_ALTERNATIVE}.",
             ExitCode.ENVIRONMENT,
         )
-    compose_command()
+    compose_version.check(compose_command(), multi=cluster_mod.load().multi, what=what, alternative=LOCAL_ALTERNATIVE)
     if not need_gpus:
         return
     try:

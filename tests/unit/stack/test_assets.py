@@ -186,7 +186,7 @@ def test_make_model_with_model_dir_downloads_nothing(tmp_path, monkeypatch, caps
     monkeypatch.setenv("MODEL_DIR", str(fake_weights(tmp_path / "weights")))
     assert main(["compose", "model", "--profile", "engine-direct"]) == 0
     assert "nothing to download" in capsys.readouterr().err
-    assert not [ln for ln in log.read_text().splitlines() if ln.startswith("compose ")]
+    assert not [ln for ln in log.read_text().splitlines() if ln.startswith("compose ") and ln != "compose version"]
 
 
 def test_make_model_with_model_dir_refuses_another_model_path(tmp_path, monkeypatch, capsys):
@@ -200,7 +200,7 @@ def test_make_model_with_model_dir_refuses_another_model_path(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert "MODEL_DIR=" in err and "MODEL_PATH=/models/Qwen2.5-3B-Instruct" in err and "unset MODEL_DIR" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert not [ln for ln in log.read_text().splitlines() if ln.startswith("compose ")]
+    assert not [ln for ln in log.read_text().splitlines() if ln.startswith("compose ") and ln != "compose version"]
 
 
 def test_make_model_runs_the_one_shot_service(tmp_path, monkeypatch):
