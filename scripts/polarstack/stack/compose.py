@@ -194,8 +194,7 @@ def render(profile: Profile, directory: Path | None = None, cluster: Cluster | N
     if cluster.multi:
         cluster_path.write_text(
             f"# Rendered for node {cluster.rank} of {cluster.nodes} ({cluster.addr} on {cluster.iface}) from "
-            "configs/cluster.env and the profile. Do not edit.\n"
-            + yaml.dump(cluster_override(profile, cluster), Dumper=_OverrideDumper, sort_keys=False)
+            "configs/cluster.env and the profile. Do not edit.\n" + dump_override(cluster_override(profile, cluster))
         )
     else:
         cluster_path.unlink(missing_ok=True)  # an earlier NODES>1 rendering must not leak into one node's stack
@@ -240,6 +239,11 @@ class ReplaceMap(dict):
 
 _OverrideDumper.add_representer(Replace, lambda dumper, data: dumper.represent_sequence("!override", list(data)))
 _OverrideDumper.add_representer(ReplaceMap, lambda dumper, data: dumper.represent_mapping("!override", dict(data)))
+
+
+def dump_override(data: dict[str, Any]) -> str:
+    """An override as Compose reads it: Replace / ReplaceMap written with their `!override` tag."""
+    return yaml.dump(data, Dumper=_OverrideDumper, sort_keys=False)
 
 
 def seconds(duration: str) -> int:
