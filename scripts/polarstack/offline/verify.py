@@ -24,6 +24,8 @@
    router profile against configs/upstream/multinode-facts.json.
 10. The user namespace of Polar's sessions (issue 32, polarstack.offline.apptainer_userns): the recorded apptainer
    map is the verifier's one-uid shape, and nothing the stack ships turns on fakeroot or a PID namespace.
+11. The Docker Compose floor (polarstack.offline.compose_features): the recorded minimum Compose covers every Compose
+   feature the stack's files and rendered overrides use (configs/upstream/compose-features.json).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from polarstack.engine.protocol import source_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.offline import (
     apptainer_userns,
+    compose_features,
     flags,
     host_memory,
     meaning,
@@ -707,6 +710,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     )
     checks.append(ray_auth_facts.check_record())  # issue 28: Ray's token authentication, measured
     checks.append(apptainer_userns.check())  # issue 32: the sessions' user namespace, where the verifier isolates
+    checks.append(compose_features.check())  # the node's Compose must be this new (polarstack.stack.compose_version)
     with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:
         checks.append(ray_auth_facts.check_cpu(Path(tmp) / "cpu"))
         for name in profiles.available():

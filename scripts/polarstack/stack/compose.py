@@ -31,7 +31,7 @@ import yaml
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import compose_file, run_dir, stack_env
 from polarstack.pins import parse_env_file, pins
-from polarstack.stack import assets, bases, device, ray_auth, ray_head, real_sglang
+from polarstack.stack import assets, bases, compose_version, device, ray_auth, ray_head, real_sglang
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack.assets import engine_services  # noqa: F401 (compose.yaml's engines, read here by callers)
 from polarstack.stack.cluster import Cluster
@@ -194,8 +194,7 @@ def render(profile: Profile, directory: Path | None = None, cluster: Cluster | N
     if cluster.multi:
         cluster_path.write_text(
             f"# Rendered for node {cluster.rank} of {cluster.nodes} ({cluster.addr} on {cluster.iface}) from "
-            "configs/cluster.env and the profile. Do not edit.\n"
-            + yaml.dump(cluster_override(profile, cluster), Dumper=_OverrideDumper, sort_keys=False)
+            "configs/cluster.env and the profile. Do not edit.\n" + dump_override(cluster_override(profile, cluster))
         )
     else:
         cluster_path.unlink(missing_ok=True)  # an earlier NODES>1 rendering must not leak into one node's stack
@@ -240,6 +239,11 @@ class ReplaceMap(dict):
 
 _OverrideDumper.add_representer(Replace, lambda dumper, data: dumper.represent_sequence("!override", list(data)))
 _OverrideDumper.add_representer(ReplaceMap, lambda dumper, data: dumper.represent_mapping("!override", dict(data)))
+
+
+def dump_override(data: dict[str, Any]) -> str:
+    """An override as Compose reads it: Replace / ReplaceMap written with their `!override` tag."""
+    return yaml.dump(data, Dumper=_OverrideDumper, sort_keys=False)
 
 
 def seconds(duration: str) -> int:
@@ -420,7 +424,8 @@ def compose_command() -> list[str]:
 
 
 def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
-    """Refuse with one sentence when Docker, its engine, Compose v2, the NVIDIA runtime or GPUs are missing."""
+    """Refuse with one sentence when Docker, its engine, Compose v2 (or one new enough for the stack's Compose files:
+    compose_version), the NVIDIA runtime or GPUs are missing."""
     what = f"make {verb}"
     if shutil.which("docker") is None:
         raise StackError(f"{what} needs Docker, which is not installed; {LOCAL_ALTERNATIVE}.", ExitCode.ENVIRONMENT)
@@ -432,7 +437,7 @@ def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
             f"or {LOCAL_ALTERNATIVE}.",
             ExitCode.ENVIRONMENT,
         )
-    compose_command()
+    compose_version.check(compose_command(), multi=cluster_mod.load().multi, what=what, alternative=LOCAL_ALTERNATIVE)
     if not need_gpus:
         return
     try:

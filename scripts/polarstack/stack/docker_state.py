@@ -1,7 +1,8 @@
 """Run state of the docker runtime: which profile `make up` started, so smoke/train/down default to it.
 
 The local runtime keeps its topology in .run/state.json (polarstack.stack.local); the docker runtime keeps
-.run/docker-state.json, written after a successful `docker compose up` and removed by `make down` / `make clean`.
+.run/docker-state.json, written as unfinished just before `docker compose up --wait` (`write_unfinished`), completed
+once it succeeds, and removed by `make down` / `make clean`.
 Without it, `make smoke` / `make train` after `make up PROFILE=patched-router` fell back to engine-direct and
 asked Ray for GPUs that profile does not give the trainer.
 
@@ -90,6 +91,26 @@ def write(
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)
     return path
+
+
+def write_unfinished(profile, directory: Path | None = None) -> Path:
+    """Record, just before `compose up --wait` starts, that `make up` of `profile` is under way: a record without
+    base_url, which `usable` refuses as half-written and the next `make up` as unfinished
+    (polarstack.stack.stack_faults.refuse_unfinished_up) until `write` replaces it or `make down` removes it. So an
+    up that never finished (an engine unhealthy, a timeout, the terminal closed) is never taken for a stack that is up,
+    and never silently started over."""
+    path = state_path(directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"profile": profile.name, "runtime": "docker", "started_at": time.time(), "unfinished": "make up"}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def unfinished(state: dict[str, Any]) -> bool:
+    """A record `make up` began and never completed (`write_unfinished`; any record without base_url reads so)."""
+    return not isinstance(state.get("base_url"), str)
 
 
 def clear(directory: Path | None = None) -> bool:

@@ -1,20 +1,28 @@
 """`make up` faults on a real Docker engine, each refused or reported in one sentence (README, "Failure modes"):
 
 - `make up` twice: the profile's record is there and its services run -> exit 0 saying so, nothing recreated;
+- `make up` after one whose `compose up --wait` never finished (an engine unhealthy, a timeout, the terminal closed):
+  its record is still unfinished (docker_state.write_unfinished) and its containers are there -> STATE, naming what is
+  left and `make down`, instead of starting them over silently or refusing on the ports they hold;
 - a port of the stack already taken on 127.0.0.1 (every service uses host networking, so a server that cannot bind
   would only show up as a healthcheck that never passes, minutes later) -> STATE, naming the port and its knob;
 - a healthcheck that never passes, or a service that exits, during `up --wait` -> ENVIRONMENT, naming the service,
   its start period and `make logs SERVICE=...` (the containers stay for the logs; `make down` removes them);
-- Ctrl-C (or SIGTERM) during `make up`: what it started is taken down and nothing is recorded, then exit 130.
+- Ctrl-C (or SIGTERM) during `make up`: what it started is taken down and nothing is recorded, then exit 130;
+- an image of the profile not built (`make build` skipped): Compose would build it unasked, for tens of minutes and
+  first inside the shape probe's captured `compose run` (no progress at all), or try to pull it from a registry ->
+  ASSETS_MISSING naming the images and `make build` (DEVICE=cpu, whose `make up` builds: says what, then builds it).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import port_taken, shielded
-from polarstack.stack import compose, device, docker_state
+from polarstack.stack import compose, device, docker_state, profiles
 from polarstack.stack.profiles import knob, stack_knobs
 
 
@@ -29,6 +37,30 @@ def already_up(profile, record) -> bool:
         file=sys.stderr,
     )
     return True
+
+
+def refuse_unfinished_up(profile) -> None:
+    """Before `make up`: STATE when the record is of a `make up` that never finished and its containers are still
+    there (any state: `compose ps --all` lists every container of the project, orphans included); a record none of
+    whose containers is left (Compose failed before creating any) is forgotten."""
+    state = docker_state.read()
+    if state is None or not docker_state.unfinished(state):
+        return
+    up = state["profile"]
+    left = docker_state.service_states(profiles.load(up))
+    if not left:
+        docker_state.clear()
+        print(
+            f"polarstack: forgot the record of an unfinished `make up PROFILE={up}`: none of its containers is left.",
+            file=sys.stderr,
+        )
+        return
+    listed = ", ".join(f"{name} ({left[name]})" for name in sorted(left))
+    raise StackError(
+        f"an earlier `make up PROFILE={up}` did not finish and left {listed} under Docker ({device.project()}); "
+        f"run `make down` (it stops profile {up}) first, then `make up PROFILE={profile.name}`.",
+        ExitCode.STATE,
+    )
 
 
 def stack_ports(profile) -> list[tuple[int, str, str]]:
@@ -103,4 +135,56 @@ def why_up_failed(profile, returncode: int) -> StackError:
     return StackError(
         f"docker compose up failed for profile {profile.name} (exit {returncode}); see the output above.",
         ExitCode.ENVIRONMENT,
+    )
+
+
+def profile_images(profile) -> dict[str, str]:
+    """Service -> the image Compose uses for it in `profile`: `compose config --format json` of the files `make up`
+    passes (every service the profile enables, DEVICE=cpu's and NODES>1's overrides included)."""
+    proc = compose.run_compose(profile, ["config", "--format", "json"], capture=True)
+    if proc.returncode != 0:
+        raise StackError(f"Compose rejected profile {profile.name}: {compose.first_line(proc)}", ExitCode.USAGE)
+    try:
+        services = json.loads(proc.stdout)["services"]
+    except (ValueError, KeyError, TypeError):
+        raise StackError(
+            f"`docker compose config --format json` printed no services for profile {profile.name}; check the Compose "
+            "install with `docker compose version`.",
+            ExitCode.ENVIRONMENT,
+        ) from None
+    return {name: svc["image"] for name, svc in sorted(services.items()) if isinstance(svc.get("image"), str)}
+
+
+def _image_exists(image: str) -> bool:
+    try:
+        proc = subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def images_before_up(profile, say=lambda line: print(line, file=sys.stderr)) -> None:
+    """Before the shape probe and `compose up`: every image of the profile must be there. On the node, ASSETS_MISSING
+    naming the missing ones and `make build`; on DEVICE=cpu (whose `make up` builds, README) a line naming them, then
+    `compose build` of those services with its progress."""
+    missing = {service: image for service, image in profile_images(profile).items() if not _image_exists(image)}
+    if not missing:
+        return
+    listed = ", ".join(f"{image} ({service})" for service, image in missing.items())
+    if device.is_cpu():
+        say(f"polarstack: make up DEVICE=cpu builds {listed} first (from the CPU bases; later runs reuse them).")
+        proc = compose.run_compose(profile, ["build", *missing])
+        if proc.returncode != 0:
+            raise StackError(
+                f"docker compose build failed for {', '.join(missing)} of profile {profile.name} (exit "
+                f"{proc.returncode}); see the output above.",
+                ExitCode.ENVIRONMENT,
+            )
+        return
+    raise StackError(
+        f"make up PROFILE={profile.name} needs {listed}, not built on this node: run `make build PROFILE={profile.name}` "
+        "first (`make up` builds no image: Compose would build them for tens of minutes without progress, or try to "
+        "pull them from a registry).",
+        ExitCode.ASSETS_MISSING,
+        details=sorted(missing),
     )

@@ -82,7 +82,7 @@ def assert_in_polars_shape(found: list[dict]) -> None:
 def node(tmp_path, monkeypatch):
     log = fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VOLUME", "1")
-    monkeypatch.setenv("FAKE_IMAGES", "model-download trainer")
+    monkeypatch.setenv("FAKE_IMAGES", fake_node.IMAGES)
     monkeypatch.setenv("FAKE_SHAPE_RUN", "1")
     return log
 

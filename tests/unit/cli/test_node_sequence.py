@@ -62,7 +62,7 @@ def trainer_report() -> str:  # what `polarstack smoke --in-trainer --json` prin
 def test_each_step_of_the_readme_table_runs_as_written_on_the_fake_node(tmp_path, monkeypatch):
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VOLUME", "1")
-    monkeypatch.setenv("FAKE_IMAGES", "model-download trainer")
+    monkeypatch.setenv("FAKE_IMAGES", fake_node.IMAGES)
     monkeypatch.setenv("FAKE_RUNNING", "engine-0 trainer")  # what `compose ps` lists once the stack is up
     monkeypatch.setenv("FAKE_TRAINER_SMOKE", trainer_report())
     monkeypatch.setenv("POLARSTACK_FAKE_NODE_SEQUENCE", "1")

@@ -148,7 +148,7 @@ def test_up_with_weights_but_no_sandbox_names_make_sif(tmp_path, monkeypatch, ca
 def test_up_with_a_trainer_image_without_apptainer(tmp_path, monkeypatch, capsys):
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VOLUME", "1")
-    monkeypatch.setenv("FAKE_IMAGES", "model-download trainer")
+    monkeypatch.setenv("FAKE_IMAGES", fake_node.IMAGES)
     monkeypatch.setenv("FAKE_NO_APPTAINER", "1")
     code, err = up(capsys)
     assert code == ExitCode.ASSETS_MISSING and "apptainer in the trainer image" in err and "make build" in err
@@ -175,7 +175,7 @@ def test_up_with_model_dir_refuses_a_model_shorter_than_seq_length(tmp_path, mon
 def test_up_with_everything_in_place_starts_compose(tmp_path, monkeypatch, capsys):
     log = fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VOLUME", "1")
-    monkeypatch.setenv("FAKE_IMAGES", "model-download trainer")
+    monkeypatch.setenv("FAKE_IMAGES", fake_node.IMAGES)
     code, err = up(capsys)
     assert code == 0, err
     assert any(" up --detach --wait" in ln for ln in log.read_text().splitlines())
@@ -186,7 +186,7 @@ def test_make_model_with_model_dir_downloads_nothing(tmp_path, monkeypatch, caps
     monkeypatch.setenv("MODEL_DIR", str(fake_weights(tmp_path / "weights")))
     assert main(["compose", "model", "--profile", "engine-direct"]) == 0
     assert "nothing to download" in capsys.readouterr().err
-    assert not [ln for ln in log.read_text().splitlines() if ln.startswith("compose ")]
+    assert not [ln for ln in log.read_text().splitlines() if ln.startswith("compose ") and ln != "compose version"]
 
 
 def test_make_model_with_model_dir_refuses_another_model_path(tmp_path, monkeypatch, capsys):
@@ -200,7 +200,7 @@ def test_make_model_with_model_dir_refuses_another_model_path(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert "MODEL_DIR=" in err and "MODEL_PATH=/models/Qwen2.5-3B-Instruct" in err and "unset MODEL_DIR" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
-    assert not [ln for ln in log.read_text().splitlines() if ln.startswith("compose ")]
+    assert not [ln for ln in log.read_text().splitlines() if ln.startswith("compose ") and ln != "compose version"]
 
 
 def test_make_model_runs_the_one_shot_service(tmp_path, monkeypatch):

@@ -29,7 +29,7 @@ def node(tmp_path, monkeypatch):
     log = fake_node.install(tmp_path, monkeypatch)
     # Weights, sandbox and apptainer present, so `compose up` reaches Compose.
     monkeypatch.setenv("FAKE_VOLUME", "1")
-    monkeypatch.setenv("FAKE_IMAGES", "model-download trainer")
+    monkeypatch.setenv("FAKE_IMAGES", fake_node.IMAGES)
     return log
 
 
@@ -303,6 +303,51 @@ def test_failed_up_records_nothing(node, monkeypatch):
     monkeypatch.setenv("FAKE_COMPOSE_RC", "1")
     assert main(["compose", "up", "--profile", "patched-router"]) == ExitCode.ENVIRONMENT
     assert docker_state.read() is None
+
+
+def test_up_after_an_up_that_did_not_finish_is_refused_naming_make_down(node, monkeypatch, capsys):
+    """The GPU-node review's finding 4: `compose up --wait` failed (engine-0 never became healthy) and left its
+    containers for `make logs`; the next `make up` recorded nothing to go by and ran `compose up --wait` again over
+    them (or, with an engine listening, refused as if a stranger held its port). Now the record says the up never
+    finished, and every `make up` refuses (STATE) naming what is left and `make down`, which removes it."""
+    monkeypatch.setenv("FAKE_UP_RC", "1")
+    monkeypatch.setenv("FAKE_UNHEALTHY", "engine-0")
+    monkeypatch.setenv("FAKE_EXITED", "model-download")
+    assert main(["compose", "up", "--profile", "engine-direct"]) == ExitCode.ENVIRONMENT
+    assert "engine-0 of profile engine-direct never passed its healthcheck" in capsys.readouterr().err
+    assert docker_state.read()["unfinished"] == "make up"
+    monkeypatch.delenv("FAKE_UP_RC")
+    ups = len([c for c in compose_calls(node) if c.endswith("up --detach --wait")])
+    for args in (
+        ["compose", "up"],
+        ["compose", "up", "--profile", "engine-direct"],
+        ["compose", "up", "--profile", "patched-router"],
+    ):
+        refused(
+            capsys,
+            args,
+            "an earlier `make up PROFILE=engine-direct` did not finish and left engine-0 (unhealthy), model-download "
+            "(exited) under Docker (polarstack)",
+            "run `make down` (it stops profile engine-direct) first",
+        )
+    assert len([c for c in compose_calls(node) if c.endswith("up --detach --wait")]) == ups  # nothing started again
+    refused(capsys, ["smoke"], "half-written", "`make up` did not finish")
+    assert main(["compose", "down"]) == 0
+    assert "--profile engine-direct down" in compose_calls(node)[-1] and docker_state.read() is None
+    monkeypatch.setenv("FAKE_UNHEALTHY", "")
+    monkeypatch.setenv("FAKE_EXITED", "")
+    monkeypatch.setenv("FAKE_RUNNING", "engine-0 trainer")
+    assert main(["compose", "up"]) == 0 and "base_url" in docker_state.read()
+
+
+def test_an_unfinished_up_that_left_no_container_is_forgotten(node, monkeypatch, capsys):
+    """Compose failed before it created anything (a build, a pull): nothing to take down, so `make up` goes on."""
+    from polarstack.stack import profiles
+
+    docker_state.write_unfinished(profiles.load("patched-router"))
+    assert main(["compose", "up", "--profile", "engine-direct"]) == 0
+    assert "forgot the record of an unfinished `make up PROFILE=patched-router`" in capsys.readouterr().err
+    assert docker_state.read()["profile"] == "engine-direct" and not docker_state.unfinished(docker_state.read())
 
 
 def test_makefile_passes_no_default_profile():

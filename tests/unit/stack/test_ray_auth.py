@@ -192,7 +192,7 @@ def test_make_up_writes_the_token_and_names_only_its_file(tmp_path, monkeypatch,
     and what the command prints names the file and the dashboard's route, never the token."""
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VOLUME", "1")
-    monkeypatch.setenv("FAKE_IMAGES", "model-download trainer")
+    monkeypatch.setenv("FAKE_IMAGES", fake_node.IMAGES)
     monkeypatch.setenv("FAKE_RUNNING", "engine-0 engine-1 router trainer")
     path = tmp_path / "cfg" / "ray-auth-token"
     monkeypatch.setenv("RAY_AUTH_TOKEN_FILE", str(path))

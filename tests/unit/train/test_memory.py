@@ -172,7 +172,7 @@ def test_the_fake_node_reports_its_cards(tmp_path, monkeypatch):
 def test_make_up_refuses_a_node_too_small_before_compose_starts(tmp_path, monkeypatch, capsys):
     log = fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VOLUME", "1")
-    monkeypatch.setenv("FAKE_IMAGES", "model-download trainer")
+    monkeypatch.setenv("FAKE_IMAGES", fake_node.IMAGES)
     fake_node.set_memory(tmp_path, monkeypatch, gpu_gb=48)
     assert main(["compose", "up", "--profile", "patched-router"]) == ExitCode.ENVIRONMENT
     assert "48.0 GB" in capsys.readouterr().err
