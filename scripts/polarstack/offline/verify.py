@@ -11,8 +11,8 @@
 4. Meaning for the GPU node (docs/gpu-node.md): the trace budget (measured harness prompt + task prompt +
    response <= seq_length <= max_tokens_per_gpu x CP <= model context), and the weights source, the agent
    sandbox, the agent-CLI mount and apptainer's grant present in the rendered plan; what the trainer must not have:
-   systempaths=unconfined (the sessions are the node's root with its /proc), HF_TOKEN (every session inherits the
-   trainer's environment); Polar's mode env and POLAR_APPTAINER_NO_MOUNT_TMP wherever Polar runs.
+   systempaths=unconfined (the sessions are the node's root with its /proc); HF_TOKEN anywhere but model-download;
+   Polar's mode env and POLAR_APPTAINER_NO_MOUNT_TMP wherever Polar runs.
 5. Meaning (polarstack.offline.meaning): the Polar bridge's slime API exists at the pinned slime, the engines parse tool
    calls, checkpoints/dropout/resume, and the weight-sync transport reaches the engines across containers.
 6. The routing flags each profile ships (ROUTER_ARGS) are the ones docs/routing.json measured.
@@ -240,11 +240,14 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     # Docker's read-only /proc/sys kept: the sessions are the node's root with the trainer's /proc bound in
     # (configs/upstream/apptainer-userns.json proc_bound_without_pid_namespace).
     problems += apptainer_userns.procfs_problems(trainer.get("security_opt") or [], trainer.get("environment") or {})
-    if "HF_TOKEN" in (trainer.get("environment") or {}):  # every agent session inherits the trainer's environment
-        problems.append(
-            "the trainer's environment has HF_TOKEN, which every agent session inherits (Polar passes no --cleanenv); "
-            "the trainer reads the weights from the models volume and needs no token: remove it from compose.yaml"
-        )
+    # HF_TOKEN only where the weights are fetched: the engines and the trainer read them from the models volume
+    # (--model-path, MODEL_PATH, is a directory there) and never ask the Hub.
+    for name in sorted(n for n, svc in services.items() if "HF_TOKEN" in (svc.get("environment") or {})):
+        if name != "model-download":
+            problems.append(
+                f"{name}'s environment has HF_TOKEN, which only model-download needs (it fetches the weights; {name} "
+                "reads them from the models volume): remove it from that service in compose.yaml"
+            )
     if trainer.get("privileged") or trainer.get("cap_add"):
         problems.append("the trainer is privileged or has added capabilities: apptainer needs neither")
     plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())

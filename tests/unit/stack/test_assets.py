@@ -390,19 +390,24 @@ def test_verify_offline_refuses_a_trainer_that_binds_its_tmp_into_the_sessions(t
     )
 
 
-def test_the_trainer_gets_no_hf_token(tmp_path, monkeypatch):
-    """The trainer reads the weights from the models volume and never asks the Hub, and every agent session inherits
-    its environment (no --cleanenv): HF_TOKEN reaches the engines and model-download only; check_assets refuses a
-    trainer that has it (the compose.yaml before the fix merged the engines' environment into the trainer's)."""
+def test_hf_token_reaches_model_download_only(tmp_path, monkeypatch):
+    """Only model-download fetches the weights; the engines and the trainer read them from the models volume and never
+    ask the Hub, so HF_TOKEN passes through to model-download alone. check_assets refuses it on an engine (the
+    compose.yaml before the fix gave the engines the token through the x-gpu-service environment) and on the trainer
+    (every agent session would inherit it)."""
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
     monkeypatch.delenv("MODEL_DIR", raising=False)
-    services = rendered("engine-direct", tmp_path / "r")["services"]
-    assert "HF_TOKEN" not in services["trainer"]["environment"]
-    assert "HF_TOKEN" in services["engine-0"]["environment"]  # passed through (the value is the caller's)
+    for name in ("engine-direct", "patched-router"):
+        services = rendered(name, tmp_path / name)["services"]
+        assert [s for s, svc in services.items() if "HF_TOKEN" in (svc.get("environment") or {})] == ["model-download"]
     text = (ROOT / "compose" / "compose.yaml").read_text()
-    old = text.replace(
-        "    environment:\n      PROFILE_NAME:", "    environment:\n      <<: *hf-environment\n      PROFILE_NAME:", 1
-    )
-    assert old != text
-    check = _check_assets_with_compose(tmp_path / "old", monkeypatch, old)
-    assert not check.ok and any("HF_TOKEN" in p for p in check.problems), check.problems
+    engine = "    environment:\n      ENGINE_PORT: ${ENGINE_0_PORT"
+    trainer = "    environment:\n      PROFILE_NAME:"
+    for anchor, service in ((engine, "engine-0"), (trainer, "trainer")):
+        old = text.replace(anchor, anchor.replace("environment:\n", "environment:\n      HF_TOKEN:\n"), 1)
+        assert old != text
+        check = _check_assets_with_compose(tmp_path / service, monkeypatch, old)
+        assert not check.ok and [p for p in check.problems if "HF_TOKEN" in p] == [
+            f"{service}'s environment has HF_TOKEN, which only model-download needs (it fetches the weights; "
+            f"{service} reads them from the models volume): remove it from that service in compose.yaml"
+        ], check.problems
