@@ -34,6 +34,8 @@ PREPARE = "internal/pkg/runtime/engine/apptainer/prepare_linux.go"
 FAKEROOT = "internal/pkg/fakeroot/fakeroot.go"
 CONTAINER = "internal/pkg/runtime/engine/apptainer/container_linux.go"
 CONFIG = "pkg/util/apptainerconf/config.go"
+ENV_CREATE = "internal/pkg/util/env/create.go"
+ENV_PREFIXES = "internal/pkg/util/env/env.go"
 
 
 def _git(repo: str, *args: str) -> str:
@@ -60,11 +62,31 @@ def _line(lines: list[str], needle: str, after: str | None = None, path: str = "
     raise SystemExit(f"{path}: no line holds {needle!r}; apptainer changed, read it again")
 
 
+def _map_keys(lines: list[str], opening: str, path: str) -> list[str]:
+    """The quoted keys of the Go map literal that starts on the line holding `opening`, in source order."""
+    start = _line(lines, opening, None, path)
+    keys = []
+    for text in lines[start:]:
+        if text.strip() == "}":
+            return keys
+        keys.append(text.split('"')[1])
+    raise SystemExit(f"{path}: the map opened by {opening!r} does not close; apptainer changed, read it again")
+
+
+def _string_const(lines: list[str], name: str, path: str) -> str:
+    return lines[_line(lines, f'{name} = "', None, path) - 1].split('"')[1]
+
+
 def record(repo: str, tag: str) -> dict:
     commit = _git(repo, "rev-parse", f"{tag}^{{commit}}").strip()
-    launcher, flags, prepare, fakeroot, container, config = (
-        _source(repo, tag, p) for p in (LAUNCHER, FLAGS, PREPARE, FAKEROOT, CONTAINER, CONFIG)
+    launcher, flags, prepare, fakeroot, container, config, create, prefixes = (
+        _source(repo, tag, p) for p in (LAUNCHER, FLAGS, PREPARE, FAKEROOT, CONTAINER, CONFIG, ENV_CREATE, ENV_PREFIXES)
     )
+    passed = _map_keys(create, "var alwaysPassKeys = map[string]struct{}{", ENV_CREATE)
+    omitted = _map_keys(create, "var alwaysOmitKeys = map[string]bool{", ENV_CREATE)
+    not_forwarded = [_string_const(prefixes, n, ENV_PREFIXES) for n in ("ApptainerPrefix", "LegacySingularityPrefix")]
+    overrides = [_string_const(prefixes, n, ENV_PREFIXES) for n in ("ApptainerEnvPrefix", "LegacySingularityEnvPrefix")]
+    clean_lang = create[_line(create, 'g.SetProcessEnv("LANG", ', "func SetContainerEnv", ENV_CREATE) - 1]
     tmp_default = _line(config, 'directive:"mount tmp"', None, CONFIG)
     no_tmp = _line(launcher, "l.engineConfig.SetNoTmp(true)", "func (l *Launcher) setNoMountFlags", LAUNCHER)
     at = lambda lines, path, needle, after=None: {  # noqa: E731
@@ -88,6 +110,13 @@ def record(repo: str, tag: str) -> dict:
         "fakeroot_env": ["APPTAINER_FAKEROOT", "SINGULARITY_FAKEROOT"],
         "pid_namespace_env": "POLAR_APPTAINER_ISOLATE_PID",
         "proc_sys_lifted_by": "systempaths=unconfined",
+        "environment": {
+            "always_passed": passed,
+            "always_omitted": omitted,
+            "prefixes_not_forwarded": not_forwarded,
+            "override_prefixes": overrides,
+            "cleanenv_sets": {"LANG": clean_lang.split('"')[3]},
+        },
         "facts": {
             "user_namespace_fallback": dict(
                 at(launcher, LAUNCHER, "Effective capability CAP_SYS_ADMIN is missing, fallback to user namespace"),
@@ -158,6 +187,25 @@ def record(repo: str, tag: str) -> dict:
                 "/var/tmp are bound into the session: every "
                 "session would see the trainer's /tmp, where Polar keeps the session directories. Polar passes "
                 "`--no-mount ...,tmp` when POLAR_APPTAINER_NO_MOUNT_TMP is truthy (configs/upstream/polar-apptainer.json).",
+            ),
+            "environment_without_cleanenv": dict(
+                at(create, ENV_CREATE, "if _, ok := alwaysOmitKeys[key]; ok || cleanEnv {", "func mustAddToHostEnv"),
+                function="env.SetContainerEnv, env.mustAddToHostEnv",
+                fact="every variable of the launcher's environment is set in the session except the keys of "
+                "alwaysOmitKeys (" + ", ".join(omitted) + "; HOME and PATH are set by apptainer) and the ones "
+                "starting with " + " or ".join(not_forwarded) + ": without --cleanenv a session inherits the "
+                "environment of the process that runs apptainer, Polar's server in this stack, secrets included.",
+            ),
+            "environment_with_cleanenv": dict(
+                at(create, ENV_CREATE, 'g.SetProcessEnv("LANG", ', "func SetContainerEnv"),
+                function="env.SetContainerEnv",
+                fact="with --cleanenv only the keys of alwaysPassKeys (" + ", ".join(passed) + ") pass, LANG is set "
+                "to "
+                + clean_lang.split('"')[3]
+                + ", and a variable named with a prefix of "
+                + " or ".join(overrides)
+                + " is set without its prefix (overridesForContainerEnv, applied with or without --cleanenv); what the "
+                "session needs must come on the command line (Polar's `env K=V`).",
             ),
             "subuid_only_with_fakeroot": dict(
                 at(prepare, PREPARE, "getIDRange(fakerootutil.SubUIDFile, uid)"),

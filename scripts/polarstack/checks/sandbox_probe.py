@@ -13,7 +13,7 @@ from polarstack.reward import tasks
 from polarstack.reward.tasks import task_template
 from polarstack.reward.verifier import bundle
 from polarstack.reward.verifier.verdict import refusal_note_text, refused
-from polarstack.stack import assets, compose, host_check
+from polarstack.stack import assets, compose, host_check, verifier_knobs
 
 # Polar's direct-exec apptainer mode, the sandbox's paths (SIF_PATH, AGENT_CLI_DIR, ...) and the sentence naming
 # what is missing belong to polarstack.stack.assets; they are read from it at call time.
@@ -44,12 +44,15 @@ def polar_exec_args(
         return text
 
     options = ["--overlay", f"{session_dir}/overlay", "--no-mount", assets.no_mount(environment)]
+    options += assets.runtime_flags(environment)
     if runtime.get("network") not in (None, "host"):
         options += ["--net", "--network", str(runtime["network"])]
     options += ["--bind", f"{session_dir}:{SESSION_MOUNT}", "--bind", f"{control_dir}:{CONTROL_MOUNT}:ro"]
     for volume in (runtime.get("kwargs") or {}).get("volumes", []):
         options += ["--bind", resolve(volume)]
-    env = runtime.get("env") or {}
+    # runtime.env as the rendered plan gives it to Polar (polarstack.train.plan): the verifier's knobs included, since
+    # under --cleanenv a session gets nothing else of the trainer's environment.
+    env = {**(runtime.get("env") or {}), **verifier_knobs.verifier_env()}
     exports = "".join(f"export {key}={shlex.quote(str(env[key]))}; " for key in ("HOME", "PATH") if key in env)
     workdir = runtime.get("workdir") or SESSION_MOUNT
     return [
@@ -99,7 +102,7 @@ def _probe_script(probe_dir: str) -> str:
     import shlex
 
     cli = f"{assets.AGENT_CLI_DIR}/bin/{assets.AGENT_CLI_BIN}"
-    mode_env, tmp_env = (assets.apptainer_record()[key] for key in ("mode_env", "no_mount_tmp_env"))
+    switches = [assets.apptainer_record()[f"{name}_env"] for name in assets.SWITCHES]
     control = f"{probe_dir}/control"
 
     def run(args: list[str]) -> str:  # the binary Polar resolves (_resolve_binary), then its arguments
@@ -112,8 +115,7 @@ def _probe_script(probe_dir: str) -> str:
         "command -v apptainer >/dev/null || echo apptainer",
         f"[ -e {assets.SIF_PATH} ] || echo sif",
         f"[ -x {cli} ] || echo agent-cli",
-        f'echo "mode: ${{{mode_env}:-}}"',
-        f'echo "no-mount-tmp: ${{{tmp_env}:-}}"',
+        *(f'echo "switch: {name}=${{{name}:-}}"' for name in switches),
         # ApptainerRuntime._resolve_binary: POLAR_APPTAINER_BIN, /usr/bin/apptainer, /bin/apptainer, PATH.
         'binary="${POLAR_APPTAINER_BIN:-}"',
         'for c in /usr/bin/apptainer /bin/apptainer; do [ -n "$binary" ] || { [ -f "$c" ] && binary="$c"; }; done',
@@ -125,6 +127,9 @@ def _probe_script(probe_dir: str) -> str:
         + " ".join(f"{probe_dir}/{case}/overlay" for case in PROBE_CASES),
         f'  out=$({version} 2>&1) && echo "sandbox-ok: $out" >&2 '
         '|| echo "exec-failed: $(printf \'%s\' "$out" | tail -n 1)"',
+        # The names of the session's environment (never a value): what apptainer passed in besides Polar's `env K=V`.
+        f"  {run(polar_exec_args(f'{probe_dir}/cli', control, 'env'))} 2>/dev/null | cut -d= -f1 "
+        "| sed 's/^/session-env: /'",
     ]
     for case in PROBE_CASES:
         lines.append(
@@ -203,17 +208,18 @@ def check_in_trainer(profile) -> None:
         )
     lines = [line.rstrip() for line in proc.stdout.splitlines() if line.strip()]
     outputs: dict[str, list[str]] = {case: [] for case in PROBE_CASES}
-    failed, missing, mode, no_tmp = [], [], None, None
+    failed, missing, switches, session_env = [], [], {}, set()
     for line in lines:
         case = next((c for c in PROBE_CASES if line.startswith(f"verifier-{c}: ")), None)
         if case is not None:
             outputs[case].append(line.removeprefix(f"verifier-{case}: ").strip())
         elif line.startswith("exec-failed:"):
             failed.append(line.removeprefix("exec-failed:").strip())
-        elif line.startswith("mode:"):
-            mode = line.removeprefix("mode:").strip()
-        elif line.startswith("no-mount-tmp:"):
-            no_tmp = line.removeprefix("no-mount-tmp:").strip()
+        elif line.startswith("switch: "):
+            name, _, value = line.removeprefix("switch: ").partition("=")
+            switches[name] = value.strip()
+        elif line.startswith("session-env: "):
+            session_env.add(line.removeprefix("session-env: ").strip())
         else:
             missing.append(line.strip())
     if missing:
@@ -222,10 +228,8 @@ def check_in_trainer(profile) -> None:
         )
     # ENVIRONMENT, not ASSETS_MISSING, from here on: everything `make sif` / `make build` provide is in place; what
     # fails is what the node and the trainer container allow (or a container created before this setting existed).
-    record = assets.apptainer_record()  # the probe's command line has --no-mount ...,tmp only if Polar's would
-    problems = assets.mode_problems(
-        {record["mode_env"]: mode, record["no_mount_tmp_env"]: no_tmp}, "the running trainer container"
-    )
+    # The probe's command line has --no-mount ...,tmp and --cleanenv only if Polar's would.
+    problems = assets.mode_problems(switches, "the running trainer container")
     if problems:
         raise StackError(problems[0] + "; recreate it with `make up` (compose.yaml sets it).", ExitCode.ENVIRONMENT)
     if failed:
@@ -250,6 +254,14 @@ def check_in_trainer(profile) -> None:
     wrong_cli = harness_preset.version_problem(reported[0] if reported else "")
     if wrong_cli is not None:
         raise StackError(f"refusing to train: {wrong_cli}.", ExitCode.ASSETS_MISSING)
+    leaked = sorted(session_env & set(assets.pass_through_secrets()))
+    if leaked:
+        raise StackError(
+            f"refusing to train: the agent sandbox's environment holds {', '.join(leaked)}, which the trainer is "
+            "handed for itself alone (compose.yaml): every agent session could read it; recreate the trainer with "
+            "`make up` (compose.yaml sets POLAR_APPTAINER_CLEANENV=1).",
+            ExitCode.ENVIRONMENT,
+        )
     why = verdict(outputs)
     if why is not None:
         raise StackError(
@@ -265,7 +277,7 @@ def check_in_trainer(profile) -> None:
             )
     print(
         f"polarstack: the task's verifier ran in the agent sandbox the way Polar starts it (direct exec, "
-        f"{assets.apptainer_record()['mode_env']}={mode}): PASSED {PROBE_NAME} for the canonical {PROBE_TASK_ID}, "
+        f"{' '.join(f'{k}={v}' for k, v in switches.items())}): PASSED {PROBE_NAME} for the canonical {PROBE_TASK_ID}, "
         f"FAILED "
         f"{PROBE_NAME} for a wrong one; {next((x[21:] for x in outputs['good'] if 'verifier: limits' in x), '')}",
         file=sys.stderr,

@@ -20,7 +20,7 @@ from polarstack.offline.check import Check
 from polarstack.pins import pins, repo_root
 from polarstack.reward.tasks import TASKS
 from polarstack.reward.verifier import host
-from polarstack.stack import profiles
+from polarstack.stack import assets, profiles
 from polarstack.train.plan import build_plan, load_defaults
 
 RECORD = "configs/upstream/apptainer-userns.json"
@@ -105,6 +105,42 @@ def procfs_problems(
         f"as the node's root (uid map {record['uid_map_for_root']!r}) with the trainer's /proc bound in (no PID "
         f"namespace: {fact['file']}:{fact['line']}): an agent could write kernel.core_pattern, code run as the "
         f"node's root; drop it from compose.yaml's trainer ({RECORD})"
+    ]
+
+
+def session_environment(
+    launcher_env: dict[str, Any], command_env: dict[str, Any], cleanenv: bool, record: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The environment apptainer gives a session (configs/upstream/apptainer-userns.json environment_without_cleanenv
+    and environment_with_cleanenv), from the environment of the process that runs apptainer (`launcher_env`: Polar's
+    server) and the `env K=V` of the command line (`command_env`), which is set last."""
+    rule = (record or json.loads((repo_root() / RECORD).read_text()))["environment"]
+    found: dict[str, Any] = dict(rule["cleanenv_sets"]) if cleanenv else {}
+    for key, value in launcher_env.items():
+        if key in rule["always_passed"] or not (
+            cleanenv
+            or key in rule["always_omitted"]
+            or any(key.startswith(p) for p in [*rule["prefixes_not_forwarded"], *rule["override_prefixes"]])
+        ):
+            found[key] = value
+    for key, value in launcher_env.items():  # APPTAINERENV_X=V sets X=V, with or without --cleanenv
+        prefix = next((p for p in rule["override_prefixes"] if key.startswith(p)), None)
+        if prefix and key[len(prefix) :] and key[len(prefix) :] not in rule["always_omitted"]:
+            found[key[len(prefix) :]] = value
+    return {**found, **command_env}
+
+
+def secret_problems(
+    secrets: list[str], launcher_env: dict[str, Any], command_env: dict[str, Any], where: str
+) -> list[str]:
+    """The pass-through secrets (`secrets`: the variables compose.yaml hands the trainer from the caller, never
+    written) a session would get when Polar runs with `launcher_env` (its --cleanenv switch included)."""
+    cleanenv = "--cleanenv" in assets.runtime_flags(launcher_env)
+    reaching = sorted(set(secrets) & set(session_environment(launcher_env, command_env, cleanenv)))
+    return [
+        f"{name}, passed through to the trainer, reaches every agent session Polar starts from {where} (apptainer "
+        f"without --cleanenv passes Polar's environment on: {RECORD} environment_without_cleanenv)"
+        for name in reaching
     ]
 
 

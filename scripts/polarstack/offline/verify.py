@@ -275,6 +275,13 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     submit = plan.commands[-1]
     job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
     problems += assets.mode_problems(job_env.get("env_vars") or {}, "the Ray job's runtime env")
+    # No secret the trainer is handed (compose.yaml's pass-through variables, WANDB_API_KEY for slime's W&B logging)
+    # reaches a session: launch.sh starts Polar's servers with the trainer's environment plus its exports, and
+    # apptainer passes that on unless --cleanenv (configs/upstream/apptainer-userns.json environment_*).
+    polar_env = {**(trainer.get("environment") or {}), **{k: v.strip("'\"") for k, v in launch_env.items()}}
+    problems += apptainer_userns.secret_problems(
+        assets.pass_through_secrets(compose.compose_file()), polar_env, runtime.get("env") or {}, "launch.sh"
+    )
     # The code verifier's knobs reach Polar's test_command (the task's runtime.env) and every other source of its
     # environment with the values the stack chose (issue 32 point 4, polarstack.offline.verifier_env).
     problems += verifier_env.problems(
