@@ -14,7 +14,10 @@ namespace only when it is asked for (Polar passes --pid only under POLAR_APPTAIN
 capabilities of `root default capabilities` (prepareRootCaps); the /etc/subuid range is mapped only on the fakeroot
 path, which --fakeroot or APPTAINER_FAKEROOT (the flag's environment key) turns on; without a PID namespace the
 container's /proc is the caller's, bound recursively (addKernelMount), so /proc/sys is whatever Docker gave the
-trainer; the caller's /tmp is bound in unless `--no-mount tmp` (addTmpMount, `mount tmp` defaulting to yes).
+trainer; the caller's /tmp is bound in unless `--no-mount tmp` (addTmpMount, `mount tmp` defaulting to yes); the
+caller's environment passes in unless --cleanenv (env.SetContainerEnv, with its keep and omit lists); an IPC
+namespace only with --ipc; with --pid a fresh procfs, whose failure to mount ends the start (mountGeneric); the
+caller's /dev is bound in with `mount dev = yes` (the default), a staged one (the devices listed) with `minimal`.
 `make verify-offline` (polarstack.offline.apptainer_userns) checks what these mean for the stack.
 """
 
@@ -87,6 +90,15 @@ def record(repo: str, tag: str) -> dict:
     not_forwarded = [_string_const(prefixes, n, ENV_PREFIXES) for n in ("ApptainerPrefix", "LegacySingularityPrefix")]
     overrides = [_string_const(prefixes, n, ENV_PREFIXES) for n in ("ApptainerEnvPrefix", "LegacySingularityEnvPrefix")]
     clean_lang = create[_line(create, 'g.SetProcessEnv("LANG", ', "func SetContainerEnv", ENV_CREATE) - 1]
+    dev_default_at = _line(config, 'directive:"mount dev"', None, CONFIG)
+    dev_default = config[dev_default_at - 1].split('default:"')[1].split('"')[0]
+    minimal_at = _line(container, 'MountDev == "minimal"', "func (c *container) addDevMount", CONTAINER)
+    yes_at = _line(container, 'MountDev == "yes"', "func (c *container) addDevMount", CONTAINER)
+    minimal_devices = [
+        text.split('addSessionDev("')[1].split('"')[0]
+        for text in container[minimal_at:yes_at]
+        if 'c.addSessionDev("/dev/' in text
+    ]
     tmp_default = _line(config, 'directive:"mount tmp"', None, CONFIG)
     no_tmp = _line(launcher, "l.engineConfig.SetNoTmp(true)", "func (l *Launcher) setNoMountFlags", LAUNCHER)
     at = lambda lines, path, needle, after=None: {  # noqa: E731
@@ -109,6 +121,15 @@ def record(repo: str, tag: str) -> dict:
         "reproduced_by": ["unshare", "--user", "--map-root-user", "--mount", "--fork"],
         "fakeroot_env": ["APPTAINER_FAKEROOT", "SINGULARITY_FAKEROOT"],
         "pid_namespace_env": "POLAR_APPTAINER_ISOLATE_PID",
+        "ipc_namespace_env": "POLAR_APPTAINER_ISOLATE_IPC",
+        "mount_dev": {
+            "conf": "/etc/apptainer/apptainer.conf",
+            "directive": "mount dev",
+            "default": dev_default,
+            "stack_sets": "minimal",
+            "minimal_devices": minimal_devices,
+            "minimal_fresh": ["/dev/shm", "/dev/pts", "/dev/ptmx"],
+        },
         "proc_sys_lifted_by": "systempaths=unconfined",
         "environment": {
             "always_passed": passed,
@@ -150,6 +171,51 @@ def record(repo: str, tag: str) -> dict:
                 fact="uid 0 gets the capabilities `root default capabilities` in apptainer.conf names (full by "
                 "default), within the user namespace: so the verifier holds CAP_SYS_ADMIN there, may make its "
                 "sandbox's namespaces, and must drop every capability for its candidate itself.",
+            ),
+            "ipc_namespace_only_when_asked": dict(
+                at(launcher, LAUNCHER, 'AddOrReplaceLinuxNamespace("ipc", "")', "func (l *Launcher) setNamespaces"),
+                function="Launcher.setNamespaces",
+                fact="an IPC namespace is added only when Namespaces.IPC is set (--ipc); Polar passes --ipc when "
+                "POLAR_APPTAINER_ISOLATE_IPC is truthy, and the stack sets it: the trainer shares the host's IPC "
+                "namespace (compose.yaml ipc: host, for NCCL with the engines), which a session would otherwise "
+                "share too (System V shared memory, semaphores and message queues, removable by the same uid).",
+            ),
+            "fresh_proc_with_pid_namespace": dict(
+                at(
+                    container,
+                    CONTAINER,
+                    'system.Points.AddFS(mount.KernelTag, "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV, "")',
+                    "func (c *container) addKernelMount",
+                ),
+                function="container.addKernelMount",
+                fact="with a PID namespace (--pid, POLAR_APPTAINER_ISOLATE_PID) apptainer mounts a fresh procfs at "
+                "/proc instead of binding the caller's; in a user namespace the kernel refuses that mount where the "
+                "caller's /proc has locked over-mounts, as Docker's masked and read-only /proc paths are "
+                "(tests/sandbox/test_session_namespaces.py measures the EPERM), unless systempaths=unconfined "
+                "lifts them, which the trainer must not (proc_bound_without_pid_namespace).",
+            ),
+            "mount_failure_is_fatal": dict(
+                at(container, CONTAINER, 'return fmt.Errorf("can\'t mount %s filesystem to %s: %s"'),
+                function="container.mountGeneric",
+                fact="a failed mount of a file system other than devpts and overlay ends the container's start "
+                "(`can't mount proc filesystem to /proc: ...`): with --pid in the trainer every session would fail "
+                "to start; there is no fallback to the caller's /proc.",
+            ),
+            "dev_bound_by_default": dict(
+                at(container, CONTAINER, 'MountDev == "yes"', "func (c *container) addDevMount"),
+                function="container.addDevMount",
+                fact=f"with `mount dev = yes` (the default: {CONFIG} l.{dev_default_at}) apptainer binds the caller's /dev into the session, MS_REC: the trainer's GPUs (/dev/nvidia*), "
+                "/dev/fuse and, with ipc: host, the host's /dev/shm, where NCCL and the engines keep their shared "
+                "memory; every one open to the session's uid 0, the trainer's own uid.",
+            ),
+            "dev_minimal": dict(
+                at(container, CONTAINER, 'MountDev == "minimal"', "func (c *container) addDevMount"),
+                function="container.addDevMount",
+                fact="with `mount dev = minimal` (or --contain) /dev is a staged directory holding only "
+                + ", ".join(minimal_devices)
+                + " (bound from the caller's), a fresh tmpfs at /dev/shm, a new devpts instance at /dev/pts with "
+                "/dev/ptmx, /dev/mqueue with --ipc, and GPU devices only with --nv (which Polar passes only for "
+                "spec.gpus > 0). The trainer image sets it in /etc/apptainer/apptainer.conf.",
             ),
             "fakeroot_from_the_environment": dict(
                 at(flags, FLAGS, 'EnvKeys:      []string{"FAKEROOT"}', "var actionFakerootFlag"),

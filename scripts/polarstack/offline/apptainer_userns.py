@@ -7,7 +7,9 @@ reproduction the sandbox tests run (`unshare --user --map-root-user --mount --fo
 And what the shape means for the trainer's Docker grant (procfs_problems): the sessions' uid 0 is the node's global
 root and, with no PID namespace, apptainer binds the trainer's /proc into them (container.addKernelMount), so the
 trainer must keep Docker's read-only /proc/sys: never systempaths=unconfined (kernel.core_pattern would be writable
-from a session, code run as the node's root)."""
+from a session, code run as the node's root). And what the sessions share with the trainer besides (dev_problems):
+the trainer image sets apptainer's staged /dev (`mount dev = minimal`), so no session opens the trainer's GPUs,
+/dev/fuse or the host's /dev/shm."""
 
 from __future__ import annotations
 
@@ -144,11 +146,36 @@ def secret_problems(
     ]
 
 
+def dev_problems(dockerfile: str | None = None, record: dict[str, Any] | None = None) -> list[str]:
+    """The trainer image's apptainer.conf `mount dev` against the sessions (configs/upstream/apptainer-userns.json
+    dev_bound_by_default, dev_minimal): with the default, apptainer binds the trainer's /dev, its GPUs, /dev/fuse and
+    the host's /dev/shm, into every session; the image must set the staged /dev and check that it did."""
+    record = record or json.loads((repo_root() / RECORD).read_text())
+    dev = record["mount_dev"]
+    text = dockerfile if dockerfile is not None else (repo_root() / "images/trainer/Dockerfile").read_text()
+    line = f"{dev['directive']} = {dev['stack_sets']}"
+    sets = f"s/^{dev['directive']} = .*/{line}/' {dev['conf']}" in text
+    checks = f"grep -qx '{line}' {dev['conf']}" in text
+    found = []
+    if dev["stack_sets"] == dev["default"] or not (sets and checks):
+        fact = record["facts"]["dev_bound_by_default"]
+        found.append(
+            f"images/trainer/Dockerfile does not set and check `{line}` in {dev['conf']}: apptainer then binds the "
+            f"trainer's /dev into every agent session ({fact['file']}:{fact['line']}), its GPUs, /dev/fuse and the "
+            "host's /dev/shm (NCCL's, the engines') open to the session's uid 0"
+        )
+    leaked = [d for d in dev["minimal_devices"] if d.startswith(("/dev/nvidia", "/dev/fuse", "/dev/shm"))]
+    if leaked:
+        found.append(f"{RECORD} lists {', '.join(leaked)} in apptainer's staged /dev: read addDevMount again")
+    return found
+
+
 def check() -> Check:
-    found = problems()
+    found = problems() + dev_problems()
     return Check(
         f"Polar's sessions run in the user namespace recorded in {RECORD}, and the verifier isolates there",
         not found,
-        "uid map 0 0 1 -> one-uid shape; no fakeroot, no PID namespace",
+        "uid map 0 0 1 -> one-uid shape; no fakeroot; no PID namespace (a fresh procfs cannot mount under Docker's "
+        "masked /proc: the sessions share the trainer's PIDs, docs/gpu-node.md); staged /dev",
         found,
     )

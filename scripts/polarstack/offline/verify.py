@@ -23,7 +23,8 @@
 9. Two nodes (issue 28, polarstack.offline.multinode): a 2-node plan, rehearsal and Compose override of every working
    router profile against configs/upstream/multinode-facts.json.
 10. The user namespace of Polar's sessions (issue 32, polarstack.offline.apptainer_userns): the recorded apptainer
-   map is the verifier's one-uid shape, and nothing the stack ships turns on fakeroot or a PID namespace.
+   map is the verifier's one-uid shape, nothing the stack ships turns on fakeroot or a PID namespace (which cannot
+   start under Docker's masked /proc: the recorded limit), and the trainer image gives the sessions a staged /dev.
 """
 
 from __future__ import annotations

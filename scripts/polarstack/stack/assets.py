@@ -301,7 +301,10 @@ def check_before_up_cpu(say=lambda s: print(f"polarstack: {s}", file=sys.stderr)
 # POLAR_APPTAINER_CLEANENV goes with them: apptainer passes Polar's whole environment into every session unless
 # --cleanenv (configs/upstream/apptainer-userns.json environment_without_cleanenv), and the trainer's holds
 # WANDB_API_KEY for slime's W&B logging; with it a session gets only what Polar passes as `env K=V` (runtime.env,
-# the harness's and the evaluator's env).
+# the harness's and the evaluator's env). POLAR_APPTAINER_ISOLATE_IPC too: the trainer shares the host's IPC
+# namespace (ipc: host, NCCL with the engines); with it every session has its own (--ipc). Not
+# POLAR_APPTAINER_ISOLATE_PID: with --pid apptainer mounts a fresh procfs, which the kernel refuses under Docker's
+# masked /proc, so no session would start (configs/upstream/apptainer-userns.json fresh_proc_with_pid_namespace).
 
 
 def apptainer_record() -> dict[str, Any]:
@@ -310,7 +313,7 @@ def apptainer_record() -> dict[str, Any]:
     return json.loads((repo_root() / "configs" / "upstream" / "polar-apptainer.json").read_text())
 
 
-SWITCHES = ("mode", "no_mount_tmp", "cleanenv")  # the record's <name>_env / <name>_value pairs the stack sets
+SWITCHES = ("mode", "no_mount_tmp", "cleanenv", "isolate_ipc")  # the record's <name>_env / <name>_value pairs
 
 
 def sandbox_mode_env() -> dict[str, str]:
@@ -373,5 +376,11 @@ def mode_problems(environment: dict[str, Any], where: str) -> list[str]:
             f"{where} does not set {record['cleanenv_env']}={record['cleanenv_value']}: apptainer then passes Polar's "
             "whole environment into every agent session (no --cleanenv), WANDB_API_KEY among it "
             "(configs/upstream/polar-apptainer.json cleanenv)"
+        )
+    if not _truthy(environment, record["isolate_ipc_env"]):
+        found.append(
+            f"{where} does not set {record['isolate_ipc_env']}={record['isolate_ipc_value']}: every agent session then "
+            "shares the trainer's IPC namespace, the host's (ipc: host), and can remove the System V shared memory "
+            "and semaphores of the engines and NCCL (configs/upstream/polar-apptainer.json isolation)"
         )
     return found

@@ -95,6 +95,7 @@ def real_probe(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("POLAR_APPTAINER_NO_INSTANCE", "1")  # what compose.yaml gives the trainer container
     monkeypatch.setenv("POLAR_APPTAINER_NO_MOUNT_TMP", "1")  # likewise
     monkeypatch.setenv("POLAR_APPTAINER_CLEANENV", "1")  # likewise
+    monkeypatch.setenv("POLAR_APPTAINER_ISOLATE_IPC", "1")  # likewise
     monkeypatch.setenv("FAKE_USERNS_RECORD", str(repo_root() / "configs/upstream/apptainer-userns.json"))
     monkeypatch.setenv("POLAR_APPTAINER_BIN", str(bin_dir / "apptainer"))  # Polar's override, honoured by the probe
     monkeypatch.delenv("POLARSTACK_VERIFIER_ISOLATION", raising=False)
@@ -112,7 +113,8 @@ def test_probe_runs_the_verifier_the_way_polar_starts_the_sandbox(tmp_path, monk
     assert len(calls) == 4 and all(call[0] == "exec" for call in calls)  # direct exec: never `instance start`
     for call in calls:  # ApptainerRuntime._runtime_options for this template (configs/upstream/polar-apptainer.json)
         assert call[1:5] == ["--overlay", call[2], "--no-mount", "cwd,home,bind-paths,tmp"]  # the trainer's /tmp out
-        assert call[5] == "--cleanenv"  # the trainer's environment out
+        assert call[5:7] == ["--cleanenv", "--ipc"]  # the trainer's environment and IPC namespace out
+        assert "--pid" not in call  # the recorded limit: no fresh procfs under Docker's masked /proc
         assert call[2].endswith("/overlay")
         binds = [call[i + 1] for i, a in enumerate(call) if a == "--bind"]
         assert [b.split(":", 1)[1] for b in binds] == ["/polar/session", "/polar/runtime-control:ro", "/opt/node:ro"]
@@ -156,6 +158,14 @@ def test_probe_refuses_a_trainer_that_passes_its_environment_into_the_sessions(t
     with pytest.raises(StackError) as exc:
         sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
     assert "holds WANDB_API_KEY" in exc.value.message
+
+
+def test_probe_refuses_a_trainer_whose_sessions_share_its_ipc_namespace(tmp_path, monkeypatch):
+    fake_node.install(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_APPTAINER_ISOLATE_IPC", "")
+    with pytest.raises(StackError) as exc:
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert exc.value.code == ExitCode.ENVIRONMENT and "POLAR_APPTAINER_ISOLATE_IPC=1" in exc.value.message
 
 
 def test_probe_passes_in_the_namespace_shape_apptainer_gives_the_sessions(tmp_path, monkeypatch, capsys):

@@ -118,3 +118,31 @@ def test_a_pass_through_secret_reaching_the_sessions_is_a_problem():
         apptainer_userns.secret_problems(["WANDB_API_KEY"], {**POLAR_ENV, "POLAR_APPTAINER_CLEANENV": "1"}, {}, "x")
         == []
     )
+
+
+# --- review point 1: the sessions' /dev, IPC and PID namespaces --------------------------------------------------
+DOCKERFILE = (ROOT / "images" / "trainer" / "Dockerfile").read_text()
+
+
+def test_the_record_says_dev_is_the_trainers_by_default_and_pid_needs_a_fresh_proc():
+    for name in ("dev_bound_by_default", "dev_minimal", "fresh_proc_with_pid_namespace", "mount_failure_is_fatal"):
+        fact = RECORD["facts"][name]
+        assert fact["file"] == "internal/pkg/runtime/engine/apptainer/container_linux.go" and fact["line"] > 0, name
+    assert RECORD["facts"]["ipc_namespace_only_when_asked"]["file"] == "internal/pkg/runtime/launch/launcher_linux.go"
+    assert RECORD["mount_dev"]["default"] == "yes" and RECORD["mount_dev"]["stack_sets"] == "minimal"
+
+
+def test_the_trainer_image_sets_the_staged_dev_and_checks_it():
+    assert apptainer_userns.dev_problems(DOCKERFILE) == []
+    line = "RUN sed -i 's/^mount dev = .*/mount dev = minimal/' /etc/apptainer/apptainer.conf"
+    assert line in DOCKERFILE
+    found = apptainer_userns.dev_problems(DOCKERFILE.replace(line, "RUN true"))
+    assert len(found) == 1 and "container_linux.go:" in found[0] and "/dev/fuse" in found[0], found
+    yes = DOCKERFILE.replace("mount dev = minimal", "mount dev = yes")
+    assert apptainer_userns.dev_problems(yes)  # the default again: the trainer's /dev in every session
+
+
+def test_a_record_whose_staged_dev_holds_a_gpu_is_a_problem():
+    record = json.loads(json.dumps(RECORD))
+    record["mount_dev"]["minimal_devices"].append("/dev/nvidia0")
+    assert any("/dev/nvidia0" in p for p in apptainer_userns.dev_problems(DOCKERFILE, record))

@@ -323,10 +323,11 @@ def test_polar_runs_in_direct_exec_mode_everywhere(tmp_path, monkeypatch):
     record = json.loads((ROOT / "configs" / "upstream" / "polar-apptainer.json").read_text())
     assert record["polar_commit"] == __import__("polarstack.pins", fromlist=["pins"]).pins()["POLAR_COMMIT"]
     switches = ("POLAR_APPTAINER_NO_INSTANCE", "POLAR_APPTAINER_NO_MOUNT_TMP", "POLAR_APPTAINER_CLEANENV")
+    switches += ("POLAR_APPTAINER_ISOLATE_IPC",)
     assert assets.sandbox_mode_env() == dict.fromkeys(switches, "1")
     monkeypatch.delenv("MODEL_DIR", raising=False)
     environment = rendered("engine-direct", tmp_path)["services"]["trainer"]["environment"]
-    assert [environment[name] for name in switches] == ["1", "1", "1"]
+    assert [environment[name] for name in switches] == ["1"] * len(switches)
     plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
     for name in switches:
         assert f"export {name}=1" in plan.files["launch.sh"].splitlines()
@@ -433,3 +434,17 @@ def test_verify_offline_refuses_a_stack_whose_sessions_get_the_trainers_secrets(
     check = _check_assets_with_compose(tmp_path / "both", monkeypatch, text.replace(line, ""))
     leaks = [p for p in check.problems if "reaches every agent session" in p]
     assert leaks and leaks[0].startswith("WANDB_API_KEY, passed through to the trainer"), check.problems
+
+
+def test_verify_offline_refuses_sessions_in_the_trainers_ipc_namespace(tmp_path, monkeypatch):
+    """Review point 1: the trainer is in the host's IPC namespace (ipc: host); without POLAR_APPTAINER_ISOLATE_IPC in
+    compose.yaml every session would be too (tests/sandbox/test_session_namespaces.py measures what it sees)."""
+    text = (ROOT / "compose" / "compose.yaml").read_text()
+    line = '      POLAR_APPTAINER_ISOLATE_IPC: "1"\n'
+    assert line in text
+    check = _check_assets_with_compose(tmp_path / "compose", monkeypatch, text.replace(line, ""))
+    assert not check.ok and any(
+        p.startswith("the trainer's environment (compose.yaml) does not set POLAR_APPTAINER_ISOLATE_IPC=1")
+        and "System V" in p
+        for p in check.problems
+    ), check.problems
