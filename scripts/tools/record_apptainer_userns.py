@@ -285,7 +285,8 @@ def record(repo: str, tag: str) -> dict:
         "confirm_on_the_gpu_node": "in a session: `cat /proc/self/uid_map` prints `0 0 1`; the task's verifier "
         "prints PASSED for a canonical answer (make train's in-trainer sandbox probe); writing "
         "/proc/sys/kernel/core_pattern's own value back fails (read-only file system); `ls /tmp` shows no other "
-        "session's directory.",
+        "session's directory; `ls /dev` shows no nvidia device and no fuse; `ipcs -m` lists none of the trainer's "
+        "segments; `env` holds no WANDB_API_KEY; `ps -e` still lists the trainer's processes (the recorded limit).",
     }
 
 
