@@ -10,6 +10,10 @@ Knobs (environment of the test process, read by the fakes at call time):
   FAKE_SANDBOX_ERROR=x `compose exec trainer` reports that starting the sandbox failed with x
   FAKE_APPTAINER_MODE=v  the trainer's POLAR_APPTAINER_NO_INSTANCE as the probe reports it (default 1)
   FAKE_APPTAINER_NO_MOUNT_TMP=v  the trainer's POLAR_APPTAINER_NO_MOUNT_TMP as the probe reports it (default 1)
+  FAKE_APPTAINER_CLEANENV=v  the trainer's POLAR_APPTAINER_CLEANENV as the probe reports it (default 1)
+  FAKE_APPTAINER_ISOLATE_IPC=v  the trainer's POLAR_APPTAINER_ISOLATE_IPC as the probe reports it (default 1)
+  FAKE_SESSION_ENV="A B"  the names the probe finds in the sandbox's environment (default HOME PATH LANG)
+  FAKE_SESSION_TMP=v   whether a probe session saw another one's files in the trainer's /tmp (default private)
   FAKE_VERIFIER_GOOD=t / FAKE_VERIFIER_BAD=t  what the task's verifier prints in the sandbox probe for the
                        canonical / the wrong solution (printf %b; defaults `PASSED probe` / `FAILED probe (...)`)
   FAKE_SHAPE_RUN=1     the verifier probe in Polar's namespace shape (`compose run|exec ... trainer sh -c` with unshare)
@@ -85,8 +89,12 @@ case "$*" in
     [ "${FAKE_NO_APPTAINER:-0}" = 1 ] && echo apptainer
     for absent in ${FAKE_ABSENT:-}; do echo "$absent"; done
     [ -n "${FAKE_SANDBOX_ERROR:-}" ] && echo "exec-failed: $FAKE_SANDBOX_ERROR"
-    echo "mode: ${FAKE_APPTAINER_MODE-1}"
-    echo "no-mount-tmp: ${FAKE_APPTAINER_NO_MOUNT_TMP-1}"
+    echo "switch: POLAR_APPTAINER_NO_INSTANCE=${FAKE_APPTAINER_MODE-1}"
+    echo "switch: POLAR_APPTAINER_NO_MOUNT_TMP=${FAKE_APPTAINER_NO_MOUNT_TMP-1}"
+    echo "switch: POLAR_APPTAINER_CLEANENV=${FAKE_APPTAINER_CLEANENV-1}"
+    echo "switch: POLAR_APPTAINER_ISOLATE_IPC=${FAKE_APPTAINER_ISOLATE_IPC-1}"
+    for name in ${FAKE_SESSION_ENV-HOME PATH LANG}; do echo "session-env: $name"; done
+    echo "session-tmp: ${FAKE_SESSION_TMP-private}"
     [ -z "${FAKE_SANDBOX_ERROR:-}" ] && echo "sandbox-ok: ${FAKE_CLI_VERSION-@AGENT_CLI_VERSION@ (Claude Code)}" >&2
     printf '%b\n' "${FAKE_VERIFIER_GOOD-PASSED probe}" | sed 's/^/verifier-good: /'
     printf '%b\n' "${FAKE_VERIFIER_BAD-FAILED probe (failed: assertion)}" | sed 's/^/verifier-bad: /' ;;
@@ -144,6 +152,10 @@ def install(tmp_path: Path, monkeypatch) -> Path:
         "FAKE_TRAINER_SMOKE_RC",
         "FAKE_APPTAINER_MODE",
         "FAKE_APPTAINER_NO_MOUNT_TMP",
+        "FAKE_APPTAINER_CLEANENV",
+        "FAKE_APPTAINER_ISOLATE_IPC",
+        "FAKE_SESSION_ENV",
+        "FAKE_SESSION_TMP",
         "FAKE_VERIFIER_GOOD",
         "FAKE_VERIFIER_BAD",
         "FAKE_SHAPE_RUN",

@@ -14,7 +14,10 @@ namespace only when it is asked for (Polar passes --pid only under POLAR_APPTAIN
 capabilities of `root default capabilities` (prepareRootCaps); the /etc/subuid range is mapped only on the fakeroot
 path, which --fakeroot or APPTAINER_FAKEROOT (the flag's environment key) turns on; without a PID namespace the
 container's /proc is the caller's, bound recursively (addKernelMount), so /proc/sys is whatever Docker gave the
-trainer; the caller's /tmp is bound in unless `--no-mount tmp` (addTmpMount, `mount tmp` defaulting to yes).
+trainer; the caller's /tmp is bound in unless `--no-mount tmp` (addTmpMount, `mount tmp` defaulting to yes); the
+caller's environment passes in unless --cleanenv (env.SetContainerEnv, with its keep and omit lists); an IPC
+namespace only with --ipc; with --pid a fresh procfs, whose failure to mount ends the start (mountGeneric); the
+caller's /dev is bound in with `mount dev = yes` (the default), a staged one (the devices listed) with `minimal`.
 `make verify-offline` (polarstack.offline.apptainer_userns) checks what these mean for the stack.
 """
 
@@ -34,6 +37,8 @@ PREPARE = "internal/pkg/runtime/engine/apptainer/prepare_linux.go"
 FAKEROOT = "internal/pkg/fakeroot/fakeroot.go"
 CONTAINER = "internal/pkg/runtime/engine/apptainer/container_linux.go"
 CONFIG = "pkg/util/apptainerconf/config.go"
+ENV_CREATE = "internal/pkg/util/env/create.go"
+ENV_PREFIXES = "internal/pkg/util/env/env.go"
 
 
 def _git(repo: str, *args: str) -> str:
@@ -60,11 +65,40 @@ def _line(lines: list[str], needle: str, after: str | None = None, path: str = "
     raise SystemExit(f"{path}: no line holds {needle!r}; apptainer changed, read it again")
 
 
+def _map_keys(lines: list[str], opening: str, path: str) -> list[str]:
+    """The quoted keys of the Go map literal that starts on the line holding `opening`, in source order."""
+    start = _line(lines, opening, None, path)
+    keys = []
+    for text in lines[start:]:
+        if text.strip() == "}":
+            return keys
+        keys.append(text.split('"')[1])
+    raise SystemExit(f"{path}: the map opened by {opening!r} does not close; apptainer changed, read it again")
+
+
+def _string_const(lines: list[str], name: str, path: str) -> str:
+    return lines[_line(lines, f'{name} = "', None, path) - 1].split('"')[1]
+
+
 def record(repo: str, tag: str) -> dict:
     commit = _git(repo, "rev-parse", f"{tag}^{{commit}}").strip()
-    launcher, flags, prepare, fakeroot, container, config = (
-        _source(repo, tag, p) for p in (LAUNCHER, FLAGS, PREPARE, FAKEROOT, CONTAINER, CONFIG)
+    launcher, flags, prepare, fakeroot, container, config, create, prefixes = (
+        _source(repo, tag, p) for p in (LAUNCHER, FLAGS, PREPARE, FAKEROOT, CONTAINER, CONFIG, ENV_CREATE, ENV_PREFIXES)
     )
+    passed = _map_keys(create, "var alwaysPassKeys = map[string]struct{}{", ENV_CREATE)
+    omitted = _map_keys(create, "var alwaysOmitKeys = map[string]bool{", ENV_CREATE)
+    not_forwarded = [_string_const(prefixes, n, ENV_PREFIXES) for n in ("ApptainerPrefix", "LegacySingularityPrefix")]
+    overrides = [_string_const(prefixes, n, ENV_PREFIXES) for n in ("ApptainerEnvPrefix", "LegacySingularityEnvPrefix")]
+    clean_lang = create[_line(create, 'g.SetProcessEnv("LANG", ', "func SetContainerEnv", ENV_CREATE) - 1]
+    dev_default_at = _line(config, 'directive:"mount dev"', None, CONFIG)
+    dev_default = config[dev_default_at - 1].split('default:"')[1].split('"')[0]
+    minimal_at = _line(container, 'MountDev == "minimal"', "func (c *container) addDevMount", CONTAINER)
+    yes_at = _line(container, 'MountDev == "yes"', "func (c *container) addDevMount", CONTAINER)
+    minimal_devices = [
+        text.split('addSessionDev("')[1].split('"')[0]
+        for text in container[minimal_at:yes_at]
+        if 'c.addSessionDev("/dev/' in text
+    ]
     tmp_default = _line(config, 'directive:"mount tmp"', None, CONFIG)
     no_tmp = _line(launcher, "l.engineConfig.SetNoTmp(true)", "func (l *Launcher) setNoMountFlags", LAUNCHER)
     at = lambda lines, path, needle, after=None: {  # noqa: E731
@@ -87,7 +121,23 @@ def record(repo: str, tag: str) -> dict:
         "reproduced_by": ["unshare", "--user", "--map-root-user", "--mount", "--fork"],
         "fakeroot_env": ["APPTAINER_FAKEROOT", "SINGULARITY_FAKEROOT"],
         "pid_namespace_env": "POLAR_APPTAINER_ISOLATE_PID",
+        "ipc_namespace_env": "POLAR_APPTAINER_ISOLATE_IPC",
+        "mount_dev": {
+            "conf": "/etc/apptainer/apptainer.conf",
+            "directive": "mount dev",
+            "default": dev_default,
+            "stack_sets": "minimal",
+            "minimal_devices": minimal_devices,
+            "minimal_fresh": ["/dev/shm", "/dev/pts", "/dev/ptmx"],
+        },
         "proc_sys_lifted_by": "systempaths=unconfined",
+        "environment": {
+            "always_passed": passed,
+            "always_omitted": omitted,
+            "prefixes_not_forwarded": not_forwarded,
+            "override_prefixes": overrides,
+            "cleanenv_sets": {"LANG": clean_lang.split('"')[3]},
+        },
         "facts": {
             "user_namespace_fallback": dict(
                 at(launcher, LAUNCHER, "Effective capability CAP_SYS_ADMIN is missing, fallback to user namespace"),
@@ -121,6 +171,51 @@ def record(repo: str, tag: str) -> dict:
                 fact="uid 0 gets the capabilities `root default capabilities` in apptainer.conf names (full by "
                 "default), within the user namespace: so the verifier holds CAP_SYS_ADMIN there, may make its "
                 "sandbox's namespaces, and must drop every capability for its candidate itself.",
+            ),
+            "ipc_namespace_only_when_asked": dict(
+                at(launcher, LAUNCHER, 'AddOrReplaceLinuxNamespace("ipc", "")', "func (l *Launcher) setNamespaces"),
+                function="Launcher.setNamespaces",
+                fact="an IPC namespace is added only when Namespaces.IPC is set (--ipc); Polar passes --ipc when "
+                "POLAR_APPTAINER_ISOLATE_IPC is truthy, and the stack sets it: the trainer shares the host's IPC "
+                "namespace (compose.yaml ipc: host, for NCCL with the engines), which a session would otherwise "
+                "share too (System V shared memory, semaphores and message queues, removable by the same uid).",
+            ),
+            "fresh_proc_with_pid_namespace": dict(
+                at(
+                    container,
+                    CONTAINER,
+                    'system.Points.AddFS(mount.KernelTag, "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV, "")',
+                    "func (c *container) addKernelMount",
+                ),
+                function="container.addKernelMount",
+                fact="with a PID namespace (--pid, POLAR_APPTAINER_ISOLATE_PID) apptainer mounts a fresh procfs at "
+                "/proc instead of binding the caller's; in a user namespace the kernel refuses that mount where the "
+                "caller's /proc has locked over-mounts, as Docker's masked and read-only /proc paths are "
+                "(tests/sandbox/test_session_namespaces.py measures the EPERM), unless systempaths=unconfined "
+                "lifts them, which the trainer must not (proc_bound_without_pid_namespace).",
+            ),
+            "mount_failure_is_fatal": dict(
+                at(container, CONTAINER, 'return fmt.Errorf("can\'t mount %s filesystem to %s: %s"'),
+                function="container.mountGeneric",
+                fact="a failed mount of a file system other than devpts and overlay ends the container's start "
+                "(`can't mount proc filesystem to /proc: ...`): with --pid in the trainer every session would fail "
+                "to start; there is no fallback to the caller's /proc.",
+            ),
+            "dev_bound_by_default": dict(
+                at(container, CONTAINER, 'MountDev == "yes"', "func (c *container) addDevMount"),
+                function="container.addDevMount",
+                fact=f"with `mount dev = yes` (the default: {CONFIG} l.{dev_default_at}) apptainer binds the caller's /dev into the session, MS_REC: the trainer's GPUs (/dev/nvidia*), "
+                "/dev/fuse and, with ipc: host, the host's /dev/shm, where NCCL and the engines keep their shared "
+                "memory; every one open to the session's uid 0, the trainer's own uid.",
+            ),
+            "dev_minimal": dict(
+                at(container, CONTAINER, 'MountDev == "minimal"', "func (c *container) addDevMount"),
+                function="container.addDevMount",
+                fact="with `mount dev = minimal` (or --contain) /dev is a staged directory holding only "
+                + ", ".join(minimal_devices)
+                + " (bound from the caller's), a fresh tmpfs at /dev/shm, a new devpts instance at /dev/pts with "
+                "/dev/ptmx, /dev/mqueue with --ipc, and GPU devices only with --nv (which Polar passes only for "
+                "spec.gpus > 0). The trainer image sets it in /etc/apptainer/apptainer.conf.",
             ),
             "fakeroot_from_the_environment": dict(
                 at(flags, FLAGS, 'EnvKeys:      []string{"FAKEROOT"}', "var actionFakerootFlag"),
@@ -159,6 +254,25 @@ def record(repo: str, tag: str) -> dict:
                 "session would see the trainer's /tmp, where Polar keeps the session directories. Polar passes "
                 "`--no-mount ...,tmp` when POLAR_APPTAINER_NO_MOUNT_TMP is truthy (configs/upstream/polar-apptainer.json).",
             ),
+            "environment_without_cleanenv": dict(
+                at(create, ENV_CREATE, "if _, ok := alwaysOmitKeys[key]; ok || cleanEnv {", "func mustAddToHostEnv"),
+                function="env.SetContainerEnv, env.mustAddToHostEnv",
+                fact="every variable of the launcher's environment is set in the session except the keys of "
+                "alwaysOmitKeys (" + ", ".join(omitted) + "; HOME and PATH are set by apptainer) and the ones "
+                "starting with " + " or ".join(not_forwarded) + ": without --cleanenv a session inherits the "
+                "environment of the process that runs apptainer, Polar's server in this stack, secrets included.",
+            ),
+            "environment_with_cleanenv": dict(
+                at(create, ENV_CREATE, 'g.SetProcessEnv("LANG", ', "func SetContainerEnv"),
+                function="env.SetContainerEnv",
+                fact="with --cleanenv only the keys of alwaysPassKeys (" + ", ".join(passed) + ") pass, LANG is set "
+                "to "
+                + clean_lang.split('"')[3]
+                + ", and a variable named with a prefix of "
+                + " or ".join(overrides)
+                + " is set without its prefix (overridesForContainerEnv, applied with or without --cleanenv); what the "
+                "session needs must come on the command line (Polar's `env K=V`).",
+            ),
             "subuid_only_with_fakeroot": dict(
                 at(prepare, PREPARE, "getIDRange(fakerootutil.SubUIDFile, uid)"),
                 function="EngineOperations.prepareContainerConfig (its GetFakeroot() branch)",
@@ -171,7 +285,8 @@ def record(repo: str, tag: str) -> dict:
         "confirm_on_the_gpu_node": "in a session: `cat /proc/self/uid_map` prints `0 0 1`; the task's verifier "
         "prints PASSED for a canonical answer (make train's in-trainer sandbox probe); writing "
         "/proc/sys/kernel/core_pattern's own value back fails (read-only file system); `ls /tmp` shows no other "
-        "session's directory.",
+        "session's directory; `ls /dev` shows no nvidia device and no fuse; `ipcs -m` lists none of the trainer's "
+        "segments; `env` holds no WANDB_API_KEY; `ps -e` still lists the trainer's processes (the recorded limit).",
     }
 
 

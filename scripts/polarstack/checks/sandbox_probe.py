@@ -13,7 +13,7 @@ from polarstack.reward import tasks
 from polarstack.reward.tasks import task_template
 from polarstack.reward.verifier import bundle
 from polarstack.reward.verifier.verdict import refusal_note_text, refused
-from polarstack.stack import assets, compose, host_check
+from polarstack.stack import assets, compose, host_check, verifier_knobs
 
 # Polar's direct-exec apptainer mode, the sandbox's paths (SIF_PATH, AGENT_CLI_DIR, ...) and the sentence naming
 # what is missing belong to polarstack.stack.assets; they are read from it at call time.
@@ -44,12 +44,15 @@ def polar_exec_args(
         return text
 
     options = ["--overlay", f"{session_dir}/overlay", "--no-mount", assets.no_mount(environment)]
+    options += assets.runtime_flags(environment)
     if runtime.get("network") not in (None, "host"):
         options += ["--net", "--network", str(runtime["network"])]
     options += ["--bind", f"{session_dir}:{SESSION_MOUNT}", "--bind", f"{control_dir}:{CONTROL_MOUNT}:ro"]
     for volume in (runtime.get("kwargs") or {}).get("volumes", []):
         options += ["--bind", resolve(volume)]
-    env = runtime.get("env") or {}
+    # runtime.env as the rendered plan gives it to Polar (polarstack.train.plan): the verifier's knobs included, since
+    # under --cleanenv a session gets nothing else of the trainer's environment.
+    env = {**(runtime.get("env") or {}), **verifier_knobs.verifier_env()}
     exports = "".join(f"export {key}={shlex.quote(str(env[key]))}; " for key in ("HOME", "PATH") if key in env)
     workdir = runtime.get("workdir") or SESSION_MOUNT
     return [
@@ -93,42 +96,69 @@ def write_probe(directory: Path) -> None:
     (directory / "control").mkdir(parents=True, exist_ok=True)
 
 
+def _session_dir(name: str) -> str:
+    """A placeholder for the session directory `name` the probe script makes at run time (see _probe_script)."""
+    return "@{%s}" % name
+
+
 def _probe_script(probe_dir: str) -> str:
     """Presence, the mode, the agent CLI, then the verifier on both solutions, each in its own sandbox started the
-    way Polar starts it. Output: missing names, `mode: V`, `exec-failed: ...`, `verifier-<case>: <line>`."""
+    way Polar starts it, in session directories made where and as Polar makes them: Polar's gateway makes each with
+    `tempfile.mkdtemp(prefix="session-<id[:8]>-")` in the trainer's temporary directory ($TMPDIR, else /tmp;
+    GatewayNodeManager.dispatch, configs/upstream/polar-apptainer.json session_dir), then artifacts/, logs/agent/ and
+    (start()) overlay/ in it. The files write_probe laid out in the run dir are copied there. One session also looks
+    for the other's hidden tests at their path in the trainer, which Polar's `--no-mount ...,tmp` must keep out.
+    Output: missing names, `switch: NAME=V`, `exec-failed: ...`, `session-env: NAME`, `session-tmp: private|shared`,
+    `verifier-<case>: <line>`."""
     import shlex
 
     cli = f"{assets.AGENT_CLI_DIR}/bin/{assets.AGENT_CLI_BIN}"
-    mode_env, tmp_env = (assets.apptainer_record()[key] for key in ("mode_env", "no_mount_tmp_env"))
+    switches = [assets.apptainer_record()[f"{name}_env"] for name in assets.SWITCHES]
     control = f"{probe_dir}/control"
+    sessions = ("cli", *PROBE_CASES)
 
     def run(args: list[str]) -> str:  # the binary Polar resolves (_resolve_binary), then its arguments
-        return '"$binary" ' + shlex.join(args[1:])
+        # shlex.join single-quotes every word holding a placeholder ("{" is not a safe character), so closing the
+        # quote around the shell variable puts the directory made at run time in its place, inside or outside a word.
+        text = '"$binary" ' + shlex.join(args[1:])
+        for name in sessions:
+            text = text.replace(_session_dir(name), f"'\"${name}\"'")
+        return text
 
     version = run(
-        polar_exec_args(f"{probe_dir}/cli", control, f"{assets.AGENT_CLI_MOUNT}/bin/{assets.AGENT_CLI_BIN} --version")
+        polar_exec_args(_session_dir("cli"), control, f"{assets.AGENT_CLI_MOUNT}/bin/{assets.AGENT_CLI_BIN} --version")
     )
+    hidden = f"{_session_dir('bad')}/eval/problem.json"  # another session's hidden tests, at their trainer path
+    look = f"if test -e {hidden}; then echo shared; else echo private; fi"
+    mkdtemp = "import sys, tempfile; print(tempfile.mkdtemp(prefix=sys.argv[1]))"  # Polar's call, its interpreter
     lines = [
         "command -v apptainer >/dev/null || echo apptainer",
         f"[ -e {assets.SIF_PATH} ] || echo sif",
         f"[ -x {cli} ] || echo agent-cli",
-        f'echo "mode: ${{{mode_env}:-}}"',
-        f'echo "no-mount-tmp: ${{{tmp_env}:-}}"',
+        *(f'echo "switch: {name}=${{{name}:-}}"' for name in switches),
         # ApptainerRuntime._resolve_binary: POLAR_APPTAINER_BIN, /usr/bin/apptainer, /bin/apptainer, PATH.
         'binary="${POLAR_APPTAINER_BIN:-}"',
         'for c in /usr/bin/apptainer /bin/apptainer; do [ -n "$binary" ] || { [ -f "$c" ] && binary="$c"; }; done',
         '[ -n "$binary" ] || binary=apptainer',
         f"if command -v apptainer >/dev/null && [ -e {assets.SIF_PATH} ] && [ -x {cli} ]; then",
-        # Polar's start() creates the overlay directory as the user that runs Polar (root in the trainer); the
-        # template's `prepare` makes the workdir and HOME (write_probe lays them out for the verifier sessions).
-        f"  mkdir -p {probe_dir}/cli/overlay {probe_dir}/cli/home {probe_dir}/cli/workspace "
-        + " ".join(f"{probe_dir}/{case}/overlay" for case in PROBE_CASES),
+        *(f"  {name}=$(python3 -c {shlex.quote(mkdtemp)} session-probe-{name}-)" for name in sessions),
+        '  trap \'rm -rf "$cli" "$good" "$bad"\' EXIT',
+        # What the probe's verifier sessions hold (eval/, workspace/, home/), then what Polar's dispatch and start()
+        # add; the cli session gets the workdir and HOME the template's `prepare` makes.
+        *(f'  cp -a {probe_dir}/{case}/. "${case}"/' for case in PROBE_CASES),
+        '  mkdir -p "$cli/home" "$cli/workspace"',
+        '  for s in "$cli" "$good" "$bad"; do mkdir -p "$s/artifacts" "$s/logs/agent" "$s/overlay"; done',
         f'  out=$({version} 2>&1) && echo "sandbox-ok: $out" >&2 '
         '|| echo "exec-failed: $(printf \'%s\' "$out" | tail -n 1)"',
+        # The names of the session's environment (never a value): what apptainer passed in besides Polar's `env K=V`.
+        f"  {run(polar_exec_args(_session_dir('cli'), control, 'env'))} 2>/dev/null | cut -d= -f1 "
+        "| sed 's/^/session-env: /'",
+        f"  {run(polar_exec_args(_session_dir('good'), control, look))} 2>/dev/null | tail -n 1 "
+        "| sed 's/^/session-tmp: /'",
     ]
     for case in PROBE_CASES:
         lines.append(
-            f"  {run(polar_exec_args(f'{probe_dir}/{case}', control, probe_command()))} 2>&1 "
+            f"  {run(polar_exec_args(_session_dir(case), control, probe_command()))} 2>&1 "
             f"| sed 's/^/verifier-{case}: /'"
         )
     lines.append("fi")
@@ -203,17 +233,20 @@ def check_in_trainer(profile) -> None:
         )
     lines = [line.rstrip() for line in proc.stdout.splitlines() if line.strip()]
     outputs: dict[str, list[str]] = {case: [] for case in PROBE_CASES}
-    failed, missing, mode, no_tmp = [], [], None, None
+    failed, missing, switches, session_env, session_tmp = [], [], {}, set(), None
     for line in lines:
         case = next((c for c in PROBE_CASES if line.startswith(f"verifier-{c}: ")), None)
         if case is not None:
             outputs[case].append(line.removeprefix(f"verifier-{case}: ").strip())
         elif line.startswith("exec-failed:"):
             failed.append(line.removeprefix("exec-failed:").strip())
-        elif line.startswith("mode:"):
-            mode = line.removeprefix("mode:").strip()
-        elif line.startswith("no-mount-tmp:"):
-            no_tmp = line.removeprefix("no-mount-tmp:").strip()
+        elif line.startswith("switch: "):
+            name, _, value = line.removeprefix("switch: ").partition("=")
+            switches[name] = value.strip()
+        elif line.startswith("session-env: "):
+            session_env.add(line.removeprefix("session-env: ").strip())
+        elif line.startswith("session-tmp:"):
+            session_tmp = line.removeprefix("session-tmp:").strip()
         else:
             missing.append(line.strip())
     if missing:
@@ -222,10 +255,8 @@ def check_in_trainer(profile) -> None:
         )
     # ENVIRONMENT, not ASSETS_MISSING, from here on: everything `make sif` / `make build` provide is in place; what
     # fails is what the node and the trainer container allow (or a container created before this setting existed).
-    record = assets.apptainer_record()  # the probe's command line has --no-mount ...,tmp only if Polar's would
-    problems = assets.mode_problems(
-        {record["mode_env"]: mode, record["no_mount_tmp_env"]: no_tmp}, "the running trainer container"
-    )
+    # The probe's command line has --no-mount ...,tmp and --cleanenv only if Polar's would.
+    problems = assets.mode_problems(switches, "the running trainer container")
     if problems:
         raise StackError(problems[0] + "; recreate it with `make up` (compose.yaml sets it).", ExitCode.ENVIRONMENT)
     if failed:
@@ -250,6 +281,27 @@ def check_in_trainer(profile) -> None:
     wrong_cli = harness_preset.version_problem(reported[0] if reported else "")
     if wrong_cli is not None:
         raise StackError(f"refusing to train: {wrong_cli}.", ExitCode.ASSETS_MISSING)
+    if session_tmp != "private":
+        raise StackError(
+            "refusing to train: an agent sandbox started the way Polar starts it, in a session directory of the "
+            "trainer's /tmp where Polar makes them, "
+            + (
+                "found another session's hidden tests (eval/problem.json) at their path in the trainer: the sessions "
+                "see the trainer's /tmp, so an agent could read or delete every other session's tests"
+                if session_tmp == "shared"
+                else "could not look for another session's files in its /tmp"
+            )
+            + "; recreate the trainer with `make up` (compose.yaml sets POLAR_APPTAINER_NO_MOUNT_TMP=1).",
+            ExitCode.ENVIRONMENT,
+        )
+    leaked = sorted(session_env & set(assets.pass_through_secrets()))
+    if leaked:
+        raise StackError(
+            f"refusing to train: the agent sandbox's environment holds {', '.join(leaked)}, which the trainer is "
+            "handed for itself alone (compose.yaml): every agent session could read it; recreate the trainer with "
+            "`make up` (compose.yaml sets POLAR_APPTAINER_CLEANENV=1).",
+            ExitCode.ENVIRONMENT,
+        )
     why = verdict(outputs)
     if why is not None:
         raise StackError(
@@ -265,7 +317,7 @@ def check_in_trainer(profile) -> None:
             )
     print(
         f"polarstack: the task's verifier ran in the agent sandbox the way Polar starts it (direct exec, "
-        f"{assets.apptainer_record()['mode_env']}={mode}): PASSED {PROBE_NAME} for the canonical {PROBE_TASK_ID}, "
+        f"{' '.join(f'{k}={v}' for k, v in switches.items())}): PASSED {PROBE_NAME} for the canonical {PROBE_TASK_ID}, "
         f"FAILED "
         f"{PROBE_NAME} for a wrong one; {next((x[21:] for x in outputs['good'] if 'verifier: limits' in x), '')}",
         file=sys.stderr,

@@ -7,7 +7,9 @@ reproduction the sandbox tests run (`unshare --user --map-root-user --mount --fo
 And what the shape means for the trainer's Docker grant (procfs_problems): the sessions' uid 0 is the node's global
 root and, with no PID namespace, apptainer binds the trainer's /proc into them (container.addKernelMount), so the
 trainer must keep Docker's read-only /proc/sys: never systempaths=unconfined (kernel.core_pattern would be writable
-from a session, code run as the node's root)."""
+from a session, code run as the node's root). And what the sessions share with the trainer besides (dev_problems):
+the trainer image sets apptainer's staged /dev (`mount dev = minimal`), so no session opens the trainer's GPUs,
+/dev/fuse or the host's /dev/shm."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from polarstack.offline.check import Check
 from polarstack.pins import pins, repo_root
 from polarstack.reward.tasks import TASKS
 from polarstack.reward.verifier import host
-from polarstack.stack import profiles
+from polarstack.stack import assets, profiles
 from polarstack.train.plan import build_plan, load_defaults
 
 RECORD = "configs/upstream/apptainer-userns.json"
@@ -108,11 +110,72 @@ def procfs_problems(
     ]
 
 
+def session_environment(
+    launcher_env: dict[str, Any], command_env: dict[str, Any], cleanenv: bool, record: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The environment apptainer gives a session (configs/upstream/apptainer-userns.json environment_without_cleanenv
+    and environment_with_cleanenv), from the environment of the process that runs apptainer (`launcher_env`: Polar's
+    server) and the `env K=V` of the command line (`command_env`), which is set last."""
+    rule = (record or json.loads((repo_root() / RECORD).read_text()))["environment"]
+    found: dict[str, Any] = dict(rule["cleanenv_sets"]) if cleanenv else {}
+    for key, value in launcher_env.items():
+        if key in rule["always_passed"] or not (
+            cleanenv
+            or key in rule["always_omitted"]
+            or any(key.startswith(p) for p in [*rule["prefixes_not_forwarded"], *rule["override_prefixes"]])
+        ):
+            found[key] = value
+    for key, value in launcher_env.items():  # APPTAINERENV_X=V sets X=V, with or without --cleanenv
+        prefix = next((p for p in rule["override_prefixes"] if key.startswith(p)), None)
+        if prefix and key[len(prefix) :] and key[len(prefix) :] not in rule["always_omitted"]:
+            found[key[len(prefix) :]] = value
+    return {**found, **command_env}
+
+
+def secret_problems(
+    secrets: list[str], launcher_env: dict[str, Any], command_env: dict[str, Any], where: str
+) -> list[str]:
+    """The pass-through secrets (`secrets`: the variables compose.yaml hands the trainer from the caller, never
+    written) a session would get when Polar runs with `launcher_env` (its --cleanenv switch included)."""
+    cleanenv = "--cleanenv" in assets.runtime_flags(launcher_env)
+    reaching = sorted(set(secrets) & set(session_environment(launcher_env, command_env, cleanenv)))
+    return [
+        f"{name}, passed through to the trainer, reaches every agent session Polar starts from {where} (apptainer "
+        f"without --cleanenv passes Polar's environment on: {RECORD} environment_without_cleanenv)"
+        for name in reaching
+    ]
+
+
+def dev_problems(dockerfile: str | None = None, record: dict[str, Any] | None = None) -> list[str]:
+    """The trainer image's apptainer.conf `mount dev` against the sessions (configs/upstream/apptainer-userns.json
+    dev_bound_by_default, dev_minimal): with the default, apptainer binds the trainer's /dev, its GPUs, /dev/fuse and
+    the host's /dev/shm, into every session; the image must set the staged /dev and check that it did."""
+    record = record or json.loads((repo_root() / RECORD).read_text())
+    dev = record["mount_dev"]
+    text = dockerfile if dockerfile is not None else (repo_root() / "images/trainer/Dockerfile").read_text()
+    line = f"{dev['directive']} = {dev['stack_sets']}"
+    sets = f"s/^{dev['directive']} = .*/{line}/' {dev['conf']}" in text
+    checks = f"grep -qx '{line}' {dev['conf']}" in text
+    found = []
+    if dev["stack_sets"] == dev["default"] or not (sets and checks):
+        fact = record["facts"]["dev_bound_by_default"]
+        found.append(
+            f"images/trainer/Dockerfile does not set and check `{line}` in {dev['conf']}: apptainer then binds the "
+            f"trainer's /dev into every agent session ({fact['file']}:{fact['line']}), its GPUs, /dev/fuse and the "
+            "host's /dev/shm (NCCL's, the engines') open to the session's uid 0"
+        )
+    leaked = [d for d in dev["minimal_devices"] if d.startswith(("/dev/nvidia", "/dev/fuse", "/dev/shm"))]
+    if leaked:
+        found.append(f"{RECORD} lists {', '.join(leaked)} in apptainer's staged /dev: read addDevMount again")
+    return found
+
+
 def check() -> Check:
-    found = problems()
+    found = problems() + dev_problems()
     return Check(
         f"Polar's sessions run in the user namespace recorded in {RECORD}, and the verifier isolates there",
         not found,
-        "uid map 0 0 1 -> one-uid shape; no fakeroot, no PID namespace",
+        "uid map 0 0 1 -> one-uid shape; no fakeroot; no PID namespace (a fresh procfs cannot mount under Docker's "
+        "masked /proc: the sessions share the trainer's PIDs, docs/gpu-node.md); staged /dev",
         found,
     )

@@ -11,8 +11,8 @@
 4. Meaning for the GPU node (docs/gpu-node.md): the trace budget (measured harness prompt + task prompt +
    response <= seq_length <= max_tokens_per_gpu x CP <= model context), and the weights source, the agent
    sandbox, the agent-CLI mount and apptainer's grant present in the rendered plan; what the trainer must not have:
-   systempaths=unconfined (the sessions are the node's root with its /proc), HF_TOKEN (every session inherits the
-   trainer's environment); Polar's mode env and POLAR_APPTAINER_NO_MOUNT_TMP wherever Polar runs.
+   systempaths=unconfined (the sessions are the node's root with its /proc); HF_TOKEN anywhere but model-download;
+   Polar's mode env and POLAR_APPTAINER_NO_MOUNT_TMP wherever Polar runs.
 5. Meaning (polarstack.offline.meaning): the Polar bridge's slime API exists at the pinned slime, the engines parse tool
    calls, checkpoints/dropout/resume, and the weight-sync transport reaches the engines across containers.
 6. The routing flags each profile ships (ROUTER_ARGS) are the ones docs/routing.json measured.
@@ -23,7 +23,8 @@
 9. Two nodes (issue 28, polarstack.offline.multinode): a 2-node plan, rehearsal and Compose override of every working
    router profile against configs/upstream/multinode-facts.json.
 10. The user namespace of Polar's sessions (issue 32, polarstack.offline.apptainer_userns): the recorded apptainer
-   map is the verifier's one-uid shape, and nothing the stack ships turns on fakeroot or a PID namespace.
+   map is the verifier's one-uid shape, nothing the stack ships turns on fakeroot or a PID namespace (which cannot
+   start under Docker's masked /proc: the recorded limit), and the trainer image gives the sessions a staged /dev.
 11. The Docker Compose floor (polarstack.offline.compose_features): the recorded minimum Compose covers every Compose
    feature the stack's files and rendered overrides use (configs/upstream/compose-features.json).
 """
@@ -243,11 +244,14 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     # Docker's read-only /proc/sys kept: the sessions are the node's root with the trainer's /proc bound in
     # (configs/upstream/apptainer-userns.json proc_bound_without_pid_namespace).
     problems += apptainer_userns.procfs_problems(trainer.get("security_opt") or [], trainer.get("environment") or {})
-    if "HF_TOKEN" in (trainer.get("environment") or {}):  # every agent session inherits the trainer's environment
-        problems.append(
-            "the trainer's environment has HF_TOKEN, which every agent session inherits (Polar passes no --cleanenv); "
-            "the trainer reads the weights from the models volume and needs no token: remove it from compose.yaml"
-        )
+    # HF_TOKEN only where the weights are fetched: the engines and the trainer read them from the models volume
+    # (--model-path, MODEL_PATH, is a directory there) and never ask the Hub.
+    for name in sorted(n for n, svc in services.items() if "HF_TOKEN" in (svc.get("environment") or {})):
+        if name != "model-download":
+            problems.append(
+                f"{name}'s environment has HF_TOKEN, which only model-download needs (it fetches the weights; {name} "
+                "reads them from the models volume): remove it from that service in compose.yaml"
+            )
     if trainer.get("privileged") or trainer.get("cap_add"):
         problems.append("the trainer is privileged or has added capabilities: apptainer needs neither")
     plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
@@ -275,6 +279,13 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     submit = plan.commands[-1]
     job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
     problems += assets.mode_problems(job_env.get("env_vars") or {}, "the Ray job's runtime env")
+    # No secret the trainer is handed (compose.yaml's pass-through variables, WANDB_API_KEY for slime's W&B logging)
+    # reaches a session: launch.sh starts Polar's servers with the trainer's environment plus its exports, and
+    # apptainer passes that on unless --cleanenv (configs/upstream/apptainer-userns.json environment_*).
+    polar_env = {**(trainer.get("environment") or {}), **{k: v.strip("'\"") for k, v in launch_env.items()}}
+    problems += apptainer_userns.secret_problems(
+        assets.pass_through_secrets(compose.compose_file()), polar_env, runtime.get("env") or {}, "launch.sh"
+    )
     # The code verifier's knobs reach Polar's test_command (the task's runtime.env) and every other source of its
     # environment with the values the stack chose (issue 32 point 4, polarstack.offline.verifier_env).
     problems += verifier_env.problems(

@@ -298,6 +298,13 @@ def check_before_up_cpu(say=lambda s: print(f"polarstack: {s}", file=sys.stderr)
 # POLAR_APPTAINER_NO_MOUNT_TMP goes with it everywhere: apptainer binds the trainer's /tmp into every session by
 # default (`mount tmp = yes`, configs/upstream/apptainer-userns.json), where Polar keeps the other sessions'
 # directories (their hidden tests) and Ray its /tmp/ray; with it Polar adds `tmp` to --no-mount.
+# POLAR_APPTAINER_CLEANENV goes with them: apptainer passes Polar's whole environment into every session unless
+# --cleanenv (configs/upstream/apptainer-userns.json environment_without_cleanenv), and the trainer's holds
+# WANDB_API_KEY for slime's W&B logging; with it a session gets only what Polar passes as `env K=V` (runtime.env,
+# the harness's and the evaluator's env). POLAR_APPTAINER_ISOLATE_IPC too: the trainer shares the host's IPC
+# namespace (ipc: host, NCCL with the engines); with it every session has its own (--ipc). Not
+# POLAR_APPTAINER_ISOLATE_PID: with --pid apptainer mounts a fresh procfs, which the kernel refuses under Docker's
+# masked /proc, so no session would start (configs/upstream/apptainer-userns.json fresh_proc_with_pid_namespace).
 
 
 def apptainer_record() -> dict[str, Any]:
@@ -306,11 +313,22 @@ def apptainer_record() -> dict[str, Any]:
     return json.loads((repo_root() / "configs" / "upstream" / "polar-apptainer.json").read_text())
 
 
+SWITCHES = ("mode", "no_mount_tmp", "cleanenv", "isolate_ipc")  # the record's <name>_env / <name>_value pairs
+
+
 def sandbox_mode_env() -> dict[str, str]:
-    """The environment that selects Polar's direct-exec apptainer mode and keeps the trainer's /tmp out of every
-    session (configs/upstream/polar-apptainer.json)."""
+    """The environment that selects Polar's direct-exec apptainer mode and keeps the trainer's /tmp and its
+    environment out of every session (configs/upstream/polar-apptainer.json)."""
     record = apptainer_record()
-    return {record["mode_env"]: record["mode_value"], record["no_mount_tmp_env"]: record["no_mount_tmp_value"]}
+    return {record[f"{name}_env"]: record[f"{name}_value"] for name in SWITCHES}
+
+
+def pass_through_secrets(path: Path | None = None) -> list[str]:
+    """The variables compose.yaml (or `path`) hands the trainer from the caller's environment, never written (no value
+    in the file): secrets for the trainer's own processes (WANDB_API_KEY for slime's W&B logging)."""
+    spec = load_yaml((path or compose_file()).read_text())
+    environment = (spec["services"].get("trainer") or {}).get("environment") or {}
+    return sorted(key for key, value in environment.items() if value is None)
 
 
 def _truthy(environment: dict[str, Any], name: str) -> bool:
@@ -327,9 +345,17 @@ def no_mount(environment: dict[str, Any]) -> str:
     return ",".join(names)
 
 
+def runtime_flags(environment: dict[str, Any]) -> list[str]:
+    """The flags Polar's ApptainerRuntime._runtime_options adds after --no-mount from `environment`, in its order
+    (configs/upstream/polar-apptainer.json runtime_options): --cleanenv, --pid, --ipc when their env is truthy."""
+    switches = (("POLAR_APPTAINER_CLEANENV", "--cleanenv"), ("POLAR_APPTAINER_ISOLATE_PID", "--pid"))
+    switches += (("POLAR_APPTAINER_ISOLATE_IPC", "--ipc"),)
+    return [flag for name, flag in switches if _truthy(environment, name)]
+
+
 def mode_problems(environment: dict[str, Any], where: str) -> list[str]:
     """Why Polar, run with `environment`, would use its instance mode, which cannot nest in the trainer container,
-    or bind the trainer's /tmp into the sessions."""
+    or bind the trainer's /tmp or its environment into the sessions."""
     record = apptainer_record()
     found = []
     if not _truthy(environment, record["mode_env"]):
@@ -344,5 +370,17 @@ def mode_problems(environment: dict[str, Any], where: str) -> list[str]:
             "the trainer's /tmp into every agent session (`mount tmp = yes`), where an agent reads the other "
             "sessions' hidden tests (eval/problem.json) and can delete them and Ray's /tmp/ray "
             "(configs/upstream/polar-apptainer.json)"
+        )
+    if not _truthy(environment, record["cleanenv_env"]):
+        found.append(
+            f"{where} does not set {record['cleanenv_env']}={record['cleanenv_value']}: apptainer then passes Polar's "
+            "whole environment into every agent session (no --cleanenv), WANDB_API_KEY among it "
+            "(configs/upstream/polar-apptainer.json cleanenv)"
+        )
+    if not _truthy(environment, record["isolate_ipc_env"]):
+        found.append(
+            f"{where} does not set {record['isolate_ipc_env']}={record['isolate_ipc_value']}: every agent session then "
+            "shares the trainer's IPC namespace, the host's (ipc: host), and can remove the System V shared memory "
+            "and semaphores of the engines and NCCL (configs/upstream/polar-apptainer.json isolation)"
         )
     return found

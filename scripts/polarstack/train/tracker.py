@@ -10,7 +10,8 @@ share, trainable tokens per group, tokens per rollout, the gate's counters) to t
   in with a key on the command line, in the dry run, launch.sh and Ray's job). wandb reads WANDB_API_KEY from the
   environment the trainer container got at `make up` (compose.yaml passes it through, no value in any file or
   image), which Ray's workers inherit from the Ray head started in that container (Ray's behaviour, not checked
-  here; on the node, the job's W&B run appearing confirms it); the key is named, never copied, here.
+  here; on the node, the job's W&B run appearing confirms it); the key is named, never copied, here. No agent
+  session gets it: Polar starts them with --cleanenv (POLAR_APPTAINER_CLEANENV, polarstack.stack.assets).
 - TensorBoard: TENSORBOARD_DIR=<model.save>/tensorboard/<run>, under the checkpoints volume, set in the Ray job's
   runtime env; `make tensorboard` is not provided: the README says how to open the files.
 """

@@ -3,10 +3,12 @@ polarstack.checks.sandbox_probe.check_in_trainer): it names what `make sif` must
 trainer in Polar's instance mode and a verifier that cannot tell right from wrong, and runs the real verifier the
 way Polar starts the sandbox (direct `apptainer exec`, Polar's binds)."""
 
+import os
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import pytest
 import fake_node
 from polarstack.checks import sandbox_probe
 from polarstack.errors import ExitCode, StackError
-from polarstack.pins import pins
+from polarstack.pins import pins, repo_root
 from polarstack.polar import harness_preset
 from polarstack.stack import assets, profiles
 
@@ -43,17 +45,44 @@ def test_train_names_a_sandbox_that_cannot_start(tmp_path, monkeypatch):
 # /polar/session (and the agent CLI bind's in place of /opt/node), optionally under FAKE_APPTAINER_WRAP; the Compose
 # fake runs the probe script for real. The verifier is the real one, on the real HumanEval/0 files.
 APPTAINER_SHIM = r"""#!/usr/bin/env python3
-import os, shlex, sys
+import json, os, shlex, sys
 args = sys.argv[1:]
 with open(os.environ["FAKE_LOG"], "a") as log:
     log.write("apptainer " + shlex.join(args) + "\n")
 binds = [args[i + 1].split(":") for i, a in enumerate(args) if a == "--bind"]
-cmd = args[args.index("-lc") + 1]
-for bind in binds:
-    if bind[1] in ("/polar/session", "/opt/node"):
-        cmd = cmd.replace(bind[1], bind[0])
-argv = [*shlex.split(os.environ.get("FAKE_APPTAINER_WRAP", "")), "bash", "-c", cmd]
-os.execvp(argv[0], argv)
+no_mount = args[args.index("--no-mount") + 1].split(",")
+tail = args[next(i for i, a in enumerate(args) if a.endswith(".sif")) + 1:]  # `env K=V... bash -lc CMD`
+# The session's file system as apptainer makes it, in a private mount namespace: each --bind source at a staged
+# path standing for its target, and under --no-mount tmp a fresh /tmp and /var/tmp, so the trainer's are out of
+# sight (the command runs on this machine's root file system, with the targets rewritten to the staged paths).
+stage = next(d for d in ("/mnt", "/srv", "/media", "/opt") if os.path.isdir(d))
+cmd, prelude = tail[-1], ['mount -t tmpfs tmpfs %s' % stage]
+for index, (source, target, *options) in sorted(enumerate(binds), key=lambda b: -len(b[1][1])):
+    staged = "%s/b%d" % (stage, index)
+    prelude.append("mkdir -p %s && mount --bind %s %s" % (staged, shlex.quote(source), staged))
+    if options == ["ro"]:
+        prelude.append("mount -o remount,bind,ro %s" % staged)
+    cmd = cmd.replace(target, staged)
+if "tmp" in no_mount and not os.environ.get("FAKE_APPTAINER_BINDS_TMP"):
+    prelude.append("mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /var/tmp")
+prelude.append('exec "$@"')
+# The session's environment by apptainer's rule (configs/upstream/apptainer-userns.json "environment").
+rule = json.load(open(os.environ["FAKE_USERNS_RECORD"]))["environment"]
+clean = "--cleanenv" in args
+env = dict(rule["cleanenv_sets"]) if clean else {}
+skip = tuple(rule["prefixes_not_forwarded"] + rule["override_prefixes"])
+for key, value in os.environ.items():
+    if key in rule["always_passed"] or not (clean or key in rule["always_omitted"] or key.startswith(skip)):
+        env[key] = value
+for key, value in os.environ.items():
+    for prefix in rule["override_prefixes"]:
+        if key.startswith(prefix) and key[len(prefix):]:
+            env[key[len(prefix):]] = value
+env.update(HOME=os.environ.get("HOME", "/"), PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+wrap = shlex.split(os.environ.get("FAKE_APPTAINER_WRAP", ""))
+argv = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", "\n".join(prelude), "apptainer"]
+argv += [*wrap, *tail[:-2], "-c", cmd]  # bash -c: no profile
+os.execvpe(argv[0], argv, env)
 """
 COMPOSE_RUNS_SCRIPT = """#!/usr/bin/env bash
 echo "compose $*" >> "$FAKE_LOG"
@@ -63,6 +92,8 @@ exec sh -c "$script"
 
 
 def real_probe(tmp_path, monkeypatch) -> Path:
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("the stand-in apptainer makes the session's mounts: needs root and util-linux's unshare")
     log = fake_node.install(tmp_path, monkeypatch)
     bin_dir = tmp_path / "fake-bin"
     for name, text in (("apptainer", APPTAINER_SHIM), ("compose", COMPOSE_RUNS_SCRIPT)):
@@ -80,9 +111,13 @@ def real_probe(tmp_path, monkeypatch) -> Path:
     monkeypatch.setattr("polarstack.paths.TRAINER_RUN_DIR", str(tmp_path / "run" / "train"))  # the trainer's mount
     monkeypatch.setenv("POLAR_APPTAINER_NO_INSTANCE", "1")  # what compose.yaml gives the trainer container
     monkeypatch.setenv("POLAR_APPTAINER_NO_MOUNT_TMP", "1")  # likewise
+    monkeypatch.setenv("POLAR_APPTAINER_CLEANENV", "1")  # likewise
+    monkeypatch.setenv("POLAR_APPTAINER_ISOLATE_IPC", "1")  # likewise
+    monkeypatch.setenv("FAKE_USERNS_RECORD", str(repo_root() / "configs/upstream/apptainer-userns.json"))
     monkeypatch.setenv("POLAR_APPTAINER_BIN", str(bin_dir / "apptainer"))  # Polar's override, honoured by the probe
     monkeypatch.delenv("POLARSTACK_VERIFIER_ISOLATION", raising=False)
     monkeypatch.delenv("FAKE_APPTAINER_WRAP", raising=False)
+    monkeypatch.delenv("FAKE_APPTAINER_BINDS_TMP", raising=False)
     return log
 
 
@@ -93,9 +128,11 @@ def test_probe_runs_the_verifier_the_way_polar_starts_the_sandbox(tmp_path, monk
     assert "PASSED probe for the canonical HumanEval/0, FAILED probe for a wrong one" in err
     assert "agent sandbox starts in the trainer (2.1.332 (Claude Code))" in err
     calls = [shlex.split(line)[1:] for line in log.read_text().splitlines() if line.startswith("apptainer ")]
-    assert len(calls) == 3 and all(call[0] == "exec" for call in calls)  # direct exec: never `instance start`
+    assert len(calls) == 5 and all(call[0] == "exec" for call in calls)  # direct exec: never `instance start`
     for call in calls:  # ApptainerRuntime._runtime_options for this template (configs/upstream/polar-apptainer.json)
         assert call[1:5] == ["--overlay", call[2], "--no-mount", "cwd,home,bind-paths,tmp"]  # the trainer's /tmp out
+        assert call[5:7] == ["--cleanenv", "--ipc"]  # the trainer's environment and IPC namespace out
+        assert "--pid" not in call  # the recorded limit: no fresh procfs under Docker's masked /proc
         assert call[2].endswith("/overlay")
         binds = [call[i + 1] for i, a in enumerate(call) if a == "--bind"]
         assert [b.split(":", 1)[1] for b in binds] == ["/polar/session", "/polar/runtime-control:ro", "/opt/node:ro"]
@@ -107,6 +144,83 @@ def test_probe_runs_the_verifier_the_way_polar_starts_the_sandbox(tmp_path, monk
     )
     assert "--name probe" in sandbox_probe.probe_command() and "--solution solution.py" in sandbox_probe.probe_command()
     assert not list((tmp_path / "run" / "train").glob("sandbox-probe-*"))  # the probe cleans up after itself
+    # Review point 9: every session directory is where Polar's gateway makes it (tempfile.mkdtemp in the trainer's
+    # temporary directory, session-<name>-XXXXXXXX) and is removed afterwards; one session looked for another's
+    # hidden tests at their path in the trainer (and the stand-in's --no-mount tmp kept them out, or the probe
+    # would have refused).
+    sessions = {call[2].removesuffix("/overlay") for call in calls}
+    assert len(sessions) == 3, sessions
+    for session in sessions:
+        assert Path(session).parent == Path(tempfile.gettempdir()) and Path(session).name.startswith("session-probe-")
+        assert not Path(session).exists()
+    look = [c for c in calls if "eval/problem.json; then echo shared" in c[-1]]
+    assert len(look) == 1
+    others = sessions - {look[0][2].removesuffix("/overlay")}
+    assert any(f"test -e {other}/eval/problem.json" in look[0][-1] for other in others), look[0][-1]
+
+
+def test_probe_refuses_sessions_that_see_the_trainers_tmp(tmp_path, monkeypatch):
+    """Review point 9: the probe's sessions live where Polar's do, in the trainer's /tmp, so a sandbox that binds the
+    trainer's /tmp (the stand-in ignoring --no-mount tmp, as apptainer does without it) finds the other session's
+    hidden tests and the probe stops `make train`. Before the fix the probe's sessions were in the run dir, out of
+    every /tmp, and it passed whatever the sessions' /tmp was."""
+    real_probe(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_APPTAINER_BINDS_TMP", "1")
+    with pytest.raises(StackError) as exc:
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert exc.value.code == ExitCode.ENVIRONMENT
+    assert "found another session's hidden tests (eval/problem.json)" in exc.value.message
+    assert "POLAR_APPTAINER_NO_MOUNT_TMP=1" in exc.value.message
+    assert not list(Path(tempfile.gettempdir()).glob("session-probe-*"))  # removed on the refusal too
+
+
+@pytest.mark.parametrize("seen,says", [("shared", "hidden tests"), ("", "could not look")])
+def test_probe_refuses_a_session_tmp_it_cannot_vouch_for(tmp_path, monkeypatch, seen, says):
+    fake_node.install(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_SESSION_TMP", seen)
+    with pytest.raises(StackError) as exc:
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert exc.value.code == ExitCode.ENVIRONMENT and says in exc.value.message
+
+
+def test_no_secret_of_the_trainer_reaches_the_sandbox(tmp_path, monkeypatch, capsys):
+    """Review point 6: the trainer is handed WANDB_API_KEY for slime's W&B logging, and apptainer passes Polar's
+    environment into every session unless --cleanenv (configs/upstream/apptainer-userns.json). The probe starts its
+    sessions with Polar's flags for the stack's environment (POLAR_APPTAINER_CLEANENV=1: --cleanenv), lists the names
+    in a session's environment and refuses one compose.yaml passes through; the stand-in applies apptainer's recorded
+    rule, under which APPTAINERENV_WANDB_API_KEY still reaches the session."""
+    log = real_probe(tmp_path, monkeypatch)
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-secret-value-7f3a9c")
+    sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert "PASSED probe for the canonical HumanEval/0" in capsys.readouterr().err
+    assert "wandb-secret-value-7f3a9c" not in log.read_text()
+    monkeypatch.setenv("APPTAINERENV_WANDB_API_KEY", "wandb-secret-value-7f3a9c")
+    with pytest.raises(StackError) as exc:
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert exc.value.code == ExitCode.ENVIRONMENT
+    assert "the agent sandbox's environment holds WANDB_API_KEY" in exc.value.message
+
+
+def test_probe_refuses_a_trainer_that_passes_its_environment_into_the_sessions(tmp_path, monkeypatch):
+    fake_node.install(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_APPTAINER_CLEANENV", "")
+    with pytest.raises(StackError) as exc:
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert exc.value.code == ExitCode.ENVIRONMENT
+    assert "POLAR_APPTAINER_CLEANENV=1" in exc.value.message and "WANDB_API_KEY" in exc.value.message
+    monkeypatch.setenv("FAKE_APPTAINER_CLEANENV", "1")
+    monkeypatch.setenv("FAKE_SESSION_ENV", "HOME PATH WANDB_API_KEY")
+    with pytest.raises(StackError) as exc:
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert "holds WANDB_API_KEY" in exc.value.message
+
+
+def test_probe_refuses_a_trainer_whose_sessions_share_its_ipc_namespace(tmp_path, monkeypatch):
+    fake_node.install(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_APPTAINER_ISOLATE_IPC", "")
+    with pytest.raises(StackError) as exc:
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert exc.value.code == ExitCode.ENVIRONMENT and "POLAR_APPTAINER_ISOLATE_IPC=1" in exc.value.message
 
 
 def test_probe_passes_in_the_namespace_shape_apptainer_gives_the_sessions(tmp_path, monkeypatch, capsys):

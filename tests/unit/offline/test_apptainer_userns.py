@@ -86,3 +86,63 @@ def test_lifting_proc_sys_in_an_unrecorded_shape_is_still_a_problem(change):
 def test_global_root_is_read_from_the_map():
     assert apptainer_userns._maps_global_root("0 0 1") and apptainer_userns._maps_global_root("0 0 4294967295")
     assert not apptainer_userns._maps_global_root("0 1000 1") and not apptainer_userns._maps_global_root("1 0 1")
+
+
+# --- review point 6: what of Polar's environment a session gets --------------------------------------------------
+
+
+def test_the_record_has_apptainers_environment_rule():
+    rule = RECORD["environment"]
+    assert {"HOME", "PATH", "LD_LIBRARY_PATH"} <= set(rule["always_omitted"]) and "TERM" in rule["always_passed"]
+    assert rule["prefixes_not_forwarded"] == ["APPTAINER_", "SINGULARITY_"] and rule["cleanenv_sets"] == {"LANG": "C"}
+    for name in ("environment_without_cleanenv", "environment_with_cleanenv"):
+        assert RECORD["facts"][name]["file"] == "internal/pkg/util/env/create.go", name
+
+
+POLAR_ENV = {"WANDB_API_KEY": "k", "PATH": "/trainer/bin", "TERM": "xterm", "APPTAINER_BIND": "/x", "RAY_X": "1"}
+
+
+def test_without_cleanenv_a_session_inherits_polars_environment_with_cleanenv_only_its_command_line():
+    inherited = apptainer_userns.session_environment(POLAR_ENV, {"HOME": "/polar/session/home"}, cleanenv=False)
+    assert inherited == {"WANDB_API_KEY": "k", "TERM": "xterm", "RAY_X": "1", "HOME": "/polar/session/home"}
+    clean = apptainer_userns.session_environment(POLAR_ENV, {"HOME": "/polar/session/home"}, cleanenv=True)
+    assert clean == {"LANG": "C", "TERM": "xterm", "HOME": "/polar/session/home"}
+    override = {**POLAR_ENV, "APPTAINERENV_WANDB_API_KEY": "k"}  # apptainer's override prefix, cleanenv or not
+    assert apptainer_userns.session_environment(override, {}, cleanenv=True)["WANDB_API_KEY"] == "k"
+
+
+def test_a_pass_through_secret_reaching_the_sessions_is_a_problem():
+    found = apptainer_userns.secret_problems(["WANDB_API_KEY"], POLAR_ENV, {}, "launch.sh")
+    assert len(found) == 1 and found[0].startswith("WANDB_API_KEY, passed through to the trainer, reaches"), found
+    assert (
+        apptainer_userns.secret_problems(["WANDB_API_KEY"], {**POLAR_ENV, "POLAR_APPTAINER_CLEANENV": "1"}, {}, "x")
+        == []
+    )
+
+
+# --- review point 1: the sessions' /dev, IPC and PID namespaces --------------------------------------------------
+DOCKERFILE = (ROOT / "images" / "trainer" / "Dockerfile").read_text()
+
+
+def test_the_record_says_dev_is_the_trainers_by_default_and_pid_needs_a_fresh_proc():
+    for name in ("dev_bound_by_default", "dev_minimal", "fresh_proc_with_pid_namespace", "mount_failure_is_fatal"):
+        fact = RECORD["facts"][name]
+        assert fact["file"] == "internal/pkg/runtime/engine/apptainer/container_linux.go" and fact["line"] > 0, name
+    assert RECORD["facts"]["ipc_namespace_only_when_asked"]["file"] == "internal/pkg/runtime/launch/launcher_linux.go"
+    assert RECORD["mount_dev"]["default"] == "yes" and RECORD["mount_dev"]["stack_sets"] == "minimal"
+
+
+def test_the_trainer_image_sets_the_staged_dev_and_checks_it():
+    assert apptainer_userns.dev_problems(DOCKERFILE) == []
+    line = "RUN sed -i 's/^mount dev = .*/mount dev = minimal/' /etc/apptainer/apptainer.conf"
+    assert line in DOCKERFILE
+    found = apptainer_userns.dev_problems(DOCKERFILE.replace(line, "RUN true"))
+    assert len(found) == 1 and "container_linux.go:" in found[0] and "/dev/fuse" in found[0], found
+    yes = DOCKERFILE.replace("mount dev = minimal", "mount dev = yes")
+    assert apptainer_userns.dev_problems(yes)  # the default again: the trainer's /dev in every session
+
+
+def test_a_record_whose_staged_dev_holds_a_gpu_is_a_problem():
+    record = json.loads(json.dumps(RECORD))
+    record["mount_dev"]["minimal_devices"].append("/dev/nvidia0")
+    assert any("/dev/nvidia0" in p for p in apptainer_userns.dev_problems(DOCKERFILE, record))

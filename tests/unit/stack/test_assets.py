@@ -322,12 +322,14 @@ def test_polar_runs_in_direct_exec_mode_everywhere(tmp_path, monkeypatch):
 
     record = json.loads((ROOT / "configs" / "upstream" / "polar-apptainer.json").read_text())
     assert record["polar_commit"] == __import__("polarstack.pins", fromlist=["pins"]).pins()["POLAR_COMMIT"]
-    assert assets.sandbox_mode_env() == {"POLAR_APPTAINER_NO_INSTANCE": "1", "POLAR_APPTAINER_NO_MOUNT_TMP": "1"}
+    switches = ("POLAR_APPTAINER_NO_INSTANCE", "POLAR_APPTAINER_NO_MOUNT_TMP", "POLAR_APPTAINER_CLEANENV")
+    switches += ("POLAR_APPTAINER_ISOLATE_IPC",)
+    assert assets.sandbox_mode_env() == dict.fromkeys(switches, "1")
     monkeypatch.delenv("MODEL_DIR", raising=False)
     environment = rendered("engine-direct", tmp_path)["services"]["trainer"]["environment"]
-    assert environment["POLAR_APPTAINER_NO_INSTANCE"] == environment["POLAR_APPTAINER_NO_MOUNT_TMP"] == "1"
+    assert [environment[name] for name in switches] == ["1"] * len(switches)
     plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
-    for name in ("POLAR_APPTAINER_NO_INSTANCE", "POLAR_APPTAINER_NO_MOUNT_TMP"):
+    for name in switches:
         assert f"export {name}=1" in plan.files["launch.sh"].splitlines()
         assert f'"{name}": "1"' in next(a for a in plan.commands[-1] if a.startswith("--runtime-env"))
     assert verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "a").ok
@@ -390,19 +392,59 @@ def test_verify_offline_refuses_a_trainer_that_binds_its_tmp_into_the_sessions(t
     )
 
 
-def test_the_trainer_gets_no_hf_token(tmp_path, monkeypatch):
-    """The trainer reads the weights from the models volume and never asks the Hub, and every agent session inherits
-    its environment (no --cleanenv): HF_TOKEN reaches the engines and model-download only; check_assets refuses a
-    trainer that has it (the compose.yaml before the fix merged the engines' environment into the trainer's)."""
+def test_hf_token_reaches_model_download_only(tmp_path, monkeypatch):
+    """Only model-download fetches the weights; the engines and the trainer read them from the models volume and never
+    ask the Hub, so HF_TOKEN passes through to model-download alone. check_assets refuses it on an engine (the
+    compose.yaml before the fix gave the engines the token through the x-gpu-service environment) and on the trainer
+    (every agent session would inherit it)."""
     monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
     monkeypatch.delenv("MODEL_DIR", raising=False)
-    services = rendered("engine-direct", tmp_path / "r")["services"]
-    assert "HF_TOKEN" not in services["trainer"]["environment"]
-    assert "HF_TOKEN" in services["engine-0"]["environment"]  # passed through (the value is the caller's)
+    for name in ("engine-direct", "patched-router"):
+        services = rendered(name, tmp_path / name)["services"]
+        assert [s for s, svc in services.items() if "HF_TOKEN" in (svc.get("environment") or {})] == ["model-download"]
     text = (ROOT / "compose" / "compose.yaml").read_text()
-    old = text.replace(
-        "    environment:\n      PROFILE_NAME:", "    environment:\n      <<: *hf-environment\n      PROFILE_NAME:", 1
-    )
-    assert old != text
-    check = _check_assets_with_compose(tmp_path / "old", monkeypatch, old)
-    assert not check.ok and any("HF_TOKEN" in p for p in check.problems), check.problems
+    engine = "    environment:\n      ENGINE_PORT: ${ENGINE_0_PORT"
+    trainer = "    environment:\n      PROFILE_NAME:"
+    for anchor, service in ((engine, "engine-0"), (trainer, "trainer")):
+        old = text.replace(anchor, anchor.replace("environment:\n", "environment:\n      HF_TOKEN:\n"), 1)
+        assert old != text
+        check = _check_assets_with_compose(tmp_path / service, monkeypatch, old)
+        assert not check.ok and [p for p in check.problems if "HF_TOKEN" in p] == [
+            f"{service}'s environment has HF_TOKEN, which only model-download needs (it fetches the weights; "
+            f"{service} reads them from the models volume): remove it from that service in compose.yaml"
+        ], check.problems
+
+
+def test_verify_offline_refuses_a_stack_whose_sessions_get_the_trainers_secrets(tmp_path, monkeypatch):
+    """Review point 6: compose.yaml hands the trainer WANDB_API_KEY (slime's W&B logging reads it there), launch.sh
+    starts Polar's servers with that environment, and apptainer passes it into every session unless --cleanenv
+    (configs/upstream/apptainer-userns.json). check_assets refuses a compose.yaml without POLAR_APPTAINER_CLEANENV
+    and, with a plan that does not set it either, names the secret that would reach the sessions."""
+    text = (ROOT / "compose" / "compose.yaml").read_text()
+    line = '      POLAR_APPTAINER_CLEANENV: "1"\n'
+    assert line in text and "      WANDB_API_KEY:\n" in text
+    check = _check_assets_with_compose(tmp_path / "compose", monkeypatch, text.replace(line, ""))
+    assert not check.ok and any(
+        p.startswith("the trainer's environment (compose.yaml) does not set POLAR_APPTAINER_CLEANENV=1")
+        for p in check.problems
+    ), check.problems
+    assert not any("reaches every agent session" in p for p in check.problems)  # launch.sh still sets it
+    without = {k: v for k, v in assets.sandbox_mode_env().items() if k != "POLAR_APPTAINER_CLEANENV"}
+    monkeypatch.setattr("polarstack.train.plan.sandbox_mode_env", lambda: without)
+    check = _check_assets_with_compose(tmp_path / "both", monkeypatch, text.replace(line, ""))
+    leaks = [p for p in check.problems if "reaches every agent session" in p]
+    assert leaks and leaks[0].startswith("WANDB_API_KEY, passed through to the trainer"), check.problems
+
+
+def test_verify_offline_refuses_sessions_in_the_trainers_ipc_namespace(tmp_path, monkeypatch):
+    """Review point 1: the trainer is in the host's IPC namespace (ipc: host); without POLAR_APPTAINER_ISOLATE_IPC in
+    compose.yaml every session would be too (tests/sandbox/test_session_namespaces.py measures what it sees)."""
+    text = (ROOT / "compose" / "compose.yaml").read_text()
+    line = '      POLAR_APPTAINER_ISOLATE_IPC: "1"\n'
+    assert line in text
+    check = _check_assets_with_compose(tmp_path / "compose", monkeypatch, text.replace(line, ""))
+    assert not check.ok and any(
+        p.startswith("the trainer's environment (compose.yaml) does not set POLAR_APPTAINER_ISOLATE_IPC=1")
+        and "System V" in p
+        for p in check.problems
+    ), check.problems

@@ -64,6 +64,8 @@ def build_root(cfg, root):
             remount_readonly(root + "/" + name)
     os.makedirs(root + "/dev")
     for device in ("null", "zero", "full", "random", "urandom"):
+        if not os.path.exists("/dev/" + device):  # apptainer's staged /dev (`mount dev = minimal`) has no /dev/full
+            continue
         open(root + "/dev/" + device, "w").close()
         mount("/dev/" + device, root + "/dev/" + device, None, MS_BIND)
         remount_readonly(root + "/dev/" + device, device=True)
