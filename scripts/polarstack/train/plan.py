@@ -618,6 +618,12 @@ def build_plan(
 RESUME_REFUSED = int(
     ExitCode.STATE
 )  # launch.sh's exit code when RESUME=1 finds no checkpoint or a fresh run would overwrite one
+# launch.sh's exit codes for its two Polar failures, so that `make train` names each (polarstack.train.launch), never
+# taken for a job crash and restarted: a server of this attempt exited, or did not answer /health in time (its log
+# says why), and a server of another launch still answers on Polar's ports (state, like RESUME_REFUSED, which holds 9).
+# Neither is a code bash (1, 2, 126-165), `ray job submit` (1) or the traps (129, 130, 143) end the script with.
+POLAR_START_FAILED = int(ExitCode.POLAR_START)
+POLAR_PORT_HELD = 19
 
 
 def checkpoint_guard(plan: LaunchPlan) -> list[str]:
@@ -706,7 +712,7 @@ def polar_lines(serve_rollout: list[str], serve_gateway: list[str], urls: list[s
         '  if python3 /usr/local/bin/polarstack-healthcheck "$url" >/dev/null 2>&1; then',
         '    echo "polarstack: a Polar server of another launch still answers at $url; stop that launch (make down'
         ' stops the trainer) and rerun" >&2',
-        "    exit 1",
+        f"    exit {POLAR_PORT_HELD}",
         "  fi",
         "done",
         f"{shlex.join(serve_rollout)} > polar-rollout.log 2>&1 & rollout_pid=$! pids+=($!); echo $! > polar-rollout.pid",
@@ -714,10 +720,12 @@ def polar_lines(serve_rollout: list[str], serve_gateway: list[str], urls: list[s
         f"for url in {' '.join(urls)}; do",
         "  for _ in $(seq 1 60); do",
         '    kill -0 "$rollout_pid" 2>/dev/null && kill -0 "$gateway_pid" 2>/dev/null'
-        ' || { echo "polarstack: a Polar server exited (polar-rollout.log, polar-gateway.log)" >&2; exit 1; }',
+        ' || { echo "polarstack: a Polar server exited (polar-rollout.log, polar-gateway.log)" >&2;'
+        f" exit {POLAR_START_FAILED}; }}",
         '    python3 /usr/local/bin/polarstack-healthcheck "$url" >/dev/null && break; sleep 2',
         "  done",
-        '  python3 /usr/local/bin/polarstack-healthcheck "$url"',
+        '  python3 /usr/local/bin/polarstack-healthcheck "$url" || { echo "polarstack: no answer from $url in 120 s'
+        f' (polar-rollout.log, polar-gateway.log)" >&2; exit {POLAR_START_FAILED}; }}',
         "done",
     ]
 
@@ -734,6 +742,9 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
             f"# Rendered by `polarstack train --task {plan.task} --profile {plan.profile}` (run {plan.run_id}).",
             "set -euo pipefail",
             f"cd {shlex.quote(run_dir)}",
+            "# What this script and the job print goes to make train's terminal and to launch.log here, in the host's",
+            "# .run/train/<run>/ (the Ray driver's own log lives in the container's /tmp/ray, which make down removes).",
+            "exec > >(tee -a launch.log) 2>&1",
             f"export SGLANG_ROUTER_BASE_URL={shlex.quote(plan.base_url)}",
             (
                 "# Keeps Ray's and slime's listeners on 127.0.0.1 and points every Ray call at the token's mounted file"
