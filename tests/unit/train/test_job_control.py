@@ -20,7 +20,7 @@ from polarstack.errors import ExitCode
 from polarstack.stack import profiles
 from polarstack.train import ray_job
 from polarstack.train.plan import POLAR_PORT_HELD, POLAR_START_FAILED, build_plan, job_control_lines, load_defaults
-from train_fakes import fake_node_for_train
+from train_fakes import fake_node_for_train, rendered_launch_sh
 
 pytestmark = pytest.mark.unit
 
@@ -220,37 +220,11 @@ def test_an_interrupted_make_train_stops_the_attempts_job(tmp_path, monkeypatch,
     assert after is before and after_hup is before_hup  # restored
 
 
-def _rendered_launch_sh(tmp_path, job: str) -> "os.PathLike":
-    """The whole rendered launch.sh, run in tmp_path with fakes: `ray` (status answers, `job submit` runs `job`),
-    `polar` servers that answer at once, retention a no-op."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    fakes = {
-        "ray": f'#!/usr/bin/env bash\n[ "$1 $2" = "job submit" ] || exit 0\n{job}\n',
-        "polar": f"#!/usr/bin/env bash\ntouch {tmp_path}/healthy\nexec sleep 30\n",
-    }
-    for name, text in fakes.items():
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    check = tmp_path / "healthcheck"
-    check.write_text(f'import os, sys\nsys.exit(0 if os.path.exists("{tmp_path}/healthy") else 1)\n')
-    config = load_defaults([f"model.save={tmp_path}/checkpoints"])
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=config)
-    script = tmp_path / "launch.sh"
-    script.write_text(
-        plan.files["launch.sh"]
-        .replace("/run-polarstack/train/r", str(tmp_path))
-        .replace("/usr/local/bin/polarstack-healthcheck", str(check))
-        .replace("python3 -m polarstack.train.retention", "true")
-    )
-    return script
-
-
 def test_launch_sh_tees_its_and_the_jobs_output_to_launch_log(tmp_path):
     """`make logs SERVICE=trainer` shows the Ray head only, and the driver's log is in the container's /tmp/ray: the
     job's output (which `ray job submit` streams) and launch.sh's own lines are kept in launch.log, every attempt's
     appended, and the script's exit is still the job's."""
-    script = _rendered_launch_sh(tmp_path, 'echo "driver: step 1"; echo "driver: crashed" >&2; exit 3')
+    script = rendered_launch_sh(tmp_path, 'echo "driver: step 1"; echo "driver: crashed" >&2; exit 3')
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
     runs = []
     for _ in (1, 2):
