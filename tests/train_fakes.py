@@ -4,6 +4,7 @@ passes, the task data is an empty folder. What the trainer container answers sta
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 TRAIN_ARGS = ["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"]
@@ -23,3 +24,32 @@ def fake_node_for_train(monkeypatch, tmp_path, *, prepare=None, smoke_report=Non
     monkeypatch.setattr("polarstack.checks.shape_probe.check_docker", lambda profile, running=False: None)
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: report)
     monkeypatch.setattr(tasks, "prepare", prepare or (lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True)))
+
+
+def rendered_launch_sh(tmp_path, job: str, polar: str | None = None) -> Path:
+    """The whole rendered launch.sh, run in tmp_path with fakes: `ray` (status answers, `job submit` runs `job`),
+    `polar` servers that answer at once (or run `polar`, given), retention a no-op."""
+    from polarstack.stack import profiles
+    from polarstack.train.plan import build_plan, load_defaults
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fakes = {
+        "ray": f'#!/usr/bin/env bash\n[ "$1 $2" = "job submit" ] || exit 0\n{job}\n',
+        "polar": f"#!/usr/bin/env bash\n{polar or ''}\ntouch {tmp_path}/healthy\nexec sleep 30\n",
+    }
+    for name, text in fakes.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    check = tmp_path / "healthcheck"
+    check.write_text(f'import os, sys\nsys.exit(0 if os.path.exists("{tmp_path}/healthy") else 1)\n')
+    config = load_defaults([f"model.save={tmp_path}/checkpoints"])
+    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=config)
+    script = tmp_path / "launch.sh"
+    script.write_text(
+        plan.files["launch.sh"]
+        .replace("/run-polarstack/train/r", str(tmp_path))
+        .replace("/usr/local/bin/polarstack-healthcheck", str(check))
+        .replace("python3 -m polarstack.train.retention", "true")
+    )
+    return script

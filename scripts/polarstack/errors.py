@@ -28,6 +28,7 @@ class ExitCode(enum.IntEnum):
     RETOKENIZED = 15  # Polar would train only on ids re-tokenized from text (ids dropped): refused by default
     REHEARSAL_FAILED = 16  # `make preflight`'s report names a failing class (polarstack.checks.rehearsal_report)
     NO_REHEARSAL = 17  # `make train` on the docker runtime without a passing rehearsal matching pins, profile, plan
+    POLAR_START = 18  # a training attempt's Polar rollout server or gateway exited before answering /health
 
 
 class StackError(Exception):

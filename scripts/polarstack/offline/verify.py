@@ -50,6 +50,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.offline import (
     apptainer_userns,
     compose_features,
+    control_plane,
     flags,
     host_memory,
     meaning,
@@ -184,6 +185,17 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
         job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
         exposed = exposure.trainer_problems(job_env.get("env_vars") or {}, f"{label} (Ray job)", plan.train_args)
         checks.append(Check(f"{label}: Ray and slime listen on loopback only", not exposed, "", exposed))
+        trainer_env = (model["services"].get("trainer") or {}).get("environment") or {}
+        token_problems = control_plane.check_plan(plan, trainer_env, label)
+        checks.append(
+            Check(
+                f"{label}: Polar's control-plane token reaches its two servers alone, never a session "
+                "(polar-facts.json control_plane)",
+                not token_problems,
+                control_plane.detail(plan),
+                token_problems,
+            )
+        )
 
     checks += ray_auth_facts.check_profile(profile, model, tmp, plans)  # the Ray token, by the mounted file
     checks += meaning.check_profile(profile, model)

@@ -105,6 +105,15 @@ def write_abort(message: str, args: Any) -> None:
             logger.exception("polarstack gate: cannot write %s", abort_file)
 
 
+def polar_logs(args: Any) -> str:
+    """Polar's server logs of this run, by the host's path: launch.sh writes them beside the abort file in the run's
+    directory (.run/train/<run>/ on the host, mounted in the trainer); `make logs SERVICE=trainer` shows only the Ray
+    head."""
+    abort_file = getattr(args, "polar_gate_abort_file", None)
+    run = f".run/train/{Path(abort_file).parent.name}" if abort_file else "the run's .run/train/<run>"
+    return f"{run}/polar-rollout.log and polar-gateway.log"
+
+
 def _abort(message: str, args: Any) -> GateAbort:
     """Every stop raised into slime goes through here: the sentence is on disk before the job ends."""
     write_abort(message, args)
@@ -196,7 +205,7 @@ class Watchdog:
             if reason:
                 _state.fired = (
                     f"polarstack gate: stopping the job, {reason}. Run `make smoke` against this profile "
-                    "and see `make logs SERVICE=trainer` (polar-rollout.log) for the diagnosis."
+                    f"and see {polar_logs(self.args)} for the diagnosis."
                 )
                 stop_job(_state.fired, self.args)
                 return

@@ -34,6 +34,8 @@ from polarstack.stack.cluster import Cluster
 from polarstack.stack.target import resolve_target
 from polarstack.train import cluster_plan, ray_job, rehearsal_record, retention, supervise
 from polarstack.train.plan import (
+    POLAR_PORT_HELD,
+    POLAR_START_FAILED,
     RESUME_REFUSED,
     TRAINER_RUN_DIR,
     LaunchPlan,
@@ -228,6 +230,38 @@ def check_checkpoint_space(profile, plan: LaunchPlan, resume: bool) -> None:
     print(f"polarstack: {retention.sentence(plan.config)}; {free / 1e9:,.1f} GB free", file=sys.stderr)
 
 
+def logs_hint(out: Path) -> str:
+    """Where an attempt's output is, for the supervisor's sentences: launch.sh runs through `docker compose exec`, so
+    `make logs SERVICE=trainer` shows only the Ray head (the container's main process); launch.sh tees its own and the
+    job's output to launch.log in the run's directory on the host, beside Polar's server logs and retention's."""
+    return (
+        f"{out}/launch.log (the job's output; polar-rollout.log, polar-gateway.log and retention.log are beside it, "
+        "and job-id.txt names the Ray submission, whose driver log `ray job logs <id>` shows inside the trainer until "
+        "`make down`)"
+    )
+
+
+def polar_refusal(rc: int, plan, out: Path) -> StackError | None:
+    """launch.sh's two Polar exits as one sentence each (polarstack.train.plan.polar_lines), or None for any other exit.
+    A server of another launch on Polar's ports is state: no restart clears it (every attempt would find it)."""
+    polar = plan.config["polar"]
+    ports = f"{polar['rollout_port']} (rollout) or {polar['gateway_port']} (gateway)"
+    if rc == POLAR_PORT_HELD:
+        return StackError(
+            f"the trainer refused run {plan.run_id}: a Polar server of another launch still answers on port {ports} "
+            "and no Ray job runs, so it was left by a launch.sh that did not reach its cleanup; `make down` and "
+            "`make up` restart the trainer without it, then rerun make train.",
+            ExitCode.STATE,
+        )
+    if rc == POLAR_START_FAILED:
+        return StackError(
+            f"Polar's rollout server or gateway of run {plan.run_id} exited, or did not answer /health within 120 s, "
+            f"before the job was submitted: {out}/polar-rollout.log and polar-gateway.log say why.",
+            ExitCode.POLAR_START,
+        )
+    return None
+
+
 def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts: int = 0) -> int:
     """Prepare .run/train/<run> and run launch.sh inside the trainer; its exits as one sentence each."""
 
@@ -269,6 +303,9 @@ def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts
                 ),
                 ExitCode.STATE,
             )
+        refusal = polar_refusal(proc.returncode, plan, out) if not abort.is_file() else None
+        if refusal is not None:  # never restarted (polarstack.train.supervise)
+            raise refusal
         return proc.returncode
 
     def checkpoint() -> int | None:  # the checkpoints volume lives in the trainer
@@ -288,7 +325,8 @@ def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts
             lambda: abort.read_text().strip() if abort.is_file() else None,  # every in-job gate stop writes one
             max_restarts=max_restarts,
             resume=request.resume,
-            describe=f"the training job of run {run_id} (logs: {out})",
+            describe=f"the training job of run {run_id}",
+            logs=logs_hint(out),
         )
     except KeyboardInterrupt:  # SIGINT, or SIGTERM / SIGHUP through processes.interrupt_on
         stop_attempt_job(profile, plan.config, out)

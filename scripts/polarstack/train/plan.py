@@ -29,7 +29,7 @@ from polarstack.stack.cluster import Cluster
 from polarstack.stack.exposure import SLIME_ROUTER_ARGS
 from polarstack.stack.profiles import WEIGHT_SYNC_TRANSPORTS, Profile, knob
 from polarstack.stack.ray_head import head_command, object_store_bytes
-from polarstack.train import batch_layout, cluster_plan, memory, retention, rollout_cost, step_cost
+from polarstack.train import batch_layout, cluster_plan, control_plane, memory, retention, rollout_cost, step_cost
 from polarstack.train.ray_job import SUBMISSION_ID
 from polarstack.train.tracker import tracker_for
 
@@ -618,6 +618,12 @@ def build_plan(
 RESUME_REFUSED = int(
     ExitCode.STATE
 )  # launch.sh's exit code when RESUME=1 finds no checkpoint or a fresh run would overwrite one
+# launch.sh's exit codes for its two Polar failures, so that `make train` names each (polarstack.train.launch), never
+# taken for a job crash and restarted: a server of this attempt exited, or did not answer /health in time (its log
+# says why), and a server of another launch still answers on Polar's ports (state, like RESUME_REFUSED, which holds 9).
+# Neither is a code bash (1, 2, 126-165), `ray job submit` (1) or the traps (129, 130, 143) end the script with.
+POLAR_START_FAILED = int(ExitCode.POLAR_START)
+POLAR_PORT_HELD = 19
 
 
 def checkpoint_guard(plan: LaunchPlan) -> list[str]:
@@ -691,10 +697,11 @@ def job_control_lines(plan: LaunchPlan, config: dict[str, Any]) -> list[str]:
     ]
 
 
-def polar_lines(serve_rollout: list[str], serve_gateway: list[str], urls: list[str]) -> list[str]:
+def polar_lines(serve_rollout: list[str], serve_gateway: list[str], urls: list[str], env_prefix: str = "") -> list[str]:
     """Polar's two servers, this attempt's own: those an earlier attempt of this run left (a launch.sh killed before its
     trap ran) are stopped by their recorded pids, a server still answering on the ports refuses the attempt, and the
-    health loop passes only while this attempt's servers are alive."""
+    health loop passes only while this attempt's servers are alive. `env_prefix` is put before both servers' commands
+    (polarstack.train.control_plane: their control-plane token)."""
     return [
         "for f in polar-rollout.pid polar-gateway.pid; do",
         '  old=$(cat "$f" 2>/dev/null || true)',
@@ -706,18 +713,22 @@ def polar_lines(serve_rollout: list[str], serve_gateway: list[str], urls: list[s
         '  if python3 /usr/local/bin/polarstack-healthcheck "$url" >/dev/null 2>&1; then',
         '    echo "polarstack: a Polar server of another launch still answers at $url; stop that launch (make down'
         ' stops the trainer) and rerun" >&2',
-        "    exit 1",
+        f"    exit {POLAR_PORT_HELD}",
         "  fi",
         "done",
-        f"{shlex.join(serve_rollout)} > polar-rollout.log 2>&1 & rollout_pid=$! pids+=($!); echo $! > polar-rollout.pid",
-        f"{shlex.join(serve_gateway)} > polar-gateway.log 2>&1 & gateway_pid=$! pids+=($!); echo $! > polar-gateway.pid",
+        f"{env_prefix}{shlex.join(serve_rollout)} > polar-rollout.log 2>&1 & rollout_pid=$! pids+=($!);"
+        " echo $! > polar-rollout.pid",
+        f"{env_prefix}{shlex.join(serve_gateway)} > polar-gateway.log 2>&1 & gateway_pid=$! pids+=($!);"
+        " echo $! > polar-gateway.pid",
         f"for url in {' '.join(urls)}; do",
         "  for _ in $(seq 1 60); do",
         '    kill -0 "$rollout_pid" 2>/dev/null && kill -0 "$gateway_pid" 2>/dev/null'
-        ' || { echo "polarstack: a Polar server exited (polar-rollout.log, polar-gateway.log)" >&2; exit 1; }',
+        ' || { echo "polarstack: a Polar server exited (polar-rollout.log, polar-gateway.log)" >&2;'
+        f" exit {POLAR_START_FAILED}; }}",
         '    python3 /usr/local/bin/polarstack-healthcheck "$url" >/dev/null && break; sleep 2',
         "  done",
-        '  python3 /usr/local/bin/polarstack-healthcheck "$url"',
+        '  python3 /usr/local/bin/polarstack-healthcheck "$url" || { echo "polarstack: no answer from $url in 120 s'
+        f' (polar-rollout.log, polar-gateway.log)" >&2; exit {POLAR_START_FAILED}; }}',
         "done",
     ]
 
@@ -728,12 +739,16 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
     rollout = f"http://{host}:{config['polar']['rollout_port']}/health"
     gateway = f"http://{host}:{config['polar']['gateway_port']}/health"
     ray_start, serve_rollout, serve_gateway, submit = plan.commands
+    token_lines, token_prefix = control_plane.launch_lines(sandbox_mode_env())  # the environment exported below
     return "\n".join(
         [
             "#!/usr/bin/env bash",
             f"# Rendered by `polarstack train --task {plan.task} --profile {plan.profile}` (run {plan.run_id}).",
             "set -euo pipefail",
             f"cd {shlex.quote(run_dir)}",
+            "# What this script and the job print goes to make train's terminal and to launch.log here, in the host's",
+            "# .run/train/<run>/ (the Ray driver's own log lives in the container's /tmp/ray, which make down removes).",
+            "exec > >(tee -a launch.log) 2>&1",
             f"export SGLANG_ROUTER_BASE_URL={shlex.quote(plan.base_url)}",
             (
                 "# Keeps Ray's and slime's listeners on 127.0.0.1 and points every Ray call at the token's mounted file"
@@ -752,7 +767,8 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
             f"ray status >/dev/null 2>&1 || {shlex.join(ray_start)}",
             *checkpoint_guard(plan),
             *retention_lines(plan),
-            *polar_lines(serve_rollout, serve_gateway, [rollout, gateway]),
+            *token_lines,
+            *polar_lines(serve_rollout, serve_gateway, [rollout, gateway], token_prefix),
             'submission_id="$attempt_id"; echo "$submission_id" > job-id.txt',
             shlex.join(submit).replace(SUBMISSION_ID, '"$submission_id"') + " & submit_pid=$! pids+=($!)",
             'wait "$submit_pid"',

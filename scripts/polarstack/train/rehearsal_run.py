@@ -488,6 +488,7 @@ def _supervised(node: Node, plan: PreflightPlan, phase: Any, run_dir: str, evide
             max_restarts=1,
             resume=True,
             describe=f"job resume of rehearsal {plan.run_id}",
+            logs=str(train_run_dir() / plan.run_id / "job-resume.log"),  # launch.sh's and the job's output, on the host
             log=lambda m: None,
         )
         record["attempts"] = outcome.attempts

@@ -6,7 +6,8 @@ checkpoint. This is that supervisor, around one attempt = one run of launch.sh i
 - exit 0: done;
 - the gate stopped the job (it wrote its abort file): GATE with the gate's sentence, never restarted, because the
   path cannot train and a restart would only repeat it;
-- launch.sh's checkpoint guard refusing (RESUME_REFUSED) is raised by the attempt itself, never retried;
+- launch.sh's checkpoint guard refusing (RESUME_REFUSED) and its Polar servers failing to start, or finding another
+  launch's still on their ports (POLAR_START_FAILED, POLAR_PORT_HELD), are raised by the attempt itself, never retried;
 - any other failure with a checkpoint newer than before the attempt: resume from it (RESUME) while fewer than
   `supervise.max_restarts` restarts were made;
 - a failure before the first checkpoint: restart from scratch, at most once;
@@ -37,9 +38,11 @@ def supervise(
     max_restarts: int,
     resume: bool,
     describe: str,
+    logs: str,
     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
 ) -> Outcome:
-    """Run attempts until one succeeds or a rule above stops; raises StackError (one sentence) when it stops."""
+    """Run attempts until one succeeds or a rule above stops; raises StackError (one sentence) when it stops. `logs`
+    names where the job's output is (polarstack.train.launch.logs_hint: the run's directory on the host)."""
     outcome = Outcome()
     restarts = 0
     fresh_restart_used = False
@@ -58,8 +61,7 @@ def supervise(
             if fresh_restart_used or resume:
                 raise StackError(
                     f"{describe} failed again (exit {rc}) before writing its first checkpoint, after {tried} "
-                    "attempt(s); not restarting a crash that repeats before the first save: see `make logs "
-                    "SERVICE=trainer`.",
+                    f"attempt(s); not restarting a crash that repeats before the first save: see {logs}.",
                     ExitCode.ENVIRONMENT,
                 )
             fresh_restart_used = True
@@ -72,14 +74,14 @@ def supervise(
             raise StackError(
                 f"{describe} failed (exit {rc}) without writing a checkpoint newer than iteration {before} since the "
                 f"last attempt ({tried} attempt(s)); not retrying a crash that repeats before the next save: see "
-                "`make logs SERVICE=trainer`.",
+                f"{logs}.",
                 ExitCode.ENVIRONMENT,
             )
         if restarts >= max_restarts:
             raise StackError(
                 f"{describe} failed (exit {rc}) after {restarts} restart(s) from checkpoints "
                 f"(supervise.max_restarts={max_restarts}); the last checkpoint is iteration {after}: `make train "
-                "RESUME=1` continues it once the cause is fixed (`make logs SERVICE=trainer`).",
+                f"RESUME=1` continues it once the cause is fixed (see {logs}).",
                 ExitCode.ENVIRONMENT,
             )
         restarts += 1

@@ -180,6 +180,21 @@ def test_a_rollout_with_no_worker_activity_at_all_is_stopped(fake_bridge):
         gate.generate_rollout_gated(bridge_args(polar_gate_watchdog_seconds=0.5), 0, None)
 
 
+def test_the_watchdogs_stop_names_polars_logs_in_the_run_directory(fake_bridge, tmp_path):
+    """Polar's server logs are launch.sh's files in .run/train/<run>/ (beside the abort file), not the trainer's
+    container log, which shows only the Ray head."""
+    abort = tmp_path / "humaneval-engine-direct-1" / "gate-abort.txt"
+    abort.parent.mkdir()
+    args = bridge_args(polar_gate_watchdog_seconds=0.5, polar_gate_abort_file=str(abort))
+    with pytest.raises(gate.GateAbort):
+        gate.generate_rollout_gated(args, 0, None)
+    sentence = abort.read_text().strip()
+    assert sentence.endswith(
+        "see .run/train/humaneval-engine-direct-1/polar-rollout.log and polar-gateway.log for the diagnosis."
+    )
+    assert "SERVICE=trainer" not in sentence
+
+
 def test_a_rollout_whose_groups_polar_drops_inside_is_stopped(fake_bridge):
     fake_bridge.script += [(0.0, group(False)) for _ in range(5)]
     started = time.monotonic()

@@ -1,7 +1,9 @@
 """Pins one Ray job at a time (the third review's finding A): make train refuses while the trainer's Ray cluster has a
 PENDING or RUNNING job, before it releases the router's workers; launch.sh submits with --submission-id
 <run>-<attempt> and its EXIT trap (reached on INT, TERM, HUP too) runs `ray job stop` of that id; Polar servers an
-earlier attempt left are stopped by pid and the health loop passes only while this attempt's servers live."""
+earlier attempt left are stopped by pid and the health loop passes only while this attempt's servers live; its two Polar
+failures exit with codes of their own (never 1, which the supervisor takes for a crash and restarts); and the script
+tees its own and the job's output to launch.log in the run's directory, which survives `make down`."""
 
 import copy
 import json
@@ -17,8 +19,8 @@ from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.stack import profiles
 from polarstack.train import ray_job
-from polarstack.train.plan import build_plan, job_control_lines, load_defaults
-from train_fakes import fake_node_for_train
+from polarstack.train.plan import POLAR_PORT_HELD, POLAR_START_FAILED, build_plan, job_control_lines, load_defaults
+from train_fakes import fake_node_for_train, rendered_launch_sh
 
 pytestmark = pytest.mark.unit
 
@@ -152,14 +154,21 @@ def test_a_polar_server_of_another_launch_refuses_the_attempt(tmp_path):
     script = _polar_script(tmp_path, "sleep 30")
     (tmp_path / "healthy").touch()  # something already answers on Polar's ports before this attempt starts any
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 1 and "of another launch still answers at http://a" in proc.stderr
+    assert proc.returncode == POLAR_PORT_HELD and "of another launch still answers at http://a" in proc.stderr
     assert not (tmp_path / "polar-rollout.pid").exists()  # it started nothing
 
 
 def test_the_health_loop_fails_when_this_attempts_server_exited(tmp_path):
     script = _polar_script(tmp_path, "touch healthy; exit 3")  # it "answers" once, then is gone
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 1 and "a Polar server exited" in proc.stderr
+    assert proc.returncode == POLAR_START_FAILED and "a Polar server exited" in proc.stderr
+
+
+def test_the_health_loop_fails_when_this_attempts_server_never_answers(tmp_path):
+    script = _polar_script(tmp_path, "exec sleep 30")  # alive, never healthy
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == POLAR_START_FAILED and "no answer from http://a" in proc.stderr
+    assert "polar-rollout.log, polar-gateway.log" in proc.stderr.splitlines()[-1]
 
 
 def test_servers_left_by_an_earlier_attempt_are_stopped_by_their_pids(tmp_path):
@@ -209,3 +218,20 @@ def test_an_interrupted_make_train_stops_the_attempts_job(tmp_path, monkeypatch,
     assert stop and stop[-1][-5:] == ["ray", "job", "stop", f"--address=http://127.0.0.1:{port}", stop[-1][-1]]
     assert stop[-1][-1].endswith("-1")
     assert after is before and after_hup is before_hup  # restored
+
+
+def test_launch_sh_tees_its_and_the_jobs_output_to_launch_log(tmp_path):
+    """`make logs SERVICE=trainer` shows the Ray head only, and the driver's log is in the container's /tmp/ray: the
+    job's output (which `ray job submit` streams) and launch.sh's own lines are kept in launch.log, every attempt's
+    appended, and the script's exit is still the job's."""
+    script = rendered_launch_sh(tmp_path, 'echo "driver: step 1"; echo "driver: crashed" >&2; exit 3')
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    runs = []
+    for _ in (1, 2):
+        (tmp_path / "healthy").unlink(missing_ok=True)  # the last attempt's fake servers are stopped by its cleanup
+        runs.append(subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env))
+    assert [proc.returncode for proc in runs] == [3, 3], runs[0].stderr
+    assert "driver: step 1" in runs[0].stdout and "driver: crashed" in runs[0].stdout  # the terminal still sees it
+    log = (tmp_path / "launch.log").read_text()
+    assert log.count("driver: step 1") == 2 and log.count("driver: crashed") == 2
+    assert (tmp_path / "job-id.txt").read_text().strip() == "r-2"

@@ -110,6 +110,7 @@ def test_no_answer_in_the_first_rollout_check_is_a_crash_the_supervisor_restarts
         max_restarts=1,
         resume=False,
         describe="the job",
+        logs="the logs",
         log=lambda m: None,
     )
     assert [a["exit"] for a in outcome.attempts] == [1, 0]
@@ -129,6 +130,7 @@ def test_a_path_defect_in_the_first_rollout_check_is_a_final_gate_stop(tmp_path,
             max_restarts=1,
             resume=False,
             describe="the job",
+            logs="the logs",
             log=lambda m: None,
         )
     assert info.value.code == ExitCode.GATE

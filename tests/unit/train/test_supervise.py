@@ -36,6 +36,7 @@ class FakeJob:
             max_restarts=max_restarts,
             resume=resume,
             describe="the fake job",
+            logs="the fake logs",
             log=lambda m: None,
         )
 
@@ -58,6 +59,7 @@ def test_before_the_first_checkpoint_it_restarts_from_scratch_once():
     with pytest.raises(StackError) as exc:
         job.run()
     assert job.calls == [False, False] and "before writing its first checkpoint" in exc.value.message
+    assert exc.value.message.endswith("see the fake logs.")  # where the caller says the output is
 
 
 def test_a_fresh_restart_that_then_checkpoints_goes_on_resuming():
@@ -123,3 +125,62 @@ def test_make_train_resumes_with_the_resume_script_after_a_crash(tmp_path, monke
     assert "--load /checkpoints/polarstack/humaneval-engine-direct" in (run_dir / "launch-resume.sh").read_text()
     assert "--load" not in (run_dir / "launch.sh").read_text()
     assert "resuming from its checkpoint at iteration 5" in capsys.readouterr().err
+
+
+def _docker_train_with_launch_exit(tmp_path, monkeypatch, launch_exit: int):
+    """`polarstack train` on the docker runtime whose launch.sh exits `launch_exit` at every attempt."""
+    import subprocess
+
+    from polarstack.cli.main import main
+    from polarstack.stack import compose
+
+    fake_node_for_train(monkeypatch, tmp_path)
+    ran = []
+
+    def trainer(profile, args, **kw):
+        if args[-1].endswith(".sh"):
+            ran.append(args[-1].rsplit("/", 1)[-1])
+            return subprocess.CompletedProcess(args, launch_exit, "", "")
+        if "df" in args:
+            return subprocess.CompletedProcess(args, 0, "     Avail\n10000000000000\n", "")
+        if "polarstack.train.ray_job" in args:
+            return subprocess.CompletedProcess(args, 0, "[]\n", "")
+        return subprocess.CompletedProcess(args, 1, "", "")  # no checkpoint
+
+    monkeypatch.setattr(compose, "run_compose", trainer)
+    code = main(["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"])
+    return code, ran
+
+
+def test_a_crash_names_the_run_directorys_logs_not_the_ray_heads(tmp_path, monkeypatch, capsys):
+    """launch.sh runs through `docker compose exec`: `make logs SERVICE=trainer` shows only the Ray head. The refusal
+    names launch.log (launch.sh tees its and the job's output there) and the Polar logs beside it."""
+    code, ran = _docker_train_with_launch_exit(tmp_path, monkeypatch, 1)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    (run_dir,) = (tmp_path / "run" / "train").iterdir()
+    assert code == ExitCode.ENVIRONMENT and ran == ["launch.sh", "launch.sh"]
+    assert f"see {run_dir}/launch.log" in err and "polar-rollout.log, polar-gateway.log and retention.log" in err
+    assert "job-id.txt" in err and "SERVICE=trainer" not in err
+
+
+def test_a_polar_server_of_another_launch_is_state_and_never_restarted(tmp_path, monkeypatch, capsys):
+    """launch.sh's POLAR_PORT_HELD: every attempt would find the same server on Polar's ports, so `make train` stops at
+    once with STATE and the way out, instead of taking it for a crash and restarting from scratch."""
+    from polarstack.train.plan import POLAR_PORT_HELD
+
+    code, ran = _docker_train_with_launch_exit(tmp_path, monkeypatch, POLAR_PORT_HELD)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == ExitCode.STATE and ran == ["launch.sh"], err
+    ports = load_defaults()["polar"]
+    assert f"port {ports['rollout_port']} (rollout) or {ports['gateway_port']} (gateway)" in err
+    assert "`make down` and `make up`" in err and "restarting" not in err
+
+
+def test_a_polar_server_that_did_not_start_names_its_logs_and_is_not_restarted(tmp_path, monkeypatch, capsys):
+    from polarstack.train.plan import POLAR_START_FAILED
+
+    code, ran = _docker_train_with_launch_exit(tmp_path, monkeypatch, POLAR_START_FAILED)
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    (run_dir,) = (tmp_path / "run" / "train").iterdir()
+    assert code == ExitCode.POLAR_START and ran == ["launch.sh"], err
+    assert f"{run_dir}/polar-rollout.log and polar-gateway.log say why" in err
