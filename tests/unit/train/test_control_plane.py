@@ -37,6 +37,14 @@ def cleanenv_on(monkeypatch):
     monkeypatch.setattr(plan_mod, "sandbox_mode_env", lambda: {**base(), SWITCH: "1"})
 
 
+@pytest.fixture
+def cleanenv_off(monkeypatch):
+    """The environment launch.sh runs Polar with, without Polar's --cleanenv switch (the stack sets it by default:
+    polarstack.stack.assets.sandbox_mode_env)."""
+    base = plan_mod.sandbox_mode_env
+    monkeypatch.setattr(plan_mod, "sandbox_mode_env", lambda: {k: v for k, v in base().items() if k != SWITCH})
+
+
 def _plan():
     return build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults())
 
@@ -53,7 +61,13 @@ def _check(plan, **change) -> list[str]:
     )
 
 
-def test_without_cleanenv_no_polar_server_gets_the_token_and_launch_sh_says_why():
+def test_the_stack_runs_polar_with_cleanenv_so_its_servers_get_the_token():
+    script = _plan().files["launch.sh"]
+    assert f"export {SWITCH}=1" in script and f'{ENV}="$' in script
+    assert _check(_plan()) == []
+
+
+def test_without_cleanenv_no_polar_server_gets_the_token_and_launch_sh_says_why(cleanenv_off):
     script = _plan().files["launch.sh"]
     assert f"{ENV}=" not in script and control_plane.VARIABLE not in script
     assert f"# No {ENV} for Polar's servers: without {SWITCH} every agent session would inherit it" in script
