@@ -24,6 +24,8 @@
    router profile against configs/upstream/multinode-facts.json.
 10. The user namespace of Polar's sessions (issue 32, polarstack.offline.apptainer_userns): the recorded apptainer
    map is the verifier's one-uid shape, and nothing the stack ships turns on fakeroot or a PID namespace.
+11. The node's ports (issue 34, polarstack.stack.ports): every listener of the recorded Ray head is of a kind the
+   accounting knows, and each profile's fixed ports meet no other, and none bound while Ray runs lies in Ray's ranges.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ from polarstack.polar import harness_preset
 from polarstack.polar import model as polar_model
 from polarstack.processes import child_env, file_lock
 from polarstack.reward.tasks import TASKS
-from polarstack.stack import assets, compose, exposure, host_check, profiles
+from polarstack.stack import assets, compose, exposure, host_check, ports, profiles
 from polarstack.train import batch_layout, gate, preflight, ray_job
 from polarstack.train.memory import DEFAULT_GPU_MEMORY_GB, Capacity
 from polarstack.train.plan import build_plan, load_defaults
@@ -181,6 +183,15 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
         exposed = exposure.trainer_problems(job_env.get("env_vars") or {}, f"{label} (Ray job)", plan.train_args)
         checks.append(Check(f"{label}: Ray and slime listen on loopback only", not exposed, "", exposed))
 
+    collisions = ports.problems(profile, load_defaults()["polar"])  # issue 34 point 5: every fixed port, no collision
+    checks.append(
+        Check(
+            f"profile {profile.name}: the node's fixed ports meet no other and no Ray range",
+            not collisions,
+            "",
+            collisions,
+        )
+    )
     checks += ray_auth_facts.check_profile(profile, model, tmp, plans)  # the Ray token, by the mounted file
     checks += meaning.check_profile(profile, model)
     return checks
@@ -706,6 +717,10 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
         )
     )
     checks.append(ray_auth_facts.check_record())  # issue 28: Ray's token authentication, measured
+    port_facts = ports.record_problems()  # issue 34 point 5: the head's ports as the accounting counts them
+    checks.append(
+        Check(f"every port of the recorded Ray head is accounted for ({ports.RECORD})", not port_facts, "", port_facts)
+    )
     checks.append(apptainer_userns.check())  # issue 32: the sessions' user namespace, where the verifier isolates
     with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:
         checks.append(ray_auth_facts.check_cpu(Path(tmp) / "cpu"))

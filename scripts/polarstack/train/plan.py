@@ -23,7 +23,7 @@ from polarstack.paths import TRAINER_RUN_DIR, load_defaults  # noqa: F401 (train
 from polarstack.polar import harness_preset
 from polarstack.reward.tasks import TASKS, polar_config
 from polarstack.stack import cluster as cluster_mod
-from polarstack.stack import verifier_knobs
+from polarstack.stack import ports, verifier_knobs
 from polarstack.stack.assets import sandbox_mode_env
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.exposure import SLIME_ROUTER_ARGS
@@ -160,6 +160,9 @@ def validate(task: str, profile: Profile, config: dict[str, Any], model_path: st
             ExitCode.USAGE,
         )
     _check_types(config)
+    collisions = ports.problems(profile, config["polar"])  # Polar's ports against the node's and Ray's (issue 34)
+    if collisions:
+        raise StackError(f"{collisions[0]} (configs/train/defaults.yaml or --set).", ExitCode.USAGE)
     gpus = profile.trainer_gpus
     section = config["parallel"].get(profile.name) or config["parallel"]["default"]
     tp = section["tensor_model_parallel_size"]
