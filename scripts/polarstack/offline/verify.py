@@ -26,6 +26,8 @@
    map is the verifier's one-uid shape, and nothing the stack ships turns on fakeroot or a PID namespace.
 11. The node's ports (issue 34, polarstack.stack.ports): every listener of the recorded Ray head is of a kind the
    accounting knows, and each profile's fixed ports meet no other, and none bound while Ray runs lies in Ray's ranges.
+12. NCCL and Gloo on loopback at NODES=1 (issue 34, polarstack.offline.socket_ifname): what the record says they pick
+   unset, and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME = lo in every rendered trainer, engine and Ray job environment.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from polarstack.offline import (
     ray_auth_facts,
     real_sglang_facts,
     rehearsal_keys,
+    socket_ifname,
     verifier_env,
     verifier_output,
 )
@@ -113,6 +116,8 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
                     [p.sentence() for p in problems],
                 )
             )
+            interfaces = exposure.interface_problems(svc.get("environment") or {}, label)
+            checks.append(Check(f"{label}: NCCL and Gloo on loopback", not interfaces, "", interfaces))
         elif name == "trainer":
             table, program = flags.ray_table("ray start")
             problems = flags.check_tokens(
@@ -721,6 +726,8 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     checks.append(
         Check(f"every port of the recorded Ray head is accounted for ({ports.RECORD})", not port_facts, "", port_facts)
     )
+    ifname_facts = socket_ifname.problems()  # issue 34 point 3: what NCCL and Gloo pick without the two variables
+    checks.append(Check(f"NCCL and Gloo interfaces ({socket_ifname.RECORD})", not ifname_facts, "", ifname_facts))
     checks.append(apptainer_userns.check())  # issue 32: the sessions' user namespace, where the verifier isolates
     with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:
         checks.append(ray_auth_facts.check_cpu(Path(tmp) / "cpu"))

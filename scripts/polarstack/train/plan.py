@@ -739,8 +739,8 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
             f"cd {shlex.quote(run_dir)}",
             f"export SGLANG_ROUTER_BASE_URL={shlex.quote(plan.base_url)}",
             (
-                "# Keeps Ray's and slime's listeners on 127.0.0.1 and points every Ray call at the token's mounted file"
-                " (polarstack/exposure.py, docs/exposure.md)."
+                "# Keeps Ray's, slime's, NCCL's and Gloo's listeners on 127.0.0.1 and points every Ray call at the token's"
+                " mounted file (polarstack/exposure.py, docs/exposure.md)."
                 if not plan.cluster.multi
                 else f"# NODES={plan.cluster.nodes}: this node's address, the cluster interface {plan.cluster.iface}, "
                 "Ray's token by path (polarstack/train/cluster_plan.py, docs/multi-node.md)."
