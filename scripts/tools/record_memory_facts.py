@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """Record the upstream lines the memory model (polarstack.train.memory) and checkpoint retention rely on.
 
-Run with a clone (or bare mirror) of THUDM/slime that has SLIME_COMMIT, and the pinned sglang wheel
-(`pip download --no-deps sglang==SGLANG_VERSION`):
-  python scripts/tools/record_memory_facts.py /path/to/slime.git /path/to/sglang-*.whl > configs/upstream/memory-facts.json
+Run with a clone (or bare mirror) of THUDM/slime that has SLIME_COMMIT, the pinned sglang wheel
+(`pip download --no-deps sglang==SGLANG_VERSION`) and a clone (or bare mirror) of NVIDIA/nccl holding NCCL_TAG:
+  python scripts/tools/record_memory_facts.py /path/to/slime.git /path/to/sglang-*.whl /path/to/nccl.git \
+      > configs/upstream/memory-facts.json
+
+NCCL (issue 34 point 2): the buffer sizes of one connection per protocol (Simple, LL, LL128) and MAXCHANNELS, from
+src/init.cc and src/include/device.h at NCCL_TAG (the trainer's NCCL comes with slime image's torch and is not pinned;
+these constants are the same from 2.26 to 2.30), and the bytes one connection's buffers take, computed from them. The
+CUDA context's size is a public measurement (CUDA_CONTEXT below), not a line of code: no GPU here to measure it.
 
 Each fact is one line (or a few) found by a pattern in a file at the pinned revision, recorded with its line number
 and text. `make verify-offline` (polarstack.offline.memory_facts) checks that each recorded line still says what the
@@ -114,6 +120,56 @@ SGLANG_FACTS = {
     ),
 }
 # slime has no option that bounds how many checkpoints a run keeps (retention is this stack's: polarstack.train.retention)
+NCCL_TAG = "v2.27.7-1"
+NCCL_DEFINES = {  # name -> file; each `#define NAME VALUE` line is recorded
+    "NCCL_STEPS": "src/include/device.h",
+    "MAXCHANNELS": "src/include/device.h",
+    "NCCL_LL_MAX_NTHREADS": "src/include/device.h",
+    "NCCL_LL_LINES_PER_THREAD": "src/include/device.h",
+    "NCCL_LL128_MAX_NTHREADS": "src/include/device.h",
+    "NCCL_LL128_ELEMS_PER_THREAD": "src/include/device.h",
+    "DEFAULT_LL_BUFFSIZE": "src/init.cc",
+    "DEFAULT_LL128_BUFFSIZE": "src/init.cc",
+    "DEFAULT_BUFFSIZE": "src/init.cc",
+}
+LL_FIFO_LINE_BYTES = 16  # union ncclLLFifoLine: data1, flag1, data2, flag2 (uint32_t each; src/include/device.h)
+CUDA_CONTEXT = {
+    "source": "https://github.com/pytorch/pytorch/issues/34323",
+    "measured_mb": 781,
+    "fact": "nvidia-smi showed 781 MB used by a PyTorch process right after its first CUDA call, before the program's "
+    "own tensors: the CUDA context and the kernels loaded with it (read by a person; the size varies with the GPU, "
+    "the driver and CUDA's lazy loading)",
+}
+
+
+def nccl_facts(repo: str) -> dict:
+    bare = not (Path(repo) / ".git").exists()
+    git = ["git", f"--git-dir={repo}"] if bare else ["git", "-C", repo]
+    files: dict[str, str] = {}
+    facts, values = {}, {}
+    for name, path in NCCL_DEFINES.items():
+        if path not in files:
+            files[path] = subprocess.run(
+                [*git, "show", f"{NCCL_TAG}:{path}"], capture_output=True, text=True, check=True
+            ).stdout
+        found = find(files[path], rf"^#define {name} ", 0)[:1]
+        facts[name] = {"file": path, "found": found}
+        value = found[0]["text"].split(None, 2)[2].split("/*")[0].strip()
+        if re.fullmatch(r"\d+", value):
+            values[name] = int(value)
+    ll = values["NCCL_LL_LINES_PER_THREAD"] * values["NCCL_LL_MAX_NTHREADS"] * values["NCCL_STEPS"] * LL_FIFO_LINE_BYTES
+    ll128 = values["NCCL_LL128_ELEMS_PER_THREAD"] * values["NCCL_LL128_MAX_NTHREADS"] * values["NCCL_STEPS"] * 8
+    simple = 1 << 22  # DEFAULT_BUFFSIZE (1 << 22) /* 4MiB */
+    return {
+        "repo": "https://github.com/NVIDIA/nccl",
+        "tag": NCCL_TAG,
+        "facts": facts,
+        "ll_fifo_line_bytes": LL_FIFO_LINE_BYTES,
+        "bytes_per_connection": {"simple": simple, "ll": ll, "ll128": ll128, "total": simple + ll + ll128},
+        "max_channels": values["MAXCHANNELS"],
+    }
+
+
 RETENTION_OPTION = r'"--(?:keep|max|save-total)[-a-z]*(?:ckpt|checkpoint|save|limit)[-a-z]*"'
 
 
@@ -151,10 +207,10 @@ def find(text: str, pattern: str, after: int) -> list[dict]:
 
 
 def main() -> int:
-    if len(sys.argv) != 3:
+    if len(sys.argv) != 4:
         print(__doc__, file=sys.stderr)
         return 2
-    repo, wheel = sys.argv[1], sys.argv[2]
+    repo, wheel, nccl_repo = sys.argv[1], sys.argv[2], sys.argv[3]
     commit = pin("SLIME_COMMIT")
 
     def show(path: str) -> str:
@@ -204,6 +260,8 @@ def main() -> int:
         "recorded_with": "scripts/tools/record_memory_facts.py",
         "slime": slime,
         "sglang": sglang,
+        "nccl": nccl_facts(nccl_repo),
+        "cuda_context": CUDA_CONTEXT,
     }
     json.dump(record, sys.stdout, indent=1)
     print()

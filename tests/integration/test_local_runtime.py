@@ -108,6 +108,9 @@ def test_up_right_after_down_binds_the_ports_left_in_time_wait(run_dir, capsys, 
     monkeypatch.setenv("ENGINE_PORT_BASE", str(left[0]))
     for key in ("RAY_GCS_PORT", "RAY_DASHBOARD_PORT"):
         monkeypatch.setenv(key, "0")
+    from polarstack.stack import ports
+
+    monkeypatch.setattr(ports, "ray_fixed_ports", lambda data=None: {})  # a Ray head of another test may hold them
     stack_faults.refuse_taken_ports(profiles.load("engine-direct"))  # `make up`'s check passes on them
     handed = iter(left)  # the local runtime at NODES=1 picks free ports: hand it the ones in TIME_WAIT first
     monkeypatch.setattr(local, "free_port", lambda: next(handed, None) or free_port())

@@ -8,11 +8,13 @@ slime's log-prob kernel in fp32, the softmax saved for backward and reused in pl
 get_log_probs_and_entropy -> chunks, each saving its own softmax, so the saved softmax is T x V whatever the chunk),
 slime's offload flags, the pinned host backups of the actor and reference weights, save_model saving the optimizer
 (what one checkpoint holds), the absence of a retention option, sglang's definition of mem_fraction_static and its KV
-bytes per token.
+bytes per token; and (issue 34 point 2) NCCL's buffer sizes per connection and MAXCHANNELS at a release tag, from
+which the NCCL allowance is recomputed here, and the public CUDA-context measurement the context allowance covers.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from polarstack.errors import StackError
@@ -152,11 +154,67 @@ def recomputed_trainer_gb(config: dict[str, Any], tp: int, dp: int, offload: boo
     layer = 2 * t * (4 * h + 2 * kv + 3 * ffn) * 2 / tp
     mem = config["memory"]
     computed = (static + logits + checkpoints + layer) / 1e9
-    return computed * (1 + mem["fragmentation_share"]) + mem["cuda_context_gb"]
+    return (
+        computed * (1 + mem["fragmentation_share"])
+        + mem["cuda_context_gb"]
+        + nccl_bytes(data=None) * mem["nccl_communicators"] / 1e9
+    )
+
+
+def _define(data: dict[str, Any], name: str) -> str:
+    return data["nccl"]["facts"][name]["found"][0]["text"].split(None, 2)[2].split("/*")[0].strip()
+
+
+def nccl_bytes(data: dict[str, Any] | None = None) -> float:
+    """One communicator's buffers on a rank, from the recorded #define lines (not from the record's own sums):
+    MAXCHANNELS x 2 ring connections x (Simple 1 << 22 + LL lines x threads x steps x 16 B + LL128 elements x threads x
+    steps x 8 B), the expressions DEFAULT_BUFFSIZE, DEFAULT_LL_BUFFSIZE and DEFAULT_LL128_BUFFSIZE spell out."""
+    data = data or memory.record()
+    value = {k: int(_define(data, k)) for k in data["nccl"]["facts"] if _define(data, k).isdigit()}
+    shift = re.fullmatch(r"\(\s*1\s*<<\s*(\d+)\s*\)", _define(data, "DEFAULT_BUFFSIZE"))  # "(1 << 22)"
+    simple = 1 << int(shift.group(1)) if shift else 0
+    ll = value["NCCL_LL_LINES_PER_THREAD"] * value["NCCL_LL_MAX_NTHREADS"] * value["NCCL_STEPS"] * 16
+    ll128 = value["NCCL_LL128_ELEMS_PER_THREAD"] * value["NCCL_LL128_MAX_NTHREADS"] * value["NCCL_STEPS"] * 8
+    return value["MAXCHANNELS"] * 2 * (simple + ll + ll128)
+
+
+NCCL_EXPRESSIONS = {  # the define -> what its recorded text must say for nccl_bytes to hold
+    "DEFAULT_BUFFSIZE": "(1 << 22)",
+    "DEFAULT_LL_BUFFSIZE": "(NCCL_LL_LINES_PER_THREAD*NCCL_LL_MAX_NTHREADS*NCCL_STEPS*sizeof(union ncclLLFifoLine))",
+    "DEFAULT_LL128_BUFFSIZE": "(NCCL_LL128_ELEMS_PER_THREAD*NCCL_LL128_MAX_NTHREADS*NCCL_STEPS*sizeof(uint64_t))",
+}
+
+
+def nccl_problems(data: dict[str, Any] | None = None) -> list[str]:
+    data = data or memory.record()
+    problems = []
+    nccl = data.get("nccl") or {}
+    for name, expression in NCCL_EXPRESSIONS.items():
+        try:
+            text = _define(data, name)
+        except (KeyError, IndexError):
+            problems.append(f"{memory.RECORD} nccl: {name} is not recorded; rerun scripts/tools/record_memory_facts.py")
+            continue
+        if text != expression:
+            problems.append(f"{memory.RECORD} nccl {name} is {text!r}, not {expression!r}: the NCCL allowance is off")
+    if problems:
+        return problems
+    recorded = int(nccl["max_channels"]) * 2 * int(nccl["bytes_per_connection"]["total"])
+    if nccl_bytes(data) != recorded:
+        problems.append(
+            f"{memory.RECORD} nccl: the #define lines give {nccl_bytes(data):,} B per communicator, the record's sums "
+            f"{recorded:,} B"
+        )
+    measured = (data.get("cuda_context") or {}).get("measured_mb")
+    if not isinstance(measured, (int, float)) or load_defaults()["memory"]["cuda_context_gb"] * 1000 < measured:
+        problems.append(
+            f"memory.cuda_context_gb is below the CUDA context measured in {memory.RECORD} cuda_context ({measured} MB)"
+        )
+    return problems
 
 
 def check() -> Check:
-    problems = fact_problems()
+    problems = fact_problems() + nccl_problems()
     detail = []
     for name in profiles.available():
         try:
@@ -195,4 +253,4 @@ def check() -> Check:
     )
 
 
-__all__ = ["check", "fact_problems", "recomputed_trainer_gb"]
+__all__ = ["check", "fact_problems", "nccl_bytes", "nccl_problems", "recomputed_trainer_gb"]

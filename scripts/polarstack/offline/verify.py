@@ -27,6 +27,10 @@
    start under Docker's masked /proc: the recorded limit), and the trainer image gives the sessions a staged /dev.
 11. The Docker Compose floor (polarstack.offline.compose_features): the recorded minimum Compose covers every Compose
    feature the stack's files and rendered overrides use (configs/upstream/compose-features.json).
+12. The node's ports (issue 34, polarstack.stack.ports): every listener of the recorded Ray head is of a kind the
+   accounting knows, and each profile's fixed ports meet no other, and none bound while Ray runs lies in Ray's ranges.
+13. NCCL and Gloo on loopback at NODES=1 (issue 34, polarstack.offline.socket_ifname): what the record says they pick
+   unset, and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME = lo in every rendered trainer, engine and Ray job environment.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from polarstack.offline import (
     ray_auth_facts,
     real_sglang_facts,
     rehearsal_keys,
+    socket_ifname,
     verifier_env,
     verifier_output,
 )
@@ -69,7 +74,7 @@ from polarstack.polar import harness_preset
 from polarstack.polar import model as polar_model
 from polarstack.processes import child_env, file_lock
 from polarstack.reward.tasks import TASKS
-from polarstack.stack import assets, compose, exposure, host_check, profiles
+from polarstack.stack import assets, compose, exposure, host_check, ports, profiles
 from polarstack.train import batch_layout, gate, preflight, ray_job
 from polarstack.train.memory import DEFAULT_GPU_MEMORY_GB, Capacity
 from polarstack.train.plan import build_plan, load_defaults
@@ -116,6 +121,8 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
                     [p.sentence() for p in problems],
                 )
             )
+            interfaces = exposure.interface_problems(svc.get("environment") or {}, label)
+            checks.append(Check(f"{label}: NCCL and Gloo on loopback", not interfaces, "", interfaces))
         elif name == "trainer":
             table, program = flags.ray_table("ray start")
             problems = flags.check_tokens(
@@ -197,6 +204,15 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
             )
         )
 
+    collisions = ports.problems(profile, load_defaults()["polar"])  # issue 34 point 5: every fixed port, no collision
+    checks.append(
+        Check(
+            f"profile {profile.name}: the node's fixed ports meet no other and no Ray range",
+            not collisions,
+            "",
+            collisions,
+        )
+    )
     checks += ray_auth_facts.check_profile(profile, model, tmp, plans)  # the Ray token, by the mounted file
     checks += meaning.check_profile(profile, model)
     return checks
@@ -732,6 +748,12 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
         )
     )
     checks.append(ray_auth_facts.check_record())  # issue 28: Ray's token authentication, measured
+    port_facts = ports.record_problems()  # issue 34 point 5: the head's ports as the accounting counts them
+    checks.append(
+        Check(f"every port of the recorded Ray head is accounted for ({ports.RECORD})", not port_facts, "", port_facts)
+    )
+    ifname_facts = socket_ifname.problems()  # issue 34 point 3: what NCCL and Gloo pick without the two variables
+    checks.append(Check(f"NCCL and Gloo interfaces ({socket_ifname.RECORD})", not ifname_facts, "", ifname_facts))
     checks.append(apptainer_userns.check())  # issue 32: the sessions' user namespace, where the verifier isolates
     checks.append(compose_features.check())  # the node's Compose must be this new (polarstack.stack.compose_version)
     with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:

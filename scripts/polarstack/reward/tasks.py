@@ -247,14 +247,16 @@ def task_template(task: str, timeout_seconds: int = 900) -> dict[str, Any]:
     }
 
 
+POLAR_PORTS = {"rollout_port": 28080, "gateway_port": 28100}  # configs/train/defaults.yaml polar (test_tasks checks)
 EARLY_STOP_GRACE_SESSIONS = 64  # at least any n_samples_per_prompt the stack renders (checked by test_tasks)
 
 
 def polar_config(task: str, tasks_dir: str, values: dict[str, Any] | None = None) -> dict[str, Any]:
     """slime's --custom-config-path content: polar_* keys (they become attributes of slime's args)."""
     config = {
-        "polar_rollout_url": "http://127.0.0.1:18080",
-        "polar_gateway_url": "http://127.0.0.1:18100",
+        # configs/train/defaults.yaml's polar ports (polarstack.train.plan renders the ones of the plan over these)
+        "polar_rollout_url": f"http://127.0.0.1:{POLAR_PORTS['rollout_port']}",
+        "polar_gateway_url": f"http://127.0.0.1:{POLAR_PORTS['gateway_port']}",
         "polar_reward_key": "score",
         "polar_max_async_level": 1,
         "polar_request_timeout": 3600,

@@ -249,15 +249,20 @@ def layout(profile: Any, cluster: Cluster) -> list[NodeLayout]:
     return nodes
 
 
-# What torch's NCCL and Gloo backends read to pick their interface; both name CLUSTER_IFACE at NODES>1 (the trainer
-# containers, the engines for slime's NCCL weight sync, launch.sh and the Ray job: polarstack.train.cluster_plan).
+# What torch's NCCL and Gloo backends read to pick their interface: CLUSTER_IFACE at NODES>1 (the trainer containers, the
+# engines for slime's NCCL weight sync, launch.sh and the Ray job: polarstack.train.cluster_plan), `lo` on one node
+# (compose.yaml's x-loopback-interfaces, exposure.TRAINER_LOOPBACK_ENV). Unset, NCCL picks an ib* interface, else any
+# but docker*/lo (NCCL's src/misc/socket.cc ncclFindInterfaces), Gloo the address the hostname resolves to (torch's
+# ProcessGroupGloo createDefaultDevice; measured): with host networking the node's network, or an interface that is
+# down, for groups whose ranks all sit on this one node (configs/upstream/socket-ifname.json).
 INTERFACE_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+LOOPBACK_IFACE = "lo"
 
 
 def interface_env(cluster: Cluster) -> dict[str, str]:
-    """NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME = CLUSTER_IFACE at NODES>1; nothing on one node."""
+    """NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME: CLUSTER_IFACE at NODES>1, `lo` on one node."""
     if not cluster.multi:
-        return {}
+        return dict.fromkeys(INTERFACE_VARS, LOOPBACK_IFACE)
     assert cluster.iface is not None
     return {key: cluster.iface for key in INTERFACE_VARS}
 

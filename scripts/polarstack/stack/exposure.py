@@ -5,6 +5,8 @@ The trainer runs with host networking, so every server it starts must bind loopb
   and on loopback too, every Ray process needs the stack's token (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN_PATH at the
   trainer's read-only mount; polarstack.stack.ray_auth, measured in configs/upstream/ray-auth.json): the agent's
   shell shares the trainer's network, and an unauthenticated jobs API runs anyone's code;
+- NCCL and Gloo (Megatron's groups, slime's Gloo group, the NCCL weight sync): NCCL_SOCKET_IFNAME=lo and
+  GLOO_SOCKET_IFNAME=lo in the trainer, the engines, launch.sh and the Ray job (configs/upstream/socket-ifname.json);
 - slime's own sglang_router, which slime v0.3.1 starts whenever the launch has no --sglang-router-ip (every
   profile without slime registration): its host is slime's get_host_info(), the machine's routable address
   unless SLIME_HOST_IP is set, and its Prometheus host is slime's --router-prometheus-host
@@ -18,13 +20,17 @@ from typing import Any
 
 from polarstack.pins import pin, repo_root
 from polarstack.stack import ray_auth
+from polarstack.stack.cluster import INTERFACE_VARS, LOOPBACK_IFACE
 from polarstack.stack.ray_head import LOOPBACK_ENV as RAY_LOOPBACK_ENV
 from polarstack.stack.ray_head import exposure_problems as ray_problems
 
 SLIME_LOOPBACK_ENV = {"SLIME_HOST_IP": "127.0.0.1"}
-# The environment of the trainer container, of `make train`'s launch.sh and of the Ray job (runtime_env): Ray and
-# slime on loopback, and Ray's token by the trainer's mounted path (ray_auth.TRAINER_ENV, never the token itself).
-TRAINER_LOOPBACK_ENV = {**RAY_LOOPBACK_ENV, **SLIME_LOOPBACK_ENV, **ray_auth.TRAINER_ENV}
+# NCCL's and Gloo's listeners (Megatron's groups, slime's Gloo group, the NCCL weight sync) on loopback: one node
+# (polarstack.stack.cluster.interface_env; configs/upstream/socket-ifname.json).
+INTERFACE_LOOPBACK_ENV = dict.fromkeys(INTERFACE_VARS, LOOPBACK_IFACE)
+# The environment of the trainer container, of `make train`'s launch.sh and of the Ray job (runtime_env): Ray, slime,
+# NCCL and Gloo on loopback, and Ray's token by the trainer's mounted path (ray_auth.TRAINER_ENV, never the token).
+TRAINER_LOOPBACK_ENV = {**RAY_LOOPBACK_ENV, **SLIME_LOOPBACK_ENV, **INTERFACE_LOOPBACK_ENV, **ray_auth.TRAINER_ENV}
 # train_async.py arguments: the Prometheus port of the router slime starts itself stays on loopback.
 SLIME_ROUTER_ARGS = ["--router-prometheus-host", "127.0.0.1"]
 
@@ -61,6 +67,28 @@ def slime_problems(environment: dict[str, object], train_args: list[str] | None,
     return problems
 
 
+INTERFACE_RECORD = "configs/upstream/socket-ifname.json"
+WHO_PICKS = {
+    "NCCL_SOCKET_IFNAME": "NCCL takes an ib* interface, else any but docker*/lo",
+    "GLOO_SOCKET_IFNAME": "Gloo binds the address the hostname resolves to",
+}
+
+
+def interface_problems(environment: dict[str, object], label: str) -> list[str]:
+    """Why NCCL or Gloo of a process with this environment (the trainer, an engine, the Ray job) would listen beyond
+    loopback on one node: NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME not `lo` (configs/upstream/socket-ifname.json)."""
+    return [
+        f"{label}: {key}={LOOPBACK_IFACE} is missing ({environment.get(key)!r}), so {WHO_PICKS[key]} "
+        f"({INTERFACE_RECORD}): with host networking the node's network, for groups whose ranks all sit on this node"
+        for key in INTERFACE_VARS
+        if environment.get(key) != LOOPBACK_IFACE
+    ]
+
+
 def trainer_problems(environment: dict[str, object], label: str, train_args: list[str] | None = None) -> list[str]:
-    """Every reason the trainer's servers (Ray, slime's router) would listen beyond loopback."""
-    return ray_problems(environment, label) + slime_problems(environment, train_args, label)
+    """Every reason the trainer's servers (Ray, slime's router, NCCL, Gloo) would listen beyond loopback."""
+    return (
+        ray_problems(environment, label)
+        + slime_problems(environment, train_args, label)
+        + interface_problems(environment, label)
+    )

@@ -22,8 +22,8 @@ import sys
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import port_taken, shielded
-from polarstack.stack import compose, device, docker_state, profiles
-from polarstack.stack.profiles import knob, stack_knobs
+from polarstack.stack import compose, device, docker_state, ports, profiles
+from polarstack.stack.profiles import knob
 
 
 def already_up(profile, record) -> bool:
@@ -63,36 +63,32 @@ def refuse_unfinished_up(profile) -> None:
     )
 
 
-def stack_ports(profile) -> list[tuple[int, str, str]]:
-    """Every port the profile's services bind on 127.0.0.1: (port, what, the knob that moves it)."""
-    ports = [(profile.engine_port(i), f"engine-{i}", "ENGINE_PORT_BASE") for i in range(profile.engine_count)]
-    if profile.router is not None:
-        ports += [
-            (profile.router_port, "router", "ROUTER_PORT"),
-            (profile.router_port + 1, "router metrics", "ROUTER_PORT"),
-        ]
-    knobs = stack_knobs()
-    for key, what in (("RAY_GCS_PORT", "the trainer's Ray GCS"), ("RAY_DASHBOARD_PORT", "the trainer's Ray dashboard")):
-        ports.append((int(knob(profile, key) or knobs.get(key) or 0), what, key))
-    return [p for p in ports if p[0]]
+def stack_ports(profile) -> list[tuple[int, str, str | None]]:
+    """Every port the profile's services bind on 127.0.0.1 with a fixed number: (port, what, the knob that moves it or
+    None), the trainer's Ray head's included (polarstack.stack.ports: its client server, dashboard agent and metrics
+    ports, which no knob moves)."""
+    return [(p.port, p.what, p.knob) for p in ports.node_ports(profile)]
 
 
 def refuse_taken_ports(profile) -> None:
     """STATE naming the first port of the profile a server could not listen on (probed as the servers bind:
     processes.port_taken, so what `make down` left in TIME_WAIT does not count)."""
     for port, what, key in stack_ports(profile):
+        move = (
+            f"move the stack with {key}=<another port>" if key else f"it is one of ray's fixed ports ({ports.RECORD})"
+        )
         try:
             taken = port_taken(port)
         except OSError as exc:
             raise StackError(
                 f"port {port} ({what} of profile {profile.name}) cannot be bound on 127.0.0.1 ({exc.strerror}); "
-                f"move the stack with {key}=<another port>.",
+                f"{move}.",
                 ExitCode.ENVIRONMENT,
             ) from None
         if taken:
             raise StackError(
                 f"port {port} ({what} of profile {profile.name}) is already taken on 127.0.0.1, and every service "
-                f"uses host networking; stop what listens there, or move the stack with {key}=<another port>.",
+                f"uses host networking; stop what listens there{', or ' + move if key else ' (' + move + ')'}.",
                 ExitCode.STATE,
             )
 

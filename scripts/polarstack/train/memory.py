@@ -12,8 +12,15 @@ The trainer GPU (slime at SLIME_COMMIT, one Megatron rank; PP = CP = 1 in this s
   function keeps for backward (its gradient is built in place in that buffer);
 - the recompute checkpoints (full recompute: each layer's bf16 input, split by TP under sequence parallel) and one
   layer's activations recomputed in backward with their gradients (an approximation from the layer's shapes);
-- a stated allowance: the CUDA context, NCCL buffers, and a share for the allocator's fragmentation (chosen, not
-  measured: `memory:` in configs/train/defaults.yaml).
+- allowances from stated figures (issue 34 point 2; `memory:` in configs/train/defaults.yaml, the figures recorded in
+  configs/upstream/memory-facts.json): the CUDA context of the rank's process (memory.cuda_context_gb, 1 GB: 781 MB
+  measured in pytorch/pytorch#34323), NCCL's buffers (memory.nccl_communicators communicators x NCCL's MAXCHANNELS x
+  a ring's 2 connections x the Simple + LL + LL128 buffers of one connection, from NCCL's src/init.cc and
+  src/include/device.h: an upper bound, NCCL sets up fewer channels on most topologies), and a share of the computed
+  terms for the allocator's fragmentation (memory.fragmentation_share, chosen; the rehearsal's 7B step measures the
+  peak against the estimate);
+- and then a margin the card must keep beyond every term (memory.min_headroom_share of the card): a plan that fits
+  by less is refused, or, with memory.optimizer_offload auto, offloaded.
 With slime's own offload flags (--optimizer-cpu-offload --overlap-cpu-optimizer-d2h-h2d
 --use-precision-aware-optimizer, as scripts/run-qwen3-30B-A3B.sh), the 12 B of optimizer state move to host memory.
 The engine GPU (sglang SGLANG_VERSION): mem_fraction_static x card holds the weights and the KV cache pool; the pool
@@ -58,6 +65,14 @@ MEMINFO_ENV = "POLARSTACK_PROC_MEMINFO"  # tests point it at a fake /proc/meminf
 NVIDIA_SMI_ENV = "POLARSTACK_NVIDIA_SMI"  # tests point it at tests/fake_node.py's nvidia-smi (or at none)
 OFFLOAD_ARGS = ["--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer"]
 OFFLOAD_MODES = ("auto", "on", "off")
+SETTINGS = (
+    "optimizer_offload",
+    "cuda_context_gb",
+    "nccl_communicators",
+    "fragmentation_share",
+    "min_headroom_share",
+    "host_allowance_gb",
+)
 
 # Bytes per parameter (slime forces bf16 and the distributed optimizer: memory-facts.json distributed_optimizer, bf16).
 BF16 = 2
@@ -109,6 +124,7 @@ class MemoryPlan:
     trainer: list[Term] = field(default_factory=list)
     engine: list[Term] = field(default_factory=list)
     host: list[Term] = field(default_factory=list)
+    margin_gb: float = 0.0  # what a trainer GPU must keep free beyond the estimate (memory.min_headroom_share x card)
     kv_tokens: int = 0  # tokens the engine's KV pool holds
     engine_share_gb: float = 0.0  # mem_fraction_static x card: what sglang reserves for weights + KV pool
     context_tokens: int = 0  # one full trace
@@ -132,6 +148,12 @@ class MemoryPlan:
         out = []
         if self.trainer_gb > cap.gpu_gb:
             out.append(f"a trainer GPU needs {self.trainer_gb:.1f} GB and the card has {cap.gpu_gb:.1f} GB")
+        elif self.trainer_gb + self.margin_gb > cap.gpu_gb:
+            out.append(
+                f"a trainer GPU needs {self.trainer_gb:.1f} GB of the card's {cap.gpu_gb:.1f} GB, leaving "
+                f"{cap.gpu_gb - self.trainer_gb:.2f} GB, less than the {self.margin_gb:.1f} GB margin the plan keeps "
+                "(memory.min_headroom_share)"
+            )
         if self.engine[0].gb >= self.engine_share_gb:
             out.append(
                 f"an engine's weights ({self.engine[0].gb:.1f} GB) do not fit its mem_fraction_static share "
@@ -163,12 +185,16 @@ class MemoryPlan:
             f"{'on' if self.offload else 'off'} ({self.decision}); capacity: {cap.gpu_gb:.1f} GB per GPU, host "
             f"{host_cap} ({cap.source})"
         ]
-        for title, terms, total, limit in (
-            ("per trainer GPU", self.trainer, self.trainer_gb, f"{cap.gpu_gb:.1f}"),
-            ("per engine GPU", self.engine, self.engine_gb, f"{cap.gpu_gb:.1f}"),
-            ("per host", self.host, self.host_gb, f"{cap.host_gb:.1f}" if cap.host_gb is not None else "?"),
+        left = (
+            f" ({cap.gpu_gb - self.trainer_gb:.1f} GB left; the plan keeps at least {self.margin_gb:.1f} GB: "
+            "memory.min_headroom_share)"
+        )
+        for title, terms, total, limit, note in (
+            ("per trainer GPU", self.trainer, self.trainer_gb, f"{cap.gpu_gb:.1f}", left),
+            ("per engine GPU", self.engine, self.engine_gb, f"{cap.gpu_gb:.1f}", ""),
+            ("per host", self.host, self.host_gb, f"{cap.host_gb:.1f}" if cap.host_gb is not None else "?", ""),
         ):
-            out.append(f"memory {title}: {total:.1f} of {limit} GB")
+            out.append(f"memory {title}: {total:.1f} of {limit} GB{note}")
             out += [f"  {t.gb:8.2f} GB  {t.name}  [{t.source}]" for t in terms]
         out.append(
             f"memory per engine GPU: the KV pool holds {self.kv_tokens:,} tokens ({self.kv_tokens // max(1, self.context_tokens)} "
@@ -199,7 +225,12 @@ class MemoryPlan:
                 "host_gb": self.capacity.host_gb,
                 "source": self.capacity.source,
             },
-            "trainer_gpu": {"total_gb": round(self.trainer_gb, 3), "terms": terms(self.trainer)},
+            "trainer_gpu": {
+                "total_gb": round(self.trainer_gb, 3),
+                "terms": terms(self.trainer),
+                "headroom_gb": round(self.capacity.gpu_gb - self.trainer_gb, 3),
+                "margin_gb": round(self.margin_gb, 3),
+            },
             "engine_gpu": {
                 "total_gb": round(self.engine_gb, 3),
                 "terms": terms(self.engine),
@@ -211,11 +242,7 @@ class MemoryPlan:
 
 def _settings(config: dict[str, Any]) -> dict[str, Any]:
     memory = config.get("memory") or {}
-    missing = [
-        k
-        for k in ("optimizer_offload", "cuda_context_gb", "fragmentation_share", "host_allowance_gb")
-        if k not in memory
-    ]
+    missing = [k for k in SETTINGS if k not in memory]
     if missing:
         raise StackError(f"memory.{missing[0]} is missing from configs/train/defaults.yaml.", ExitCode.USAGE)
     if memory["optimizer_offload"] not in OFFLOAD_MODES:
@@ -223,11 +250,26 @@ def _settings(config: dict[str, Any]) -> dict[str, Any]:
             f"memory.optimizer_offload={memory['optimizer_offload']!r} must be one of {', '.join(OFFLOAD_MODES)}.",
             ExitCode.USAGE,
         )
-    for key in ("cuda_context_gb", "fragmentation_share", "host_allowance_gb"):
+    for key in ("cuda_context_gb", "fragmentation_share", "host_allowance_gb", "min_headroom_share"):
         value = memory[key]
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
             raise StackError(f"memory.{key}={value!r} must be a non-negative number.", ExitCode.USAGE)
+    if memory["min_headroom_share"] >= 1:
+        raise StackError(
+            f"memory.min_headroom_share={memory['min_headroom_share']!r} must be below 1 (a share of the card).",
+            ExitCode.USAGE,
+        )
+    count = memory["nccl_communicators"]
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise StackError(f"memory.nccl_communicators={count!r} must be a non-negative integer.", ExitCode.USAGE)
     return memory
+
+
+def nccl_gb(communicators: int, data: dict[str, Any] | None = None) -> float:
+    """NCCL's buffers on one rank: communicators x MAXCHANNELS x 2 ring connections (receive from the previous rank,
+    send to the next) x one connection's Simple + LL + LL128 buffers (configs/upstream/memory-facts.json nccl)."""
+    nccl = (data or record())["nccl"]
+    return communicators * int(nccl["max_channels"]) * 2 * int(nccl["bytes_per_connection"]["total"]) / GB
 
 
 def trainer_terms(
@@ -275,14 +317,27 @@ def trainer_terms(
         ),
     ]
     subtotal = sum(t.gb for t in terms)
+    nccl = record()["nccl"]
+    per_connection = int(nccl["bytes_per_connection"]["total"])
     terms += [
         Term(
-            "allowance: CUDA context and NCCL buffers (chosen)",
+            "allowance: the CUDA context of the rank's process (781 MB measured, rounded up)",
             float(settings["cuda_context_gb"]),
-            "memory.cuda_context_gb",
+            f"memory.cuda_context_gb; {record()['cuda_context']['source']}",
         ),
         Term(
-            f"allowance: allocator fragmentation, {settings['fragmentation_share']:.0%} of the above (chosen)",
+            f"allowance: NCCL buffers, {settings['nccl_communicators']} communicators x {nccl['max_channels']} channels "
+            f"(MAXCHANNELS, an upper bound) x 2 ring connections x {per_connection:,} B (Simple + LL + LL128)",
+            nccl_gb(int(settings["nccl_communicators"])),
+            f"memory.nccl_communicators; nccl {nccl['tag']} "
+            + "; ".join(
+                f"{f['file']}:{f['found'][0]['line']}"
+                for k, f in nccl["facts"].items()
+                if k.startswith(("DEFAULT_", "MAXCH"))
+            ),
+        ),
+        Term(
+            f"allowance: allocator fragmentation, {settings['fragmentation_share']:.0%} of the computed terms (chosen)",
             subtotal * float(settings["fragmentation_share"]),
             "memory.fragmentation_share",
         ),
@@ -391,6 +446,7 @@ def estimate(
     plan.trainer = trainer_terms(
         facts, tp=tp, dp=dp, tokens=int(config["grpo"]["max_tokens_per_gpu"]), offload=offload, settings=settings
     )
+    plan.margin_gb = float(settings["min_headroom_share"]) * capacity.gpu_gb
     plan.engine, plan.kv_tokens = engine_terms(facts, mem_fraction=mem_fraction, gpu_gb=capacity.gpu_gb)
     plan.engine_share_gb = mem_fraction * capacity.gpu_gb
     plan.host = host_terms(

@@ -23,7 +23,7 @@ from polarstack.paths import TRAINER_RUN_DIR, load_defaults  # noqa: F401 (train
 from polarstack.polar import harness_preset
 from polarstack.reward.tasks import TASKS, polar_config
 from polarstack.stack import cluster as cluster_mod
-from polarstack.stack import verifier_knobs
+from polarstack.stack import ports, verifier_knobs
 from polarstack.stack.assets import sandbox_mode_env
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.exposure import SLIME_ROUTER_ARGS
@@ -160,6 +160,9 @@ def validate(task: str, profile: Profile, config: dict[str, Any], model_path: st
             ExitCode.USAGE,
         )
     _check_types(config)
+    collisions = ports.problems(profile, config["polar"])  # Polar's ports against the node's and Ray's (issue 34)
+    if collisions:
+        raise StackError(f"{collisions[0]} (configs/train/defaults.yaml or --set).", ExitCode.USAGE)
     gpus = profile.trainer_gpus
     section = config["parallel"].get(profile.name) or config["parallel"]["default"]
     tp = section["tensor_model_parallel_size"]
@@ -751,8 +754,8 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
             "exec > >(tee -a launch.log) 2>&1",
             f"export SGLANG_ROUTER_BASE_URL={shlex.quote(plan.base_url)}",
             (
-                "# Keeps Ray's and slime's listeners on 127.0.0.1 and points every Ray call at the token's mounted file"
-                " (polarstack/exposure.py, docs/exposure.md)."
+                "# Keeps Ray's, slime's, NCCL's and Gloo's listeners on 127.0.0.1 and points every Ray call at the token's"
+                " mounted file (polarstack/exposure.py, docs/exposure.md)."
                 if not plan.cluster.multi
                 else f"# NODES={plan.cluster.nodes}: this node's address, the cluster interface {plan.cluster.iface}, "
                 "Ray's token by path (polarstack/train/cluster_plan.py, docs/multi-node.md)."

@@ -84,3 +84,13 @@ def test_polar_keeps_every_session_of_a_group():
         n, math.ceil(n * config["polar_min_complete_accept_fraction"]) + config["polar_early_stop_grace_sessions"]
     )
     assert usable == n
+
+
+def test_polar_config_defaults_to_the_plans_polar_ports():
+    """`polarstack tasks prepare` alone renders the ports configs/train/defaults.yaml gives Polar (issue 34 point 5)."""
+    from polarstack.paths import load_defaults
+
+    polar = load_defaults()["polar"]
+    config = tasks.polar_config("humaneval", "/tasks")
+    assert config["polar_rollout_url"] == f"http://127.0.0.1:{polar['rollout_port']}"
+    assert config["polar_gateway_url"] == f"http://127.0.0.1:{polar['gateway_port']}"

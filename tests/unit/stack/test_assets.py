@@ -403,8 +403,8 @@ def test_hf_token_reaches_model_download_only(tmp_path, monkeypatch):
         services = rendered(name, tmp_path / name)["services"]
         assert [s for s, svc in services.items() if "HF_TOKEN" in (svc.get("environment") or {})] == ["model-download"]
     text = (ROOT / "compose" / "compose.yaml").read_text()
-    engine = "    environment:\n      ENGINE_PORT: ${ENGINE_0_PORT"
-    trainer = "    environment:\n      PROFILE_NAME:"
+    engine = "    environment:\n      <<: *loopback-interfaces\n      ENGINE_PORT: ${ENGINE_0_PORT"
+    trainer = "    environment:\n      <<: *loopback-interfaces\n      PROFILE_NAME:"
     for anchor, service in ((engine, "engine-0"), (trainer, "trainer")):
         old = text.replace(anchor, anchor.replace("environment:\n", "environment:\n      HF_TOKEN:\n"), 1)
         assert old != text

@@ -9,11 +9,19 @@ from pathlib import Path
 import pytest
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.stack import docker_state, profiles, stack_faults
+from polarstack.processes import free_ports
+from polarstack.stack import docker_state, ports, profiles, stack_faults
 
 pytestmark = pytest.mark.unit
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import time_wait  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def free_ray_fixed_ports(monkeypatch):
+    """Ray's fixed ports (10001, 52365, ...) moved to free ones: a Ray head of another test may hold the real ones."""
+    fixed = dict(zip(ports.RAY_FIXED, free_ports(len(ports.RAY_FIXED)), strict=True))
+    monkeypatch.setattr(ports, "ray_fixed_ports", lambda data=None: fixed)
 
 
 def test_a_taken_port_is_named_with_its_knob(monkeypatch):

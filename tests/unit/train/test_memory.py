@@ -111,7 +111,7 @@ def test_48_gb_cards_refuse_and_80_gb_offload_only_where_that_fits():
         with pytest.raises(StackError) as exc:
             memory.decide(config, profiles.load(name), tp, cap(48.0))
         assert exc.value.code == ExitCode.ENVIRONMENT and "48.0 GB" in exc.value.message
-    with pytest.raises(StackError):  # 116.8 GB offloaded does not fit 80
+    with pytest.raises(StackError):  # 117.7 GB offloaded does not fit 80
         memory.decide(config, profiles.load("engine-direct"), 1, cap(80.0))
     router = memory.decide(config, profiles.load("patched-router"), 2, cap(80.0))
     assert router.offload and router.trainer_gb <= 80
@@ -200,7 +200,7 @@ def test_verify_offline_recomputes_the_estimate_from_the_recorded_facts():
 
     result = memory_facts.check()
     assert result.ok, result.problems
-    assert "engine-direct: 116.8 GB per trainer GPU (offload on)" in result.detail
+    assert "engine-direct: 117.7 GB per trainer GPU (offload on)" in result.detail
     for tp, dp, offload in ((1, 3, True), (1, 3, False), (2, 1, False)):
         profile = "engine-direct" if dp == 3 else "patched-router"
         mem = est(load_defaults(), profile, tp=tp, offload=offload)
@@ -366,3 +366,74 @@ def test_rays_object_store_is_set_by_the_stack_and_counted(monkeypatch):
     with pytest.raises(StackError, match="RAY_OBJECT_STORE_GB") as info:
         ray_head.object_store_gb()
     assert info.value.code == ExitCode.USAGE
+
+
+# --- issue 34 point 2: a stated margin beyond every term, allowances from stated figures ---------------------------
+
+
+def test_a_plan_that_fits_by_20_mb_is_offloaded_not_launched():
+    """Before issue 34 a 140 GiB card (nvidia-smi 143,360 MiB = 150.32 GB) took engine-direct without offload, 0.06 GB
+    to spare; now any card that leaves less than the margin gets slime's offload flags (memory.optimizer_offload auto)."""
+    config = load_defaults()
+    plain = est(config)
+    card = plain.trainer_gb + 0.02
+    plan = memory.decide(config, profiles.load("engine-direct"), 1, cap(card))
+    assert plan.offload and "margin" in plan.decision
+    assert card - plan.trainer_gb >= plan.margin_gb == pytest.approx(0.05 * card)
+
+
+def test_a_plan_under_the_margin_is_refused_when_offload_cannot_help():
+    config = load_defaults()
+    config["memory"]["optimizer_offload"] = "off"
+    card = est(config).trainer_gb + 0.02
+    with pytest.raises(StackError) as exc:
+        memory.decide(config, profiles.load("engine-direct"), 1, cap(card))
+    assert exc.value.code == ExitCode.ENVIRONMENT
+    assert "leaving 0.02 GB, less than the" in exc.value.message and "memory.min_headroom_share" in exc.value.message
+
+
+def test_the_shipped_plans_keep_the_margin_on_140_gb_cards():
+    config = load_defaults()
+    for name, tp in (("engine-direct", 1), ("patched-router", 2), ("router-passthrough", 2)):
+        plan = memory.decide(config, profiles.load(name), tp, cap(140.0))
+        assert 140.0 - plan.trainer_gb >= plan.margin_gb == pytest.approx(7.0), name
+
+
+def test_the_nccl_allowance_comes_from_ncclss_recorded_buffer_sizes():
+    nccl = memory.record()["nccl"]
+    assert nccl["bytes_per_connection"] == {"simple": 4194304, "ll": 524288, "ll128": 4915200, "total": 9633792}
+    term = next(t for t in est(load_defaults()).trainer if t.name.startswith("allowance: NCCL"))
+    assert term.gb == pytest.approx(4 * nccl["max_channels"] * 2 * 9633792 / 1e9)
+    assert "src/init.cc" in term.source and "MAXCHANNELS" in term.name
+
+
+def test_the_dry_run_prints_the_headroom_and_the_margin(capsys):
+    assert main(["train", "--task", "humaneval", "--dry-run", "--json"]) == 0
+    trainer = json.loads(capsys.readouterr().out)["memory"]["trainer_gpu"]
+    assert trainer["headroom_gb"] == pytest.approx(140.0 - trainer["total_gb"], abs=0.01)
+    assert trainer["margin_gb"] == pytest.approx(7.0)
+
+
+@pytest.mark.parametrize("value", [1, 1.5, -0.1, "x"])
+def test_a_bad_margin_is_a_usage_error(value):
+    config = load_defaults()
+    config["memory"]["min_headroom_share"] = value
+    with pytest.raises(StackError) as exc:
+        memory.decide(config, profiles.load("engine-direct"), 1, cap(140.0))
+    assert exc.value.code == ExitCode.USAGE and "min_headroom_share" in exc.value.message
+
+
+def test_verify_offline_rereads_the_nccl_lines_the_allowance_rests_on():
+    from polarstack.offline import memory_facts
+
+    assert memory_facts.nccl_problems() == []
+    assert memory_facts.nccl_bytes() == 64 * 2 * 9633792
+    data = copy.deepcopy(memory.record())
+    data["nccl"]["facts"]["DEFAULT_BUFFSIZE"]["found"][0]["text"] = "#define DEFAULT_BUFFSIZE (1 << 23) /* 8MiB */"
+    assert any("DEFAULT_BUFFSIZE" in p for p in memory_facts.nccl_problems(data))
+    data = copy.deepcopy(memory.record())
+    data["nccl"]["facts"]["MAXCHANNELS"]["found"][0]["text"] = "#define MAXCHANNELS 128"
+    assert any("the #define lines give" in p for p in memory_facts.nccl_problems(data))
+    data = copy.deepcopy(memory.record())
+    data["cuda_context"]["measured_mb"] = 2500
+    assert any("cuda_context_gb is below" in p for p in memory_facts.nccl_problems(data))

@@ -96,13 +96,13 @@ def test_two_nodes_render_the_cluster_plan(two_nodes, capsys, profile):
     assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in launch
     assert "ray job stop --address=http://10.0.0.1:8265" in p["files"]["launch.sh"]
     # Polar's servers stay on the head's loopback (their clients all run there); inference goes to the head's router
-    assert "http://127.0.0.1:18080/health" in p["files"]["launch.sh"]
+    assert "http://127.0.0.1:28080/health" in p["files"]["launch.sh"]
     topology = yaml.safe_load(p["files"]["topology.yaml"])
-    assert topology["rollout"]["host"] == "127.0.0.1" and topology["rollout"]["public_url"] == "http://127.0.0.1:18080"
+    assert topology["rollout"]["host"] == "127.0.0.1" and topology["rollout"]["public_url"] == "http://127.0.0.1:28080"
     node = topology["gateway"]["nodes"][0]
     assert node["host"] == "127.0.0.1" and node["inference"]["base_url"] == "http://10.0.0.1:30080"
     config = yaml.safe_load(p["files"]["polar_config.yaml"])
-    assert config["polar_rollout_url"] == "http://127.0.0.1:18080" and config["polar_callback_host"] == "127.0.0.1"
+    assert config["polar_rollout_url"] == "http://127.0.0.1:28080" and config["polar_callback_host"] == "127.0.0.1"
     assert config["polar_gate_base_url"] == "http://10.0.0.1:30080"
     assert value(args, "--update-weight-disk-dir") == "/mnt/shared/weight-updates"
     assert value(args, "--save") == f"/mnt/shared/checkpoints/polarstack/humaneval-{profile}"

@@ -124,7 +124,7 @@ def test_the_report_judges_the_7b_step_against_the_estimate():
 
     e = fakes.passing_evidence()
     assert {v.name: v.verdict for v in rehearsal_report.judge(e)}["seven_b_step"] == "pass"
-    e["seven_b"] = fakes.seven_b_evidence(peak=120.0)  # above the 116.8 GB estimate, below the card
+    e["seven_b"] = fakes.seven_b_evidence(peak=120.0)  # above the 117.7 GB estimate, below the card
     v = next(v for v in rehearsal_report.judge(e) if v.name == "seven_b_step")
     assert v.verdict == "warn" and "GPU 0" in v.change and rehearsal_report.report(e)["passed"]
     e["seven_b"] = fakes.seven_b_evidence(peak=141.0)

@@ -4,6 +4,7 @@ the commit before the multi-node plan existed (branch i28-plan, b276f89). A deli
 the fixture (the command is in the module's docstring) in the same commit that makes it."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -45,4 +46,7 @@ def test_the_snapshot_covers_every_profile_task_and_rehearsal():
     # what it pins is the loopback plan: every address in it is 127.0.0.1
     text = json.dumps(before)
     assert "--actor-num-nodes 1 " in text and "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" in text
-    assert "NCCL_SOCKET_IFNAME" not in text and "SHARED_DIR" not in text
+    assert "SHARED_DIR" not in text
+    # NCCL and Gloo on loopback, never a cluster interface (issue 34 point 3)
+    named = re.findall(r"(?:NCCL|GLOO)_SOCKET_IFNAME[=\\\": ]+([A-Za-z0-9_.-]+)", text)
+    assert named and set(named) == {"lo"}, set(named)

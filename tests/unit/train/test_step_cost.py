@@ -30,7 +30,7 @@ def test_the_step_cost_is_printed_next_to_the_token_range(capsys):
     step = lines[at + 1]
     assert "cost per step (computed from stated assumptions, not measured" in step
     assert (
-        "memory 116.8 GB per trainer GPU of 140.0 (optimizer offload on), host 253.2 GB" in step
+        "memory 117.7 GB per trainer GPU of 140.0 (optimizer offload on), host 253.2 GB" in step
     )  # + 8 GB object store
     assert "150 TFLOPS per trainer GPU x 3" in step and "1500 output tokens/s per engine x 1" in step
 
