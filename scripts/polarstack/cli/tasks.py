@@ -18,6 +18,12 @@ def _add_tasks(sub) -> None:
     prep.add_argument("--out", required=True, help="output directory")
     prep.add_argument("--source", default=None, help="mbpp: a JSONL file in MBPP's schema instead of the Hub")
     prep.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    prep.add_argument(
+        "--max-prompt-tokens",
+        type=count(1, 10**7),
+        default=None,
+        help="refuse an instruction that may be longer (default: grpo.rollout_max_prompt_len of configs/train/defaults.yaml)",
+    )
     prep.add_argument("--json", action="store_true")
     prep.set_defaults(handler=_cmd_tasks_prepare)
 
@@ -25,8 +31,15 @@ def _add_tasks(sub) -> None:
 def _cmd_tasks_prepare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from polarstack.paths import load_defaults
+
+    budget = args.max_prompt_tokens or int(load_defaults()["grpo"]["rollout_max_prompt_len"])
     result = tasks.prepare(
-        args.task, Path(args.out), source=Path(args.source) if args.source else None, limit=args.limit
+        args.task,
+        Path(args.out),
+        source=Path(args.source) if args.source else None,
+        limit=args.limit,
+        max_prompt_tokens=budget,
     )
     if args.json:
         print_json(result)
