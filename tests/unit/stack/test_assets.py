@@ -401,7 +401,9 @@ def test_the_trainer_gets_no_hf_token(tmp_path, monkeypatch):
     assert "HF_TOKEN" in services["engine-0"]["environment"]  # passed through (the value is the caller's)
     text = (ROOT / "compose" / "compose.yaml").read_text()
     old = text.replace(
-        "    environment:\n      PROFILE_NAME:", "    environment:\n      <<: *hf-environment\n      PROFILE_NAME:", 1
+        "      <<: *loopback-interfaces\n      PROFILE_NAME:",
+        "      <<: [*hf-environment, *loopback-interfaces]\n      PROFILE_NAME:",
+        1,
     )
     assert old != text
     check = _check_assets_with_compose(tmp_path / "old", monkeypatch, old)
