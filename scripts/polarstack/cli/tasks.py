@@ -7,6 +7,7 @@ import argparse
 from polarstack.cli.render import print_json, progress_bar, render_verify
 from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import count, seconds
+from polarstack.paths import load_defaults
 from polarstack.reward import tasks, verifier
 
 
@@ -30,8 +31,6 @@ def _add_tasks(sub) -> None:
 
 def _cmd_tasks_prepare(args: argparse.Namespace) -> int:
     from pathlib import Path
-
-    from polarstack.paths import load_defaults
 
     budget = args.max_prompt_tokens or int(load_defaults()["grpo"]["rollout_max_prompt_len"])
     result = tasks.prepare(

@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from polarstack.pins import repo_root
+from polarstack.pins import pin, repo_root
 from polarstack.stack.profiles import Profile, knob, stack_knobs
 
 RECORD = "configs/upstream/ray-listeners.json"
@@ -164,8 +164,6 @@ def record_problems(data: dict[str, Any] | None = None) -> list[str]:
     port the stack sets, one of RAY_FIXED, or one of ray's random picks); each RAY_FIXED kind seen listening, on the
     default the accounting uses where the recorder left it at ray's own; every random pick at or above the start of
     the ephemeral range when measured; a worker range to keep Polar's ports out of."""
-    from polarstack.pins import pin
-
     data = data or record()
     out = []
     if data.get("ray_version") != pin("RAY_VERSION"):
