@@ -33,6 +33,7 @@ from polarstack.paths import load_yaml, train_defaults
 from polarstack.pins import pins, repo_root
 
 HARNESS_RECORD = "configs/upstream/harness-prompt.json"
+TURN_RECORD = "configs/upstream/turn-cap.json"  # scripts/tools/measure_turn_cap.py (issue 34 point 12)
 
 
 def harness_record() -> dict[str, Any]:
@@ -40,6 +41,22 @@ def harness_record() -> dict[str, Any]:
 
 
 AGENT_OUTPUT_ENV = "CLAUDE_CODE_MAX_OUTPUT_TOKENS"
+BASH_OUTPUT_ENV = "BASH_MAX_OUTPUT_LENGTH"  # the pinned CLI's Bash tool: longer output is saved, a 2 KB preview sent
+
+
+def turn_record() -> dict[str, Any]:
+    return json.loads((repo_root() / TURN_RECORD).read_text())
+
+
+def bash_output_chars(config: dict[str, Any]) -> int | None:
+    """context.agent_bash_output_chars (None or 0: the CLI's default, ~30,000 characters inline)."""
+    value = (config.get("context") or {}).get("agent_bash_output_chars")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def tool_tokens(config: dict[str, Any]) -> int:
+    """context.tool_output_tokens_per_turn: what one turn's tool result may add to the next request."""
+    return int((config.get("context") or {}).get("tool_output_tokens_per_turn") or 0)
 
 
 def agent_output_cap(config: dict[str, Any]) -> int | None:
@@ -49,9 +66,9 @@ def agent_output_cap(config: dict[str, Any]) -> int | None:
 
 
 def agent_env(config: dict[str, Any]) -> dict[str, str]:
-    """What the task template's agent.env gets: the output-token cap the pinned CLI reads."""
-    cap = agent_output_cap(config)
-    return {AGENT_OUTPUT_ENV: str(cap)} if cap else {}
+    """What the task template's agent.env gets: the output-token cap and the Bash output cut the pinned CLI reads."""
+    cap, chars = agent_output_cap(config), bash_output_chars(config)
+    return {**({AGENT_OUTPUT_ENV: str(cap)} if cap else {}), **({BASH_OUTPUT_ENV: str(chars)} if chars else {})}
 
 
 def request_max_tokens(config: dict[str, Any], record: dict[str, Any] | None = None) -> int:
@@ -116,14 +133,16 @@ def request_problems(train_args: list[str], config: dict[str, Any], record: dict
 
 
 def turn_cap(config: dict[str, Any], record: dict[str, Any] | None = None) -> int:
-    """Turns one agent session may take (issue 26 point 4), chosen from the budget: the first request's input is the
-    harness prompt + margin + task prompt (rollout_max_prompt_len); each turn adds at most the per-request max_tokens
-    of the model's own output; sglang refuses a request once input + max_tokens passes the engine context
-    (tokenizer_manager.py ~973-998). The k-th request fits while first + (k - 1) x max_tokens + max_tokens <= context,
-    so the cap is (context - first) // max_tokens (32,768, 11,563 + 1,024 + 2,048, 4,096: 4). What tools return is
-    bounded by no setting, so a session can still reach the context sooner: the rehearsal's report and the in-job
-    watch count the sessions that did (polarstack.train.learning_signal). One CLI turn asks the engine once: not
-    measured here."""
+    """Turns one agent session may take (issue 26 point 4; issue 34 point 12), chosen from the budget: the first
+    request's input is the harness prompt + margin + task prompt (rollout_max_prompt_len); each turn adds at most the
+    per-request max_tokens of the model's own output and one tool result (context.tool_output_tokens_per_turn, which
+    covers the Bash result the CLI sends back under BASH_MAX_OUTPUT_LENGTH: configs/upstream/turn-cap.json); sglang
+    refuses a request once input + max_tokens passes the engine context (tokenizer_manager.py ~973-998). The k-th
+    request fits while first + (k - 1) x (max_tokens + tool) + max_tokens <= context, so the cap is
+    1 + (context - first - max_tokens) // (max_tokens + tool) (32,768, 11,563 + 1,024 + 2,048, 2,048, 2,560: 4).
+    One CLI turn is one request to the engine (measured: --max-turns N made N agent requests, turn-cap.json). What the
+    Read tool returns is bounded by no setting (up to 256 KB, measured), so a session can still reach the context
+    sooner: the rehearsal's report and the in-job watch count the sessions that did (polarstack.train.learning_signal)."""
     record = record or harness_record()
     context = config["context"]
     first = (
@@ -131,7 +150,53 @@ def turn_cap(config: dict[str, Any], record: dict[str, Any] | None = None) -> in
         + int(context["harness_margin_tokens"])
         + int(config["grpo"]["rollout_max_prompt_len"])
     )
-    return max(0, (int(context["model_context_length"]) - first) // request_max_tokens(config, record))
+    out = request_max_tokens(config, record)
+    room = int(context["model_context_length"]) - first - out
+    return 0 if room < 0 else 1 + room // (out + tool_tokens(config))
+
+
+def turn_problems(train_args: list[str], config: dict[str, Any], data: dict[str, Any] | None = None) -> list[str]:
+    """The turn cap's assumptions against what the pinned CLI did (configs/upstream/turn-cap.json): one turn is one
+    request; the CLI asks the rendered max_tokens; the rendered BASH_MAX_OUTPUT_LENGTH keeps every measured Bash
+    result within the per-turn tool allowance (its characters are ASCII: at most as many tokens); and the trace's
+    response budget holds what the turns before the last add."""
+    data = data or turn_record()
+    problems = []
+    if data["agent_cli"]["version"] != pins().get("AGENT_CLI_VERSION"):
+        problems.append(f"{TURN_RECORD} was measured for another agent CLI; rerun scripts/tools/measure_turn_cap.py")
+    for run in data["turns"]:
+        if run["agent_requests"] != run["max_turns"]:
+            problems.append(
+                f"{TURN_RECORD}: --max-turns {run['max_turns']} made {run['agent_requests']} agent requests, so a turn "
+                "is not one request to the engine, as turn_cap counts it"
+            )
+    cap = agent_output_cap(config)
+    asked = [r["max_tokens"] for r in data["turns"] if r["agent_env"].get(AGENT_OUTPUT_ENV) == str(cap)]
+    if cap and asked != [[cap]] * len(asked) or cap and not asked:
+        problems.append(f"{TURN_RECORD} shows no run where {AGENT_OUTPUT_ENV}={cap} made the CLI ask max_tokens {cap}")
+    chars, tool = bash_output_chars(config), tool_tokens(config)
+    cut = [o["tool_result_chars"] for o in data["bash_outputs"] if o["agent_env"].get(BASH_OUTPUT_ENV) == str(chars)]
+    if not chars or not cut:
+        problems.append(
+            f"no Bash result measured with {BASH_OUTPUT_ENV}={chars} ({TURN_RECORD}): one tool result can then hold "
+            "~30,000 characters; set context.agent_bash_output_chars to a measured value"
+        )
+    elif max(cut) > tool:
+        problems.append(
+            f"the CLI sent back Bash results of up to {max(cut)} characters with {BASH_OUTPUT_ENV}={chars}, more than "
+            f"context.tool_output_tokens_per_turn={tool}"
+        )
+    response = flag_value(train_args, "--rollout-max-response-len") or 0
+    turns = turn_cap(config)
+    added = (turns - 1) * (request_max_tokens(config) + tool)
+    if turns < 1:
+        problems.append("the first request leaves no room for one turn: lower the task prompt or the per-request cap")
+    elif response < added:
+        problems.append(
+            f"--rollout-max-response-len {response} is below the {added} tokens {turns - 1} turns add before the last "
+            f"({request_max_tokens(config)} of output + {tool} of tool result each); raise grpo.rollout_max_response_len"
+        )
+    return problems
 
 
 def flag_value(args: list[str], flag: str) -> int | None:
@@ -178,7 +243,7 @@ def check(train_args: list[str], config: dict[str, Any]) -> list[str]:
         problems.append(
             f"--seq-length {seq} exceeds the model's context length {model_context} (context.model_context_length)"
         )
-    return problems + request_problems(train_args, config, record)
+    return problems + request_problems(train_args, config, record) + turn_problems(train_args, config)
 
 
 def summary(train_args: list[str], config: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ import argparse
 from polarstack.cli.render import print_json, progress_bar, render_verify
 from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import count, seconds
+from polarstack.paths import load_defaults
 from polarstack.reward import tasks, verifier
 
 
@@ -18,6 +19,12 @@ def _add_tasks(sub) -> None:
     prep.add_argument("--out", required=True, help="output directory")
     prep.add_argument("--source", default=None, help="mbpp: a JSONL file in MBPP's schema instead of the Hub")
     prep.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    prep.add_argument(
+        "--max-prompt-tokens",
+        type=count(1, 10**7),
+        default=None,
+        help="refuse an instruction that may be longer (default: grpo.rollout_max_prompt_len of configs/train/defaults.yaml)",
+    )
     prep.add_argument("--json", action="store_true")
     prep.set_defaults(handler=_cmd_tasks_prepare)
 
@@ -25,8 +32,13 @@ def _add_tasks(sub) -> None:
 def _cmd_tasks_prepare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    budget = args.max_prompt_tokens or int(load_defaults()["grpo"]["rollout_max_prompt_len"])
     result = tasks.prepare(
-        args.task, Path(args.out), source=Path(args.source) if args.source else None, limit=args.limit
+        args.task,
+        Path(args.out),
+        source=Path(args.source) if args.source else None,
+        limit=args.limit,
+        max_prompt_tokens=budget,
     )
     if args.json:
         print_json(result)

@@ -31,6 +31,8 @@
    accounting knows, and each profile's fixed ports meet no other, and none bound while Ray runs lies in Ray's ranges.
 13. NCCL and Gloo on loopback at NODES=1 (issue 34, polarstack.offline.socket_ifname): what the record says they pick
    unset, and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME = lo in every rendered trainer, engine and Ray job environment.
+14. The task prompt budget (issue 34, polarstack.offline.prompt_budget): slime's --rollout-max-prompt-len filters no
+   message-list prompt, so the stack checks each instruction's token bound (NFC bytes of a byte-level BPE) itself.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from polarstack.offline import (
     meaning,
     memory_facts,
     multinode,
+    prompt_budget,
     ray_auth_facts,
     real_sglang_facts,
     rehearsal_keys,
@@ -203,6 +206,8 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
                 token_problems,
             )
         )
+        budget = prompt_budget.plan_problems(plan.train_args, label)  # issue 34 point 8
+        checks.append(Check(f"{label}: the task prompt budget is checked on the data", not budget, "", budget))
 
     collisions = ports.problems(profile, load_defaults()["polar"])  # issue 34 point 5: every fixed port, no collision
     checks.append(
@@ -752,6 +757,8 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     checks.append(
         Check(f"every port of the recorded Ray head is accounted for ({ports.RECORD})", not port_facts, "", port_facts)
     )
+    prompt_facts = prompt_budget.record_problems()  # issue 34 point 8: why the stack checks the prompt budget itself
+    checks.append(Check(f"the task prompt budget ({prompt_budget.RECORD})", not prompt_facts, "", prompt_facts))
     ifname_facts = socket_ifname.problems()  # issue 34 point 3: what NCCL and Gloo pick without the two variables
     checks.append(Check(f"NCCL and Gloo interfaces ({socket_ifname.RECORD})", not ifname_facts, "", ifname_facts))
     checks.append(apptainer_userns.check())  # issue 32: the sessions' user namespace, where the verifier isolates

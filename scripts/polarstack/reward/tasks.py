@@ -24,6 +24,7 @@ import importlib.resources
 import json
 import re
 import shutil
+import unicodedata
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -143,7 +144,8 @@ def _mbpp_function_name(problem: dict[str, Any]) -> str:
     return match.group(1) if match else "solution"
 
 
-def _instruction(task: str, problem: dict[str, Any]) -> str:
+def instruction(task: str, problem: dict[str, Any]) -> str:
+    """The task text the agent gets (Polar's instruction: the prompt's one user message)."""
     if task == "humaneval":
         return (
             "Complete the function in solution.py in the current directory so that it satisfies its docstring. "
@@ -155,6 +157,29 @@ def _instruction(task: str, problem: dict[str, Any]) -> str:
         f"{problem['text']}\nWrite the function `{name}` in solution.py in the current directory. "
         f"It must pass tests such as:\n{example}"
     )
+
+
+def prompt_token_bound(text: str) -> int:
+    """At most this many tokens for the model's tokenizer: the UTF-8 bytes of the text in NFC. Qwen's tokenizer
+    normalizes to NFC and is byte-level BPE without byte fallback, so each token stands for one byte or more
+    (configs/upstream/prompt-budget.json: recorded, and measured on every HumanEval instruction)."""
+    return len(unicodedata.normalize("NFC", text).encode("utf-8"))
+
+
+def check_prompt_budget(task: str, problems: list[dict[str, Any]], max_tokens: int) -> None:
+    """TASK_DATA naming the first problem whose instruction may exceed `max_tokens` (grpo.rollout_max_prompt_len, the
+    task prompt the plan's token budget counts). slime's --rollout-max-prompt-len does not filter it: train.jsonl's
+    prompts are message lists, whose length slime's filter_long_prompt skips (configs/upstream/prompt-budget.json)."""
+    for problem in problems:
+        bound = prompt_token_bound(instruction(task, problem))
+        if bound > max_tokens:
+            raise StackError(
+                f"{task} problem {problem.get('task_id')}: its instruction is {bound} bytes, so up to {bound} tokens, "
+                f"above grpo.rollout_max_prompt_len={max_tokens}, the task prompt the plan's token and memory budget "
+                "counts (slime does not filter message-list prompts); drop the problem from the data, or raise "
+                "grpo.rollout_max_prompt_len and lower grpo.rollout_max_response_len by as much.",
+                ExitCode.TASK_DATA,
+            )
 
 
 def _stub(task: str, problem: dict[str, Any]) -> str:
@@ -289,7 +314,9 @@ def prepare(
     tasks_dir_in_trainer: str | None = None,
     config_values: dict[str, Any] | None = None,
     ids: list[str] | None = None,
+    max_prompt_tokens: int | None = None,
 ) -> dict[str, Any]:
+    """`max_prompt_tokens`: grpo.rollout_max_prompt_len; a problem whose instruction may be longer is refused."""
     if task not in TASKS:
         raise StackError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}.", ExitCode.USAGE)
     if limit is not None and limit < 1:
@@ -302,6 +329,8 @@ def prepare(
         if missing:
             raise StackError(f"task ids {', '.join(missing)} are not in {task}'s data.", ExitCode.TASK_DATA)
         problems = [by_id[i] for i in ids]
+    if max_prompt_tokens is not None:
+        check_prompt_budget(task, problems, max_prompt_tokens)
     if out.exists() and any(out.iterdir()):
         for sub in ("workspaces", "eval"):
             shutil.rmtree(out / sub, ignore_errors=True)
@@ -319,7 +348,7 @@ def prepare(
         lines.append(
             json.dumps(
                 {
-                    "prompt": [{"role": "user", "content": _instruction(task, problem)}],
+                    "prompt": [{"role": "user", "content": instruction(task, problem)}],
                     "label": str(problem["task_id"]),
                     "metadata": {
                         "task": task,

@@ -277,6 +277,7 @@ def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts
         out / "tasks",
         source=Path(request.source) if request.source else None,
         tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{run_id}/tasks",
+        max_prompt_tokens=int(plan.config["grpo"]["rollout_max_prompt_len"]),  # the budget the plan counts (issue 34)
     )
     for file_name, text in plan.files.items():
         (out / file_name).write_text(text)

@@ -95,7 +95,12 @@ POSITIVE_INTS = {
     "polar": ("rollout_port", "gateway_port", "max_init_workers", "max_run_workers", "max_postrun_workers"),
 }
 NON_NEGATIVE_INTS = {
-    "context": ("harness_margin_tokens", "agent_max_output_tokens"),
+    "context": (
+        "harness_margin_tokens",
+        "agent_max_output_tokens",
+        "agent_bash_output_chars",
+        "tool_output_tokens_per_turn",
+    ),
     "gate": ("zero_advantage_rollouts",),
     "supervise": ("max_restarts",),
     "checkpoint": ("keep_last",),
@@ -368,10 +373,12 @@ def _turn_cap_line(plan: LaunchPlan) -> list[str]:
     if not cap:
         return []
     return [
-        f"sessions: at most {cap} turns each (agent.settings.max_turns, the agent CLI's --max-turns), chosen so the "
-        "last request still fits the engine context when every turn writes the per-request max_tokens "
-        "(polarstack.checks.budget.turn_cap; tool output is not bounded); the share of sessions that still ended at "
-        "the context is polarstack/sessions_at_context_limit_share, and the gate warns above 10%."
+        f"sessions: at most {cap} turns each (agent.settings.max_turns, the agent CLI's --max-turns: one request per "
+        "turn, measured), chosen so the last request still fits the engine context when every turn writes the "
+        "per-request max_tokens and one tool result of context.tool_output_tokens_per_turn (Bash output cut by "
+        "BASH_MAX_OUTPUT_LENGTH; polarstack.checks.budget.turn_cap; a Read result is not bounded); the share of "
+        "sessions that still ended at the context is polarstack/sessions_at_context_limit_share, and the gate warns "
+        "above 10%."
     ]
 
 

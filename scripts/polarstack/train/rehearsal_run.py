@@ -240,7 +240,11 @@ def run(
         phases["up"] = clock() - started
         node.gate(plan)
         tasks.prepare(
-            plan.task, out / "tasks", ids=plan.task_ids, tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{plan.run_id}/tasks"
+            plan.task,
+            out / "tasks",
+            ids=plan.task_ids,
+            tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{plan.run_id}/tasks",
+            max_prompt_tokens=int(plan.phases[0][1].config["grpo"]["rollout_max_prompt_len"]),
         )
         for file_name, text in plan.files.items():
             (out / file_name).write_text(text)

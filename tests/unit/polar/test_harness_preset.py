@@ -32,12 +32,16 @@ def test_the_cap_is_the_most_turns_whose_last_request_fits_the_context():
         + config["grpo"]["rollout_max_prompt_len"]
     )
     cap, per_request = budget.turn_cap(config), budget.request_max_tokens(config)
-    assert cap == 4  # (32,768 - (11,563 + 1,024 + 2,048)) // 4,096
+    tool = budget.tool_tokens(config)  # each turn's tool result counted too (issue 34 point 12)
+    assert cap == 4  # 1 + (32,768 - (11,563 + 1,024 + 2,048) - 2,048) // (2,048 + 2,560)
     context = config["context"]["model_context_length"]
-    assert first + (cap - 1) * per_request + per_request <= context < first + cap * per_request + per_request
+    step = per_request + tool
+    assert first + (cap - 1) * step + per_request <= context < first + cap * step + per_request
     smaller = copy.deepcopy(config)
-    smaller["context"]["agent_max_output_tokens"] = 2048
-    assert budget.turn_cap(smaller) == 8  # the cap moves with the budget
+    smaller["context"]["tool_output_tokens_per_turn"] = 0
+    assert budget.turn_cap(smaller) == 8  # the cap moves with the budget: model output alone, 2,048 a turn
+    smaller["context"]["agent_max_output_tokens"] = 4096
+    assert budget.turn_cap(smaller) == 4  # the count before issue 34: tool results were not counted
 
 
 @pytest.mark.parametrize("name", ["engine-direct", "patched-router"])

@@ -23,7 +23,7 @@ def test_the_dry_run_prints_traces_and_tokens_per_rollout(capsys):
     line = next(x for x in out.splitlines() if "cost per rollout" in x)
     harness = budget.harness_record()["agent_turn"]["harness_prompt_tokens"]
     assert "48 agent trajectories -> at least 48 traces" in line
-    cap = harness + 1024 + 2048 + 12288  # margin + task prompt + response of configs/train/defaults.yaml
+    cap = harness + 1024 + 2048 + 13824  # margin + task prompt + response of configs/train/defaults.yaml
     assert f"each {harness:,}-{cap:,} tokens: {48 * harness:,}-{48 * cap:,} tokens at one trace per trajectory" in line
 
 

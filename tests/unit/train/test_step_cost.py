@@ -41,7 +41,7 @@ def test_the_time_is_computed_from_the_tokens_and_the_assumptions(capsys):
     s = tokens["min_tokens_per_trace"]
     flops = 6 * (2 * P7 * s + 2 * 28 * 3584 * s**2) * tokens["trajectories"]
     assert cost["min_train_seconds"] == pytest.approx(flops / (3 * 150e12), abs=0.1)
-    assert cost["max_generation_seconds"] == pytest.approx(48 * 12288 / 1500, abs=0.1)
+    assert cost["max_generation_seconds"] == pytest.approx(48 * 13824 / 1500, abs=0.1)
     assert cost["computed_not_measured"] is True
     faster = plan(capsys, "cost.trainer_tflops_per_gpu=300")["cost_per_step"]
     assert faster["max_train_seconds"] == pytest.approx(cost["max_train_seconds"] / 2, rel=1e-3)
