@@ -3,6 +3,7 @@ task's verifier run in it as Polar's evaluator runs it (polarstack.checks.sandbo
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -18,6 +19,11 @@ from polarstack.stack import assets, compose, host_check, verifier_knobs
 # Polar's direct-exec apptainer mode, the sandbox's paths (SIF_PATH, AGENT_CLI_DIR, ...) and the sentence naming
 # what is missing belong to polarstack.stack.assets; they are read from it at call time.
 
+# One line per variable of a session's environment: its name, with `@` appended for a proxy URL holding credentials.
+PROXY_AWK = (
+    '{ n = $0; sub(/=.*/, "", n); v = substr($0, length(n) + 2); '
+    'if (n ~ /_(proxy|PROXY)$/ && v ~ /^[A-Za-z][A-Za-z0-9+.-]*:\\/\\/[^\\/]*@/) print n "@"; else print n }'
+)
 SESSION_MOUNT = "/polar/session"  # Polar binds each session's directory here (runtime_session_dir)
 CONTROL_MOUNT = "/polar/runtime-control"  # Polar's broker binds its own runtime sources here, read-only
 PROBE_NAME = "probe"  # the --name the probe passes to the verifier: it must print `PASSED probe` / `FAILED probe`
@@ -31,7 +37,6 @@ def polar_exec_args(
     """The `apptainer exec` command line Polar's runtime builds in direct mode for this stack's task template
     (ApptainerRuntime._runtime_options and .exec, configs/upstream/polar-apptainer.json), running `command`, with
     Polar's environment `environment` (default: what the stack sets wherever Polar runs, assets.sandbox_mode_env)."""
-    import shlex
 
     environment = assets.sandbox_mode_env() if environment is None else environment
 
@@ -110,7 +115,6 @@ def _probe_script(probe_dir: str) -> str:
     for the other's hidden tests at their path in the trainer, which Polar's `--no-mount ...,tmp` must keep out.
     Output: missing names, `switch: NAME=V`, `exec-failed: ...`, `session-env: NAME`, `session-tmp: private|shared`,
     `verifier-<case>: <line>`."""
-    import shlex
 
     cli = f"{assets.AGENT_CLI_DIR}/bin/{assets.AGENT_CLI_BIN}"
     switches = [assets.apptainer_record()[f"{name}_env"] for name in assets.SWITCHES]
@@ -151,8 +155,12 @@ def _probe_script(probe_dir: str) -> str:
         f'  out=$({version} 2>&1) && echo "sandbox-ok: $out" >&2 '
         '|| echo "exec-failed: $(printf \'%s\' "$out" | tail -n 1)"',
         # The names of the session's environment (never a value): what apptainer passed in besides Polar's `env K=V`.
-        f"  {run(polar_exec_args(_session_dir('cli'), control, 'env'))} 2>/dev/null | cut -d= -f1 "
+        # apptainer passes every proxy variable even with --cleanenv (configs/upstream/apptainer-userns.json
+        # environment): one whose URL carries user:password@ is marked NAME@, its value still never printed.
+        f"  {run(polar_exec_args(_session_dir('cli'), control, 'env'))} 2>/dev/null | awk {shlex.quote(PROXY_AWK)} "
         "| sed 's/^/session-env: /'",
+        # APPTAINERENV_* / SINGULARITYENV_* in the trainer reach every session, --cleanenv or not (the same record).
+        "  env | cut -d= -f1 | grep -E '^(APPTAINERENV|SINGULARITYENV)_' | sed 's/^/trainer-env: /'",
         f"  {run(polar_exec_args(_session_dir('good'), control, look))} 2>/dev/null | tail -n 1 "
         "| sed 's/^/session-tmp: /'",
     ]
@@ -233,7 +241,7 @@ def check_in_trainer(profile) -> None:
         )
     lines = [line.rstrip() for line in proc.stdout.splitlines() if line.strip()]
     outputs: dict[str, list[str]] = {case: [] for case in PROBE_CASES}
-    failed, missing, switches, session_env, session_tmp = [], [], {}, set(), None
+    failed, missing, switches, session_env, session_tmp, forced = [], [], {}, set(), None, []
     for line in lines:
         case = next((c for c in PROBE_CASES if line.startswith(f"verifier-{c}: ")), None)
         if case is not None:
@@ -245,6 +253,8 @@ def check_in_trainer(profile) -> None:
             switches[name] = value.strip()
         elif line.startswith("session-env: "):
             session_env.add(line.removeprefix("session-env: ").strip())
+        elif line.startswith("trainer-env: "):
+            forced.append(line.removeprefix("trainer-env: ").strip())
         elif line.startswith("session-tmp:"):
             session_tmp = line.removeprefix("session-tmp:").strip()
         else:
@@ -300,6 +310,17 @@ def check_in_trainer(profile) -> None:
             f"refusing to train: the agent sandbox's environment holds {', '.join(leaked)}, which the trainer is "
             "handed for itself alone (compose.yaml): every agent session could read it; recreate the trainer with "
             "`make up` (compose.yaml sets POLAR_APPTAINER_CLEANENV=1).",
+            ExitCode.ENVIRONMENT,
+        )
+    credentials = sorted(name.removesuffix("@") for name in session_env if name.endswith("@"))
+    if credentials or forced:
+        raise StackError(
+            "refusing to train: every agent session gets "
+            + (f"{', '.join(credentials)} with a user and password in its URL" if credentials else "")
+            + (" and " if credentials and forced else "")
+            + (f"what the trainer's {', '.join(forced)} set" if forced else "")
+            + " (apptainer passes proxy variables and APPTAINERENV_* even with --cleanenv); remove them from the "
+            "trainer's environment (Docker's proxy settings, ~/.docker/config.json) and recreate it with `make up`.",
             ExitCode.ENVIRONMENT,
         )
     why = verdict(outputs)

@@ -31,7 +31,9 @@
    accounting knows, and each profile's fixed ports meet no other, and none bound while Ray runs lies in Ray's ranges.
 13. NCCL and Gloo on loopback at NODES=1 (issue 34, polarstack.offline.socket_ifname): what the record says they pick
    unset, and NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME = lo in every rendered trainer, engine and Ray job environment.
-14. The task prompt budget (issue 34, polarstack.offline.prompt_budget): slime's --rollout-max-prompt-len filters no
+14. The grading sandbox's directory (polarstack.offline.eval_dir): the patch that keeps it out of the agent's session
+   acts on the names configs/upstream/polar-eval-runtime.json records at POLAR_COMMIT, and does what it promises.
+15. The task prompt budget (issue 34, polarstack.offline.prompt_budget): slime's --rollout-max-prompt-len filters no
    message-list prompt, so the stack checks each instruction's token bound (NFC bytes of a byte-level BPE) itself.
 """
 
@@ -57,6 +59,7 @@ from polarstack.offline import (
     apptainer_userns,
     compose_features,
     control_plane,
+    eval_dir,
     flags,
     host_memory,
     meaning,
@@ -722,6 +725,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     progress("pins")
     checks += check_pins(skip_downloads)
     checks.append(check_polar_facts())
+    checks.append(eval_dir.check())  # the grading sandbox's files out of the agent's reach (polarstack.polar.eval_dir)
     checks.append(check_harness_preset())
     real_problems = real_sglang_facts.problems()  # issue 21: the real engine on the CPU
     checks.append(

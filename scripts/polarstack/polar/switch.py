@@ -25,7 +25,11 @@ from pathlib import Path
 ENV = "POLAR_WORKER_DISCOVERY"
 TARGET = "polar.gateway.proxy"
 PTH_NAME = "polarstack-polar-switch.pth"
-PTH_LINE = "import polarstack.polar.switch as _polarstack_switch; _polarstack_switch.install_hook()\n"
+# The .pth line also keeps the grading sandbox's directory out of the agent's (polarstack.polar.eval_dir).
+PTH_LINE = (
+    "import polarstack.polar.switch as _polarstack_switch, polarstack.polar.eval_dir as _polarstack_eval_dir; "
+    "_polarstack_switch.install_hook(); _polarstack_eval_dir.install_hook()\n"
+)
 
 
 def discovery_enabled() -> bool:
@@ -52,29 +56,42 @@ def patch(module) -> bool:
 
 
 class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader) -> None:
+    def __init__(self, loader, patch_module) -> None:
         self._loader = loader
+        self._patch = patch_module
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
     def exec_module(self, module) -> None:
         self._loader.exec_module(module)
-        patch(module)
+        self._patch(module)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self, target: str, patch_module) -> None:
+        self.target = target
+        self._patch = patch_module
+
     def find_spec(self, fullname, path, target=None):
-        if fullname != TARGET:
+        if fullname != self.target:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is not None and spec.loader is not None:
-                spec.loader = _PatchingLoader(spec.loader)
+                spec.loader = _PatchingLoader(spec.loader, self._patch)
                 return spec
         return None
+
+
+def patch_on_import(target: str, patch_module) -> None:
+    """Call `patch_module(module)` on the module `target` now if it is imported, else when it first is."""
+    if target in sys.modules:
+        patch_module(sys.modules[target])
+    elif not any(isinstance(f, _Finder) and f.target == target for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder(target, patch_module))
 
 
 def install_hook() -> bool:
@@ -85,10 +102,7 @@ def install_hook() -> bool:
     except ValueError as exc:
         print(f"polarstack: {exc}; leaving Polar's worker discovery on.", file=sys.stderr)
         return False
-    if TARGET in sys.modules:
-        patch(sys.modules[TARGET])
-    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    patch_on_import(TARGET, patch)
     return True
 
 

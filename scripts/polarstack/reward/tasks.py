@@ -272,7 +272,7 @@ def task_template(task: str, timeout_seconds: int = 900) -> dict[str, Any]:
     }
 
 
-POLAR_PORTS = {"rollout_port": 28080, "gateway_port": 28100}  # configs/train/defaults.yaml polar (test_tasks checks)
+POLAR_PORTS = {"rollout_port": 28080, "gateway_port": 28090}  # configs/train/defaults.yaml polar (test_tasks checks)
 EARLY_STOP_GRACE_SESSIONS = 64  # at least any n_samples_per_prompt the stack renders (checked by test_tasks)
 
 

@@ -30,6 +30,7 @@ from polarstack.pins import pin, repo_root
 from polarstack.stack.profiles import Profile, knob, stack_knobs
 
 RECORD = "configs/upstream/ray-listeners.json"
+POLAR_APPTAINER = "configs/upstream/polar-apptainer.json"  # broker_proxy_port: apptainer_broker._DEFAULT_PROXY_PORT
 LOCAL_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LINUX_EPHEMERAL_START = 32768  # the kernel's default first ephemeral port, where LOCAL_PORT_RANGE cannot be read
 # The head's ports the stack leaves at ray's fixed values: record `port_kind` -> what they are.
@@ -118,6 +119,9 @@ def node_ports(
     if polar is not None:
         for key, what in (("rollout_port", "Polar's rollout server"), ("gateway_port", "Polar's gateway")):
             ports.append(Bound(int(polar[key]), what, f"polar.{key}", while_ray_runs=True))
+        # A session's broker may listen here on the trainer's network (configs/upstream/polar-apptainer.json).
+        proxy = int(json.loads((repo_root() / POLAR_APPTAINER).read_text())["broker_proxy_port"])
+        ports.append(Bound(proxy, "Polar's in-session HTTP proxy", f"Polar's default, {POLAR_APPTAINER}"))
     return [p for p in ports if p.port]
 
 

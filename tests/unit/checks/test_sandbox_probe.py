@@ -372,3 +372,23 @@ def test_verify_offline_checks_the_preset_against_the_record(monkeypatch):
     monkeypatch.setattr(harness_preset, "settings_for", lambda harness, facts=None: {})
     check = verify_offline.check_harness_preset()
     assert not check.ok and "checks the CLI version" in check.problems[0]
+
+
+def test_a_proxy_with_credentials_or_an_apptainerenv_variable_in_the_trainer_is_refused(tmp_path, monkeypatch):
+    """The second node-path review's finding 3: apptainer passes every proxy variable and APPTAINERENV_* into a session
+    even with --cleanenv (configs/upstream/apptainer-userns.json environment), so a node whose Docker hands the trainer
+    HTTPS_PROXY=http://user:password@... gives every agent the credential. The probe marks such a proxy by name (its
+    value never printed) and refuses it, and refuses any APPTAINERENV_* / SINGULARITYENV_* of the trainer."""
+    log = real_probe(tmp_path, monkeypatch)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy-user:proxy-secret-4c1d@proxy.example:3128")
+    with pytest.raises(StackError) as exc:
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert exc.value.code == ExitCode.ENVIRONMENT
+    assert "HTTPS_PROXY with a user and password in its URL" in exc.value.message, exc.value.message
+    assert "proxy-secret-4c1d" not in exc.value.message and "proxy-secret-4c1d" not in log.read_text()
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")  # no credentials: passes
+    sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    monkeypatch.setenv("APPTAINERENV_SOMETHING", "x")
+    with pytest.raises(StackError) as exc:
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    assert "what the trainer's APPTAINERENV_SOMETHING set" in exc.value.message, exc.value.message

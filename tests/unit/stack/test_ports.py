@@ -53,7 +53,7 @@ def test_polar_ports_lie_outside_rays_worker_range():
 
 
 def test_a_polar_port_in_rays_worker_range_is_refused():
-    polar = {"rollout_port": 18080, "gateway_port": 28100}
+    polar = {"rollout_port": 18080, "gateway_port": 28090}
     found = ports.problems(profiles.load("engine-direct"), polar, ephemeral=32768)
     assert (
         len(found) == 1 and "Polar's rollout server's port 18080 (polar.rollout_port) lies in 10002-19999" in found[0]
@@ -62,14 +62,14 @@ def test_a_polar_port_in_rays_worker_range_is_refused():
 
 def test_a_polar_port_among_rays_random_picks_is_refused():
     found = ports.problems(
-        profiles.load("engine-direct"), {"rollout_port": 40000, "gateway_port": 28100}, ephemeral=32768
+        profiles.load("engine-direct"), {"rollout_port": 40000, "gateway_port": 28090}, ephemeral=32768
     )
     assert len(found) == 1 and "at or above 32768" in found[0]
 
 
 def test_two_owners_of_one_port_are_refused():
     found = ports.problems(
-        profiles.load("engine-direct"), {"rollout_port": 10001, "gateway_port": 28100}, ephemeral=32768
+        profiles.load("engine-direct"), {"rollout_port": 10001, "gateway_port": 28090}, ephemeral=32768
     )
     assert any("port 10001 is both the trainer's Ray client server's" in p for p in found)
 
@@ -125,3 +125,15 @@ def test_record_problems_catch_a_moved_or_unaccounted_listener():
     data = _record()
     data["random_ports"]["lowest_seen"] = 20000  # a random pick below the ephemeral range: the rule does not hold
     assert any("random" in p for p in ports.record_problems(data))
+
+
+def test_polars_gateway_on_the_in_session_proxys_default_port_is_refused():
+    """The second node-path review's finding 2: Polar's apptainer broker listens on 28100 inside a session when it
+    proxies (configs/upstream/polar-apptainer.json broker_proxy_port), and the sessions share the trainer's network;
+    the gateway was moved to 28090, and a gateway put back on 28100 is refused."""
+    found = ports.problems(
+        profiles.load("engine-direct"), {"rollout_port": 28080, "gateway_port": 28100}, ephemeral=32768
+    )
+    assert len(found) == 1 and "port 28100 is both Polar's gateway's" in found[0], found
+    assert "Polar's in-session HTTP proxy" in found[0]
+    assert ports.problems(profiles.load("engine-direct"), load_defaults()["polar"], ephemeral=32768) == []
