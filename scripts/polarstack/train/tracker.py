@@ -12,7 +12,7 @@ share, trainable tokens per group, tokens per rollout, the gate's counters) to t
   image), which Ray's workers inherit from the Ray head started in that container (Ray's behaviour, not checked
   here; on the node, the job's W&B run appearing confirms it); the key is named, never copied, here.
 - TensorBoard: TENSORBOARD_DIR=<model.save>/tensorboard/<run>, under the checkpoints volume, set in the Ray job's
-  runtime env; `make tensorboard` is not provided: the README says how to open the files.
+  runtime env; `make tensorboard` is not provided: docs/preflight.md ("Curves") says how to open the files.
 """
 
 from __future__ import annotations
