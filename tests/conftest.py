@@ -215,7 +215,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 # It needs a Docker engine at DOCKER_HOST (or the default socket): `make dockerd` starts this project's private one,
 # and `.ci/run` does. Without one the tier is skipped, naming what is missing; under CI=true (or
 # POLARSTACK_REQUIRE_DOCKER=1) it fails instead, so a CI machine whose engine cannot start never passes silently.
-# Here, not in tests/docker/conftest.py: a second module named conftest shadows this one for `from conftest import`.
+# Here, not in a conftest.py under tests/docker/: a second module named conftest shadows this one for `from conftest import`.
 def _required() -> bool:
     return os.environ.get("CI", "").lower() == "true" or os.environ.get("POLARSTACK_REQUIRE_DOCKER") == "1"
 

@@ -339,7 +339,7 @@ def measure(body: dict, tok) -> dict:
 
 
 def measure_smoke_request(record_path: Path) -> int:
-    """Count with the Qwen tokenizer the padded tool request the smoke builds (polarstack.checks.agent_turn) and
+    """Count with the Qwen tokenizer the padded tool request the smoke builds (polarstack.engine.agent_turn) and
     store it as the record's `smoke_request`, named by its fingerprint (agent_turn.shape_problems reads it)."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from polarstack.engine import agent_turn  # noqa: E402  (the project's package, from this checkout)

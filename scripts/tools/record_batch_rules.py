@@ -2,7 +2,8 @@
 """Record the batch-layout rules Megatron and slime enforce at start-up (configs/upstream/batch-rules.json).
 
 Each fact is a statement found in the pinned source, with its file and line, so `make verify-offline`
-(polarstack.train.batch_layout via verify_offline) can check every profile's launch against the rule it states.
+(polarstack.train.batch_layout via polarstack.offline.verify) can check every profile's launch against the rule it
+states.
 
 Usage:
   python scripts/tools/record_batch_rules.py --slime-git /work/.mirror/THUDM+slime/repo \

@@ -1,5 +1,5 @@
 """Faults of the Docker runtime on a real engine (DEVICE=cpu: real sglang in containers built from
-images/engine/Dockerfile), each with the exit code and sentence README's "Docker on a CPU machine" states:
+images/engine/Dockerfile), each with the exit code and sentence docs/docker-cpu.md ("Faults") states:
 a bad PROFILE (2), `make up` twice (0, saying so; nothing recreated), a port already taken at `make up` (9), `make smoke` and `make train
 DRY_RUN=1` inside the stack (0; Polar's checks skipped by name), an engine container killed during `make smoke` (5),
 the smoke after it (9), `make down` twice (0, the second says nothing is up), Ctrl-C during `make up` (130, nothing

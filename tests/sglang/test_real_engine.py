@@ -27,8 +27,9 @@ from polarstack.stack.profiles import knob
 
 MODEL = knob(None, "SERVED_MODEL_NAME")
 TIMEOUT = 60.0  # per smoke request: the real engine on a loaded 2-core CPU (polarstack.stack.real_sglang.SMOKE_TIMEOUT)
-# The profiles' pins, and the boundary releases around the fix (router_catalog.forwards_unknown_chat_fields):
-# sglang-router 0.1.4 forwards, 0.1.5 drops; smg 1.4.1 drops, 1.5.0 forwards.
+# The profiles' pins, and the boundary releases around the fix
+# (polarstack.routers.catalog.RouterRelease.forwards_unknown_chat_fields): sglang-router 0.1.4 forwards, 0.1.5
+# drops; smg 1.4.1 drops, 1.5.0 forwards.
 PINNED = [
     f"{pin(k + '_PACKAGE')}=={pin(k + '_VERSION')}" for k in ("ROUTER_PASSTHROUGH", "ROUTER_STOCK", "ROUTER_PATCHED")
 ]

@@ -62,7 +62,7 @@ def resolve_with_polar(base_url: str, requests: int) -> Resolution:
     """Ask Polar's own InferenceClient where its chat requests go (inside the trainer, where Polar is installed).
 
     Calls `_completion_url` once per request, as `InferenceClient._completion` does, so round-robin and the
-    worker-discovery switch (polar_switch) act exactly as in the gateway.
+    worker-discovery switch (polarstack.polar.switch) act exactly as in the gateway.
     """
     from polar.gateway.engine import get_engine
     from polar.gateway.proxy import InferenceClient

@@ -3,14 +3,15 @@
 Two routes, `base` and `polar` (Polar's InferenceClient, which may bypass the router): polarstack.checks.route
 (../shared/reference/polar-contract.md, "Which URL Polar actually calls").
 
-Go/no-go comes from polar_model (Polar's own pipeline on the raw answer bytes): 0 when Polar would extract
+Go/no-go comes from polarstack.polar.model (Polar's own pipeline on the raw answer bytes): 0 when Polar would extract
 trainable tokens from every answer; otherwise the most fundamental failure wins (unreachable, HTTP error, a body
 Polar's orjson parser rejects = MALFORMED, token fields dropped on the path = TOKENS_MISSING, fields present but
 Polar extracts nothing = INVARIANT). Findings Polar does not enforce are warnings (exit 4 with strict=True);
 answers Polar could train on only by re-tokenizing text are refused with RETOKENIZED unless allow_retokenized.
 The judging lives in polarstack.checks.judge; see docs/polar-verdict.md. After the plain requests, one Polar-shaped
 request carrying a tool schema goes to every target and is judged the same way, then for its tool call
-(toolcheck; docs/tool-calls.md). Each request and its answer is an `Exchange`, a row of the report's `requests`.
+(polarstack.checks.tool_exchange; docs/tool-calls.md). Each request and its answer is an `Exchange`, a row of the
+report's `requests`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The `polarstack` command: argparse subcommands as `_add_<verb>` / `_cmd_<verb>` pairs.
 
 Wiring only: each handler calls one module and hands its report to polarstack.cli.render (or print_json for --json).
-Subcommand groups live in cli_local.py (up/down/status/demo), cli_docker.py (compose), cli_tasks.py (tasks, verify),
-cli_bench.py (bench) and cli_routers.py (routers).
+Subcommand groups live in cli/local.py (up/down/status/demo), cli/docker.py (compose), cli/tasks.py (tasks, verify),
+cli/bench.py (bench) and cli/routers.py (routers).
 
 Expected failures are StackErrors, caught once in `main()`: one sentence on stderr and a named exit code
 (errors.ExitCode). A traceback appears only with `--debug`.

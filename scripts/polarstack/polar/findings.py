@@ -1,6 +1,6 @@
 """Engine-health findings on an answer the pinned Polar trains on, which Polar itself does not enforce (it never
 reads `usage`, trains on positive logprobs, coerces id types, reads only the first choice and keeps meta_info's
-ids when other lists disagree: see polar_model.py for the functions read). Each finding says what it means for
+ids when other lists disagree: see polar/model.py for the functions read). Each finding says what it means for
 training; they never change Polar's count. `polarstack smoke --strict` turns them into exit 4.
 """
 

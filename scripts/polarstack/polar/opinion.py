@@ -1,5 +1,5 @@
 """A second opinion from the installed Polar (inside the trainer image, where `polar` is importable): Polar's own
-functions run on the smoke's raw answers, and the smoke fails when their count disagrees with polar_model's.
+functions run on the smoke's raw answers, and the smoke fails when their count disagrees with polarstack.polar.model's.
 
 Called, by name, as at POLAR_COMMIT: `orjson.loads` (proxy.py InferenceClient._completion),
 `polar.gateway.engine.get_engine("sglang").normalize_response`, `polar.trajectory.models.CompletionRecord`,

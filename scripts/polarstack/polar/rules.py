@@ -1,8 +1,8 @@
 """Polar's token rules as DATA: each field path of an engine answer and what the pinned Polar does with it.
 
-A second description of the behaviour polar_model.py implements step by step, written independently as a table
+A second description of the behaviour polar/model.py implements step by step, written independently as a table
 so that tests can interpret it (tests/unit/polar/test_model.py) and compare both on many generated answers: a
-bug would have to be made twice, in two different forms, to go unnoticed. Sources as in polar_model.py
+bug would have to be made twice, in two different forms, to go unnoticed. Sources as in polar/model.py
 (proxy.py / engine.py at POLAR_COMMIT; record_utils.py 93a0f757; models.py 467f2ab2; adapter.py 063c9482).
 
 Coercion names used below:

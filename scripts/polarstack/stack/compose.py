@@ -73,7 +73,7 @@ def render_values(profile: Profile, cluster: Cluster | None = None) -> dict[str,
     values["SGLANG_ROUTER_BASE_URL"] = profile.base_url(cluster.head_addr)
     values["TRAINER_NUM_GPUS"] = str(len(profile.trainer_gpus))
     values["TRAINER_GPUS"] = ",".join(map(str, profile.trainer_gpus))
-    # Ray's object store, set and counted (polarstack.train.memory.object_store_gb; issue 32 point 8)
+    # Ray's object store, set and counted (polarstack.stack.ray_head.object_store_gb; issue 32 point 8)
     values[ray_head.OBJECT_STORE_BYTES] = str(ray_head.object_store_bytes(values))
     values["HF_HUB_VERSION"] = values.get("HF_HUB_REQUIREMENT", "").partition("==")[2]  # model-download image tag
     values[ray_auth.MOUNT_SOURCE_KEY] = str(token_file())  # the mount's source: a path, never the token

@@ -33,7 +33,7 @@ CPU_PORTS = {
     "RAY_DASHBOARD_PORT": "31265",
 }
 # The engines' healthcheck start period on the CPU: the real sglang with the tiny model was ready in 48-175 s here
-# (README, "The real engine on the CPU"; the slower figures with other work on the 2 cores).
+# (docs/cpu-engines.md, "The real engine on the CPU"; the slower figures with other work on the 2 cores).
 CPU_ENGINE_START_PERIOD = "240s"
 CPU_HEALTHCHECK_INTERVAL = "2s"
 CPU_MODEL_PATH = "/models/tiny-qwen2"  # where compose.cpu.yaml's MODEL_DIR bind puts the tiny model

@@ -74,7 +74,7 @@ def write(
     profile, directory: Path | None = None, extra: dict[str, Any] | None = None, *, demo: dict[str, Any] | None = None
 ) -> Path:
     """Record that `profile` (a polarstack.stack.profiles.Profile) is up under Compose (`extra`: DEVICE=cpu's
-    scripted tool answer, polarstack.stack.cpu_stack); `demo` (`demo_owner`): a `make demo` brought it up on engines
+    scripted tool answer, polarstack.stack.device.tool_record); `demo` (`demo_owner`): a `make demo` brought it up on engines
     it shares between profiles."""
     path = state_path(directory)
     path.parent.mkdir(parents=True, exist_ok=True)

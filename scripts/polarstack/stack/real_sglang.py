@@ -39,7 +39,8 @@ from polarstack.paths import cache_dir
 from polarstack.pins import pin
 from polarstack.processes import Served, child_env, file_lock, free_port, port_taken, stop_pid, wait_http
 
-# Measured on this kind of machine (2 cores, x86_64, PyPI) for SGLANG_VERSION: README, "The real engine".
+# Measured on this kind of machine (2 cores, x86_64, PyPI) for SGLANG_VERSION: docs/cpu-engines.md, "Measured on
+# this machine (the real engine)".
 DISK_NEEDED_BYTES = 12 * 2**30  # the venv (11 GB measured) plus the model and pip's temporary files
 MEMORY_PER_SERVER_BYTES = 4 * 2**30  # resident set of one server after its first request (measured)
 # The KV pool: Qwen2Config's default max_position_embeddings (32768, the emulator's CONTEXT_LENGTH) twice over.

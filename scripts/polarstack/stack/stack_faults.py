@@ -1,4 +1,4 @@
-"""`make up` faults on a real Docker engine, each refused or reported in one sentence (README, "Failure modes"):
+"""`make up` faults on a real Docker engine, each refused or reported in one sentence (docs/docker-cpu.md, "Faults"):
 
 - `make up` twice: the profile's record is there and its services run -> exit 0 saying so, nothing recreated;
 - `make up` after one whose `compose up --wait` never finished (an engine unhealthy, a timeout, the terminal closed):

@@ -1,6 +1,6 @@
 """What a check or a run talks to: the URL Polar's requests go to, the route, the engines, the model, the profile.
 
-One rule for `smoke` and `train` (README "Where things live"):
+One rule for `smoke` and `train` (docs/architecture.md, step 5 of `make train`):
 - an explicit --base-url wins (smoke only): nothing is read from any run state;
 - else, with --runtime auto|local, the stack `polarstack up` recorded (local.LocalState), refused (STATE) when it
   died, is half-written, or is another profile than --profile names;

@@ -1,6 +1,6 @@
 """`polarstack train`'s steps: resolve the target, plan, gate with the smoke, hand the launch to the trainer.
 
-train.py renders the plan (commands and files); this module runs it: the dry run prints it, a real run
+train/plan.py renders the plan (commands and files); this module runs it: the dry run prints it, a real run
 checks the node, runs the smoke gate, prepares the task data under .run/train/<run>, and runs launch.sh
 inside the trainer container, turning its exits into one sentence each.
 """

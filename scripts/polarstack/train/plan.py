@@ -562,7 +562,8 @@ def build_plan(
         args.append("--use-tis")
     if tp > 1:
         args.append("--sequence-parallel")
-    if profile.registration != "register":  # slime starts its own router (polarstack/exposure.py): metrics on loopback
+    # slime starts its own router (polarstack/stack/exposure.py): its metrics stay on loopback
+    if profile.registration != "register":
         args += SLIME_ROUTER_ARGS
     _, tracker_args, tracker_env = tracker_for(ckpt.rsplit("/", 1)[-1], model["save"])  # W&B or TensorBoard
     args += tracker_args
@@ -762,13 +763,13 @@ def launch_script(plan: LaunchPlan, run_dir: str, config: dict[str, Any]) -> str
             f"export SGLANG_ROUTER_BASE_URL={shlex.quote(plan.base_url)}",
             (
                 "# Keeps Ray's, slime's, NCCL's and Gloo's listeners on 127.0.0.1 and points every Ray call at the token's"
-                " mounted file (polarstack/exposure.py, docs/exposure.md)."
+                " mounted file (polarstack/stack/exposure.py, docs/exposure.md)."
                 if not plan.cluster.multi
                 else f"# NODES={plan.cluster.nodes}: this node's address, the cluster interface {plan.cluster.iface}, "
                 "Ray's token by path (polarstack/train/cluster_plan.py, docs/multi-node.md)."
             ),
             *(f"export {key}={shlex.quote(value)}" for key, value in cluster_plan.launch_env(plan.cluster).items()),
-            "# Polar's apptainer runtime in direct-exec mode: instance mode cannot nest here (polarstack/assets.py).",
+            "# Polar's apptainer runtime in direct-exec mode: instance mode cannot nest here (polarstack/stack/assets.py).",
             *(f"export {key}={shlex.quote(value)}" for key, value in sandbox_mode_env().items()),
             "# The code verifier's knobs (configs/stack.env), as runtime.env gives them to Polar's test_command.",
             *(f"export {key}={shlex.quote(value)}" for key, value in verifier_knobs.verifier_env().items()),

@@ -6,7 +6,7 @@ SERVED_MODEL_NAME (the environment overrides configs/stack.env, compose.stack_kn
 first job, the resumed job, reads each engine's weight_version and the checkpoint tracker between them, writes the
 report under .run/train/<run>/ and the pass record under .run/preflight/, and always takes the stack down again:
 the real run starts with `make up` of the real model. Every step goes through `Node`, so tests drive the sequence
-with a fake node (tests/unit/test_rehearsal_run.py); on a machine without the GPU stack nothing here can run.
+with a fake node (tests/unit/train/test_rehearsal_run.py); on a machine without the GPU stack nothing here can run.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from polarstack.train.preflight import (
     PreflightPlan,
 )
 
-UP_ARGS = ["up", "--detach", "--wait"]  # as `make up` (cli_docker.COMPOSE_VERBS)
+UP_ARGS = ["up", "--detach", "--wait"]  # as `make up` (polarstack.cli.docker.COMPOSE_VERBS)
 # Job 2 runs through the supervisor (polarstack.train.supervise) as `make train` runs its job, and its first attempt
 # is made to crash once after the job ended (this exit code, a line in job-resume.log): the supervisor sees a
 # checkpoint newer than before and resumes from it. slime's train_async.py starts generating rollout

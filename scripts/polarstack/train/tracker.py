@@ -13,7 +13,7 @@ share, trainable tokens per group, tokens per rollout, the gate's counters) to t
   here; on the node, the job's W&B run appearing confirms it); the key is named, never copied, here. No agent
   session gets it: Polar starts them with --cleanenv (POLAR_APPTAINER_CLEANENV, polarstack.stack.assets).
 - TensorBoard: TENSORBOARD_DIR=<model.save>/tensorboard/<run>, under the checkpoints volume, set in the Ray job's
-  runtime env; `make tensorboard` is not provided: the README says how to open the files.
+  runtime env; `make tensorboard` is not provided: docs/preflight.md ("Curves") says how to open the files.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 exchanges: the tool requests have Polar's request shape (stream false, logprobs, return_prompt_token_ids,
 return_meta_info) plus the agent's 12 tools, temperature 0 and tool_choice "auto" (what Polar's Anthropic transform
 sends for Claude Code); an unpadded and an agent-length one go to every distinct target; each answer is parsed with
-orjson and judged by polar_model.decide like the others, recorded as a "tools" exchange whose trainable tokens
+orjson and judged by polarstack.polar.model.decide like the others, recorded as a "tools" exchange whose trainable tokens
 count; and each outcome of the unpadded one has its own sentence and exit code: parsed tool_calls -> 0, raw
 <tool_call> text -> 12 naming --tool-call-parser, cut at max_tokens -> 2 naming the setting (not the parser), prose
 without a call -> 12 saying the model did not call the tool, token fields missing on the tool answer -> the token

@@ -5,7 +5,7 @@ service time), request_log, faults, errors, http_server (native routes), serving
 serving_tokenize, debug (`/_emulator/`), app (create_app, serve).
 
 Fidelity rules:
-- Requests are validated by sglang's own pydantic models from the pinned wheel (`sglang_protocol`), so
+- Requests are validated by sglang's own pydantic models from the pinned wheel (`polarstack.engine.protocol`), so
   defaults, ignored unknown fields and type errors are sglang's; validation errors answer 400 with sglang's
   ErrorResponse shape (`http_server.py`, `validation_exception_handler`), and OpenAI routes require
   `Content-Type: application/json` (`validate_json_request`).
