@@ -15,16 +15,19 @@ import httpx
 import pytest
 
 import bundled_verifier
+import fixture_failures
 import tier_deps
-from fixture_failures import pytest_runtest_makereport  # noqa: F401  (a hook: one report per failed shared fixture)
 from polarstack import paths
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import startup_seconds, stop_pid
-from polarstack.routers.harness import RouterRelease, RunningRouter
+from polarstack.routers.catalog import RouterRelease
+from polarstack.routers.harness import RunningRouter
 from polarstack.routers.harness import start as start_router
 from polarstack.stack import dockerd
 from polarstack.stack.engines import start_emulator
-from tier_deps import LONG_CACHE_CHARS, long_cache_path  # noqa: F401  (tests import them from here)
+
+# pytest finds hooks by name in this module: one report per failed shared fixture (tests/fixture_failures.py).
+pytest_runtest_makereport = fixture_failures.pytest_runtest_makereport
 
 # The emulator's response faults that block training and the smoke's exit code for each (README, "Failure modes
 # and exit codes"): the verdict is Polar's own (polarstack.polar.model).
@@ -160,7 +163,7 @@ def ray_bin() -> Path:
     characters: `make test-deps` (tests/tier_deps.py) installs it before pytest starts, so here it is found done; run
     without it, the first test that asks installs it (under its lock, so parallel workers share one install)."""
     bin_dir = tier_deps.install_ray_long()
-    assert str(bin_dir).startswith(str(long_cache_path(paths.cache_dir())))
+    assert str(bin_dir).startswith(str(tier_deps.long_cache_path(paths.cache_dir())))
     return bin_dir
 
 

@@ -15,9 +15,8 @@ from typing import Any
 from polarstack.checks.rehearsal_report import parse_slime_log
 from polarstack.engine.emulator.tokenizer_manager import length_problem
 from polarstack.offline.rehearsal_keys import record
-from polarstack.paths import train_run_dir
+from polarstack.paths import TRAINER_RUN_DIR, train_run_dir
 from polarstack.train import gate, learning_signal
-from polarstack.train.plan import TRAINER_RUN_DIR
 
 FACTS = record()
 _SESSIONS = itertools.count()  # a fresh session id per sample (id() of a dead object repeats)

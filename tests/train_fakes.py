@@ -29,8 +29,9 @@ def fake_node_for_train(monkeypatch, tmp_path, *, prepare=None, smoke_report=Non
 def rendered_launch_sh(tmp_path, job: str, polar: str | None = None) -> Path:
     """The whole rendered launch.sh, run in tmp_path with fakes: `ray` (status answers, `job submit` runs `job`),
     `polar` servers that answer at once (or run `polar`, given), retention a no-op."""
+    from polarstack.paths import load_defaults
     from polarstack.stack import profiles
-    from polarstack.train.plan import build_plan, load_defaults
+    from polarstack.train.plan import build_plan
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)

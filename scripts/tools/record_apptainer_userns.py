@@ -109,7 +109,7 @@ def record(repo: str, tag: str) -> dict:
         "what": "The user namespace apptainer runs Polar's sessions in, in this stack's trainer (root without "
         "CAP_SYS_ADMIN, no --userns or --fakeroot): its uid map, namespaces and capabilities. Read from the source "
         "and restated in our words; the verifier's sandbox (scripts/polarstack/reward/verifier/host.py "
-        "_one_uid_shape) isolates in this shape, tests/sandbox/test_verifier_one_uid.py reproduces it with "
+        "one_uid_shape) isolates in this shape, tests/sandbox/test_verifier_one_uid.py reproduces it with "
         "`unshare --user --map-root-user --mount --fork`, and make verify-offline (polarstack.offline.apptainer_userns) "
         "checks what it means for the stack.",
         "repo": "apptainer/apptainer",

@@ -19,7 +19,8 @@ import zipfile
 
 from polarstack.paths import cache_dir
 from polarstack.pins import pins
-from polarstack.routers.harness import RouterRelease, install
+from polarstack.routers.catalog import RouterRelease
+from polarstack.routers.harness import install
 
 METRICS = ("sglang:prompt_tokens_total", "sglang:cached_tokens_total", "sglang:cache_hit_rate")
 COLLECTOR = "sglang/srt/observability/metrics_collector.py"

@@ -95,7 +95,7 @@ def inside(docker_engine):
         problem = next(p for p in tasks.load_humaneval() if p["task_id"] == "HumanEval/0")
         spec = {
             "bundle": bundle.source(),
-            "problem": tasks._verifier_problem("humaneval", problem),
+            "problem": tasks.verifier_problem_of("humaneval", problem),
             "command": tasks.task_template("humaneval")["evaluator"]["config"]["test_command"],
             "evaldir": tasks.EVALDIR,
             "workdir": tasks.WORKDIR,

@@ -10,6 +10,7 @@ import time
 import httpx
 import pytest
 
+from polarstack import processes
 from polarstack.checks import demo
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import local, profiles
@@ -80,7 +81,7 @@ def test_the_demo_starts_engines_once_and_each_profile_finds_a_clean_slate(run_d
             assert entries[0]["cached_tokens"] == 0, (name, entries[0])
         for url, logged in record["logged"].items():  # and the request log holds this profile's requests only
             assert all(entry["time"] >= record["began"] for entry in logged), (name, url)
-    assert not any(local.start_time(pid) for pid in pids), "the demo left its shared engines running"
+    assert not any(processes.start_time(pid) for pid in pids), "the demo left its shared engines running"
     assert not list((run_dir / "demo").glob("*/state.json"))
 
 
@@ -109,10 +110,10 @@ def test_a_profile_down_keeps_the_shared_engines_and_polarstack_down_stops_them(
     router_pid = next(p["pid"] for p in state.processes if p["role"] == "router")
     name, stopped = local.down(directory=local.demo_dir() / profile.name)
     assert (name, stopped) == (profile.name, [router_pid])
-    assert all(local.start_time(pid) for pid in engine_pids), "a profile's down stopped a shared engine"
+    assert all(processes.start_time(pid) for pid in engine_pids), "a profile's down stopped a shared engine"
     # as a killed demo leaves them: `polarstack down` finds and stops the shared engines
     assert local.down_all() == [(local.SHARED_ENGINES_PROFILE, engine_pids[::-1])]
-    assert not any(local.start_time(pid) for pid in engine_pids)
+    assert not any(processes.start_time(pid) for pid in engine_pids)
 
 
 def test_a_stale_registration_on_the_router_is_found(run_dir, engine_factory):
@@ -144,7 +145,9 @@ def test_shared_engines_refuse_a_profile_they_do_not_fit(run_dir):
             progress=lambda _m: None,
         )
     assert raised.value.code == ExitCode.USAGE and "another command line" in raised.value.message
-    assert not (run_dir / "p" / local.STATE_FILE).exists() and all(local.start_time(p["pid"]) for p in one.processes)
+    assert not (run_dir / "p" / local.STATE_FILE).exists() and all(
+        processes.start_time(p["pid"]) for p in one.processes
+    )
 
 
 class _DirtyRuntime:

@@ -132,7 +132,8 @@ def test_info_routes(engine):
 
 
 def test_every_emulated_route_exists_in_the_pinned_sglang(engine):
-    from polarstack.engine.emulator import EngineState, create_app
+    from polarstack.engine.emulator.app import create_app
+    from polarstack.engine.emulator.engine import EngineState
 
     real = set(sglang_protocol.http_routes())
     app = create_app(EngineState(model="m", seed=0))

@@ -58,7 +58,7 @@ def test_prefill_time_follows_uncached_tokens_and_queues(engine_factory):
 
 
 def test_prefill_queues_one_request_at_a_time():
-    from polarstack.engine.emulator import EngineState, service_time
+    from polarstack.engine.emulator.engine import EngineState, service_time
 
     state = EngineState(model="m", seed=0, prefill_us_per_token=1000, decode_us_per_token=10)
     first = service_time(state, 500, 4)  # 0.5 s prefill + 40 us decode

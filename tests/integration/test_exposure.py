@@ -24,14 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LONG_CACHE_CHARS, RAY_START_CEILING, RAY_START_SECONDS, long_cache_path
+from conftest import RAY_START_CEILING, RAY_START_SECONDS
 from polarstack.errors import ExitCode, StackError
+from polarstack.paths import load_defaults
 from polarstack.pins import pins
 from polarstack.processes import free_port, startup_seconds
-from polarstack.routers.harness import RouterRelease
-from polarstack.stack import compose, exposure, profiles, ray_auth, ray_auth_probe, ray_head
+from polarstack.routers.catalog import RouterRelease
+from polarstack.stack import compose, exposure, listeners, profiles, ray_auth, ray_auth_probe, ray_head
 from polarstack.stack.listeners import listening
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
+from tier_deps import LONG_CACHE_CHARS, long_cache_path
 
 
 def _pinned_routers() -> list[str]:
@@ -162,7 +164,7 @@ def trainer_head(tmp_path_factory, ray_bin):
         if head is not None:
             head.stop()
         shutil.rmtree(temp_dir, ignore_errors=True)
-    assert head is None or not ray_head.session_pids(head.process.pid), "a Ray process survived the stop"
+    assert head is None or not listeners.session_pids(head.process.pid), "a Ray process survived the stop"
 
 
 @pytest.mark.ray

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import FAULT_EXIT_CODES
+from polarstack import processes
 from polarstack.checks.smoke import run_smoke
 from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.cli.main import main
@@ -24,7 +25,7 @@ PATCHED = f"{pin('ROUTER_PATCHED_PACKAGE')}=={pin('ROUTER_PATCHED_VERSION')}"
 
 
 def gone(pid: int) -> bool:
-    return local.start_time(pid) is None
+    return processes.start_time(pid) is None
 
 
 def test_engine_killed_during_a_smoke(engine_factory):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from polarstack import processes
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.stack import local, profiles
@@ -40,7 +41,7 @@ def test_up_smoke_down_patched_router(run_dir, capsys):
     pids = [p["pid"] for p in state["processes"]]
     assert main(["down"]) == 0
     capsys.readouterr()
-    assert all(local.start_time(pid) is None for pid in pids), "down left a process running"
+    assert all(processes.start_time(pid) is None for pid in pids), "down left a process running"
     assert main(["down"]) == 0
     assert "nothing is up" in capsys.readouterr().err
 

@@ -10,7 +10,7 @@ from polarstack.bench import matrix, tap
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.processes import stop_pid
-from polarstack.routers.harness import RouterRelease
+from polarstack.routers.catalog import RouterRelease
 
 pytestmark = pytest.mark.router
 

@@ -18,7 +18,7 @@ import pytest
 
 from polarstack.bench import matrix
 from polarstack.checks.measure import ENGINE_LOG
-from polarstack.routers.harness import RouterRelease
+from polarstack.routers.catalog import RouterRelease
 
 pytestmark = pytest.mark.emulator
 

@@ -16,11 +16,11 @@ from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.cli.main import main
 from polarstack.engine.emulator import tokenizer_manager as context_check
 from polarstack.engine.emulator.engine import CONTEXT_LENGTH
-from polarstack.engine.tool_parser import _wheel_text
+from polarstack.engine.tool_parser import wheel_text
 from polarstack.errors import ExitCode
-from polarstack.paths import train_defaults
+from polarstack.paths import load_defaults, train_defaults
 from polarstack.stack import profiles
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 
 ONE = SmokeOptions(requests=1, turns=0)  # one plain request, then the tool requests
 pytestmark = pytest.mark.emulator
@@ -59,7 +59,7 @@ def test_the_emulator_refuses_input_plus_max_tokens_beyond_the_context_with_sgla
 
 
 def test_the_emulators_check_is_the_pinned_sglangs():
-    source = _wheel_text(context_check.TOKENIZER_MANAGER)
+    source = wheel_text(context_check.TOKENIZER_MANAGER)
     assert context_check.upstream_problems(source) == []
     assert context_check.upstream_problems(source.replace("> _max_req_len", ">= _max_req_len"))
 
@@ -143,6 +143,6 @@ def test_the_in_job_gate_reads_the_cap_from_the_jobs_task_template():
     config = yaml.safe_load(
         build_plan("humaneval", profiles.load("engine-direct"), run_id="t").files["polar_config.yaml"]
     )
-    env = gate._agent_env(SimpleNamespace(**config))
+    env = gate.agent_env_of(SimpleNamespace(**config))
     assert env == {budget.AGENT_OUTPUT_ENV: "4096"} and budget.env_max_tokens(env) == 4096
-    assert gate._agent_env(SimpleNamespace()) is None  # no task template: the smoke uses the defaults
+    assert gate.agent_env_of(SimpleNamespace()) is None  # no task template: the smoke uses the defaults

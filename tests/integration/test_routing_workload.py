@@ -144,7 +144,7 @@ def test_recorded_routing_facts_are_current_and_match_the_catalog():
 
     from polarstack.bench.routing import DEFAULT_POLICY
     from polarstack.pins import repo_root
-    from polarstack.routers.harness import RouterRelease
+    from polarstack.routers.catalog import RouterRelease
 
     root = repo_root()
     fresh = subprocess.run(

@@ -29,9 +29,8 @@ import pytest
 from default_signals import default_signals
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
-from polarstack.processes import startup_seconds, stop_pid
+from polarstack.processes import start_time, startup_seconds, stop_pid
 from polarstack.stack import local, profiles
-from polarstack.stack.local import start_time
 
 
 def _env(run_dir: Path, **extra: str) -> dict[str, str]:

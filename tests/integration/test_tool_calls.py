@@ -16,11 +16,13 @@ import httpx
 import pytest
 
 from conftest import START_SECONDS
+from polarstack import paths
 from polarstack.checks import budget, tool_exchange
 from polarstack.checks.smoke import run_smoke
 from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.cli.main import main
 from polarstack.engine import tool_parser
+from polarstack.engine.tool_parser import SMOKE_TOOL
 from polarstack.errors import ExitCode
 from polarstack.offline import meaning
 from polarstack.pins import pin
@@ -57,7 +59,7 @@ def engines():
 
 
 def test_parser_and_tools_give_parsed_tool_calls(engines):
-    choice = chat(engines[0], tools=[tool_exchange.SMOKE_TOOL])
+    choice = chat(engines[0], tools=[SMOKE_TOOL])
     calls = choice["message"]["tool_calls"]
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == ""
     assert len(calls) == 1 and calls[0]["type"] == "function" and calls[0]["id"].startswith("call_")
@@ -66,13 +68,13 @@ def test_parser_and_tools_give_parsed_tool_calls(engines):
 
 
 def test_without_parser_the_call_stays_raw_text(engines):
-    choice = chat(engines[1], tools=[tool_exchange.SMOKE_TOOL])
+    choice = chat(engines[1], tools=[SMOKE_TOOL])
     assert not choice["message"].get("tool_calls") and choice["finish_reason"] == "stop"
     assert choice["message"]["content"].startswith("<tool_call>\n{") and "</tool_call>" in choice["message"]["content"]
 
 
 def test_tool_choice_none_and_no_tools_are_not_parsed(engines):
-    choice = chat(engines[0], tools=[tool_exchange.SMOKE_TOOL], tool_choice="none")
+    choice = chat(engines[0], tools=[SMOKE_TOOL], tool_choice="none")
     assert not choice["message"].get("tool_calls") and "<tool_call>" in choice["message"]["content"]
     plain = chat(engines[0])
     assert not plain["message"].get("tool_calls") and "<tool_call>" not in plain["message"]["content"]
@@ -115,7 +117,7 @@ def test_local_runtime_and_compose_start_engines_with_the_stack_parser():
     profile = profiles.load("engine-direct")
     assert profiles.knob(profile, tool_parser.PARSER_KNOB) == "qwen"
     assert compose.render_values(profile)[tool_parser.PARSER_KNOB] == "qwen"
-    text = (compose.compose_file()).read_text()
+    text = (paths.compose_file()).read_text()
     assert text.count("- --tool-call-parser\n      - ${ENGINE_TOOL_CALL_PARSER:?") == 2
 
 

@@ -14,7 +14,7 @@ from polarstack.cli.main import main
 from polarstack.engine import protocol as sglang_protocol
 from polarstack.errors import ExitCode
 from polarstack.offline import flags
-from polarstack.routers.harness import RouterRelease
+from polarstack.routers.catalog import RouterRelease
 from polarstack.stack import profiles
 from polarstack.train.plan import build_plan
 

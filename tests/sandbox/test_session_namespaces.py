@@ -117,7 +117,7 @@ def test_the_verifier_gives_real_verdicts_in_a_session_with_the_staged_dev(shape
     (`FAILED t (not verified)`, exit 8) on the canonical answer."""
     problem = next(p for p in tasks.load_humaneval() if p["task_id"] == "HumanEval/2")
     bundle.write(tmp_path / "verifier.py")
-    (tmp_path / "problem.json").write_text(json.dumps(tasks._verifier_problem("humaneval", problem)))
+    (tmp_path / "problem.json").write_text(json.dumps(tasks.verifier_problem_of("humaneval", problem)))
     command = [SYSTEM_PYTHON, "-I", "verifier.py", "--problem", "problem.json", "--solution", "solution.py"]
     for body, code, line in ((problem["canonical_solution"], 0, "PASSED t"), ("    return 0.0\n", 1, "FAILED t")):
         (tmp_path / "solution.py").write_text(problem["prompt"] + body)

@@ -16,6 +16,8 @@ import pytest
 
 from polarstack.reward import tasks, verifier
 from polarstack.reward.verifier import bundle
+from polarstack.reward.verifier.host import _pids_of_uid
+from polarstack.reward.verifier.limits import VERIFIER_UID_BASE, Limits
 
 pytestmark = pytest.mark.sandbox
 
@@ -42,7 +44,7 @@ def test_empty_or_wrong_bodies_score_zero(humaneval, body):
 
 def test_infinite_loop_is_killed_at_the_timeout(humaneval):
     started = time.monotonic()
-    outcome = verifier.verify(humaneval[0], "    while True:\n        pass\n", verifier.Limits(timeout=1.5))
+    outcome = verifier.verify(humaneval[0], "    while True:\n        pass\n", Limits(timeout=1.5))
     assert outcome.reason == "timeout" and outcome.reward == 0.0
     assert time.monotonic() - started < 5
 
@@ -54,7 +56,7 @@ def test_huge_allocation_is_contained(humaneval):
 
 def test_fork_bomb_is_contained_and_cleaned_up():
     started = time.monotonic()
-    run = verifier.run_program("import os\nwhile True:\n    os.fork()\n", verifier.Limits(timeout=3))
+    run = verifier.run_program("import os\nwhile True:\n    os.fork()\n", Limits(timeout=3))
     assert run.returncode != 0
     assert "PermissionError" in run.stderr_tail, run  # its first fork is refused (seccomp.py): no bomb at all
     assert time.monotonic() - started < 10
@@ -62,7 +64,7 @@ def test_fork_bomb_is_contained_and_cleaned_up():
         # Processes of any sandbox uid still there: runs of other tests started alongside (pytest -n) end within
         # their own deadlines (at most 20 s here), a fork bomb's survivors never; so a pid must outlive 30 s.
         def sandboxed():
-            return {pid for slot in range(1000) for pid in verifier._pids_of_uid(verifier.VERIFIER_UID_BASE + slot)}
+            return {pid for slot in range(1000) for pid in _pids_of_uid(VERIFIER_UID_BASE + slot)}
 
         leftovers = sandboxed()
         deadline = time.monotonic() + 30
@@ -73,7 +75,7 @@ def test_fork_bomb_is_contained_and_cleaned_up():
 
 
 def test_cpu_rlimit_stops_a_busy_program():
-    run = verifier.run_program("while True:\n    pass\n", verifier.Limits(timeout=20, cpu_seconds=1))
+    run = verifier.run_program("while True:\n    pass\n", Limits(timeout=20, cpu_seconds=1))
     assert run.returncode != 0 and not run.timed_out and run.seconds < 10
 
 

@@ -16,6 +16,7 @@ import pytest
 
 import bundled_verifier
 from polarstack.reward import tasks, verifier
+from polarstack.reward.verifier.limits import Limits
 
 pytestmark = pytest.mark.sandbox
 VERIFIER = bundled_verifier.VERIFIER  # as tasks writes it, under pytest's tmp_path_factory
@@ -90,7 +91,7 @@ WRONG_BUT_EXITS_ZERO = {
 
 @pytest.mark.parametrize("name", sorted(WRONG_BUT_EXITS_ZERO))
 def test_wrong_solutions_that_game_the_exit_code_score_zero(humaneval, name):
-    outcome = verifier.verify(humaneval["HumanEval/0"], WRONG_BUT_EXITS_ZERO[name], verifier.Limits(timeout=5))
+    outcome = verifier.verify(humaneval["HumanEval/0"], WRONG_BUT_EXITS_ZERO[name], Limits(timeout=5))
     assert outcome.reward == 0.0, (name, outcome)
 
 
@@ -108,7 +109,7 @@ def test_wrong_solutions_that_game_the_exit_code_score_zero(humaneval, name):
     ],
 )
 def test_patched_builtins_and_helpers_do_not_reach_the_tests(humaneval, task, completion):
-    assert verifier.verify(humaneval[task], completion, verifier.Limits(timeout=5)).reward == 0.0
+    assert verifier.verify(humaneval[task], completion, Limits(timeout=5)).reward == 0.0
 
 
 def test_real_solutions_still_pass_and_the_evidence_is_counted(humaneval):
@@ -173,12 +174,12 @@ def test_double_forked_daemon_is_killed_at_the_timeout(humaneval, mode):
     token = f"polarstack-daemon-{uuid.uuid4().hex}"
     started = time.monotonic()
     if mode == "verify":
-        outcome = verifier.verify(humaneval["HumanEval/0"], _daemon_completion(token), verifier.Limits(timeout=2))
+        outcome = verifier.verify(humaneval["HumanEval/0"], _daemon_completion(token), Limits(timeout=2))
         # Its first fork is refused (EPERM, seccomp.py: issue 32), so there is no daemon to hold anything.
         assert outcome.reward == 0.0 and outcome.reason == "failed" and "PermissionError" in outcome.detail, outcome
     else:
         program = "def f():\n" + _daemon_completion(token) + "f()\n"
-        run = verifier.run_program(program, verifier.Limits(timeout=2))
+        run = verifier.run_program(program, Limits(timeout=2))
         assert run.returncode != 0 and "PermissionError" in run.stderr_tail, run
     assert time.monotonic() - started < 2 + 3
     assert _processes_with(token) == []
@@ -221,8 +222,8 @@ def test_a_report_without_this_runs_secret_counts_for_nothing():
     missing one (what a program that reached the report pipe could write) gives no report, hence no pass."""
     secret = "a" * 32
     good = {"secret": secret, "verdict": "passed", "status": "isolated", "calls": 1, "checks": 1}
-    assert verifier._parse_report(json.dumps(good).encode() + b"\n", secret)["verdict"] == "passed"
+    assert verifier.parse_report(json.dumps(good).encode() + b"\n", secret)["verdict"] == "passed"
     for forged in (dict(good, secret="b" * 32), {k: v for k, v in good.items() if k != "secret"}):
-        assert verifier._parse_report(json.dumps(forged).encode() + b"\n", secret) == {}
-    assert verifier._parse_report(json.dumps(good).encode() + b"\n" + json.dumps(good).encode(), secret) == {}
-    assert verifier._parse_report(b"PASSED t\n", secret) == {}
+        assert verifier.parse_report(json.dumps(forged).encode() + b"\n", secret) == {}
+    assert verifier.parse_report(json.dumps(good).encode() + b"\n" + json.dumps(good).encode(), secret) == {}
+    assert verifier.parse_report(b"PASSED t\n", secret) == {}

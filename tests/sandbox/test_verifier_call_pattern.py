@@ -15,6 +15,7 @@ import pytest
 from polarstack.reward import tasks, verifier
 from polarstack.reward.verifier.candidate import _CODEC
 from polarstack.reward.verifier.judge_side import _JUDGE_SIDE
+from polarstack.reward.verifier.limits import Limits, Outcome
 
 pytestmark = pytest.mark.sandbox
 SEED = 20
@@ -55,7 +56,7 @@ RIGHT = "return _real(*args, **kwargs)"
 WRONG = "if _count[0] % 3 == 0:\n            raise ValueError('wrong')\n        return None"
 
 
-def _calls(outcome: verifier.Outcome) -> tuple[int, str]:
+def _calls(outcome: Outcome) -> tuple[int, str]:
     found = re.findall(r"CALLS (\d+) ([0-9a-f]{64})", outcome.stderr_tail)
     assert found, outcome
     return int(found[-1][0]), found[-1][1]
@@ -72,7 +73,7 @@ def test_every_humaneval_task_calls_a_wrong_candidate_as_it_calls_the_canonical_
 
     def one(item):
         problem, body = item
-        return verifier.verify(problem, _completion(problem, body), verifier.Limits(timeout=20), seed=SEED)
+        return verifier.verify(problem, _completion(problem, body), Limits(timeout=20), seed=SEED)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         outcomes = list(pool.map(one, items))
@@ -101,7 +102,7 @@ def test_short_circuits_and_all_any_still_make_every_call_and_keep_their_meaning
     ]
     right = "def f(x):\n    return x + 1\n" + LOGGER.format(entry="f", body=RIGHT)
     wrong = "def f(x):\n    return 0\n" + LOGGER.format(entry="f", body=WRONG)
-    ran = [verifier.verify(_mbpp(tests), code, verifier.Limits(timeout=10)) for code in (right, wrong)]
+    ran = [verifier.verify(_mbpp(tests), code, Limits(timeout=10)) for code in (right, wrong)]
     assert ran[0].passed, ran[0]
     assert not ran[1].passed
     assert _calls(ran[0]) == _calls(ran[1]) and _calls(ran[0])[0] == 13
@@ -113,7 +114,7 @@ def test_short_circuits_and_all_any_still_make_every_call_and_keep_their_meaning
 def test_a_failure_or_an_exception_is_recorded_and_the_tests_go_on():
     tests = ["assert f(1) == 99", "y = f(2)", "assert f(3) == 4"]
     raising = "def f(x):\n    if x == 1:\n        raise KeyError(x)\n    return x + 1\n"
-    outcome = verifier.verify(_mbpp(tests), raising, verifier.Limits(timeout=10))
+    outcome = verifier.verify(_mbpp(tests), raising, Limits(timeout=10))
     assert not outcome.passed and outcome.calls == 3, outcome
     assert re.match(r"\d+ check\(s\) failed, first: KeyError at line 1", outcome.detail), outcome.detail
 
@@ -175,7 +176,7 @@ BRANCHING_MBPP = _mbpp(["x = f(1)", "for v in x: assert f(v) == [v + 1]"])
     ids=["humaneval", "mbpp"],
 )
 def test_tests_that_branch_on_answers_are_refused_before_the_first_call(problem, right, wrong):
-    ran = [verifier.verify(problem, code, verifier.Limits(timeout=10)) for code in (right, wrong)]
+    ran = [verifier.verify(problem, code, Limits(timeout=10)) for code in (right, wrong)]
     for outcome in ran:
         assert not outcome.passed and outcome.calls == 0, outcome
         assert outcome.detail.startswith("the task's tests branch on the solution's answers"), outcome.detail
@@ -212,14 +213,14 @@ def test_calls_hidden_in_lambdas_and_higher_order_functions_are_refused_before_t
     right = "def f(x):\n    if isinstance(x, list):\n        return x\n    return x + 1\n"
     wrong = "def f(x):\n    raise TypeError('wrong')\n"
     for code in (right, wrong):
-        outcome = verifier.verify(_mbpp(tests), code, verifier.Limits(timeout=10))
+        outcome = verifier.verify(_mbpp(tests), code, Limits(timeout=10))
         assert not outcome.passed and outcome.calls == 0, outcome
         assert outcome.detail.startswith("the task's tests branch on the solution's answers (line "), outcome.detail
 
 
 def test_the_mbpp_fixture_and_the_shapes_it_allows_are_still_graded():
     for record in tasks.load_mbpp(source=FIXTURE):
-        outcome = verifier.verify(record, record["code"], verifier.Limits(timeout=10))
+        outcome = verifier.verify(record, record["code"], Limits(timeout=10))
         assert outcome.passed, (record["task_id"], outcome)
     allowed = [
         "assert all(f(x) == x + 1 for x in range(3))",
@@ -231,7 +232,7 @@ def test_the_mbpp_fixture_and_the_shapes_it_allows_are_still_graded():
         "y = f(4)",
         "assert y == 5",
     ]
-    right = verifier.verify(_mbpp(allowed), "def f(x):\n    return x + 1\n", verifier.Limits(timeout=10))
+    right = verifier.verify(_mbpp(allowed), "def f(x):\n    return x + 1\n", Limits(timeout=10))
     assert right.passed and right.calls == 13, right
-    wrong = verifier.verify(_mbpp(allowed), "def f(x):\n    return 0\n", verifier.Limits(timeout=10))
+    wrong = verifier.verify(_mbpp(allowed), "def f(x):\n    return 0\n", Limits(timeout=10))
     assert not wrong.passed and wrong.calls == 13, wrong

@@ -25,7 +25,8 @@ import pytest
 from creation_probe import NO_CREATION
 
 import bundled_verifier
-from polarstack.reward import tasks, verifier
+from polarstack.reward import tasks
+from polarstack.reward.verifier.limits import ISOLATION_ENV
 
 pytestmark = pytest.mark.sandbox
 VERIFIER = bundled_verifier.VERIFIER  # as tasks writes it, under pytest's tmp_path_factory
@@ -286,4 +287,4 @@ def test_fails_closed_with_one_sentence(tmp_path, case):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], proc.stderr
     # The fix, never the opt-out: Polar's test_command does not carry the trainer's environment (issue 32, point 4).
-    assert verifier.ISOLATION_ENV not in lines[0] and "CAP_SYS_ADMIN" in lines[0], lines[0]
+    assert ISOLATION_ENV not in lines[0] and "CAP_SYS_ADMIN" in lines[0], lines[0]

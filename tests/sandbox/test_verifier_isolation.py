@@ -24,6 +24,7 @@ import bundled_verifier
 from polarstack.cli.main import main as cli_main
 from polarstack.errors import ExitCode
 from polarstack.reward import tasks, verifier
+from polarstack.reward.verifier.limits import ISOLATION_ENV, IsolationUnavailable, Limits
 
 pytestmark = pytest.mark.sandbox
 VERIFIER = bundled_verifier.VERIFIER  # as tasks writes it, under pytest's tmp_path_factory
@@ -56,7 +57,7 @@ def test_no_network_even_to_loopback():
         "except OSError as exc:\n    print('refused:', exc, file=sys.stderr)\n    sys.exit(0)\nsys.exit(3)\n"
     )
     try:
-        run = verifier.run_program(program, verifier.Limits(timeout=10))
+        run = verifier.run_program(program, Limits(timeout=10))
         with pytest.raises(socket.timeout):
             listener.accept()
     finally:
@@ -81,7 +82,7 @@ def test_private_tmp_and_nothing_of_the_hosts_files(open_dir):
         # a user namespace would give back the capabilities to leave the chroot (the kernel refuses it)
         "import ctypes\nif ctypes.CDLL(None).unshare(0x10000000) == 0:\n    sys.exit('unshared a user namespace')\n"
     )
-    run = verifier.run_program(program, verifier.Limits(timeout=10))
+    run = verifier.run_program(program, Limits(timeout=10))
     assert run.returncode == 0, run
     assert [p for p in written if p.exists()] == []
     assert not Path("/usr/polarstack-probe").exists()
@@ -100,7 +101,7 @@ def test_home_ssh_key_is_not_visible(open_dir, monkeypatch):
         f"import sys\ntry:\n    open({str(key)!r}).read()\nexcept FileNotFoundError:\n    sys.exit(0)\n"
         "except OSError as exc:\n    sys.exit('not hidden, only refused: %s' % exc)\nsys.exit('read the key')\n"
     )
-    run = verifier.run_program(program, verifier.Limits(timeout=10))
+    run = verifier.run_program(program, Limits(timeout=10))
     assert run.returncode == 0, run
 
 
@@ -205,17 +206,17 @@ def test_unprivileged_user_cannot_read_the_parents_environment_or_ssh_key(open_d
 @pytest.fixture
 def namespaces_refused(monkeypatch):
     """Simulates a kernel or container that refuses the namespaces: unshare(2) gets flags it rejects (EINVAL)."""
-    monkeypatch.delenv(verifier.ISOLATION_ENV, raising=False)
+    monkeypatch.delenv(ISOLATION_ENV, raising=False)
     monkeypatch.setattr(verifier, "_unshare_flags", lambda: -1)
 
 
 def test_no_isolation_means_no_verification(namespaces_refused, humaneval, tmp_path, capsys):
     problem = dict(humaneval["HumanEval/0"], kind="humaneval")
-    with pytest.raises(verifier.IsolationUnavailable, match="run it as root with CAP_SYS_ADMIN") as refused:
+    with pytest.raises(IsolationUnavailable, match="run it as root with CAP_SYS_ADMIN") as refused:
         verifier.verify(problem, problem["canonical_solution"])
     # The verifier's own sentence names the fix, not the opt-out: Polar's test_command does not carry this
     # process's environment (issue 32, point 4), so an opt-out named there could not reach it.
-    assert verifier.ISOLATION_ENV not in str(refused.value)
+    assert ISOLATION_ENV not in str(refused.value)
     sample = SimpleNamespace(response=problem["canonical_solution"], metadata={"problem": problem})
     assert asyncio.run(verifier.reward_func(SimpleNamespace(), sample)) == 0.0
     assert "sandbox cannot be set up" in sample.metadata["verifier_error"]
@@ -229,18 +230,18 @@ def test_no_isolation_means_no_verification(namespaces_refused, humaneval, tmp_p
     )
     captured = capsys.readouterr()
     assert "PASSED" not in captured.out and len(captured.err.strip().splitlines()) == 1
-    assert verifier.ISOLATION_ENV not in captured.err and "CAP_SYS_ADMIN" in captured.err, captured.err
+    assert ISOLATION_ENV not in captured.err and "CAP_SYS_ADMIN" in captured.err, captured.err
     fixture = REPO / "tests" / "fixtures" / "mbpp_sample.jsonl"
     assert cli_main(["verify", "--task", "mbpp", "--source", str(fixture)]) == ExitCode.ENVIRONMENT
     err = capsys.readouterr().err
-    assert verifier.ISOLATION_ENV in err and len(err.strip().splitlines()) == 1  # `polarstack verify`: it reaches
+    assert ISOLATION_ENV in err and len(err.strip().splitlines()) == 1  # `polarstack verify`: it reaches
 
 
 def test_explicit_opt_out_still_judges_by_evidence(namespaces_refused, monkeypatch, humaneval):
-    monkeypatch.setenv(verifier.ISOLATION_ENV, "none")
+    monkeypatch.setenv(ISOLATION_ENV, "none")
     problem = humaneval["HumanEval/0"]
     assert verifier.verify(problem, problem["canonical_solution"]).passed
     assert not verifier.verify(problem, "    return None\nimport os\nos._exit(0)\n").passed
     assert verifier.run_program("import sys\nsys.exit(0)\n").returncode == 0
     with pytest.raises(ValueError, match="unknown verifier isolation"):
-        verifier.verify(problem, problem["canonical_solution"], verifier.Limits(isolation="off"))
+        verifier.verify(problem, problem["canonical_solution"], Limits(isolation="off"))

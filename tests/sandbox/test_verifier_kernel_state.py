@@ -26,6 +26,7 @@ import pytest
 from creation_probe import NO_CREATION
 
 from polarstack.reward import tasks, verifier
+from polarstack.reward.verifier.limits import Limits, Run
 
 pytestmark = pytest.mark.sandbox
 X86_64 = platform.machine() == "x86_64"
@@ -76,8 +77,8 @@ def humaneval():
     return {p["task_id"]: p for p in tasks.load_humaneval()}
 
 
-def _run(program: str, timeout: float = 10) -> verifier.Run:
-    return verifier.run_program(program, verifier.Limits(timeout=timeout))
+def _run(program: str, timeout: float = 10) -> Run:
+    return verifier.run_program(program, Limits(timeout=timeout))
 
 
 # --- the keyring calls are refused on every entry point --------------------------------------------------
@@ -191,7 +192,7 @@ def _oracle(key):
 @pytest.mark.skipif(not X86_64, reason="the raw keyring numbers are x86_64's")
 def test_a_keyring_oracle_run_again_and_again_never_earns_the_reward(humaneval):
     completion = ORACLE % f"polarstack-oracle-{uuid.uuid4().hex}".encode().decode()
-    outcomes = [verifier.verify(humaneval["HumanEval/0"], completion, verifier.Limits(timeout=10)) for _ in range(10)]
+    outcomes = [verifier.verify(humaneval["HumanEval/0"], completion, Limits(timeout=10)) for _ in range(10)]
     assert [o.reason for o in outcomes if o.passed] == [], [(o.reason, o.detail) for o in outcomes]
     assert all(o.calls == 7 for o in outcomes), [o.calls for o in outcomes]  # every input, every run
 
@@ -395,7 +396,7 @@ def test_eight_verifications_side_by_side_share_nothing(humaneval):
 
     def one(token):
         program = f"import sys\nsys.argv = ['p', {token!r}, '0']\n" + NEIGHBOUR
-        return verifier.run_program(program, verifier.Limits(timeout=20))
+        return verifier.run_program(program, Limits(timeout=20))
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         runs = list(pool.map(one, tokens))

@@ -13,6 +13,7 @@ import pytest
 
 from polarstack.reward import tasks, verifier
 from polarstack.reward.verifier import cgroup
+from polarstack.reward.verifier.limits import Limits
 
 pytestmark = pytest.mark.sandbox
 
@@ -86,14 +87,14 @@ time.sleep(1.0)
 
 
 def test_files_in_the_sandboxs_tmpfs_count_against_its_memory():
-    run = verifier.run_program(TMPFS_FILL, verifier.Limits(timeout=10, memory_mb=128))
+    run = verifier.run_program(TMPFS_FILL, Limits(timeout=10, memory_mb=128))
     assert run.returncode not in (0, None), run
-    roomy = verifier.run_program(TMPFS_FILL, verifier.Limits(timeout=10, memory_mb=1024))
+    roomy = verifier.run_program(TMPFS_FILL, Limits(timeout=10, memory_mb=1024))
     assert roomy.returncode == 0, roomy  # the same files under a budget they fit: what killed the first is the budget
 
 
 def test_memory_fan_out_is_bounded_for_the_sandbox_as_a_whole():
-    run = verifier.run_program(MEMORY_FAN_OUT, verifier.Limits(timeout=10, memory_mb=128))
+    run = verifier.run_program(MEMORY_FAN_OUT, Limits(timeout=10, memory_mb=128))
     # Before issue 32: killed before the four children held their 256 MiB. Now the first fork is refused (exit 5):
     # one process, whose RLIMIT_AS is the budget.
     assert run.returncode == 5, run
@@ -101,12 +102,12 @@ def test_memory_fan_out_is_bounded_for_the_sandbox_as_a_whole():
 
 
 def test_cpu_fan_out_is_bounded_for_the_sandbox_as_a_whole():
-    run = verifier.run_program(CPU_FAN_OUT, verifier.Limits(timeout=15, cpu_seconds=2))
+    run = verifier.run_program(CPU_FAN_OUT, Limits(timeout=15, cpu_seconds=2))
     assert run.returncode == 5, run  # no child to spend 6 s of CPU: one process, whose RLIMIT_CPU is the budget
 
 
 def test_process_fan_out_is_bounded():
-    run = verifier.run_program(PROCESS_FAN_OUT, verifier.Limits(timeout=10, nproc=8))
+    run = verifier.run_program(PROCESS_FAN_OUT, Limits(timeout=10, nproc=8))
     assert run.returncode != 3, run
     assert "made 0" in run.stderr_tail, run  # issue 32: not one process beyond the candidate
 
@@ -127,7 +128,7 @@ time.sleep(1.0)
 def test_a_correct_solution_that_hogs_memory_earns_nothing_and_the_verdict_says_why():
     problem = next(p for p in tasks.load_humaneval() if p["task_id"] == "HumanEval/0")
     hog = problem["canonical_solution"] + "\n" + TMPFS_HOG
-    outcome = verifier.verify(problem, problem["prompt"] + hog, verifier.Limits(timeout=10, memory_mb=128))
+    outcome = verifier.verify(problem, problem["prompt"] + hog, Limits(timeout=10, memory_mb=128))
     assert not outcome.passed, outcome
     if outcome.limits.startswith("watchdog"):
         assert outcome.detail.startswith("memory: the sandbox used"), outcome
@@ -153,7 +154,7 @@ def fake_cgroupfs(tmp_path, monkeypatch):
     (parent / "cgroup.subtree_control").write_text("cpu memory pids\n")
     monkeypatch.setenv(cgroup.CGROUP_ENV, str(parent))
     seen = []
-    original = verifier.remove_cgroup
+    original = cgroup.remove_cgroup
 
     def remove(path):  # what the run left in its cgroup, read just before the verifier removes it
         seen.append({p.name: p.read_text() for p in Path(path).iterdir()})
@@ -165,7 +166,7 @@ def fake_cgroupfs(tmp_path, monkeypatch):
 
 def test_each_run_gets_its_own_cgroup_with_limits_and_it_is_removed(fake_cgroupfs):
     parent, seen = fake_cgroupfs
-    run = verifier.run_program("pass\n", verifier.Limits(timeout=10, memory_mb=200, nproc=12))
+    run = verifier.run_program("pass\n", Limits(timeout=10, memory_mb=200, nproc=12))
     assert run.returncode == 0, run
     assert run.limits.startswith(f"cgroup v2 {parent}/polarstack-"), run.limits
     (files,) = seen
@@ -198,7 +199,7 @@ def test_a_real_cgroup_v2_bounds_the_sandbox(monkeypatch):
     if parent is None:
         pytest.skip("no writable cgroup v2 here (memory, pids and cpu delegated); this machine may have cgroup v1")
     before = {p.name for p in parent.iterdir() if p.is_dir()}
-    run = verifier.run_program(MEMORY_FAN_OUT, verifier.Limits(timeout=10, memory_mb=128))
+    run = verifier.run_program(MEMORY_FAN_OUT, Limits(timeout=10, memory_mb=128))
     assert run.limits.startswith("cgroup v2") and run.returncode not in (0, None), run
     assert {p.name for p in parent.iterdir() if p.is_dir()} == before
 
@@ -263,5 +264,5 @@ sys.exit(0 if nice >= 5 and not lowered and os.getpriority(os.PRIO_PROCESS, 0) =
 
 
 def test_the_sandbox_runs_below_the_watchdogs_priority_and_cannot_raise_its_own():
-    run = verifier.run_program(NICE, verifier.Limits(timeout=10))
+    run = verifier.run_program(NICE, Limits(timeout=10))
     assert run.returncode == 0, run

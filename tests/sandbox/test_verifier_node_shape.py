@@ -56,7 +56,7 @@ def node_shape(tmp_path):
 
 def _humaneval():
     problem = next(p for p in tasks.load_humaneval() if p["task_id"] == "HumanEval/2")
-    return problem, tasks._verifier_problem("humaneval", problem)
+    return problem, tasks.verifier_problem_of("humaneval", problem)
 
 
 def _no_refusal(proc):

@@ -225,7 +225,7 @@ def cli_runs(shape, tmp_path_factory):
     evaldir.mkdir()
     bundle.write(evaldir / "verifier.py")
     problem = _humaneval_0()
-    (evaldir / "problem.json").write_text(json.dumps(tasks._verifier_problem("humaneval", problem)))
+    (evaldir / "problem.json").write_text(json.dumps(tasks.verifier_problem_of("humaneval", problem)))
     command = tasks.task_template("humaneval")["evaluator"]["config"]["test_command"]
     command = command.replace(tasks.EVALDIR, str(evaldir)).replace(tasks.WORKDIR, str(workdir))
     solutions = cli_solutions(problem)

@@ -70,7 +70,7 @@ def _assert_one_failed_line_of_its_own(proc: subprocess.CompletedProcess) -> str
     # The project's readers: the gate reads no refusal, the probe no `(not verified)`.
     sample = type("S", (), {"metadata": {"polar": {"trajectory_metadata": {"evaluation": {"test_output": output}}}}})()
     assert gate.refusal_reason(sample) is None, gate.refusal_reason(sample)
-    assert sandbox_probe._not_verified({"good": lines, "bad": lines}) is None
+    assert sandbox_probe.not_verified({"good": lines, "bad": lines}) is None
     return failed[0]
 
 

@@ -11,6 +11,7 @@ within its own RLIMIT_AS, and the same budget holds."""
 import pytest
 
 from polarstack.reward import verifier
+from polarstack.reward.verifier.limits import Limits, Run
 
 pytestmark = pytest.mark.sandbox
 
@@ -78,8 +79,8 @@ sys.exit(7 if 7 in codes else 0 if codes == [0] * len(children) else 3)
 """
 
 
-def _hold(kind: str) -> verifier.Run:
-    return verifier.run_program(f"KIND = {kind!r}\n" + HOLD, verifier.Limits(timeout=15, memory_mb=128))
+def _hold(kind: str) -> Run:
+    return verifier.run_program(f"KIND = {kind!r}\n" + HOLD, Limits(timeout=15, memory_mb=128))
 
 
 @pytest.mark.parametrize("kind", ["shared_anonymous", "posix_shm", "tmpfs_mapped_shared"])
@@ -105,5 +106,5 @@ def test_a_shared_region_cannot_be_mapped_for_children():
         "for offset in range(0, 48 << 20, 4096):\n    region[offset] = 1\ntry:\n    pid = os.fork()\n"
         "except PermissionError:\n    sys.exit(5)\nif pid == 0:\n    os._exit(0)\nsys.exit(3)\n"
     )
-    run = verifier.run_program(program, verifier.Limits(timeout=15, memory_mb=128))
+    run = verifier.run_program(program, Limits(timeout=15, memory_mb=128))
     assert run.returncode == 5, run

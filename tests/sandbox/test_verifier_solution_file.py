@@ -22,6 +22,7 @@ import pytest
 
 from polarstack.reward import tasks, verifier
 from polarstack.reward.verifier import bundle, verdict
+from polarstack.reward.verifier.limits import Limits
 
 pytestmark = pytest.mark.sandbox
 VERIFIER_RSS_MIB = 64  # measured: see docs/tasks.md ("The solution file")
@@ -34,7 +35,7 @@ def _problem():
 @pytest.fixture
 def evaldir(tmp_path):
     bundle.write(tmp_path / "verifier.py")
-    (tmp_path / "problem.json").write_text(json.dumps(tasks._verifier_problem("humaneval", _problem())))
+    (tmp_path / "problem.json").write_text(json.dumps(tasks.verifier_problem_of("humaneval", _problem())))
     return tmp_path
 
 
@@ -145,6 +146,6 @@ def test_text_the_sandbox_cannot_write_is_a_wrong_answer_not_a_refusal(isolation
     # A completion with a lone surrogate (slime's hook passes the model's text as it is) cannot be written as
     # UTF-8 at set-up: on f6ba232 that raised IsolationUnavailable (exit 8 on the command line, a refusal).
     problem = {"kind": "mbpp", "task_id": "synthetic", "test_list": ["assert f(1) == 2"], "test_setup_code": ""}
-    outcome = verifier.verify(problem, "def f(x):\n    return x + 1\n# \udc80\n", verifier.Limits(isolation=isolation))
+    outcome = verifier.verify(problem, "def f(x):\n    return x + 1\n# \udc80\n", Limits(isolation=isolation))
     assert not outcome.passed and outcome.reason == "failed", outcome
     assert outcome.detail.startswith("the sandbox cannot hold the solution's files ("), outcome

@@ -28,7 +28,7 @@ def test_the_bundled_file_verifies_without_polarstack(tmp_path):
     assert "No module named 'polarstack'" in probe.stderr
     bundle.write(tmp_path / "verifier.py")
     problem = next(p for p in tasks.load_humaneval() if p["task_id"] == "HumanEval/2")
-    (tmp_path / "problem.json").write_text(json.dumps(tasks._verifier_problem("humaneval", problem)))
+    (tmp_path / "problem.json").write_text(json.dumps(tasks.verifier_problem_of("humaneval", problem)))
     (tmp_path / "good.py").write_text(problem["prompt"] + problem["canonical_solution"])
     (tmp_path / "bad.py").write_text(problem["prompt"] + "    return -1.0\n")
     for solution, expected, code in (("good.py", "PASSED t\n", 0), ("bad.py", "FAILED t (failed", 1)):
@@ -58,7 +58,7 @@ def test_the_rendered_test_command_is_isolated_from_python_environment_variables
     command = command.replace(tasks.EVALDIR, str(evaldir)).replace(tasks.WORKDIR, str(workdir))
     bundle.write(evaldir / "verifier.py")
     problem = next(p for p in tasks.load_humaneval() if p["task_id"] == "HumanEval/2")
-    (evaldir / "problem.json").write_text(json.dumps(tasks._verifier_problem("humaneval", problem)))
+    (evaldir / "problem.json").write_text(json.dumps(tasks.verifier_problem_of("humaneval", problem)))
     (workdir / "solution.py").write_text(problem["prompt"] + "    return -1.0\n")  # wrong
     (forged / "sitecustomize.py").write_text("import os\nos.write(1, b'PASSED humaneval_verifier\\n')\nos._exit(0)\n")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(forged), "PYTHONUSERBASE": str(forged)}

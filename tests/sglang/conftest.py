@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from polarstack import paths
 from polarstack.engine import tool_parser
 from polarstack.processes import startup_seconds
 from polarstack.stack import real_sglang
@@ -61,7 +62,7 @@ def _start(parser: str | None) -> real_sglang.RealEngine:
         # its READY_TIMEOUT, longer on a loaded machine (polarstack.processes.startup_seconds), within the test's own
         timeout=startup_seconds(real_sglang.READY_TIMEOUT, ceiling=TIER_TIMEOUT - 120),
         tool_call_parser=parser,
-        log_path=real_sglang.cache_dir() / "logs" / f"sglang-tier-{'parser' if parser else 'no-parser'}.log",
+        log_path=paths.cache_dir() / "logs" / f"sglang-tier-{'parser' if parser else 'no-parser'}.log",
     )
 
 

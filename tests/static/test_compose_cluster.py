@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from polarstack import paths
 from polarstack.stack import compose, profiles, ray_auth
 from polarstack.stack.cluster import Cluster
 
@@ -119,7 +120,7 @@ def test_the_router_entrypoint_binds_router_host_else_loopback(tmp_path, host, w
     fake = tmp_path / "python"
     fake.write_text('#!/bin/sh\necho "$@"\n')
     fake.chmod(0o755)
-    script = compose.compose_file().parents[1] / "images" / "router" / "entrypoint.sh"
+    script = paths.compose_file().parents[1] / "images" / "router" / "entrypoint.sh"
     environment = {"PATH": f"{tmp_path}:/usr/bin:/bin", "ROUTER_MODULE": "smg.launch_router", "ROUTER_PORT": "30080"}
     if host:
         environment["ROUTER_HOST"] = host

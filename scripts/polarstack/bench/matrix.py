@@ -48,7 +48,8 @@ from polarstack.polar import contract
 from polarstack.polar.contract import POLAR_REQUEST_FLAGS
 from polarstack.processes import child_env, free_port, startup_seconds, stop_pid, wait_http
 from polarstack.routers import worker_api
-from polarstack.routers.harness import PACKAGES, RouterRelease, install, is_installed, version_tuple
+from polarstack.routers.catalog import PACKAGES, RouterRelease, version_tuple
+from polarstack.routers.harness import install, is_installed
 from polarstack.routers.harness import start as start_router
 from polarstack.stack import real_sglang
 from polarstack.stack.engines import start_emulator

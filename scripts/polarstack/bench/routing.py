@@ -29,7 +29,7 @@ from polarstack.checks.measure import machine
 from polarstack.checks.smoke import run_smoke
 from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.processes import stop_pid
-from polarstack.routers.harness import RouterRelease
+from polarstack.routers.catalog import RouterRelease
 from polarstack.routers.harness import start as start_router
 from polarstack.stack import profiles
 from polarstack.stack.engines import start_emulator

@@ -148,11 +148,11 @@ def run_profile(
         row.update(verdict="ERROR", trainable_tokens=0, smoke_seconds=None, message=str(getattr(exc, "message", exc)))
     finally:
         runtime.down()
-    row["as_expected"] = _as_expected(row)
+    row["as_expected"] = row_as_expected(row)
     return row
 
 
-def _as_expected(row: dict[str, Any]) -> bool:
+def row_as_expected(row: dict[str, Any]) -> bool:
     if row["expected"] == "pass":
         return row["verdict"] == "pass" and row["trainable_tokens"] > 0
     if row["verdict"] != row["expected"]:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import httpx
 
 from polarstack.checks import docker_smoke
-from polarstack.checks.demo import _as_expected
+from polarstack.checks.demo import row_as_expected
 from polarstack.checks.smoke_inputs import SmokeOptions
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import shielded
@@ -122,7 +122,7 @@ def run_profile(
         )
     except StackError as exc:  # a profile that cannot come up or whose smoke errs is a row, not a crash
         row.update(verdict=exc.code.name, trainable_tokens=0, smoke_seconds=None, message=exc.message)
-    row["as_expected"] = _as_expected(row)
+    row["as_expected"] = row_as_expected(row)
     return row
 
 

@@ -14,6 +14,7 @@ from polarstack.http import error_message, request
 from polarstack.polar import diagnostics
 from polarstack.polar import model as polar_model
 from polarstack.polar import opinion as polar_opinion
+from polarstack.polar.verdict import UNPARSEABLE
 
 
 @dataclass
@@ -163,7 +164,7 @@ def exchange(report: SmokeReport, http, url: str, body: dict[str, Any], kind: st
         )
     # Polar's pipeline on the raw bytes (polar_model): orjson first, as Polar's gateway parses.
     polar = polar_model.decide(reply.body, body, tokenizer=report.tokenizer)
-    if polar.verdict == polar_model.UNPARSEABLE:
+    if polar.verdict == UNPARSEABLE:
         raise StackError(
             f"{url} answered HTTP {reply.status} with a body {polar.reason}; Polar's request fails "
             "and nothing is trained, so fix what produces these bytes.",

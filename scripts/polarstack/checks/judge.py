@@ -13,7 +13,7 @@ from polarstack.checks import retokenize
 from polarstack.errors import ExitCode
 from polarstack.polar import diagnostics
 from polarstack.polar import findings as polar_findings
-from polarstack.polar import model as polar_model
+from polarstack.polar.verdict import NOT_TRAINABLE, RETOKENIZED, TRAINABLE
 
 WORKING_PROFILES = "engine-direct, router-passthrough or patched-router"
 
@@ -47,10 +47,8 @@ def judge(report: Any, measure_drift: Callable[[Any], None]) -> None:
         )
         return
     zero = [(e, p) for e, p in zip(report.exchanges, polars, strict=False) if p["polar_trainable_tokens"] == 0]
-    retokenized = [p for p in polars if p["polar_verdict"] == polar_model.RETOKENIZED]
-    report.polar_verdict = (
-        polar_model.NOT_TRAINABLE if zero else polar_model.RETOKENIZED if retokenized else polar_model.TRAINABLE
-    )
+    retokenized = [p for p in polars if p["polar_verdict"] == RETOKENIZED]
+    report.polar_verdict = NOT_TRAINABLE if zero else RETOKENIZED if retokenized else TRAINABLE
     seen: set[tuple[str, str]] = set()
     for polar in polars:
         for finding in polar["warnings"]:

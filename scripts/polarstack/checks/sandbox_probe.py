@@ -10,14 +10,14 @@ from pathlib import Path
 from polarstack import paths
 from polarstack.errors import ExitCode, StackError
 from polarstack.polar import harness_preset
-from polarstack.reward import tasks
+from polarstack.reward import sandbox, tasks
 from polarstack.reward.tasks import task_template
 from polarstack.reward.verifier import bundle
 from polarstack.reward.verifier.verdict import refusal_note_text, refused
 from polarstack.stack import assets, compose, host_check, verifier_knobs
 
-# Polar's direct-exec apptainer mode, the sandbox's paths (SIF_PATH, AGENT_CLI_DIR, ...) and the sentence naming
-# what is missing belong to polarstack.stack.assets; they are read from it at call time.
+# The sandbox's paths (SIF_PATH, AGENT_CLI_DIR, ...) belong to polarstack.reward.sandbox, Polar's direct-exec
+# apptainer mode and the sentence naming what is missing to polarstack.stack.assets; both are read at call time.
 
 # One line per variable of a session's environment: its name, with `@` appended for a proxy URL holding credentials.
 PROXY_AWK = (
@@ -41,7 +41,10 @@ def polar_exec_args(
     environment = assets.sandbox_mode_env() if environment is None else environment
 
     runtime = task_template(task)["runtime"]
-    fill = {"{args.polar_agent_cli_dir}": assets.AGENT_CLI_DIR, "{args.polar_apptainer_image_dir}": assets.SANDBOX_DIR}
+    fill = {
+        "{args.polar_agent_cli_dir}": sandbox.AGENT_CLI_DIR,
+        "{args.polar_apptainer_image_dir}": sandbox.SANDBOX_DIR,
+    }
 
     def resolve(text: str) -> str:
         for key, value in fill.items():
@@ -96,7 +99,7 @@ def write_probe(directory: Path) -> None:
         for sub in ("eval", "workspace", "home"):
             (session / sub).mkdir(parents=True, exist_ok=True)
         bundle.write(session / "eval" / "verifier.py")  # the file tasks prepare writes to eval/verifier.py
-        (session / "eval" / "problem.json").write_text(json.dumps(tasks._verifier_problem("humaneval", problem)))
+        (session / "eval" / "problem.json").write_text(json.dumps(tasks.verifier_problem_of("humaneval", problem)))
         (session / "workspace" / "solution.py").write_text(text)
     (directory / "control").mkdir(parents=True, exist_ok=True)
 
@@ -116,7 +119,7 @@ def _probe_script(probe_dir: str) -> str:
     Output: missing names, `switch: NAME=V`, `exec-failed: ...`, `session-env: NAME`, `session-tmp: private|shared`,
     `verifier-<case>: <line>`."""
 
-    cli = f"{assets.AGENT_CLI_DIR}/bin/{assets.AGENT_CLI_BIN}"
+    cli = f"{sandbox.AGENT_CLI_DIR}/bin/{sandbox.AGENT_CLI_BIN}"
     switches = [assets.apptainer_record()[f"{name}_env"] for name in assets.SWITCHES]
     control = f"{probe_dir}/control"
     sessions = ("cli", *PROBE_CASES)
@@ -130,21 +133,23 @@ def _probe_script(probe_dir: str) -> str:
         return text
 
     version = run(
-        polar_exec_args(_session_dir("cli"), control, f"{assets.AGENT_CLI_MOUNT}/bin/{assets.AGENT_CLI_BIN} --version")
+        polar_exec_args(
+            _session_dir("cli"), control, f"{sandbox.AGENT_CLI_MOUNT}/bin/{sandbox.AGENT_CLI_BIN} --version"
+        )
     )
     hidden = f"{_session_dir('bad')}/eval/problem.json"  # another session's hidden tests, at their trainer path
     look = f"if test -e {hidden}; then echo shared; else echo private; fi"
     mkdtemp = "import sys, tempfile; print(tempfile.mkdtemp(prefix=sys.argv[1]))"  # Polar's call, its interpreter
     lines = [
         "command -v apptainer >/dev/null || echo apptainer",
-        f"[ -e {assets.SIF_PATH} ] || echo sif",
+        f"[ -e {sandbox.SIF_PATH} ] || echo sif",
         f"[ -x {cli} ] || echo agent-cli",
         *(f'echo "switch: {name}=${{{name}:-}}"' for name in switches),
         # ApptainerRuntime._resolve_binary: POLAR_APPTAINER_BIN, /usr/bin/apptainer, /bin/apptainer, PATH.
         'binary="${POLAR_APPTAINER_BIN:-}"',
         'for c in /usr/bin/apptainer /bin/apptainer; do [ -n "$binary" ] || { [ -f "$c" ] && binary="$c"; }; done',
         '[ -n "$binary" ] || binary=apptainer',
-        f"if command -v apptainer >/dev/null && [ -e {assets.SIF_PATH} ] && [ -x {cli} ]; then",
+        f"if command -v apptainer >/dev/null && [ -e {sandbox.SIF_PATH} ] && [ -x {cli} ]; then",
         *(f"  {name}=$(python3 -c {shlex.quote(mkdtemp)} session-probe-{name}-)" for name in sessions),
         '  trap \'rm -rf "$cli" "$good" "$bad"\' EXIT',
         # What the probe's verifier sessions hold (eval/, workspace/, home/), then what Polar's dispatch and start()
@@ -173,7 +178,7 @@ def _probe_script(probe_dir: str) -> str:
     return "\n".join(lines)
 
 
-def _not_verified(outputs: dict[str, list[str]]) -> str | None:
+def not_verified(outputs: dict[str, list[str]]) -> str | None:
     """The verifier's reason when it refused in either case (verifier/verdict.py's rule, the one it writes by)."""
     for case in PROBE_CASES:
         if any(refused(line, PROBE_NAME) for line in outputs[case]):
@@ -185,7 +190,7 @@ def _not_verified(outputs: dict[str, list[str]]) -> str | None:
 def verdict(outputs: dict[str, list[str]]) -> str | None:
     """Why the reward would be wrong, from the verifier's output on the canonical and the wrong solution; None
     when the canonical one printed `PASSED probe` and the wrong one `FAILED probe` (and nothing else did)."""
-    why = _not_verified(outputs)
+    why = not_verified(outputs)
     if why is not None:
         return (
             f"the task's verifier refused to verify inside the agent sandbox ({why[:300]}), so it would print "

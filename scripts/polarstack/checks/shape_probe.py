@@ -101,7 +101,7 @@ def judge(where: str, stdout: str, env: dict[str, str]) -> str:
         f"fix: a verifier that isolates in that shape, or {verifier_knobs.ISOLATION}=none in configs/stack.env or the "
         "environment (unisolated candidates, trusted completions only; docs/tasks.md)"
     )
-    refused = sandbox_probe._not_verified(outputs)
+    refused = sandbox_probe.not_verified(outputs)
     if refused is not None:
         raise StackError(
             f"refusing before anything starts: the task's verifier refused to verify {sandbox_probe.PROBE_TASK_ID} in "

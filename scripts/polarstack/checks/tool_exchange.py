@@ -26,7 +26,7 @@ from polarstack.checks import budget
 from polarstack.checks.exchange import exchange
 from polarstack.checks.route import v1_url
 from polarstack.engine import agent_turn
-from polarstack.engine.tool_parser import FLAG, PARSER_KNOB, SMOKE_TOOL  # noqa: F401 (read here by callers)
+from polarstack.engine.tool_parser import FLAG, PARSER_KNOB
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import load_yaml, train_defaults
 from polarstack.pins import pins, repo_root

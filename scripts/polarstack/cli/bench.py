@@ -80,10 +80,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         turns=args.turns,
         progress=lambda m: print(m, file=sys.stderr),
     )
-    return _write_and_show(args, data, bench.write_outputs, render_bench)
+    return write_and_show(args, data, bench.write_outputs, render_bench)
 
 
-def _write_and_show(args: argparse.Namespace, data, write, render) -> int:
+def write_and_show(args: argparse.Namespace, data, write, render) -> int:
     """Write the outputs under --out (recording the command as typed: cli._main sets args.command_words), then
     print the JSON or the tables."""
     words = args.command_words
@@ -125,4 +125,9 @@ def _cmd_bench_routing(args: argparse.Namespace) -> int:
         extra_modes=extra,
         progress=lambda m: print(m, file=sys.stderr),
     )
-    return _write_and_show(args, data, routing_bench.write_outputs, render_routing_bench)
+    return write_and_show(args, data, routing_bench.write_outputs, render_routing_bench)
+
+
+def add_commands(sub) -> None:
+    """This module's subcommands, in the order `polarstack --help` lists them."""
+    _add_bench(sub)

@@ -14,9 +14,10 @@ from pathlib import Path
 from polarstack.checks import nodes
 from polarstack.cli.render import print_json
 from polarstack.errors import ExitCode, StackError
+from polarstack.paths import load_defaults
 from polarstack.stack import cluster, compose, docker_state, profiles, ray_auth
 from polarstack.train import cluster_plan, memory
-from polarstack.train.plan import load_defaults, ray_dashboard_port
+from polarstack.train.plan import ray_dashboard_port
 
 
 def _add_cluster(sub) -> None:
@@ -130,3 +131,8 @@ def after_up(profile: profiles.Profile, found: cluster.Cluster) -> None:
         )
         return
     render_cluster_check(check_cluster(profile, found))
+
+
+def add_commands(sub) -> None:
+    """This module's subcommands, in the order `polarstack --help` lists them."""
+    _add_cluster(sub)

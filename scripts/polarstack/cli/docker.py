@@ -207,3 +207,10 @@ def _cmd_dockerd(args: argparse.Namespace) -> int:
         d = dockerd.daemon()
     print(f"DOCKER_HOST={d.host}")
     return 0
+
+
+def add_commands(sub) -> None:
+    """This module's subcommands, in the order `polarstack --help` lists them."""
+    _add_compose(sub)
+    _add_bases(sub)
+    _add_dockerd(sub)

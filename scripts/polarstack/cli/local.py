@@ -211,3 +211,12 @@ def _cmd_sglang_install(args: argparse.Namespace) -> int:
     else:
         print(f"{data['spec']} is installed in {data['venv']}; tiny model in {data['model']}")
     return 0
+
+
+def add_commands(sub) -> None:
+    """This module's subcommands, in the order `polarstack --help` lists them."""
+    _add_up(sub)
+    _add_down(sub)
+    _add_status(sub)
+    _add_demo(sub)
+    _add_sglang_install(sub)

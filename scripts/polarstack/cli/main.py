@@ -37,6 +37,7 @@ from polarstack.cli.render import (
     render_verify_offline,
 )
 from polarstack.engine import tool_parser
+from polarstack.engine.emulator import app, engine
 from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import count, seconds, url
 from polarstack.offline import verify as verify_offline
@@ -104,12 +105,11 @@ def _cmd_emulate_engine(args: argparse.Namespace) -> int:
         if not 0 <= getattr(args, name) < 1e6:
             raise StackError(f"--{name.replace('_', '-')} must be between 0 and 1e6 microseconds.", ExitCode.USAGE)
     # Deferred: the emulator's server (fastapi, uvicorn) costs about 0.4 s at start-up, and only this command needs it.
-    from polarstack.engine import emulator
 
-    emulator.serve(
+    app.serve(
         args.port,
         host=args.host,
-        model=args.model or emulator.DEFAULT_MODEL,
+        model=args.model or engine.DEFAULT_MODEL,
         seed=args.seed,
         tool_call_parser=parser,
         prefill_us_per_token=args.prefill_us_per_token,
@@ -370,24 +370,17 @@ def build_parser() -> argparse.ArgumentParser:
         _add_emulate_engine,
         _add_smoke,
         _add_probe,
-        cli_local._add_up,
-        cli_local._add_down,
-        cli_local._add_status,
-        cli_local._add_demo,
-        cli_local._add_sglang_install,
-        cli_docker._add_compose,
-        cli_docker._add_bases,
-        cli_docker._add_dockerd,
+        cli_local.add_commands,
+        cli_docker.add_commands,
         _add_pin,
         _add_polar_switch,
-        cli_tasks._add_tasks,
-        cli_tasks._add_verify,
+        cli_tasks.add_commands,
         _add_train,
-        cli_preflight._add_preflight,
-        cli_bench._add_bench,
+        cli_preflight.add_commands,
+        cli_bench.add_commands,
         _add_verify_offline,
-        cli_routers._add_routers,
-        cli_cluster._add_cluster,
+        cli_routers.add_commands,
+        cli_cluster.add_commands,
     ):
         add(sub)
     return parser

@@ -89,3 +89,8 @@ def _show(result: dict, as_json: bool) -> None:
         print_json({k: v for k, v in result.items() if k != "evidence"})
     else:
         render_rehearsal_report(result)
+
+
+def add_commands(sub) -> None:
+    """This module's subcommands, in the order `polarstack --help` lists them."""
+    _add_preflight(sub)

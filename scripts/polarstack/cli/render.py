@@ -55,7 +55,7 @@ def _table(*headers: str, **options):
     return table
 
 
-def _show(out, table) -> None:
+def print_table(out, table) -> None:
     """Print `table` within `out`'s width with no word cut. Rich shrinks every wrapping column in proportion and so
     folds words that a better split would keep whole: each column gets its longest word, and the room left goes to
     the columns whose cells would wrap, in proportion to what they lack. A table whose longest words alone are wider
@@ -108,7 +108,7 @@ def render_smoke(report) -> None:
     if len(urls) == 1:
         out.print(f"  requests to {next(iter(urls))}")
     if report.exchanges:
-        _show(out, table)
+        print_table(out, table)
     if len(urls) > 1:
         for url, indexes in urls.items():
             out.print(f"  #{', #'.join(indexes)} went to {url}")
@@ -170,7 +170,7 @@ def render_probe(report) -> None:
                 str(side["trainable_tokens"]),
             )
     out = console()
-    _show(out, table)
+    print_table(out, table)
     out.print(f"diagnosis: {report.diagnosis}" + (f" ({report.evidence})" if report.evidence else ""))
 
 
@@ -196,14 +196,14 @@ def render_demo(rows: list[dict[str, Any]], elapsed: float, engine: str = "emula
             "yes" if row["as_expected"] else f"NO (expected {row['expected']})",
         )
     out = console()
-    _show(out, table)
+    print_table(out, table)
     rehearsed = [row for row in rows if row.get("rehearsal")]
     if rehearsed:  # make preflight's report, the classes this machine can measure (the rest: the node's)
         classes = [v["class"] for v in rehearsed[0]["rehearsal"]]
         part = _table("rehearsal class (make preflight)", *[row["profile"] for row in rehearsed])
         for index, name in enumerate(classes):
             part.add_row(name, *[_rehearsal_cell(r["rehearsal"][index]) for r in rehearsed])
-        _show(out, part)
+        print_table(out, part)
     out.print(f"demo finished in {elapsed:.1f} s")
 
 
@@ -282,7 +282,7 @@ def render_bench(data: dict[str, Any], paths: dict[str, Any]) -> None:
             name, row["router"], row["smoke_verdict"], spread(row["smoke_seconds"]), spread(row["token_yield"], 2)
         )
     out = console()
-    _show(out, table)
+    print_table(out, table)
     table = _table("profile", "added median ms", "added p99 ms", *[f"req/s c={x}" for x in c])
     for name, row in data["profiles"].items():
         table.add_row(
@@ -291,12 +291,12 @@ def render_bench(data: dict[str, Any], paths: dict[str, Any]) -> None:
             spread(row["added_p99_ms"]),
             *[spread(row["throughput"][str(x)], 0) for x in c],
         )
-    _show(out, table)
+    print_table(out, table)
     affinity = _table("profile", "routing", "cache share", "prompt tokens per engine")
     for name, row in data["profiles"].items():
         for routing, aff in row.get("affinity", {}).items():
             affinity.add_row(name, routing, f"{aff['cache_share']:.3f}", str(aff["per_engine_prompt_tokens"]))
-    _show(out, affinity)
+    print_table(out, affinity)
     out.print(f"wrote {paths['markdown']}, {paths['json']}, {paths['plot']}")
 
 
@@ -320,7 +320,7 @@ def render_routing_bench(data: dict[str, Any], paths: dict[str, Any]) -> None:
             "met" if all(m["goals"].values()) else "missed",
         )
     out = console()
-    _show(out, table)
+    print_table(out, table)
     out.print(f"wrote {paths['markdown']}, {paths['json']}, {paths['plot']}")
 
 
@@ -330,7 +330,7 @@ def render_verify_offline(checks, elapsed: float) -> None:
     for check in checks:
         table.add_row(check.name, "ok" if check.ok else "FAIL: " + "; ".join(check.problems))
     out = console()
-    _show(out, table)
+    print_table(out, table)
     out.print(f"{len(checks) - len(failed)}/{len(checks)} checks passed in {elapsed:.1f} s")
 
 
@@ -351,7 +351,7 @@ def render_routers_catalog(rows: list[dict[str, Any]]) -> None:
     for row in rows:
         table.add_row(*(_yes_no(row[key]) for key in CATALOG_COLUMNS))
     out = console()
-    _show(out, table)
+    print_table(out, table)
     modules = {}
     for row in rows:
         modules.setdefault(row["module"], row["release"].partition("==")[0])
@@ -392,7 +392,7 @@ def render_matrix(rows: list[dict[str, Any]]) -> None:
         table = _table(titles["release"], *(titles[key] for key in keys))
         for row in rows:
             table.add_row(matrix.cell(row, "release"), *(matrix.cell(row, key) for key in keys))
-        _show(out, table)
+        print_table(out, table)
     for row in rows:
         if row.get("note"):
             out.print(f"note on {row['release']}: {row['note']}")
@@ -438,7 +438,7 @@ def render_rehearsal_report(result: dict[str, Any]) -> None:
     table = _table("class", "verdict", "measured", "what to change")
     for row in result["verdicts"]:
         table.add_row(row["class"], row["verdict"].upper(), row["figure"], row["change"])
-    _show(console(), table)
+    print_table(console(), table)
     for warning in result.get("warnings") or []:  # e.g. an active POLARSTACK_VERIFIER_ISOLATION=none
         print(f"WARNING {warning}")
     status = "passed" if result["passed"] else f"FAILED at {result['first_failure']}"

@@ -8,7 +8,8 @@ from polarstack.bench import matrix
 from polarstack.cli.render import print_json, progress_bar, render_matrix, render_routers_catalog
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import sigterm_as_interrupt
-from polarstack.routers.harness import MEASURED, RouterRelease, install, is_installed
+from polarstack.routers.catalog import MEASURED, RouterRelease
+from polarstack.routers.harness import install, is_installed
 
 
 def _add_routers(sub) -> None:
@@ -112,3 +113,8 @@ def _cmd_routers_install(args: argparse.Namespace) -> int:
     for spec in args.releases:
         print(install(RouterRelease.parse(spec)))
     return 0
+
+
+def add_commands(sub) -> None:
+    """This module's subcommands, in the order `polarstack --help` lists them."""
+    _add_routers(sub)

@@ -9,6 +9,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import count, seconds
 from polarstack.paths import load_defaults
 from polarstack.reward import tasks, verifier
+from polarstack.reward.verifier.limits import ISOLATION_ENV, IsolationUnavailable, Limits
 
 
 def _add_tasks(sub) -> None:
@@ -78,15 +79,15 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         items = [(dict(p, kind="mbpp"), p["code"]) for p in problems]
     else:
         raise StackError(f"unknown task {args.task!r}; choose one of {', '.join(tasks.TASKS)}.", ExitCode.USAGE)
-    limits = verifier.Limits(timeout=args.timeout, isolation=args.isolation)
+    limits = Limits(timeout=args.timeout, isolation=args.isolation)
     started = time.perf_counter()
     try:
         verifier.probe_sandbox(limits)  # refuse before the first solution when the sandbox cannot be set up
     except ValueError as exc:  # a bad POLARSTACK_VERIFIER_ISOLATION
         raise StackError(f"{exc}.", ExitCode.USAGE) from None
-    except verifier.IsolationUnavailable as exc:  # this process's environment reaches the verifier: name the opt-out
+    except IsolationUnavailable as exc:  # this process's environment reaches the verifier: name the opt-out
         raise StackError(
-            f"{exc}; for completions you trust, --isolation none (or {verifier.ISOLATION_ENV}=none) opts out.",
+            f"{exc}; for completions you trust, --isolation none (or {ISOLATION_ENV}=none) opts out.",
             ExitCode.ENVIRONMENT,
         ) from None
     except RuntimeError as exc:  # no interpreter / lock directory for the sandbox
@@ -117,3 +118,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             ExitCode.TASK_DATA,
         )
     return 0
+
+
+def add_commands(sub) -> None:
+    """This module's subcommands, in the order `polarstack --help` lists them."""
+    _add_tasks(sub)
+    _add_verify(sub)

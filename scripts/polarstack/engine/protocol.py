@@ -61,7 +61,7 @@ def source_dir(version: str | None = None) -> Path:
 def _fetch(version: str, target: Path, marker: Path) -> Path:
     wheel_dir = cache_dir() / "wheels"
     wheel_dir.mkdir(parents=True, exist_ok=True)
-    wheel = _find_wheel(wheel_dir, version)
+    wheel = find_wheel(wheel_dir, version)
     if wheel is None:
         print(f"polarstack: downloading the sglang {version} wheel (no dependencies) once ...", file=sys.stderr)
         cmd = [
@@ -77,7 +77,7 @@ def _fetch(version: str, target: Path, marker: Path) -> Path:
             f"sglang=={version}",
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=child_env())
-        wheel = _find_wheel(wheel_dir, version)
+        wheel = find_wheel(wheel_dir, version)
         if proc.returncode != 0 or wheel is None:
             last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             raise StackError(
@@ -98,7 +98,7 @@ def _fetch(version: str, target: Path, marker: Path) -> Path:
     return target
 
 
-def _find_wheel(folder: Path, version: str) -> Path | None:
+def find_wheel(folder: Path, version: str) -> Path | None:
     found = sorted(folder.glob(f"sglang-{version}-*.whl"))
     return found[0] if found else None
 

@@ -24,7 +24,7 @@ import zipfile
 from typing import Any
 
 from polarstack.engine import agent_turn
-from polarstack.engine.protocol import SERVER_ARGS_PATH, _find_wheel, sglang_version, source_dir
+from polarstack.engine.protocol import SERVER_ARGS_PATH, find_wheel, sglang_version, source_dir
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
 
@@ -49,9 +49,9 @@ SMOKE_TOOL = {
 QWEN_BOT, QWEN_EOT = "<tool_call>\n", "\n</tool_call>"  # Qwen25Detector.bot_token / eot_token
 
 
-def _wheel_text(member: str) -> str:
+def wheel_text(member: str) -> str:
     source_dir()  # downloads the pinned wheel once if it is missing
-    wheel = _find_wheel(cache_dir() / "wheels", sglang_version())
+    wheel = find_wheel(cache_dir() / "wheels", sglang_version())
     if wheel is None:
         raise StackError(
             f"the sglang {sglang_version()} wheel is not in the cache; run `make verify-offline` "
@@ -65,7 +65,7 @@ def _wheel_text(member: str) -> str:
 @functools.cache
 def parser_enum() -> dict[str, str]:
     """{parser name: detector class name} of FunctionCallParser.ToolCallParserEnum in the pinned wheel."""
-    tree = ast.parse(_wheel_text(FUNCTION_CALL_PARSER_PATH))
+    tree = ast.parse(wheel_text(FUNCTION_CALL_PARSER_PATH))
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == "FunctionCallParser":
             for item in node.body:

@@ -19,11 +19,12 @@ from typing import Any
 from polarstack.checks.sandbox_probe import polar_exec_args
 from polarstack.errors import StackError
 from polarstack.offline.check import Check
+from polarstack.paths import load_defaults
 from polarstack.pins import pins, repo_root
 from polarstack.reward.tasks import TASKS
 from polarstack.reward.verifier import host
 from polarstack.stack import assets, profiles
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 
 RECORD = "configs/upstream/apptainer-userns.json"
 # What the stack ships that sets the environment or the command line of Polar's servers and sessions.
@@ -49,13 +50,13 @@ def problems(record: dict[str, Any] | None = None, texts: dict[str, str] | None 
     release = pins()["APPTAINER_RELEASE"]
     if record["apptainer_release"] != release:
         found.append(f"{RECORD} was read at apptainer {record['apptainer_release']}, not APPTAINER_RELEASE={release}")
-    mapped = host._map_holds_sandbox_uids(record["uid_map_for_root"])
-    if not host._one_uid_shape(euid=0, maps_sandbox_uids=mapped):
+    mapped = host.map_holds_sandbox_uids(record["uid_map_for_root"])
+    if not host.one_uid_shape(euid=0, maps_sandbox_uids=mapped):
         found.append(
             f"the verifier does not class the recorded uid map {record['uid_map_for_root']!r} as its one-uid shape "
-            "(host._one_uid_shape): it would refuse, or switch to a uid that does not exist, in Polar's sessions"
+            "(host.one_uid_shape): it would refuse, or switch to a uid that does not exist, in Polar's sessions"
         )
-    if host._one_uid_shape(euid=0, maps_sandbox_uids=host._map_holds_sandbox_uids(FULL_MAP)):
+    if host.one_uid_shape(euid=0, maps_sandbox_uids=host.map_holds_sandbox_uids(FULL_MAP)):
         found.append("the verifier classes a full uid map as the one-uid shape: it would never use its sandbox uids")
     if texts is None:
         texts = {path: (repo_root() / path).read_text() for path in SHIPPED}
@@ -76,7 +77,7 @@ def problems(record: dict[str, Any] | None = None, texts: dict[str, str] | None 
     return found
 
 
-def _maps_global_root(uid_map: str) -> bool:
+def maps_global_root(uid_map: str) -> bool:
     """Whether a uid_map line set maps uid 0 inside to uid 0 outside (the node's root, in the trainer's container,
     whose own map is the identity: Docker without userns-remap)."""
     for line in uid_map.strip().splitlines():
@@ -96,7 +97,7 @@ def procfs_problems(
     fact = record["facts"].get("proc_bound_without_pid_namespace")
     lifted = record.get("proc_sys_lifted_by", "systempaths=unconfined")
     pid_asked = str(environment.get(record["pid_namespace_env"]) or "").strip().lower() in {"1", "true", "yes", "on"}
-    if fact is None or not _maps_global_root(record["uid_map_for_root"]) or pid_asked:
+    if fact is None or not maps_global_root(record["uid_map_for_root"]) or pid_asked:
         if lifted in security_opt:  # a shape this check was not written for: refuse until it is recorded and read
             return [f"the trainer sets {lifted} and {RECORD} does not record how the sessions' /proc is made there"]
         return []

@@ -26,7 +26,8 @@ from polarstack.engine.protocol import SERVER_ARGS_PATH, sglang_version, source_
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
 from polarstack.pins import repo_root
-from polarstack.routers.harness import RouterRelease, install
+from polarstack.routers.catalog import RouterRelease
+from polarstack.routers.harness import install
 
 NONE, ONE, OPTIONAL, ONE_OR_MORE, ANY, UNKNOWN = "none", "one", "optional", "one_or_more", "any", "unknown"
 

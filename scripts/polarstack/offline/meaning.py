@@ -25,10 +25,11 @@ from polarstack.checks import bridge as bridge_check
 from polarstack.checks.bridge import facts
 from polarstack.engine import tool_parser
 from polarstack.offline.check import Check
+from polarstack.paths import load_defaults
 from polarstack.pins import repo_root
 from polarstack.reward import tasks
 from polarstack.stack.profiles import Profile
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 
 
 def _opt(args: list[str], flag: str) -> str | None:

@@ -19,11 +19,12 @@ from typing import Any
 
 from polarstack.errors import StackError
 from polarstack.offline.check import Check
+from polarstack.paths import load_defaults
 from polarstack.pins import pins
 from polarstack.stack import profiles
 from polarstack.train import memory, retention
 from polarstack.train.model_size import model_facts
-from polarstack.train.plan import build_plan, load_defaults, weight_sync_on_disk
+from polarstack.train.plan import build_plan, weight_sync_on_disk
 
 # fact key -> what its recorded line must contain for the model to hold
 MEANING = {

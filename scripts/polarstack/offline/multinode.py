@@ -34,13 +34,14 @@ import yaml
 from polarstack.errors import ExitCode, StackError
 from polarstack.offline import flags
 from polarstack.offline.check import Check
+from polarstack.paths import load_defaults
 from polarstack.pins import pins, repo_root
 from polarstack.reward.tasks import TASKS
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack import compose, profiles, ray_auth
 from polarstack.stack.cluster import Cluster
 from polarstack.train import preflight
-from polarstack.train.plan import LaunchPlan, build_plan, load_defaults
+from polarstack.train.plan import LaunchPlan, build_plan
 
 RECORD = "configs/upstream/multinode-facts.json"
 # A 2-node cluster for the check: documentation addresses (RFC 5737), never contacted.

@@ -203,7 +203,7 @@ def source_problems(data: dict[str, Any], slime_git: str | None) -> tuple[list[s
         root = source_dir()
         for fact in data["sglang"]["facts"].values():
             path = Path(root) / fact["file"]
-            text = path.read_text(errors="replace") if path.is_file() else tool_parser._wheel_text(fact["file"])
+            text = path.read_text(errors="replace") if path.is_file() else tool_parser.wheel_text(fact["file"])
             if fact["needle"] not in text:
                 problems.append(f"sglang {data['sglang']['version']} {fact['file']} no longer has {fact['needle']!r}")
             if fact["file"].endswith("managers/io_struct.py"):

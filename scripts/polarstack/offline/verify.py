@@ -49,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
+from polarstack import paths
 from polarstack.checks import budget, retokenize
 from polarstack.checks.tool_exchange import RECORD, recorded_fact_problems
 from polarstack.engine import tool_parser
@@ -74,16 +75,17 @@ from polarstack.offline import (
     verifier_output,
 )
 from polarstack.offline.check import Check
-from polarstack.paths import cache_dir, load_yaml
+from polarstack.paths import cache_dir, load_defaults, load_yaml
 from polarstack.pins import pins, repo_root
 from polarstack.polar import harness_preset
 from polarstack.polar import model as polar_model
 from polarstack.processes import child_env, file_lock
+from polarstack.reward.sandbox import AGENT_CLI_DIR, AGENT_CLI_MOUNT, SANDBOX_DIR, SIF_NAME
 from polarstack.reward.tasks import TASKS
 from polarstack.stack import assets, compose, exposure, host_check, ports, profiles
 from polarstack.train import batch_layout, gate, preflight, ray_job
 from polarstack.train.memory import DEFAULT_GPU_MEMORY_GB, Capacity
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 
 
 def _compose_model(profile: profiles.Profile, tmp: Path) -> dict[str, Any]:
@@ -293,15 +295,12 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
     config = load_yaml(plan.files["polar_config.yaml"])
     runtime = config["polar_task_template"]["runtime"]
-    if runtime.get("backend") != "apptainer" or not runtime.get("image", "").endswith(assets.SIF_NAME):
-        problems.append(f"the task template does not run {assets.SIF_NAME} with the apptainer backend")
-    mount = f"{{args.polar_agent_cli_dir}}:{assets.AGENT_CLI_MOUNT}:ro"
+    if runtime.get("backend") != "apptainer" or not runtime.get("image", "").endswith(SIF_NAME):
+        problems.append(f"the task template does not run {SIF_NAME} with the apptainer backend")
+    mount = f"{{args.polar_agent_cli_dir}}:{AGENT_CLI_MOUNT}:ro"
     if mount not in (runtime.get("kwargs") or {}).get("volumes", []):
         problems.append(f"the task template does not mount the agent CLI dir ({mount}) into the sandbox")
-    if (
-        config.get("polar_agent_cli_dir") != assets.AGENT_CLI_DIR
-        or config.get("polar_apptainer_image_dir") != assets.SANDBOX_DIR
-    ):
+    if config.get("polar_agent_cli_dir") != AGENT_CLI_DIR or config.get("polar_apptainer_image_dir") != SANDBOX_DIR:
         problems.append("polar_agent_cli_dir / polar_apptainer_image_dir are not where `make sif` installs them")
     # Polar's apptainer mode wherever Polar runs: the trainer container, launch.sh (serve_rollout/serve_gateway), the
     # Ray job (configs/upstream/polar-apptainer.json).
@@ -320,7 +319,7 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     # apptainer passes that on unless --cleanenv (configs/upstream/apptainer-userns.json environment_*).
     polar_env = {**(trainer.get("environment") or {}), **{k: v.strip("'\"") for k, v in launch_env.items()}}
     problems += apptainer_userns.secret_problems(
-        assets.pass_through_secrets(compose.compose_file()), polar_env, runtime.get("env") or {}, "launch.sh"
+        assets.pass_through_secrets(paths.compose_file()), polar_env, runtime.get("env") or {}, "launch.sh"
     )
     # The code verifier's knobs reach Polar's test_command (the task's runtime.env) and every other source of its
     # environment with the values the stack chose (issue 32 point 4, polarstack.offline.verifier_env).
@@ -362,7 +361,7 @@ def check_request_budget(profile: profiles.Profile) -> Check:
         plan = build_plan("humaneval", profile, run_id="verify", config=config)
     except StackError as exc:
         return Check(label, False, "", [exc.message])
-    problems = context_check.upstream_problems(tool_parser._wheel_text(context_check.TOKENIZER_MANAGER))
+    problems = context_check.upstream_problems(tool_parser.wheel_text(context_check.TOKENIZER_MANAGER))
     agent = load_yaml(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
     if (agent.get("env") or {}) != {**(agent.get("env") or {}), **budget.agent_env(config)}:
         problems.append(f"the task template's agent.env does not carry {budget.agent_env(config)}")
@@ -703,7 +702,7 @@ def check_polar_facts() -> Check:
     setattr(module, drops["worker_global"], worker)
     sys.modules[module.__name__] = module
     try:
-        if gate._live_dropped(module.__name__) != 4.0:
+        if gate.live_dropped(module.__name__) != 4.0:
             problems.append("the gate's watchdog does not read the worker counter where Polar keeps it")
     finally:
         del sys.modules[module.__name__]
@@ -788,4 +787,4 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     return checks, time.perf_counter() - started
 
 
-__all__ = ["run", "Check", "check_profile", "check_pins"]
+__all__ = ["run", "check_profile", "check_pins"]

@@ -38,14 +38,10 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from polarstack.polar.findings import findings
-from polarstack.polar.verdict import (  # noqa: F401 (the verdict's types, read through this module by callers)
-    I64_MAX,
-    I64_MIN,
-    NOT_TRAINABLE,
+from polarstack.polar.verdict import (
     RETOKENIZED,
     TRAINABLE,
     UNPARSEABLE,
-    Finding,
     PolarVerdict,
 )
 

@@ -189,7 +189,7 @@ def _stub(task: str, problem: dict[str, Any]) -> str:
     return f"# {problem['text']}\n\n\ndef {name}(*args):\n    raise NotImplementedError\n"
 
 
-def _verifier_problem(task: str, problem: dict[str, Any]) -> dict[str, Any]:
+def verifier_problem_of(task: str, problem: dict[str, Any]) -> dict[str, Any]:
     if task == "humaneval":
         return {
             "kind": "humaneval",
@@ -343,7 +343,7 @@ def prepare(
         (out / "workspaces" / workspace).mkdir(parents=True, exist_ok=True)
         (out / "workspaces" / workspace / "solution.py").write_text(_stub(task, problem), encoding="utf-8")
         (out / "eval" / workspace).mkdir(parents=True, exist_ok=True)
-        verifier_problem = _verifier_problem(task, problem)
+        verifier_problem = verifier_problem_of(task, problem)
         (out / "eval" / workspace / "problem.json").write_text(json.dumps(verifier_problem, indent=1), encoding="utf-8")
         lines.append(
             json.dumps(

@@ -33,7 +33,7 @@ from polarstack.processes import (
 )
 
 # The catalog, re-exported: callers and tests import these names from polarstack.routers.harness too.
-from polarstack.routers.catalog import LAUNCH_MODULES, MEASURED, PACKAGES, RouterRelease, version_tuple  # noqa: F401
+from polarstack.routers.catalog import RouterRelease
 from polarstack.routers.worker_api import register
 
 # --- installation --------------------------------------------------------------------------------------

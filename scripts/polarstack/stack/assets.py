@@ -25,15 +25,7 @@ import yaml
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import compose_file, load_defaults, load_yaml
 from polarstack.pins import pins, repo_root
-from polarstack.reward.sandbox import (  # noqa: F401 (the sandbox's paths on the node, read here by callers)
-    AGENT_CLI_BIN,
-    AGENT_CLI_DIR,
-    AGENT_CLI_MOUNT,
-    SANDBOX_DIR,
-    SANDBOX_MARKER,
-    SIF_NAME,
-    SIF_PATH,
-)
+from polarstack.reward import sandbox  # the sandbox's paths on the node, read at call time
 from polarstack.stack import device, host_check
 from polarstack.stack.profiles import stack_knobs
 
@@ -191,7 +183,10 @@ def missing_sentence(verb: str, missing: list[str], values: dict[str, str]) -> s
     if "sif" in missing or "agent-cli" in missing:
         parts = [
             p
-            for p, key in ((f"{SIF_PATH}", "sif"), (f"{AGENT_CLI_DIR}/bin/{AGENT_CLI_BIN}", "agent-cli"))
+            for p, key in (
+                (f"{sandbox.SIF_PATH}", "sif"),
+                (f"{sandbox.AGENT_CLI_DIR}/bin/{sandbox.AGENT_CLI_BIN}", "agent-cli"),
+            )
             if key in missing
         ]
         what.append("the agent sandbox (" + " and ".join(parts) + ")")
@@ -229,7 +224,7 @@ def check_before_up(profile) -> None:
     values = knobs()
     missing: list[str] = []
     host = model_dir(values)
-    paths = [SIF_PATH, f"{AGENT_CLI_DIR}/bin/{AGENT_CLI_BIN}"]
+    paths = [sandbox.SIF_PATH, f"{sandbox.AGENT_CLI_DIR}/bin/{sandbox.AGENT_CLI_BIN}"]
     if host is not None:
         problems = check_model_files(host)
         if problems:
@@ -246,9 +241,9 @@ def check_before_up(profile) -> None:
         absent = paths
     if host is None and paths[0] in absent:
         missing.append("weights")
-    if SIF_PATH in absent:
+    if sandbox.SIF_PATH in absent:
         missing.append("sif")
-    if f"{AGENT_CLI_DIR}/bin/{AGENT_CLI_BIN}" in absent:
+    if f"{sandbox.AGENT_CLI_DIR}/bin/{sandbox.AGENT_CLI_BIN}" in absent:
         missing.append("agent-cli")
     trainer = image("trainer")
     if _docker(["image", "inspect", trainer]).returncode == 0:

@@ -33,9 +33,9 @@ from polarstack.paths import compose_file, run_dir, stack_env
 from polarstack.pins import parse_env_file, pins
 from polarstack.stack import assets, bases, compose_version, device, ray_auth, ray_head, real_sglang
 from polarstack.stack import cluster as cluster_mod
-from polarstack.stack.assets import engine_services  # noqa: F401 (compose.yaml's engines, read here by callers)
+from polarstack.stack.assets import engine_services
 from polarstack.stack.cluster import Cluster
-from polarstack.stack.profiles import Profile, docker_engine_urls, parse_node_gpus, stack_knobs  # noqa: F401
+from polarstack.stack.profiles import Profile, docker_engine_urls, parse_node_gpus, stack_knobs
 
 LOCAL_ALTERNATIVE = "on a machine without it use RUNTIME=local (emulated engines on 127.0.0.1) or `make demo`"
 
@@ -267,7 +267,7 @@ HEALTHCHECK = "/usr/local/bin/polarstack-healthcheck"
 DASHBOARD_AGENT_PORT = 52365
 
 
-def _compose_services() -> dict[str, Any]:
+def compose_services() -> dict[str, Any]:
     """compose/compose.yaml's services, anchors and merge keys resolved (YAML's own rules), interpolation left as is."""
     return (yaml.safe_load(compose_file().read_text()) or {}).get("services") or {}
 
@@ -292,7 +292,7 @@ def cluster_override(profile: Profile, cluster: Cluster) -> dict[str, Any]:
       the join abort), SLIME_HOST_IP = this node's address, NCCL/GLOO, Ray's token by path (the host's file mounted
       read-only at ray_auth.CONTAINER_TOKEN_PATH), SHARED_DIR, and a healthcheck that needs no token: the head's
       /api/gcs_healthz (rank 0) or this node's dashboard agent's /api/local_raylet_healthz (rank > 0)."""
-    base = _compose_services()
+    base = compose_services()
     addr, head = cluster.addr, cluster.head_addr
     shared = cluster.shared_dir.rstrip("/")
     shared_mount = [f"{shared}:{shared}"] if shared else []

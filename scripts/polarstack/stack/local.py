@@ -509,7 +509,7 @@ def up(
 # --- NODES > 1: this node's part of the cluster ---------------------------------------------------------------
 
 
-def _check_port_free(host: str, port: int, what: str, knob_name: str) -> None:
+def check_port_free(host: str, port: int, what: str, knob_name: str) -> None:
     """Refuse before anything starts when `host`:`port` is taken (at NODES>1 the ports are the profile's and
     configs/stack.env's, fixed so that other nodes know them)."""
     try:
@@ -527,7 +527,7 @@ def _check_port_free(host: str, port: int, what: str, knob_name: str) -> None:
         )
 
 
-def _wait_engines(urls: dict[str, NodeLayout], timeout: float) -> None:
+def wait_engines(urls: dict[str, NodeLayout], timeout: float) -> None:
     """Poll every other node's engines (GET /health at the address cluster.engine_urls gives) until each answers or
     `timeout` seconds pass; one sentence naming the first engine and node still silent."""
     deadline = time.monotonic() + timeout
@@ -593,12 +593,12 @@ def up_node(
     router_url = f"http://{cluster.head_addr}:{profile.router_port}" if release is not None else None
     ports = [profile.engine_port(i) for i in range(profile.engine_count)]
     for index, port in enumerate(ports):
-        _check_port_free(host, port, f"engine-{index}", f"ENGINE_PORT_BASE ({profile.path.name})")
+        check_port_free(host, port, f"engine-{index}", f"ENGINE_PORT_BASE ({profile.path.name})")
     if cluster.head:
-        _check_port_free(host, gcs_port, "the Ray head's GCS", "RAY_GCS_PORT (configs/stack.env)")
-        _check_port_free(host, dashboard_port, "the Ray dashboard", "RAY_DASHBOARD_PORT (configs/stack.env)")
+        check_port_free(host, gcs_port, "the Ray head's GCS", "RAY_GCS_PORT (configs/stack.env)")
+        check_port_free(host, dashboard_port, "the Ray dashboard", "RAY_DASHBOARD_PORT (configs/stack.env)")
         if release is not None:
-            _check_port_free(host, profile.router_port, "the router", f"ROUTER_PORT ({profile.path.name})")
+            check_port_free(host, profile.router_port, "the router", f"ROUTER_PORT ({profile.path.name})")
     directory = directory or run_dir()
     if before_start is not None:  # (`up`'s): every check above passed, nothing written yet
         refuse_if_up(directory)
@@ -645,7 +645,7 @@ def up_node(
             ray_node.wait_head(dashboard, token_file, ray_timeout, process, log_path)
             progress(f"up: Ray head on {host}:{gcs_port} (dashboard :{dashboard_port}), token from {token_file}")
             others = {url: node for node in nodes if node.rank != cluster.rank for url in node.engine_urls}
-            _wait_engines(others, wait_nodes)
+            wait_engines(others, wait_nodes)
             progress(f"up: the engines of node(s) {', '.join(str(n.rank) for n in nodes[1:])} answer")
             if release is not None:
                 _start_router(state, profile, release, all_urls, profile.router_port, timeout, progress, host)

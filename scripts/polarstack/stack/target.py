@@ -16,10 +16,9 @@ from dataclasses import dataclass
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import cluster, docker_state, local, profiles
-from polarstack.stack.profiles import (  # noqa: F401 (the rules of a profile's URLs, read here by callers)
+from polarstack.stack.profiles import (
     Profile,
     docker_engine_urls,
-    polar_base_url,
     registered_engines,
     stack_knobs,
 )

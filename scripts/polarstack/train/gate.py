@@ -82,17 +82,17 @@ class _State:
     zero_reward_rollouts: list[tuple[int, int, str | None]] = []  # (samples, refusals, first reason) per rollout
 
 
-_state = _State()
+gate_state = _State()
 _zero_advantage = learning_signal.ZeroAdvantageWatch()
 
 
 def reset() -> None:
     _zero_advantage.reset()
-    _state.checked = False
-    _state.consecutive_zero = 0
-    _state.last_lifetime = None
-    _state.fired = None
-    _state.zero_reward_rollouts = []
+    gate_state.checked = False
+    gate_state.consecutive_zero = 0
+    gate_state.last_lifetime = None
+    gate_state.fired = None
+    gate_state.zero_reward_rollouts = []
 
 
 def write_abort(message: str, args: Any) -> None:
@@ -145,7 +145,7 @@ def _live_counters(module_name: str) -> tuple[int, dict[str, float]] | None:
     return id(worker), values
 
 
-def _live_dropped(module_name: str) -> float | None:
+def live_dropped(module_name: str) -> float | None:
     """The worker's zero-trainable drop counter alone (what `make verify-offline` probes); None without a worker."""
     live = _live_counters(module_name)
     return None if live is None else live[1][RAW_COUNTER]
@@ -203,11 +203,11 @@ class Watchdog:
                     f"trainable tokens and {dropped:g} dropped for zero trainable tokens during this rollout)"
                 )
             if reason:
-                _state.fired = (
+                gate_state.fired = (
                     f"polarstack gate: stopping the job, {reason}. Run `make smoke` against this profile "
                     f"and see {polar_logs(self.args)} for the diagnosis."
                 )
-                stop_job(_state.fired, self.args)
+                stop_job(gate_state.fired, self.args)
                 return
 
 
@@ -236,7 +236,7 @@ def _dropped(metrics: dict[str, Any]) -> int:
         return int(float(metrics[DELTA_METRIC] or 0))
     if LIFETIME_METRIC in metrics:
         lifetime = float(metrics[LIFETIME_METRIC] or 0)
-        previous, _state.last_lifetime = _state.last_lifetime, lifetime
+        previous, gate_state.last_lifetime = gate_state.last_lifetime, lifetime
         return int(max(0.0, lifetime - (previous or 0.0)))
     return 0
 
@@ -316,17 +316,17 @@ def check_rewards(args: Any, groups: list[list[Any]], rollout_id: int) -> None:
     if not samples:
         return
     if any(sample_reward(sample, key) != 0.0 for sample in samples):
-        _state.zero_reward_rollouts = []
+        gate_state.zero_reward_rollouts = []
         return
     reasons = [reason for reason in map(refusal_reason, samples) if reason]
-    _state.zero_reward_rollouts = (
-        _state.zero_reward_rollouts + [(len(samples), len(reasons), reasons[0] if reasons else None)]
+    gate_state.zero_reward_rollouts = (
+        gate_state.zero_reward_rollouts + [(len(samples), len(reasons), reasons[0] if reasons else None)]
     )[-k:]
-    if len(_state.zero_reward_rollouts) < k:
+    if len(gate_state.zero_reward_rollouts) < k:
         return
-    total = sum(n for n, _, _ in _state.zero_reward_rollouts)
-    refused = sum(r for _, r, _ in _state.zero_reward_rollouts)
-    first = next((reason for _, _, reason in _state.zero_reward_rollouts if reason), None)
+    total = sum(n for n, _, _ in gate_state.zero_reward_rollouts)
+    refused = sum(r for _, r, _ in gate_state.zero_reward_rollouts)
+    first = next((reason for _, _, reason in gate_state.zero_reward_rollouts if reason), None)
     if refused * 2 >= total:
         raise _abort(
             f"polarstack gate: stopping the job, all {total} samples of the last {k} rollouts (up to "
@@ -344,7 +344,7 @@ def check_rewards(args: Any, groups: list[list[Any]], rollout_id: int) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _agent_env(args: Any) -> dict[str, str] | None:
+def agent_env_of(args: Any) -> dict[str, str] | None:
     """The task template's agent.env; None when the job has no task template (the smoke then uses the defaults)."""
     template = getattr(args, "polar_task_template", None)
     return ((template.get("agent") or {}).get("env") or {}) if isinstance(template, dict) else None
@@ -364,7 +364,7 @@ def first_rollout_check(args: Any) -> None:
     target = SmokeTarget(
         base_url,
         route=getattr(args, "polar_gate_route", "base") or "base",
-        agent_env=_agent_env(args),  # the agent's per-request max_tokens as the job renders it (issue 18 point 2)
+        agent_env=agent_env_of(args),  # the agent's per-request max_tokens as the job renders it (issue 18 point 2)
     )
     options = SmokeOptions(
         model=getattr(args, "polar_served_model_name", None),
@@ -399,9 +399,9 @@ def verifier_opt_out(args: Any) -> str | None:
 
 
 def generate_rollout_gated(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> Any:
-    if not _state.checked and not evaluation:
+    if not gate_state.checked and not evaluation:
         first_rollout_check(args)
-        _state.checked = True
+        gate_state.checked = True
         opted_out = verifier_opt_out(args)
         if opted_out is not None:  # named once, at the first rollout, in the job's log
             message = f"polarstack gate: WARNING {opted_out}"
@@ -416,27 +416,27 @@ def generate_rollout_gated(args: Any, rollout_id: int, data_source: Any, evaluat
         with Watchdog(args, path.rpartition(".")[0], rollout_id):
             output = delegate(args, rollout_id, data_source, evaluation=evaluation)
     except Exception:
-        if _state.fired:
-            raise _abort(_state.fired, args) from None
+        if gate_state.fired:
+            raise _abort(gate_state.fired, args) from None
         raise
-    if _state.fired:
-        raise _abort(_state.fired, args)
+    if gate_state.fired:
+        raise _abort(gate_state.fired, args)
     limit = int(getattr(args, "polar_gate_max_zero_token_groups", 3) or 3)
     groups, metrics = _groups_and_metrics(output)
     dropped = _dropped(metrics)
     trained = [trainable_tokens(group) for group in groups]
     if not any(trained):
-        _state.consecutive_zero += dropped + len(groups)
+        gate_state.consecutive_zero += dropped + len(groups)
     else:
         tail = 0
         for tokens in reversed(trained):
             if tokens:
                 break
             tail += 1
-        _state.consecutive_zero = tail
-    if _state.consecutive_zero >= limit:
+        gate_state.consecutive_zero = tail
+    if gate_state.consecutive_zero >= limit:
         raise _abort(
-            f"polarstack gate: {_state.consecutive_zero} consecutive rollout groups had zero trainable "
+            f"polarstack gate: {gate_state.consecutive_zero} consecutive rollout groups had zero trainable "
             f"tokens (limit {limit}, rollout {rollout_id}, {dropped} dropped by Polar's bridge); stopping "
             "instead of training on nothing. Run `make smoke` against this profile for the diagnosis.",
             args,

@@ -24,23 +24,22 @@ from polarstack.checks import sandbox_probe, shape_probe, smoke, tool_exchange
 from polarstack.checks.retokenize import configured_name
 from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.errors import ExitCode, StackError
-from polarstack.paths import train_run_dir
+from polarstack.paths import TRAINER_RUN_DIR, load_defaults, train_run_dir
 from polarstack.processes import interrupt_on
 from polarstack.reward import tasks
 from polarstack.routers import worker_api
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack import compose, local, profiles
 from polarstack.stack.cluster import Cluster
+from polarstack.stack.profiles import stack_knobs
 from polarstack.stack.target import resolve_target
 from polarstack.train import cluster_plan, ray_job, rehearsal_record, retention, supervise
 from polarstack.train.plan import (
     POLAR_PORT_HELD,
     POLAR_START_FAILED,
     RESUME_REFUSED,
-    TRAINER_RUN_DIR,
     LaunchPlan,
     build_plan,
-    load_defaults,
     ray_dashboard_port,
     watch_lines,
     weight_sync_on_disk,
@@ -70,7 +69,7 @@ def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> 
     target = resolve_target(request.runtime, request.profile, None, verb="train", plan_only=request.dry_run)
     name = target.profile
     profile = target.loaded or profiles.load(name)
-    knobs = compose.stack_knobs()
+    knobs = stack_knobs()
     run_id = f"{request.task}-{name}-{time.strftime('%Y%m%dT%H%M%S')}"
     plan = build_plan(
         request.task,
@@ -92,7 +91,7 @@ def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> 
         cluster_plan.require_nodes(profile, plan.cluster, plan.memory, ray_dashboard_port(profile, plan.config))
         # A passing `make preflight` of these pins, this profile and this plan (polarstack.train.rehearsal_record).
         print(rehearsal_record.require(profile, override=request.without_rehearsal), file=sys.stderr)
-    _gate(request, target, plan, profile)
+    host_gate(request, target, plan, profile)
     if target.local:
         raise StackError(
             f"the gate passed, but training needs the GPU stack, which the local runtime does not have: "
@@ -113,10 +112,10 @@ def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> 
             resume=True,
         )
     )
-    return _launch(request, plan, profile, resume_plan, int(config["supervise"]["max_restarts"]))
+    return launch_in_trainer(request, plan, profile, resume_plan, int(config["supervise"]["max_restarts"]))
 
 
-def _gate(request: TrainRequest, target, plan, profile) -> None:
+def host_gate(request: TrainRequest, target, plan, profile) -> None:
     """The smoke against the target with the Polar config the run will use; GATE (one sentence) when it fails."""
     import yaml
 
@@ -262,7 +261,7 @@ def polar_refusal(rc: int, plan, out: Path) -> StackError | None:
     return None
 
 
-def _launch(request: TrainRequest, plan, profile, resume_plan=None, max_restarts: int = 0) -> int:
+def launch_in_trainer(request: TrainRequest, plan, profile, resume_plan=None, max_restarts: int = 0) -> int:
     """Prepare .run/train/<run> and run launch.sh inside the trainer; its exits as one sentence each."""
 
     run_id = plan.run_id

@@ -19,7 +19,7 @@ import yaml
 
 from polarstack.checks import budget, tool_exchange
 from polarstack.errors import ExitCode, StackError
-from polarstack.paths import TRAINER_RUN_DIR, load_defaults  # noqa: F401 (train.plan is where callers read them)
+from polarstack.paths import TRAINER_RUN_DIR, load_defaults
 from polarstack.polar import harness_preset
 from polarstack.reward.tasks import TASKS, polar_config
 from polarstack.stack import cluster as cluster_mod

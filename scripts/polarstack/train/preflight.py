@@ -26,14 +26,14 @@ from typing import Any
 import yaml
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.paths import configs_dir, repo_root
+from polarstack.paths import TRAINER_RUN_DIR, configs_dir, load_defaults, repo_root
 from polarstack.pins import pins
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile, stack_knobs
 from polarstack.train import cluster_plan, memory, step_cost, synthetic_rollout
 from polarstack.train.model_size import model_facts
-from polarstack.train.plan import TRAINER_RUN_DIR, LaunchPlan, build_plan, load_defaults
+from polarstack.train.plan import LaunchPlan, build_plan
 from polarstack.train.ray_job import SUBMISSION_ID
 
 MODELS_RECORD = "configs/upstream/slime-models.json"
@@ -718,4 +718,4 @@ def seven_b_problems(seven: SevenB, keys: dict[str, Any] | None = None) -> list[
     return problems
 
 
-__all__ = ["build", "checks", "batch_problems", "model_facts", "PreflightPlan", "slime_model_args"]
+__all__ = ["build", "checks", "batch_problems", "PreflightPlan", "slime_model_args"]

@@ -22,8 +22,7 @@ from typing import Any
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import run_dir
 from polarstack.pins import pins
-from polarstack.stack import compose
-from polarstack.stack.profiles import Profile
+from polarstack.stack.profiles import Profile, stack_knobs
 from polarstack.train import preflight
 from polarstack.train.tracker import WANDB_KEY_ENV
 
@@ -54,7 +53,7 @@ def plan_hash(profile: Profile, *, pin_values: dict[str, str] | None = None, set
         "pins": dict(sorted((pin_values if pin_values is not None else pins()).items())),
         "profile": {"name": profile.name, "values": dict(sorted(profile.values.items()))},
         # the stack's knobs (engine memory, tool-call parser, weight sync, GPUs), as Compose gets them
-        "stack": {k: v for k, v in sorted(compose.stack_knobs().items()) if k not in MODEL_KNOBS},
+        "stack": {k: v for k, v in sorted(stack_knobs().items()) if k not in MODEL_KNOBS},
         "plan": {
             "phases": [
                 {"name": name, "train_args": p.train_args, "commands": p.as_dict()["commands"]}

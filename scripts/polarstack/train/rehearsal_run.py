@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from polarstack.checks import nodes, rehearsal_report, sandbox_probe, shared_probe
 from polarstack.errors import ExitCode, StackError
-from polarstack.paths import train_run_dir
+from polarstack.paths import TRAINER_RUN_DIR, train_run_dir
 from polarstack.reward import tasks
 from polarstack.stack import assets, compose, docker_state, verifier_knobs
 from polarstack.stack import cluster as cluster_mod
@@ -29,7 +29,7 @@ from polarstack.stack.profiles import Profile
 from polarstack.stack.target import resolve_target
 from polarstack.train import cluster_plan, preflight, rehearsal_record, retention, supervise
 from polarstack.train import launch as train_launch
-from polarstack.train.plan import TRAINER_RUN_DIR, ray_dashboard_port, weight_sync_on_disk
+from polarstack.train.plan import ray_dashboard_port, weight_sync_on_disk
 from polarstack.train.preflight import (
     GPU_SAMPLE_MS,
     SEVEN_B_GPU_LOG,
@@ -142,7 +142,7 @@ class Node:
 
     def gate(self, plan: PreflightPlan) -> None:
         target = resolve_target("docker", self.profile.name, None, verb="train")
-        train_launch._gate(train_launch.TrainRequest(task=plan.task), target, plan.phases[0][1], self.profile)
+        train_launch.host_gate(train_launch.TrainRequest(task=plan.task), target, plan.phases[0][1], self.profile)
 
 
 def _engine_urls(profile: Profile, cluster: Cluster = cluster_mod.SINGLE) -> list[str]:

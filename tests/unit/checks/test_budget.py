@@ -9,9 +9,10 @@ from polarstack.checks import budget
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.offline.verify import check_sequence_budget
+from polarstack.paths import load_defaults
 from polarstack.pins import pins
 from polarstack.stack import profiles
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.unit
 

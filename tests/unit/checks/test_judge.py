@@ -17,6 +17,7 @@ from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.errors import ExitCode
 from polarstack.polar import contract, diagnostics
 from polarstack.polar import model as polar_model
+from polarstack.polar.verdict import NOT_TRAINABLE, RETOKENIZED, TRAINABLE
 
 pytestmark = pytest.mark.unit
 URL = "http://engine.invalid"
@@ -68,7 +69,7 @@ def judged(*exchanges: Exchange, bypassed: bool = False, **options) -> tuple[Smo
 
 def test_trainable_answers_pass_with_polars_count():
     report, drift_calls = judged(exchange(answer()), exchange(answer()))
-    assert report.code == ExitCode.OK and report.polar_verdict == polar_model.TRAINABLE
+    assert report.code == ExitCode.OK and report.polar_verdict == TRAINABLE
     assert report.message == f"4 trainable tokens (Polar's count) from 2 responses via {URL}"
     assert drift_calls == [] and report.warnings == []
 
@@ -90,7 +91,7 @@ def test_a_bypassed_router_is_a_warning():
 def test_zero_tokens_without_the_fields_is_tokens_missing_naming_them(ids, meta, lost):
     report, _ = judged(exchange(answer()), exchange(answer(ids=ids, meta=meta), url="http://other.invalid"))
     assert report.code == ExitCode.TOKENS_MISSING and report.fields_missing == lost
-    assert report.polar_verdict == polar_model.NOT_TRAINABLE
+    assert report.polar_verdict == NOT_TRAINABLE
     assert "from http://other.invalid carries" in report.message and smoke_judge.WORKING_PROFILES in report.message
 
 
@@ -108,7 +109,7 @@ def test_a_disagreement_with_the_installed_polar_is_internal():
 
 def retokenized_exchange() -> Exchange:
     entry = exchange(answer())
-    entry.polar["polar_verdict"] = polar_model.RETOKENIZED
+    entry.polar["polar_verdict"] = RETOKENIZED
     return entry
 
 
@@ -121,7 +122,7 @@ def test_retokenized_answers_are_refused_after_measuring_drift():
         r.drift = {"sampled_tokens": 10, "differing_positions": 3}
 
     smoke_judge.judge(report, measure)
-    assert report.code == ExitCode.RETOKENIZED and report.polar_verdict == polar_model.RETOKENIZED
+    assert report.code == ExitCode.RETOKENIZED and report.polar_verdict == RETOKENIZED
     assert "'tok'" in report.message and "3 of 10 tokens differ" in report.message
     assert "--allow-retokenized" in report.message
 

@@ -18,7 +18,8 @@ from polarstack.checks import sandbox_probe
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins, repo_root
 from polarstack.polar import harness_preset
-from polarstack.stack import assets, profiles
+from polarstack.reward import sandbox as sandbox_paths
+from polarstack.stack import profiles
 
 pytestmark = pytest.mark.unit
 
@@ -101,13 +102,13 @@ def real_probe(tmp_path, monkeypatch) -> Path:
         (bin_dir / name).chmod(0o755)
     sandbox = tmp_path / "models" / "apptainer"
     (sandbox / "agent-cli" / "bin").mkdir(parents=True)
-    (sandbox / assets.SIF_NAME).write_text("")
-    cli = sandbox / "agent-cli" / "bin" / assets.AGENT_CLI_BIN
+    (sandbox / sandbox_paths.SIF_NAME).write_text("")
+    cli = sandbox / "agent-cli" / "bin" / sandbox_paths.AGENT_CLI_BIN
     cli.write_text("#!/bin/sh\necho '2.1.332 (Claude Code)'\n")
     cli.chmod(0o755)
-    monkeypatch.setattr(assets, "SANDBOX_DIR", str(sandbox))
-    monkeypatch.setattr(assets, "SIF_PATH", str(sandbox / assets.SIF_NAME))
-    monkeypatch.setattr(assets, "AGENT_CLI_DIR", str(sandbox / "agent-cli"))
+    monkeypatch.setattr(sandbox_paths, "SANDBOX_DIR", str(sandbox))
+    monkeypatch.setattr(sandbox_paths, "SIF_PATH", str(sandbox / sandbox_paths.SIF_NAME))
+    monkeypatch.setattr(sandbox_paths, "AGENT_CLI_DIR", str(sandbox / "agent-cli"))
     monkeypatch.setattr("polarstack.paths.TRAINER_RUN_DIR", str(tmp_path / "run" / "train"))  # the trainer's mount
     monkeypatch.setenv("POLAR_APPTAINER_NO_INSTANCE", "1")  # what compose.yaml gives the trainer container
     monkeypatch.setenv("POLAR_APPTAINER_NO_MOUNT_TMP", "1")  # likewise

@@ -157,7 +157,7 @@ def test_make_train_runs_it_in_the_running_trainer_before_the_sandbox_probe(node
     monkeypatch.setattr(sandbox_probe, "check_in_trainer", lambda profile: pytest.fail("sandbox probe ran first"))
     plan = type("Plan", (), {"run_id": "shape-test", "memory": None})()
     with pytest.raises(StackError) as refused:
-        launch._launch(None, plan, profiles.load("engine-direct"))
+        launch.launch_in_trainer(None, plan, profiles.load("engine-direct"))
     assert refused.value.code == ExitCode.ENVIRONMENT and "refusing before anything starts" in refused.value.message
     assert_in_polars_shape(runs(fake_verifier))
     assert " exec -T trainer sh -c command -v unshare" in node.read_text()  # the script begins so

@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from polarstack.checks import smoke
+from polarstack.checks import exchange, smoke
 from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.errors import ExitCode
 from smoke_answers import PROSE_MESSAGE, TOOL_ANSWER, answer
@@ -36,7 +36,7 @@ def serve(monkeypatch, body: bytes):
     monkeypatch.setattr(smoke, "client", lambda timeout: httpx.Client(transport=httpx.MockTransport(handler)))
 
 
-def smoke_on(monkeypatch, body: bytes | dict, **options) -> smoke.SmokeReport:
+def smoke_on(monkeypatch, body: bytes | dict, **options) -> exchange.SmokeReport:
     serve(monkeypatch, body if isinstance(body, bytes) else json.dumps(body).encode())
     return smoke.run_smoke(SmokeTarget(URL), SmokeOptions(requests=1, turns=0, **options))
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from polarstack.bench import compare
 from polarstack.cli import bench as cli_bench
-from polarstack.cli import render
 from polarstack.cli.main import build_parser
 
 pytestmark = pytest.mark.unit
@@ -25,17 +25,17 @@ def test_the_recorded_command_is_the_one_main_was_given(tmp_path, monkeypatch, c
         seen["command"], seen["out"] = command, out
         return {}
 
-    assert cli_bench._write_and_show(args, {"x": 1}, write, lambda data, paths: None) == 0
+    assert cli_bench.write_and_show(args, {"x": 1}, write, lambda data, paths: None) == 0
     assert seen["command"] == f"polarstack bench --routing --out {tmp_path} --json"
     assert seen["out"] == tmp_path and json.loads(capsys.readouterr().out) == {"x": 1}
     args = argparse.Namespace(command_words=["bench"], out=str(tmp_path), json=False)
-    cli_bench._write_and_show(args, {}, write, lambda data, paths: None)
+    cli_bench.write_and_show(args, {}, write, lambda data, paths: None)
     assert seen["command"] == "polarstack bench"
 
 
 def test_spread_is_median_and_range():
-    assert render.spread({"median": 1.23456, "min": 1.0, "max": 2.0}) == "1.235 (1.000-2.000)"
-    assert render.spread({"median": 10.4, "min": 9.6, "max": 11.5}, 0) == "10 (10-12)"
+    assert compare.spread({"median": 1.23456, "min": 1.0, "max": 2.0}) == "1.235 (1.000-2.000)"
+    assert compare.spread({"median": 10.4, "min": 9.6, "max": 11.5}, 0) == "10 (10-12)"
 
 
 def test_progress_lines_reach_a_pipe_while_the_command_still_runs():

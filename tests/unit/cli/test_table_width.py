@@ -47,11 +47,11 @@ def tokens(text: str) -> Counter:
 @pytest.fixture(autouse=True)
 def drawn(monkeypatch, capsys):
     """Every table render draws, with its own lines: the console writes into a buffer 100 columns wide (as into a
-    pipe or a log), and each table's output is cut out of it as `_show` prints it."""
+    pipe or a log), and each table's output is cut out of it as `print_table` prints it."""
     buffer = io.StringIO()
     monkeypatch.setattr(render, "console", lambda: Console(file=buffer, width=WIDTH, highlight=False, soft_wrap=False))
     tables: list[tuple[list[str], str]] = []
-    show = render._show
+    show = render.print_table
 
     def recording(out, table):
         start = buffer.tell()
@@ -60,7 +60,7 @@ def drawn(monkeypatch, capsys):
         show(out, table)
         tables.append((texts, buffer.getvalue()[start:]))
 
-    monkeypatch.setattr(render, "_show", recording)
+    monkeypatch.setattr(render, "print_table", recording)
     yield SimpleNamespace(tables=tables, text=lambda: buffer.getvalue() + capsys.readouterr().out)
 
 

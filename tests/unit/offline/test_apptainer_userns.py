@@ -84,8 +84,8 @@ def test_lifting_proc_sys_in_an_unrecorded_shape_is_still_a_problem(change):
 
 
 def test_global_root_is_read_from_the_map():
-    assert apptainer_userns._maps_global_root("0 0 1") and apptainer_userns._maps_global_root("0 0 4294967295")
-    assert not apptainer_userns._maps_global_root("0 1000 1") and not apptainer_userns._maps_global_root("1 0 1")
+    assert apptainer_userns.maps_global_root("0 0 1") and apptainer_userns.maps_global_root("0 0 4294967295")
+    assert not apptainer_userns.maps_global_root("0 1000 1") and not apptainer_userns.maps_global_root("1 0 1")
 
 
 # --- review point 6: what of Polar's environment a session gets --------------------------------------------------

@@ -15,11 +15,12 @@ import pytest
 
 from polarstack.cli.main import main
 from polarstack.offline import ray_auth_facts
+from polarstack.paths import load_defaults
 from polarstack.pins import repo_root
 from polarstack.reward.tasks import TASKS
 from polarstack.stack import compose, profiles, ray_auth
 from polarstack.train import preflight
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.unit
 

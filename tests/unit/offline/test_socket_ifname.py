@@ -19,7 +19,7 @@ LOOPBACK = {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
 
 
 def test_compose_gives_the_trainer_and_every_engine_loopback_interfaces():
-    services = compose._compose_services()
+    services = compose.compose_services()
     for name in ("trainer", "engine-0", "engine-1"):
         env = services[name]["environment"]
         assert {k: env.get(k) for k in LOOPBACK} == LOOPBACK, name

@@ -11,10 +11,11 @@ import yaml
 
 from polarstack.checks import budget
 from polarstack.offline.verify import check_harness_preset
+from polarstack.paths import load_defaults
 from polarstack.polar import harness_preset
 from polarstack.stack import profiles
 from polarstack.train import preflight
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.unit
 

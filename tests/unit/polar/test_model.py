@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from polarstack.polar import model as polar_model
 from polarstack.polar import rules as polar_rules
+from polarstack.polar.verdict import NOT_TRAINABLE, UNPARSEABLE
 
 pytestmark = pytest.mark.unit
 EXAMPLES = 3000  # generated answers per run (measured run time in docs/polar-verdict.md)
@@ -322,7 +323,7 @@ def answers():
 def test_model_agrees_with_the_rule_table_on_generated_answers(body):
     parsed, expected = oracle_trainable(body)
     verdict = polar_model.decide(body)
-    assert (verdict.verdict != polar_model.UNPARSEABLE) == parsed
+    assert (verdict.verdict != UNPARSEABLE) == parsed
     assert verdict.trainable_tokens == expected, (body, verdict.stage, verdict.reason)
 
 
@@ -435,7 +436,7 @@ def test_a_nan_logprob_string_is_lost_at_polars_json_delivery():
     delivers the result with json.dumps(allow_nan=False) (node.py _push_result), so nothing is trained."""
     body = b'{"choices": [{"prompt_token_ids": [11888], "meta_info": {"output_token_logprobs": [["nan", 1000]]}}]}'
     verdict = polar_model.decide(body)
-    assert verdict.verdict == polar_model.NOT_TRAINABLE and verdict.trainable_tokens == 0
+    assert verdict.verdict == NOT_TRAINABLE and verdict.trainable_tokens == 0
     assert verdict.stage == "deliver" and "Out of range float values are not JSON compliant" in verdict.reason
     assert oracle_trainable(body) == (True, 0)
     finite = body.replace(b'"nan"', b'"-0.5"')
@@ -453,7 +454,7 @@ def test_model_agrees_with_the_rule_table_on_real_sglang_answers(entry):
     body = base64.b64decode(entry["body_b64"])
     parsed, expected = oracle_trainable(body)
     verdict = polar_model.decide(body, entry["request"])
-    assert parsed and verdict.verdict != polar_model.UNPARSEABLE
+    assert parsed and verdict.verdict != UNPARSEABLE
     assert verdict.trainable_tokens == expected, (entry["name"], verdict.stage, verdict.reason)
     # with Polar's two fields the real engine's answer is trainable; without them it is not (issue #52's symptom)
     with_fields = all(entry["request"].get(flag) is True for flag in ("return_prompt_token_ids", "return_meta_info"))

@@ -11,8 +11,9 @@ import types
 
 import pytest
 
-from polarstack.reward import tasks, verifier
-from polarstack.reward.verifier import bundle
+from polarstack.reward import tasks
+from polarstack.reward.verifier import bundle, candidate, supervisor
+from polarstack.reward.verifier.limits import ISOLATION_ENV, Limits
 
 pytestmark = pytest.mark.unit
 
@@ -55,12 +56,12 @@ def test_the_bundle_holds_the_package_and_its_sandbox_programs_unchanged(monkeyp
         "ISOLATION_ENV",
         "VERIFIER_UID_BASE",
         "_unshare_flags",
-        "_parse_report",
+        "parse_report",
     ):
         assert name in namespace, name
-    assert namespace["_SUPERVISOR"] == verifier._SUPERVISOR and namespace["_RUNNER"] == verifier._RUNNER
-    assert namespace["ISOLATION_ENV"] == verifier.ISOLATION_ENV == "POLARSTACK_VERIFIER_ISOLATION"
-    assert namespace["Limits"]().timeout == verifier.Limits().timeout
+    assert namespace["_SUPERVISOR"] == supervisor._SUPERVISOR and namespace["_RUNNER"] == candidate._RUNNER
+    assert namespace["ISOLATION_ENV"] == ISOLATION_ENV == "POLARSTACK_VERIFIER_ISOLATION"
+    assert namespace["Limits"]().timeout == Limits().timeout
 
 
 def test_python_m_polarstack_verifier_is_the_command_line():

@@ -50,7 +50,7 @@ def test_the_refusal_line_is_byte_identical_and_read_as_one():
     out = "FAILED humaneval_verifier (not verified)\npolarstack-verifier: the sandbox cannot be set up\n"
     assert gate.refusal_reason(_evaluated(out)) == "FAILED humaneval_verifier (not verified)"
     lines = ["FAILED probe (not verified)", "polarstack-verifier: the sandbox cannot be set up"]
-    assert sandbox_probe._not_verified({"good": lines, "bad": []}) == "the sandbox cannot be set up"
+    assert sandbox_probe.not_verified({"good": lines, "bad": []}) == "the sandbox cannot be set up"
 
 
 def test_the_limits_note_is_not_a_refusal():

@@ -8,9 +8,6 @@ import sys
 
 import pytest
 
-from polarstack.routers import catalog as router_catalog
-from polarstack.routers import harness as routers
-
 pytestmark = pytest.mark.unit
 
 # What polarstack.routers.harness (the installer and harness) needs and a profile reader must not pull in.
@@ -29,8 +26,3 @@ def test_reading_a_profile_imports_no_installer_or_http():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
-
-
-def test_routers_reexports_the_catalog():
-    for name in ("RouterRelease", "MEASURED", "PACKAGES", "LAUNCH_MODULES", "version_tuple"):
-        assert getattr(routers, name) is getattr(router_catalog, name)

@@ -4,7 +4,8 @@ chat request fields, which have slime's worker API, which flags each launch acce
 import pytest
 
 from polarstack.errors import StackError
-from polarstack.routers.harness import RouterRelease, venv_dir
+from polarstack.routers.catalog import RouterRelease
+from polarstack.routers.harness import venv_dir
 
 pytestmark = pytest.mark.unit
 

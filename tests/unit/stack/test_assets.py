@@ -22,6 +22,7 @@ import fake_node
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.pins import repo_root
+from polarstack.reward.sandbox import AGENT_CLI_DIR, SANDBOX_DIR, SIF_NAME, SIF_PATH
 from polarstack.reward.tasks import polar_config
 from polarstack.stack import assets, compose, profiles
 
@@ -108,13 +109,10 @@ def test_task_template_mounts_the_agent_cli_into_every_sandbox():
     config = polar_config("humaneval", "/tasks")
     runtime = config["polar_task_template"]["runtime"]
     assert runtime["backend"] == "apptainer"
-    assert runtime["image"] == "{args.polar_apptainer_image_dir}/" + assets.SIF_NAME
+    assert runtime["image"] == "{args.polar_apptainer_image_dir}/" + SIF_NAME
     assert runtime["kwargs"]["volumes"] == ["{args.polar_agent_cli_dir}:/opt/node:ro"]
     assert runtime["env"]["PATH"].startswith("/opt/node/bin:")
-    assert (
-        config["polar_agent_cli_dir"] == assets.AGENT_CLI_DIR
-        and config["polar_apptainer_image_dir"] == assets.SANDBOX_DIR
-    )
+    assert config["polar_agent_cli_dir"] == AGENT_CLI_DIR and config["polar_apptainer_image_dir"] == SANDBOX_DIR
 
 
 # --- make up refuses without assets ---------------------------------------------------------------------------
@@ -139,7 +137,7 @@ def test_up_with_weights_but_no_sandbox_names_make_sif(tmp_path, monkeypatch, ca
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VOLUME", "1")
     monkeypatch.setenv("FAKE_IMAGES", "model-download")
-    monkeypatch.setenv("FAKE_ABSENT", f"{assets.SIF_PATH}")
+    monkeypatch.setenv("FAKE_ABSENT", f"{SIF_PATH}")
     code, err = up(capsys)
     assert code == ExitCode.ASSETS_MISSING
     assert "`make sif`" in err and "polarstack-code.sif" in err and "make model" not in err
@@ -318,7 +316,8 @@ def test_verify_offline_resolves_the_agent_cli_pin_on_npm(monkeypatch, tmp_path)
 def test_polar_runs_in_direct_exec_mode_everywhere(tmp_path, monkeypatch):
     """compose.yaml's trainer, launch.sh and the Ray job select Polar's direct-exec mode; verify-offline checks it."""
     from polarstack.offline import verify as verify_offline
-    from polarstack.train.plan import build_plan, load_defaults
+    from polarstack.paths import load_defaults
+    from polarstack.train.plan import build_plan
 
     record = json.loads((ROOT / "configs" / "upstream" / "polar-apptainer.json").read_text())
     assert record["polar_commit"] == __import__("polarstack.pins", fromlist=["pins"]).pins()["POLAR_COMMIT"]

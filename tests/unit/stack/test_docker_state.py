@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 import fake_node
+from polarstack import errors
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.pins import repo_root
@@ -369,7 +370,7 @@ def test_compose_ps_json_is_read_in_both_of_composes_formats():
         "trainer": "exited",
     }
     assert set(docker_state.parse_ps(array)) == {"engine-0", "router"} and docker_state.parse_ps("") == {}
-    with pytest.raises(docker_state.StackError) as caught:
+    with pytest.raises(errors.StackError) as caught:
         docker_state.parse_ps("NAME  IMAGE  STATUS")
     assert caught.value.code == ExitCode.ENVIRONMENT
     assert docker_state.expected_services("patched-router") == ["engine-0", "engine-1", "router", "trainer"]

@@ -89,7 +89,7 @@ def test_a_taken_engine_port_is_refused_naming_the_knob(knobs, monkeypatch):
 def test_a_port_left_in_time_wait_is_not_refused():
     """The local runtime's check at NODES>1 is the docker runtime's (processes.port_taken): TIME_WAIT is free."""
     port = time_wait.leave_time_wait()
-    local._check_port_free("127.0.0.1", port, "engine-0", "ENGINE_PORT_BASE")  # no StackError
+    local.check_port_free("127.0.0.1", port, "engine-0", "ENGINE_PORT_BASE")  # no StackError
 
 
 def test_rank_0_names_the_node_whose_engines_never_answer():
@@ -99,7 +99,7 @@ def test_rank_0_names_the_node_whose_engines_never_answer():
         node = NodeLayout(1, "198.18.250.2", ("ray-worker",), (0, 1), (2, 3), (url,))
         began = time.monotonic()
         with pytest.raises(StackError) as raised:
-            local._wait_engines({url: node}, 0.5)
+            local.wait_engines({url: node}, 0.5)
     assert raised.value.code == ExitCode.UNREACHABLE
     assert raised.value.message.startswith(f"engine {url} of node 1 (198.18.250.2) did not answer /health")
     assert "NODE_RANK=1" in raised.value.message and time.monotonic() - began < 5

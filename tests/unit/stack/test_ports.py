@@ -13,6 +13,7 @@ import pytest
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import load_defaults
+from polarstack.pins import repo_root
 from polarstack.stack import ports, profiles, stack_faults
 
 pytestmark = pytest.mark.unit
@@ -105,7 +106,7 @@ def test_the_record_means_what_the_accounting_says():
 
 
 def _record():
-    return copy.deepcopy(json.loads((ports.repo_root() / ports.RECORD).read_text()))
+    return copy.deepcopy(json.loads((repo_root() / ports.RECORD).read_text()))
 
 
 def test_record_problems_catch_a_moved_or_unaccounted_listener():

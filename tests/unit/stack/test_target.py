@@ -10,10 +10,12 @@ import os
 
 import pytest
 
+from polarstack import processes
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import docker_state, local, profiles
-from polarstack.stack.target import docker_engine_urls, registered_engines, resolve_target
+from polarstack.stack.profiles import docker_engine_urls, registered_engines
+from polarstack.stack.target import resolve_target
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +32,7 @@ def local_up(tmp_path, monkeypatch):
                 "route": "polar",
                 "base_url": "http://127.0.0.1:9",
                 "engine_urls": ["http://127.0.0.1:9"],
-                "processes": [{"role": "engine-0", "pid": me, "start_time": local.start_time(me), "port": 9}],
+                "processes": [{"role": "engine-0", "pid": me, "start_time": processes.start_time(me), "port": 9}],
             }
         )
     )

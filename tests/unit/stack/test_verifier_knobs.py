@@ -21,8 +21,9 @@ import yaml
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.offline import verifier_env, verify
+from polarstack.paths import load_defaults
 from polarstack.stack import profiles, verifier_knobs
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.unit
 

@@ -21,9 +21,10 @@ import threading
 import pytest
 
 from polarstack import processes
+from polarstack.paths import load_defaults
 from polarstack.stack import compose, profiles
 from polarstack.train import launch
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 from train_fakes import fake_node_for_train
 
 pytestmark = pytest.mark.unit

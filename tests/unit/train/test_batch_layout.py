@@ -10,9 +10,10 @@ import pytest
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.offline.verify import check_batch_layout
+from polarstack.paths import load_defaults
 from polarstack.stack import profiles
 from polarstack.train import batch_layout
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.unit
 

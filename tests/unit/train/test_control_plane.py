@@ -18,10 +18,13 @@ import pytest
 
 from polarstack.offline import control_plane as offline
 from polarstack.offline import verify
+from polarstack.paths import load_defaults
+from polarstack.pins import repo_root
 from polarstack.stack import profiles
+from polarstack.stack.assets import sandbox_mode_env
 from polarstack.train import control_plane
 from polarstack.train import plan as plan_mod
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 from train_fakes import rendered_launch_sh
 
 pytestmark = pytest.mark.unit
@@ -33,7 +36,7 @@ SWITCH = "POLAR_APPTAINER_CLEANENV"
 @pytest.fixture
 def cleanenv_on(monkeypatch):
     """The environment launch.sh runs Polar with, with Polar's --cleanenv switch (as the sessions' branch sets it)."""
-    base = plan_mod.sandbox_mode_env
+    base = sandbox_mode_env
     monkeypatch.setattr(plan_mod, "sandbox_mode_env", lambda: {**base(), SWITCH: "1"})
 
 
@@ -41,7 +44,7 @@ def cleanenv_on(monkeypatch):
 def cleanenv_off(monkeypatch):
     """The environment launch.sh runs Polar with, without Polar's --cleanenv switch (the stack sets it by default:
     polarstack.stack.assets.sandbox_mode_env)."""
-    base = plan_mod.sandbox_mode_env
+    base = sandbox_mode_env
     monkeypatch.setattr(plan_mod, "sandbox_mode_env", lambda: {k: v for k, v in base().items() if k != SWITCH})
 
 
@@ -177,7 +180,7 @@ def test_verify_offline_refuses_the_token_in_the_job_or_the_trainer_and_a_harnes
 def test_verify_offline_refuses_the_token_when_apptainer_would_keep_the_gateways_environment(cleanenv_on):
     """With --cleanenv the session's variables hold no token; an apptainer process beside the session that kept the
     gateway's environment (its /proc/<pid>/environ, readable in the session's user namespace) would undo it."""
-    starter = copy.deepcopy(offline.json.loads((offline.repo_root() / offline.STARTER_RECORD).read_text()))
+    starter = copy.deepcopy(offline.json.loads((repo_root() / offline.STARTER_RECORD).read_text()))
     assert _check(_plan(), starter=starter) == []
     starter["caller_environment_kept_by_apptainer"] = True
     assert any("--cleanenv would not keep the token out" in p for p in _check(_plan(), starter=starter))

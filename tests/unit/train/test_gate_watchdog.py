@@ -137,7 +137,7 @@ def fake_bridge(monkeypatch):
 
     monkeypatch.setattr(gate, "stop_job", stop)
     gate.reset()
-    gate._state.checked = True  # the first-rollout smoke is pinned in tests/integration/test_gate.py
+    gate.gate_state.checked = True  # the first-rollout smoke is pinned in tests/integration/test_gate.py
     module.stops = stops
     yield module
     if module._global_async_worker is not None:
@@ -251,7 +251,7 @@ def returning(monkeypatch):
     module.generate = lambda args, rollout_id, data_source, evaluation=False: module.queue.pop(0)
     monkeypatch.setitem(sys.modules, "standin_reward_rollout", module)
     gate.reset()
-    gate._state.checked = True
+    gate.gate_state.checked = True
     yield module
     gate.reset()
 
@@ -346,7 +346,7 @@ def _run_the_job_in_process(tmp_path, monkeypatch, stop_path):
     import yaml
 
     from polarstack.checks import smoke
-    from polarstack.train.plan import TRAINER_RUN_DIR
+    from polarstack.paths import TRAINER_RUN_DIR
 
     bridge = make_bridge("slime_bridge.rollout")
     package = types.ModuleType("slime_bridge")

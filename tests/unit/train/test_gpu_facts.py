@@ -19,9 +19,10 @@ from polarstack.checks import bridge as bridge_check
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode, StackError
 from polarstack.offline import meaning
+from polarstack.paths import load_defaults
 from polarstack.pins import pins, repo_root
 from polarstack.stack import profiles
-from polarstack.train.plan import RESUME_REFUSED, build_plan, checkpoint_guard, load_defaults
+from polarstack.train.plan import RESUME_REFUSED, build_plan, checkpoint_guard
 
 pytestmark = pytest.mark.unit
 CEIL = "slime_bridge.data_source.CeilEpochRolloutDataSourceWithBuffer"

@@ -17,9 +17,10 @@ import pytest
 from default_signals import default_signals, defaults_here
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
+from polarstack.paths import load_defaults
 from polarstack.stack import profiles
 from polarstack.train import ray_job
-from polarstack.train.plan import POLAR_PORT_HELD, POLAR_START_FAILED, build_plan, job_control_lines, load_defaults
+from polarstack.train.plan import POLAR_PORT_HELD, POLAR_START_FAILED, build_plan, job_control_lines
 from train_fakes import fake_node_for_train, rendered_launch_sh
 
 pytestmark = pytest.mark.unit

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 @pytest.fixture(autouse=True)
 def fresh_gate():
     gate.reset()
-    gate._state.checked = True  # the first-rollout smoke is tested elsewhere
+    gate.gate_state.checked = True  # the first-rollout smoke is tested elsewhere
     yield
     gate.reset()
 
@@ -159,6 +159,6 @@ def test_the_in_job_watch_records_polar_drops_and_warns_at_the_context_limit(tmp
     assert not (tmp_path / "gate-abort.txt").exists()  # a warning, not a stop
     a.polar_gate_context_limit_warn_share = 0.5
     gate.reset()
-    gate._state.checked = True
+    gate.gate_state.checked = True
     gate.generate_rollout_gated(a, 1, None)
     assert "ended at the engine's context" not in capsys.readouterr().err

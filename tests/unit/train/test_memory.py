@@ -18,9 +18,10 @@ import pytest
 import fake_node
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode, StackError
+from polarstack.paths import load_defaults
 from polarstack.stack import profiles
 from polarstack.train import memory, preflight
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.unit
 P7 = 7_615_616_512  # slime's qwen2.5-7B.sh, computed (README)

@@ -15,7 +15,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.offline import verify as verify_offline
 from polarstack.pins import repo_root
 from polarstack.stack import profiles
-from polarstack.train import preflight
+from polarstack.train import model_size, preflight
 
 pytestmark = pytest.mark.unit
 WORKING = ("engine-direct", "router-passthrough", "patched-router")
@@ -102,12 +102,12 @@ def test_slime_num_steps_rule():
 
 
 def test_model_facts_match_slime_scripts():
-    seven = preflight.model_facts(preflight.slime_model_args("7B"))
+    seven = model_size.model_facts(preflight.slime_model_args("7B"))
     # README's weight figure for the 7B: 7,615,616,512 parameters computed from slime's qwen2.5-7B.sh.
     assert seven["parameters"] == 7_615_616_512 and not seven["tied_embeddings"]
     assert (seven["vocab_size"], seven["num_query_groups"]) == (152064, 4)
     for size in ("0.5B", "1.5B", "3B"):
-        small = preflight.model_facts(preflight.slime_model_args(size))
+        small = model_size.model_facts(preflight.slime_model_args(size))
         assert small["tied_embeddings"] and (small["vocab_size"], small["num_query_groups"]) == (151936, 2)
 
 

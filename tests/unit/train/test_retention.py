@@ -14,9 +14,10 @@ import pytest
 
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode, StackError
+from polarstack.paths import load_defaults
 from polarstack.stack import profiles
 from polarstack.train import memory, retention
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 from train_fakes import fake_node_for_train
 
 pytestmark = pytest.mark.unit

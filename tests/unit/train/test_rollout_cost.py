@@ -6,8 +6,8 @@ import pytest
 
 from polarstack.checks import budget
 from polarstack.cli.main import main
+from polarstack.paths import load_defaults
 from polarstack.train import rollout_cost
-from polarstack.train.plan import load_defaults
 
 pytestmark = pytest.mark.unit
 

@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 from polarstack.offline import meaning
+from polarstack.paths import load_defaults
 from polarstack.pins import repo_root
 from polarstack.stack import profiles
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 
 RECORDED = meaning.sampling_facts()
 

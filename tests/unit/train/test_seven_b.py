@@ -136,7 +136,7 @@ def test_the_report_judges_the_7b_step_against_the_estimate():
 def test_the_reload_posts_what_sglangs_update_weights_from_disk_reads():
     from polarstack.engine import tool_parser
 
-    text = tool_parser._wheel_text("sglang/srt/managers/io_struct.py")
+    text = tool_parser.wheel_text("sglang/srt/managers/io_struct.py")
     assert rehearsal_keys.reload_problems(text) == []
     renamed = text.replace(
         "    weight_version: Optional[str] = None\n    # Whether to update weights asynchronously",

@@ -91,7 +91,7 @@ def test_the_host_gate_and_the_in_job_check_share_the_deadline(tmp_path, monkeyp
     profile = profiles.load("engine-direct")
     plan = build_plan("humaneval", profile, run_id="x")
     target = Target("docker", profile.name, profile.base_url(), profile.route, loaded=profile)
-    launch._gate(launch.TrainRequest(task="humaneval"), target, plan, profile)
+    launch.host_gate(launch.TrainRequest(task="humaneval"), target, plan, profile)
     assert in_job == seen.get("timeout") == expected  # the host gate passed its own (before: none, run_smoke's 10 s)
 
 

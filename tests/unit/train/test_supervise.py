@@ -7,8 +7,8 @@ at most once before the first checkpoint, and stops after an attempt that wrote 
 import pytest
 
 from polarstack.errors import ExitCode, StackError
+from polarstack.paths import load_defaults
 from polarstack.train import supervise
-from polarstack.train.plan import load_defaults
 from train_fakes import fake_node_for_train
 
 pytestmark = pytest.mark.unit

@@ -23,7 +23,7 @@ when not root, or root without CAP_SYS_ADMIN: then a helper outside maps the san
 a fresh tmpfs holding read-only binds of /usr, /etc and the interpreter's prefix, a private /tmp, /var/tmp and
 /dev/shm, a minimal /dev of read-only device binds and its own /proc (or none); as root a uid per concurrent run,
 locked across processes with flock, where the user namespace maps them; uid 0 of a namespace mapping root alone
-(an Apptainer session of the trainer) keeps that uid for the candidate, with no /proc (host.py _one_uid_shape);
+(an Apptainer session of the trainer) keeps that uid for the candidate, with no /proc (host.py one_uid_shape);
 rlimits (CPU, memory, file size, open files, processes); every capability dropped (bounding set, ambient, locked
 securebits, capset); no_new_privs; a fresh session keyring and a seccomp filter (seccomp.py: keyrings and other
 kernel state that outlives a run, and every way to make a process, a thread or a namespace); limits on the sandbox's total, by a cgroup v2 per run or the supervisor's watchdog (cgroup.py,
@@ -68,22 +68,17 @@ from polarstack.reward.verifier.host import (
     _cap_last_cap,
     _kill_uid,
     _maps_sandbox_uids,
-    _one_uid_shape,
-    _pids_of_uid,  # noqa: F401 (re-exported for tests and the bundle)
     _root_with,
     _sandbox_uid,
     _system_python,
     _unshare_flags,
+    one_uid_shape,
 )
 from polarstack.reward.verifier.limits import (
     _GRACE,
-    DEFAULT_MEMORY_MB,  # noqa: F401 (re-exported)
-    DEFAULT_NPROC,  # noqa: F401 (re-exported)
     DEFAULT_TIMEOUT,
     ISOLATION_ENV,
     ISOLATION_MODES,
-    SLOTS,  # noqa: F401 (re-exported)
-    VERIFIER_UID_BASE,  # noqa: F401 (re-exported)
     IsolationUnavailable,
     Limits,
     Outcome,
@@ -194,7 +189,7 @@ def _supervise(
     flags = _unshare_flags()
     # uid 0 of a user namespace without the sandbox uids (an Apptainer session of the trainer): no uid to switch
     # to, so the candidate stays that uid 0, without capabilities, /proc or processes of its own (host.py).
-    one_uid = isolate and _one_uid_shape()
+    one_uid = isolate and one_uid_shape()
     # Root without CAP_SYS_ADMIN: a user namespace into which a helper maps the sandbox uid (needs CAP_SETUID and
     # CAP_SETGID; without them the program would run as the host's root, which RLIMIT_NPROC does not bind).
     by_helper = bool(isolate and flags & _NEWUSER and os.geteuid() == 0 and not one_uid)
@@ -287,7 +282,7 @@ def _supervise(
                 process.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=_GRACE)
-            report = _parse_report(data, secret)
+            report = parse_report(data, secret)
         finally:
             os.close(report_r)
             if workdir:
@@ -409,7 +404,7 @@ def verify(problem: dict[str, Any], completion: str, limits: Limits | None = Non
     return Outcome(False, "failed", seconds, detail, tail, calls, checks, mechanism)
 
 
-def _parse_report(data: bytes, secret: str) -> dict[str, Any]:
+def parse_report(data: bytes, secret: str) -> dict[str, Any]:
     """The judge's single report line, if it carries this run's secret; else nothing."""
     lines = data.splitlines()
     if len(lines) != 1:

@@ -37,7 +37,7 @@ def _root_with(*capabilities: int) -> bool:
     return os.geteuid() == 0 and all(held >> cap & 1 for cap in capabilities)
 
 
-def _map_holds_sandbox_uids(text: str) -> bool:
+def map_holds_sandbox_uids(text: str) -> bool:
     """Whether a uid_map or gid_map (`first outside count` lines) has the ids VERIFIER_UID_BASE.. (one per slot)."""
     numbers = [int(n) for n in text.split()]
     extents = [numbers[i : i + 3] for i in range(0, len(numbers) - 2, 3)]
@@ -49,14 +49,14 @@ def _maps_sandbox_uids() -> bool:
     maps root alone, as `unshare --user --map-root-user` does. True where the maps cannot be read."""
     for name in ("uid_map", "gid_map"):
         try:
-            if not _map_holds_sandbox_uids(Path("/proc/self", name).read_text()):
+            if not map_holds_sandbox_uids(Path("/proc/self", name).read_text()):
                 return False
         except (OSError, ValueError):
             continue
     return True
 
 
-def _one_uid_shape(euid: int | None = None, maps_sandbox_uids: bool | None = None) -> bool:
+def one_uid_shape(euid: int | None = None, maps_sandbox_uids: bool | None = None) -> bool:
     """uid 0 of a user namespace that does not map the sandbox uids (`0 0 1`, as apptainer gives root without
     CAP_SYS_ADMIN, configs/upstream/apptainer-userns.json): the candidate then runs as that uid 0, with every
     capability dropped, no /proc and no way to make a process (seccomp.py); there is no other uid to switch to.
