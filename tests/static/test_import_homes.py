@@ -1,7 +1,7 @@
 """Issue 35 point 5: every name is imported from its home, and no private name crosses modules.
 
 - No `# noqa: F401` comment in any tracked Python file: a name imported only to be passed on is a re-export.
-- Every `from polarstack.X import N` and every `X.N` on a module X of the package reads N where it is defined (a
+- Every from-import of the package and every `X.N` on a module X of the package reads N where it is defined (a
   def, a class, an assignment or a submodule of X), never where X itself only imported it.
 - No module uses a private name (`_name`) of another polarstack module. The verifier bundle is the stated exception
   (issue 35): its modules are concatenated into one file (reward/verifier/bundle.py), so their private names are one
@@ -52,7 +52,7 @@ def noqa_f401_lines(text: str) -> list[int]:
     return found
 
 
-def bound_names(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
+def bound_names(tree: ast.Module, top: str = "polarstack") -> tuple[set[str], dict[str, str]]:
     """(names the module defines itself, names of the package it binds only by importing them) at its top level,
     any depth of if/try. A standard-library or third-party module it imports (os, subprocess) is not the package's:
     a test may reach it through the module to patch what that module calls."""
@@ -66,7 +66,7 @@ def bound_names(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
             elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 defined.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
-            elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("polarstack")):
+            elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(top)):
                 imported.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
             elif isinstance(node, (ast.For, ast.With)):
                 target = node.target if isinstance(node, ast.For) else None
@@ -96,7 +96,7 @@ class Package:
         for path in sorted(root.rglob("*.py")):
             name = ".".join(path.relative_to(root.parent).with_suffix("").parts)
             name = name.removesuffix(".__init__")
-            defined, imported_only = bound_names(ast.parse(path.read_text(encoding="utf-8")))
+            defined, imported_only = bound_names(ast.parse(path.read_text(encoding="utf-8")), root.name)
             self.defined[name] = defined
             self.imported_only[name] = imported_only
 
@@ -114,7 +114,7 @@ class Package:
         return None
 
 
-def faults(path: Path, package: Package, display: str, here: str | None = None) -> list[str]:
+def faults(path: Path, package: Package, display: str, here: str | None = None, top: str = "polarstack") -> list[str]:
     """What `path` (the module `here`, or outside the package) does against the rules above, one line each."""
     text = path.read_text(encoding="utf-8")
     tree = ast.parse(text)
@@ -123,7 +123,7 @@ def faults(path: Path, package: Package, display: str, here: str | None = None) 
     is_test = display.startswith("tests/")
     found = [f"{display}:{line}: # noqa: F401 (a re-export)" for line in noqa_f401_lines(text)]
     if here is not None:  # `__all__` naming what the module only imported is a re-export too
-        _, imported_only = bound_names(tree)
+        _, imported_only = bound_names(tree, top)
         for node in tree.body:
             if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
@@ -140,7 +140,7 @@ def faults(path: Path, package: Package, display: str, here: str | None = None) 
         return not (verifier_name and (in_verifier or is_test))
 
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("polarstack") and not node.level:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(top) and not node.level:
             for alias in node.names:
                 if package.is_module(f"{node.module}.{alias.name}"):
                     aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
@@ -152,7 +152,7 @@ def faults(path: Path, package: Package, display: str, here: str | None = None) 
                     found.append(f"{display}:{node.lineno}: private {node.module}.{alias.name} used here")
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.startswith("polarstack") and alias.asname:
+                if alias.name.startswith(top) and alias.asname:
                     aliases[alias.asname] = alias.name
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
@@ -176,32 +176,30 @@ def test_every_name_is_read_at_its_home_and_no_private_name_crosses_modules():
 def test_the_scan_finds_each_kind_of_fault(tmp_path):
     """A planted package: a re-export with its noqa, a reader of the re-exported name (by import and by attribute),
     and a private name read from another module. Each is found; the same reads at the home are not."""
-    root = tmp_path / "scripts" / "polarstack"
+    root = tmp_path / "scripts" / "planted"
     (root / "sub").mkdir(parents=True)
     (root / "__init__.py").write_text("")
     (root / "sub" / "__init__.py").write_text("")
     (root / "sub" / "home.py").write_text("VALUE = 1\n\n\ndef _helper():\n    return 2\n")
-    (root / "sub" / "relay.py").write_text("from polarstack.sub.home import VALUE  # noqa: F401\n")
-    (root / "sub" / "face.py").write_text("from polarstack.sub.home import VALUE\n\n__all__ = ['VALUE']\n")
+    (root / "sub" / "relay.py").write_text("from planted.sub.home import VALUE  # noqa: F401\n")
+    (root / "sub" / "face.py").write_text("from planted.sub.home import VALUE\n\n__all__ = ['VALUE']\n")
     reader = tmp_path / "reader.py"
     reader.write_text(
-        "from polarstack.sub import relay\n"
-        "from polarstack.sub.relay import VALUE\n"
-        "from polarstack.sub.home import _helper\n"
+        "from planted.sub import relay\n"
+        "from planted.sub.relay import VALUE\n"
+        "from planted.sub.home import _helper\n"
         "print(relay.VALUE, VALUE, _helper())\n"
     )
     good = tmp_path / "good.py"
-    good.write_text(
-        "from polarstack.sub import home\nfrom polarstack.sub.home import VALUE\nprint(home.VALUE, VALUE)\n"
-    )
+    good.write_text("from planted.sub import home\nfrom planted.sub.home import VALUE\nprint(home.VALUE, VALUE)\n")
     package = Package(root)
-    assert len(faults(root / "sub" / "relay.py", package, "relay.py", "polarstack.sub.relay")) == 1
-    face = faults(root / "sub" / "face.py", package, "face.py", "polarstack.sub.face")
+    assert len(faults(root / "sub" / "relay.py", package, "relay.py", "planted.sub.relay", "planted")) == 1
+    face = faults(root / "sub" / "face.py", package, "face.py", "planted.sub.face", "planted")
     assert [f.split(": ", 1)[1] for f in face] == ["__all__ re-exports VALUE"]
-    found = faults(reader, package, "reader.py")
+    found = faults(reader, package, "reader.py", top="planted")
     assert sorted(f.split(": ", 1)[1] for f in found) == [
-        "VALUE is only imported by polarstack.sub.relay: import it from polarstack.sub.home",
-        "VALUE is only imported by polarstack.sub.relay: import it from polarstack.sub.home",
-        "private polarstack.sub.home._helper used here",
+        "VALUE is only imported by planted.sub.relay: import it from planted.sub.home",
+        "VALUE is only imported by planted.sub.relay: import it from planted.sub.home",
+        "private planted.sub.home._helper used here",
     ]
-    assert faults(good, package, "good.py") == []
+    assert faults(good, package, "good.py", top="planted") == []

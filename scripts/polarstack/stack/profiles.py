@@ -146,7 +146,7 @@ class Profile:
         return int(self.values["ROUTER_PORT"])
 
     def base_url(self, host: str = "127.0.0.1") -> str:
-        """Polar's base URL under Docker (the profile's ports), by the rule of polarstack.stack.target.polar_base_url."""
+        """Polar's base URL under Docker (the profile's ports), by the rule of polarstack.stack.profiles.polar_base_url."""
         return polar_base_url(self, f"http://{host}:{self.router_port}", [f"http://{host}:{self.engine_port(0)}"])
 
 

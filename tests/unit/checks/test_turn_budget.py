@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from polarstack.checks import budget
+from polarstack.paths import load_defaults
 from polarstack.stack import profiles
-from polarstack.train.plan import build_plan, load_defaults
+from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.unit
 

@@ -72,7 +72,7 @@ def test_make_train_passes_the_plans_budget_to_prepare(monkeypatch):
         task, source, resume = "humaneval", None, False
 
     with pytest.raises(StackError):
-        launch._launch(Request(), Plan(), None)
+        launch.launch_in_trainer(Request(), Plan(), None)
     assert seen["max_prompt_tokens"] == 777
 
 
