@@ -39,7 +39,7 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
             result = json.loads(Path(args.report).read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise StackError(f"cannot read the report {args.report} ({exc}).", ExitCode.USAGE) from None
-        print_table(result, args.json)
+        _show(result, args.json)
         rehearsal_report.raise_on_failure(result)
         return 0
     profile = profiles.load(docker_state.profile_name(args.profile))
@@ -66,7 +66,7 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
         cli_cluster.before_up(plan.cluster)
     print("\n".join(plan.phases[0][1].memory.lines()), file=sys.stderr)  # computed (polarstack.train.memory)
     result = rehearsal_run.run(profile, plan)
-    print_table(result, args.json)
+    _show(result, args.json)
     rehearsal_report.raise_on_failure(result)
     return 0
 
@@ -84,7 +84,7 @@ def refuse_model_dir() -> None:
         )
 
 
-def print_table(result: dict, as_json: bool) -> None:
+def _show(result: dict, as_json: bool) -> None:
     if as_json:
         print_json({k: v for k, v in result.items() if k != "evidence"})
     else:
