@@ -77,7 +77,11 @@ def test_every_working_profile_caps_the_agent_and_its_last_request_fits(name):
     config = load_defaults()
     plan = build_plan("humaneval", profiles.load(name), run_id="t", config=config)
     agent = yaml.safe_load(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
-    assert agent["env"] == {budget.AGENT_OUTPUT_ENV: str(config["context"]["agent_max_output_tokens"])}
+    # the output cap and the Bash result cut the pinned CLI reads (configs/upstream/turn-cap.json)
+    assert agent["env"] == {
+        budget.AGENT_OUTPUT_ENV: str(config["context"]["agent_max_output_tokens"]),
+        budget.BASH_OUTPUT_ENV: str(config["context"]["agent_bash_output_chars"]),
+    }
     assert budget.request_problems(plan.train_args, config) == []
 
 
@@ -85,7 +89,7 @@ def test_every_working_profile_caps_the_agent_and_its_last_request_fits(name):
     "sets,needle",
     [
         (["context.agent_max_output_tokens=0"], "per-request max_tokens 32000"),  # the CLI's default
-        (["grpo.rollout_max_response_len=16384"], "per-request max_tokens 4096 = 35115 tokens exceed"),
+        (["grpo.rollout_max_response_len=16384"], "per-request max_tokens 2048 = 33067 tokens exceed"),
     ],
 )
 def test_the_plan_refuses_a_budget_whose_last_request_the_engine_would_refuse(capsys, sets, needle):
@@ -144,5 +148,7 @@ def test_the_in_job_gate_reads_the_cap_from_the_jobs_task_template():
         build_plan("humaneval", profiles.load("engine-direct"), run_id="t").files["polar_config.yaml"]
     )
     env = gate.agent_env_of(SimpleNamespace(**config))
-    assert env == {budget.AGENT_OUTPUT_ENV: "4096"} and budget.env_max_tokens(env) == 4096
+    cap = load_defaults()["context"]["agent_max_output_tokens"]
+    assert env == budget.agent_env(load_defaults()) and env[budget.AGENT_OUTPUT_ENV] == str(cap) == "2048"
+    assert budget.env_max_tokens(env) == 2048
     assert gate.agent_env_of(SimpleNamespace()) is None  # no task template: the smoke uses the defaults

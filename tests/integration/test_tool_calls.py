@@ -169,7 +169,7 @@ def test_tool_exchange_carries_polars_flags_and_its_tokens_count(engines):
         assert body["return_prompt_token_ids"] is True and body["return_meta_info"] is True
         assert body["logprobs"] is True and body["stream"] is False
         # the agent's own first-turn shape (issue 18 point 2, issue 32 point 6): its 12 tools and max_tokens
-        assert body["temperature"] == 0 and body["tool_choice"] == "auto" and body["max_tokens"] == max_tokens == 4096
+        assert body["temperature"] == 0 and body["tool_choice"] == "auto" and body["max_tokens"] == max_tokens == 2048
         assert len(body["tools"]) == 12
     assert short["messages"][0]["role"] == "user" and long["messages"][0]["role"] == "system"
     entries = [e for e in report.exchanges if e["kind"] == "tools"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any
 
+from polarstack.errors import StackError
 from polarstack.offline.check import Check
 from polarstack.offline.multinode import EXAMPLE
 from polarstack.paths import compose_file, load_yaml
@@ -40,7 +41,10 @@ def rendered_texts() -> dict[str, str]:
     router profile for the head and a worker (the GPU override is a plain mapping of device_ids)."""
     texts = {path.name: path.read_text() for path in (compose_file(), compose.cpu_compose_file())}
     for name in profiles.available():
-        profile = profiles.load(name)
+        try:
+            profile = profiles.load(name)
+        except StackError:  # a profile that cannot be loaded is check_profile's failure, named there
+            continue
         if profile.router is None:
             continue
         for rank in (0, 1):

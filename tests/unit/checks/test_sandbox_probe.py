@@ -165,14 +165,19 @@ def test_probe_refuses_sessions_that_see_the_trainers_tmp(tmp_path, monkeypatch)
     trainer's /tmp (the stand-in ignoring --no-mount tmp, as apptainer does without it) finds the other session's
     hidden tests and the probe stops `make train`. Before the fix the probe's sessions were in the run dir, out of
     every /tmp, and it passed whatever the sessions' /tmp was."""
-    real_probe(tmp_path, monkeypatch)
+    log = real_probe(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_APPTAINER_BINDS_TMP", "1")
     with pytest.raises(StackError) as exc:
         sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
     assert exc.value.code == ExitCode.ENVIRONMENT
     assert "found another session's hidden tests (eval/problem.json)" in exc.value.message
     assert "POLAR_APPTAINER_NO_MOUNT_TMP=1" in exc.value.message
-    assert not list(Path(tempfile.gettempdir()).glob("session-probe-*"))  # removed on the refusal too
+    # removed on the refusal too: this probe's own sessions, read from the stand-in's log (another test worker's
+    # probe may have its session-probe-* folders in the same /tmp at this moment)
+    calls = [shlex.split(line)[1:] for line in log.read_text().splitlines() if line.startswith("apptainer ")]
+    sessions = {call[2].removesuffix("/overlay") for call in calls}
+    assert sessions and all(Path(s).name.startswith("session-probe-") for s in sessions), sessions
+    assert not [s for s in sessions if Path(s).exists()]
 
 
 @pytest.mark.parametrize("seen,says", [("shared", "hidden tests"), ("", "could not look")])
