@@ -12,7 +12,7 @@ import copy
 import json
 import math
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -152,11 +152,17 @@ def _int(config: dict[str, Any], section: str, key: str) -> int:
     return value
 
 
-def validate(task: str, profile: Profile, config: dict[str, Any], model_path: str | None, nodes: int = 1) -> int:
-    """Refuse, with one sentence each, what would fail or silently mistrain on the GPU node. Returns TP.
-    `nodes`: every node runs len(TRAINER_GPUS) trainer ranks, so data parallelism is nodes x GPUs / TP."""
+def check_task(task: str) -> None:
+    """The one check of a plan's task (make train's TASK, the rehearsal's tasks.task), made by whoever asks for the plan
+    before anything else: `polarstack train` (train/launch.py) and `make preflight` (train/preflight.py)."""
     if task not in TASKS:
         raise StackError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}.", ExitCode.USAGE)
+
+
+def validate(task: str, profile: Profile, config: dict[str, Any], model_path: str | None, nodes: int = 1) -> int:
+    """Refuse, with one sentence each, what would fail or silently mistrain on the GPU node. Returns TP.
+    `nodes`: every node runs len(TRAINER_GPUS) trainer ranks, so data parallelism is nodes x GPUs / TP.
+    `task` was checked by the plan's caller (check_task)."""
     model = model_path if model_path is not None else config["model"].get("hf_checkpoint")
     if not model:
         raise StackError(
@@ -407,9 +413,9 @@ def build_plan(
     capacity: memory.Capacity | None = None,
     cluster: Cluster | None = None,
 ) -> LaunchPlan:
-    """The launch of `task` on `profile`, decided in the stages below, in this order: the cluster's layout, the merged
-    configuration (validated), Polar's two files, slime's arguments, the trace budget and the memory plan, the four
-    commands, and launch.sh.
+    """The launch of `task` (one of TASKS: check_task) on `profile`, decided in the stages below, in this order: the
+    cluster's layout, the merged configuration (validated), Polar's two files, slime's arguments, the trace budget and
+    the memory plan, the four commands, and launch.sh. resume_variant derives the same run resumed from the plan.
     `capacity`: the node's memory (default: nvidia-smi and /proc/meminfo, else GPU_MEMORY_GB; polarstack.train.memory).
     `cluster`: the nodes (default: configs/cluster.env and the environment, polarstack.stack.cluster.load); at NODES>1
     polarstack.train.cluster_plan says what changes. engine-direct is refused there before anything renders."""
@@ -435,6 +441,37 @@ def build_plan(
     plan.commands = job_commands(plan, profile, tracker_env)
     plan.files["launch.sh"] = launch_script(plan, plan.run_dir, config)
     return plan
+
+
+def resume_variant(plan: LaunchPlan) -> LaunchPlan:
+    """The same plan resumed: what build_plan renders with resume=True from the same inputs, derived from `plan`
+    without deciding anything again. launch-resume.sh, which a restart from the last checkpoint runs
+    (polarstack.train.supervise), is its launch.sh. Only the save hygiene (hygiene_args: RESUME adds slime's --load of
+    the run's checkpoint directory) and launch.sh's checkpoint guard depend on resume; a resumed plan is its own."""
+    if plan.resume:
+        return plan
+    fresh = hygiene_args(plan.config, plan.checkpoint_dir, False)
+    at = plan.train_args.index("--save") + 2  # checkpoint_args: --save <dir>, then the hygiene arguments
+    submit = plan.commands[-1]
+    if (
+        plan.train_args[at : at + len(fresh)] != fresh
+        or submit[len(submit) - len(plan.train_args) :] != plan.train_args
+    ):
+        raise StackError(f"internal: the plan of run {plan.run_id} cannot be resumed as rendered.", ExitCode.INTERNAL)
+    train_args = [
+        *plan.train_args[:at],
+        *hygiene_args(plan.config, plan.checkpoint_dir, True),
+        *plan.train_args[at + len(fresh) :],
+    ]
+    resumed = replace(
+        plan,
+        resume=True,
+        train_args=train_args,
+        commands=[*plan.commands[:-1], [*submit[: len(submit) - len(plan.train_args)], *train_args]],
+        files=dict(plan.files),
+    )
+    resumed.files["launch.sh"] = launch_script(resumed, resumed.run_dir, resumed.config)
+    return resumed
 
 
 def cluster_layout(profile: Profile, cluster: Cluster) -> list[cluster_mod.NodeLayout]:

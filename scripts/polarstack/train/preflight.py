@@ -33,7 +33,7 @@ from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile, stack_knobs
 from polarstack.train import cluster_plan, memory, step_cost, synthetic_rollout
 from polarstack.train.model_size import model_facts
-from polarstack.train.plan import LaunchPlan, build_plan
+from polarstack.train.plan import LaunchPlan, build_plan, check_task
 from polarstack.train.ray_job import SUBMISSION_ID
 
 MODELS_RECORD = "configs/upstream/slime-models.json"
@@ -559,6 +559,7 @@ def build(
             ExitCode.USAGE,
         )
     model_path = config["model"]["hf_checkpoint"]
+    check_task(task)  # configs/train/preflight.yaml's tasks.task, before the plans of both jobs
     phases = []
     for name, rollouts, resume in (("train", first, False), ("resume", first + more, True)):
         phase_config = copy.deepcopy(config)
