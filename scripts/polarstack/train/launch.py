@@ -40,7 +40,9 @@ from polarstack.train.plan import (
     RESUME_REFUSED,
     LaunchPlan,
     build_plan,
+    check_task,
     ray_dashboard_port,
+    resume_variant,
     watch_lines,
     weight_sync_on_disk,
 )
@@ -64,22 +66,10 @@ class TrainRequest:
 def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> int:
     """`polarstack train`: the dry run hands the plan and the runtime to `show_plan` (the CLI renders it)."""
 
-    if request.task not in tasks.TASKS:
-        raise StackError(f"unknown task {request.task!r}; choose one of {', '.join(tasks.TASKS)}.", ExitCode.USAGE)
+    check_task(request.task)  # the request's task, checked once, before anything else
     target = resolve_target(request.runtime, request.profile, None, verb="train", plan_only=request.dry_run)
-    name = target.profile
-    profile = target.loaded or profiles.load(name)
-    knobs = stack_knobs()
-    run_id = f"{request.task}-{name}-{time.strftime('%Y%m%dT%H%M%S')}"
-    plan = build_plan(
-        request.task,
-        profile,
-        run_id=run_id,
-        config=load_defaults(list(request.sets)),
-        model_path=os.environ.get("MODEL_PATH") or knobs.get("MODEL_PATH"),
-        served_model_name=knobs.get("SERVED_MODEL_NAME"),
-        resume=request.resume,
-    )
+    profile = target.loaded or profiles.load(target.profile)
+    plan = plan_request(request, profile)
     if request.task == "humaneval":
         tasks.load_humaneval()  # validates the task data now, not on the GPU node
     if request.dry_run:
@@ -95,24 +85,30 @@ def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> 
     if target.local:
         raise StackError(
             f"the gate passed, but training needs the GPU stack, which the local runtime does not have: "
-            f"on the GPU node run `make up PROFILE={name}` and then `make train TASK={request.task}`.",
+            f"on the GPU node run `make up PROFILE={target.profile}` and then `make train TASK={request.task}`.",
             ExitCode.ENVIRONMENT,
         )
-    config = load_defaults(list(request.sets))
-    resume_plan = (
-        plan
-        if request.resume
-        else build_plan(
-            request.task,
-            profile,
-            run_id=run_id,
-            config=config,
-            model_path=os.environ.get("MODEL_PATH") or knobs.get("MODEL_PATH"),
-            served_model_name=knobs.get("SERVED_MODEL_NAME"),
-            resume=True,
-        )
+    # What a restart from the last checkpoint runs: the same plan resumed (the plan itself under RESUME=1).
+    return launch_in_trainer(
+        request, plan, profile, resume_variant(plan), int(plan.config["supervise"]["max_restarts"])
     )
-    return launch_in_trainer(request, plan, profile, resume_plan, int(config["supervise"]["max_restarts"]))
+
+
+def plan_request(request: TrainRequest, profile) -> LaunchPlan:
+    """The run's one plan, from the request and the site: configs/train/defaults.yaml with the request's SET, the
+    stack's MODEL_PATH and SERVED_MODEL_NAME, and the cluster (configs/cluster.env and the environment), each read
+    once here; whatever runs later reads them from the plan (plan.config, plan.cluster)."""
+    knobs = stack_knobs()
+    return build_plan(
+        request.task,
+        profile,
+        run_id=f"{request.task}-{profile.name}-{time.strftime('%Y%m%dT%H%M%S')}",
+        config=load_defaults(list(request.sets)),
+        model_path=os.environ.get("MODEL_PATH") or knobs.get("MODEL_PATH"),
+        served_model_name=knobs.get("SERVED_MODEL_NAME"),
+        resume=request.resume,
+        cluster=cluster_mod.load(),
+    )
 
 
 def host_gate(request: TrainRequest, target, plan, profile) -> None:
@@ -144,7 +140,8 @@ def host_gate(request: TrainRequest, target, plan, profile) -> None:
 def release_router_workers(profile, cluster: Cluster | None = None) -> list[str]:
     """Where slime registers the engines with the router (ROUTER_REGISTRATION=register), the router must list none
     of them when a job starts (routers.worker_api.release_all); elsewhere nothing to do. The router is on the head's
-    address at NODES>1 (127.0.0.1 on one node)."""
+    address at NODES>1 (127.0.0.1 on one node). `cluster`: the plan's (read when not given, as by the rehearsal's
+    node)."""
     if profile.registration != "register" or profile.router is None:
         return []
     cluster = cluster if cluster is not None else cluster_mod.load()
@@ -157,7 +154,8 @@ def resume_engines(profile, cluster: Cluster | None = None) -> list[str]:
     before the reload and resumes them after it). A job stopped between the two leaves the engines paused: every
     request, /health's included, then waits (sglang tokenizer_manager pause_generation), so the next attempt's gate
     and healthchecks would fail. Returns one warning per engine that did not accept it (the gate then says more).
-    At NODES>1 every engine of every node, by its cluster address."""
+    At NODES>1 every engine of every node, by its cluster address. `cluster`: the plan's (read when not given, as by
+    the rehearsal's node)."""
     cluster = cluster if cluster is not None else cluster_mod.load()
     urls = profiles.docker_engine_urls(profile) if not cluster.multi else cluster_mod.engine_urls(profile, cluster)
     warnings = []
@@ -171,11 +169,13 @@ def resume_engines(profile, cluster: Cluster | None = None) -> list[str]:
     return warnings
 
 
-def refuse_active_job(profile, config: dict) -> None:
+def refuse_active_job(profile, config: dict, cluster: Cluster | None = None) -> None:
     """Refuse (STATE) while the trainer's Ray cluster has a PENDING or RUNNING job (polarstack.train.ray_job): slime's
     placement group would wait for its GPUs forever, and releasing the router's workers would take the engines from
-    under it. Runs before the router's workers are released and before launch.sh submits."""
-    address = cluster_plan.dashboard_url(cluster_mod.load(), ray_dashboard_port(profile, config))
+    under it. Runs before the router's workers are released and before launch.sh submits. `cluster`: the plan's
+    (read when not given, as by the rehearsal's node)."""
+    cluster = cluster if cluster is not None else cluster_mod.load()
+    address = cluster_plan.dashboard_url(cluster, ray_dashboard_port(profile, config))
     proc = compose.run_compose(
         profile,
         ["exec", "-T", "trainer", "python3", "-m", "polarstack.train.ray_job", "--address", address],
@@ -192,7 +192,7 @@ def refuse_active_job(profile, config: dict) -> None:
         raise StackError(ray_job.active_sentence(jobs, address) + ".", ExitCode.STATE)
 
 
-def stop_attempt_job(profile, config: dict, out: Path) -> None:
+def stop_attempt_job(plan: LaunchPlan, profile, out: Path) -> None:
     """The host's half of launch.sh's trap: `docker compose exec` passes no signal into the trainer, so when make is
     interrupted (Ctrl-C, SIGTERM, a dropped session's SIGHUP) the job of the last attempt (job-id.txt, written by
     launch.sh) is stopped here by its submission id; `ray job stop` waits until it is terminal (ray-job.json)."""
@@ -200,7 +200,7 @@ def stop_attempt_job(profile, config: dict, out: Path) -> None:
     job = job_file.read_text().strip() if job_file.is_file() else ""
     if not job:
         return
-    address = cluster_plan.dashboard_url(cluster_mod.load(), ray_dashboard_port(profile, config))
+    address = cluster_plan.dashboard_url(plan.cluster, ray_dashboard_port(profile, plan.config))
     with contextlib.suppress(OSError):  # the terminal may be gone
         print(f"polarstack: interrupted; stopping Ray job {job}", file=sys.stderr)
     compose.run_compose(
@@ -287,9 +287,9 @@ def launch_in_trainer(request: TrainRequest, plan, profile, resume_plan=None, ma
 
     def attempt(resume: bool) -> int:
         abort.unlink(missing_ok=True)  # a sentence left by an earlier attempt of this run is stale
-        refuse_active_job(profile, plan.config)  # one job at a time, checked before the engines are released
-        release_router_workers(profile)  # slime registers the engines again at every job's start
-        resume_engines(profile)  # an earlier job stopped mid weight-reload left them paused
+        refuse_active_job(profile, plan.config, plan.cluster)  # one job at a time, before the engines are released
+        release_router_workers(profile, plan.cluster)  # slime registers the engines again at every job's start
+        resume_engines(profile, plan.cluster)  # an earlier job stopped mid weight-reload left them paused
         script = "launch.sh" if resume == request.resume else "launch-resume.sh"
         proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/{script}"])
         if proc.returncode == RESUME_REFUSED and not abort.is_file():  # launch.sh's checkpoint guard said why
@@ -329,7 +329,7 @@ def launch_in_trainer(request: TrainRequest, plan, profile, resume_plan=None, ma
             logs=logs_hint(out),
         )
     except KeyboardInterrupt:  # SIGINT, or SIGTERM / SIGHUP through processes.interrupt_on
-        stop_attempt_job(profile, plan.config, out)
+        stop_attempt_job(plan, profile, out)
         raise
     finally:
         for sig, handler in previous.items():

@@ -12,7 +12,7 @@ import copy
 import json
 import math
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -55,6 +55,11 @@ class LaunchPlan:
     config: dict[str, Any] = field(default_factory=dict, repr=False)  # the merged configuration the plan rendered
     cluster: Cluster = field(default=cluster_mod.SINGLE, repr=False)  # the nodes it runs on (polarstack.stack.cluster)
     nodes: list[cluster_mod.NodeLayout] = field(default_factory=list, repr=False)  # what each node runs (NODES>1)
+
+    @property
+    def run_dir(self) -> str:
+        """The run's directory as the trainer sees it (the host's .run/train/<run>)."""
+        return f"{TRAINER_RUN_DIR}/{self.run_id}"
 
     def as_dict(self) -> dict[str, Any]:
         # The single-node plan's keys are as they always were; the cluster's block appears at NODES>1 only.
@@ -147,11 +152,17 @@ def _int(config: dict[str, Any], section: str, key: str) -> int:
     return value
 
 
-def validate(task: str, profile: Profile, config: dict[str, Any], model_path: str | None, nodes: int = 1) -> int:
-    """Refuse, with one sentence each, what would fail or silently mistrain on the GPU node. Returns TP.
-    `nodes`: every node runs len(TRAINER_GPUS) trainer ranks, so data parallelism is nodes x GPUs / TP."""
+def check_task(task: str) -> None:
+    """The one check of a plan's task (make train's TASK, the rehearsal's tasks.task), made by whoever asks for the plan
+    before anything else: `polarstack train` (train/launch.py) and `make preflight` (train/preflight.py)."""
     if task not in TASKS:
         raise StackError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}.", ExitCode.USAGE)
+
+
+def validate(task: str, profile: Profile, config: dict[str, Any], model_path: str | None, nodes: int = 1) -> int:
+    """Refuse, with one sentence each, what would fail or silently mistrain on the GPU node. Returns TP.
+    `nodes`: every node runs len(TRAINER_GPUS) trainer ranks, so data parallelism is nodes x GPUs / TP.
+    `task` was checked by the plan's caller (check_task)."""
     model = model_path if model_path is not None else config["model"].get("hf_checkpoint")
     if not model:
         raise StackError(
@@ -402,30 +413,16 @@ def build_plan(
     capacity: memory.Capacity | None = None,
     cluster: Cluster | None = None,
 ) -> LaunchPlan:
-    """`capacity`: the node's memory (default: nvidia-smi and /proc/meminfo, else GPU_MEMORY_GB; polarstack.train.memory).
+    """The launch of `task` (one of TASKS: check_task) on `profile`, decided in the stages below, in this order: the
+    cluster's layout, the merged configuration (validated), Polar's two files, slime's arguments, the trace budget and
+    the memory plan, the four commands, and launch.sh. resume_variant derives the same run resumed from the plan.
+    `capacity`: the node's memory (default: nvidia-smi and /proc/meminfo, else GPU_MEMORY_GB; polarstack.train.memory).
     `cluster`: the nodes (default: configs/cluster.env and the environment, polarstack.stack.cluster.load); at NODES>1
     polarstack.train.cluster_plan says what changes. engine-direct is refused there before anything renders."""
     cluster = cluster if cluster is not None else cluster_mod.load()
-    refused = cluster_mod.refusal(profile, cluster)
-    if refused:
-        raise StackError(refused, ExitCode.USAGE)
-    nodes = cluster_mod.layout(profile, cluster) if cluster.multi else []
-    cluster_plan.check_storage(cluster, knob(profile, "WEIGHT_SYNC_TRANSPORT") or "disk")
-    config = copy.deepcopy(config or load_defaults())
-    config["ray"]["dashboard_port"] = ray_dashboard_port(profile, config)
-    tp = validate(task, profile, config, model_path, nodes=cluster.nodes)
-    # At NODES>1 the checkpoints (and the TensorBoard files beside them) are on SHARED_DIR (cluster_plan).
-    config["model"]["save"] = cluster_plan.checkpoint_root(cluster, str(config["model"]["save"]))
+    nodes = cluster_layout(profile, cluster)
+    config, tp = run_config(task, profile, config, model_path, cluster)
     ckpt = checkpoint_dir(task, profile, config)
-    model = config["model"]
-    grpo = config["grpo"]
-    hf = model_path or model["hf_checkpoint"]
-    served = served_model_name or model["name"]
-    run_dir = f"{TRAINER_RUN_DIR}/{run_id}"
-    # Every engine of every node by the address the others reach it by (127.0.0.1 on one node): slime registers each
-    # with the router under exactly this address (sglang_engine.py _register_to_router).
-    engines = [url.removeprefix("http://") for url in cluster_mod.engine_urls(profile, cluster)]
-    host = cluster_plan.polar_host(cluster)  # Polar's servers: on the head, where every client of theirs runs
     base_url = profile.base_url(cluster.head_addr)  # the router (or engine-0) on the head's address
     plan = LaunchPlan(
         task, profile.name, run_id, tp, profile.trainer_gpus, base_url, checkpoint_dir=ckpt, resume=resume
@@ -433,14 +430,86 @@ def build_plan(
     plan.config = config
     plan.cluster = cluster
     plan.nodes = nodes
+    served = served_model_name or config["model"]["name"]
+    host = cluster_plan.polar_host(cluster)  # Polar's servers: on the head, where every client of theirs runs
+    plan.files["polar_config.yaml"] = polar_config_yaml(plan, profile, served)
+    plan.files["topology.yaml"] = yaml.safe_dump(
+        topology(profile, config, served, host, cluster.head_addr), sort_keys=False
+    )
+    plan.train_args, tracker_env = slime_args(plan, profile, model_path or config["model"]["hf_checkpoint"])
+    fit_budget_and_memory(plan, profile, capacity)
+    plan.commands = job_commands(plan, profile, tracker_env)
+    plan.files["launch.sh"] = launch_script(plan, plan.run_dir, config)
+    return plan
 
+
+def resume_variant(plan: LaunchPlan) -> LaunchPlan:
+    """The same plan resumed: what build_plan renders with resume=True from the same inputs, derived from `plan`
+    without deciding anything again. launch-resume.sh, which a restart from the last checkpoint runs
+    (polarstack.train.supervise), is its launch.sh. Only the save hygiene (hygiene_args: RESUME adds slime's --load of
+    the run's checkpoint directory) and launch.sh's checkpoint guard depend on resume; a resumed plan is its own."""
+    if plan.resume:
+        return plan
+    fresh = hygiene_args(plan.config, plan.checkpoint_dir, False)
+    at = plan.train_args.index("--save") + 2  # checkpoint_args: --save <dir>, then the hygiene arguments
+    submit = plan.commands[-1]
+    if (
+        plan.train_args[at : at + len(fresh)] != fresh
+        or submit[len(submit) - len(plan.train_args) :] != plan.train_args
+    ):
+        raise StackError(f"internal: the plan of run {plan.run_id} cannot be resumed as rendered.", ExitCode.INTERNAL)
+    train_args = [
+        *plan.train_args[:at],
+        *hygiene_args(plan.config, plan.checkpoint_dir, True),
+        *plan.train_args[at + len(fresh) :],
+    ]
+    resumed = replace(
+        plan,
+        resume=True,
+        train_args=train_args,
+        commands=[*plan.commands[:-1], [*submit[: len(submit) - len(plan.train_args)], *train_args]],
+        files=dict(plan.files),
+    )
+    resumed.files["launch.sh"] = launch_script(resumed, resumed.run_dir, resumed.config)
+    return resumed
+
+
+def cluster_layout(profile: Profile, cluster: Cluster) -> list[cluster_mod.NodeLayout]:
+    """What each node runs (NODES>1; none on one node), after refusing what the cluster cannot run: the profile
+    (engine-direct at NODES>1) and, at NODES>1, the storage without SHARED_DIR (cluster_plan.check_storage)."""
+    refused = cluster_mod.refusal(profile, cluster)
+    if refused:
+        raise StackError(refused, ExitCode.USAGE)
+    nodes = cluster_mod.layout(profile, cluster) if cluster.multi else []
+    cluster_plan.check_storage(cluster, knob(profile, "WEIGHT_SYNC_TRANSPORT") or "disk")
+    return nodes
+
+
+def run_config(
+    task: str, profile: Profile, config: dict[str, Any] | None, model_path: str | None, cluster: Cluster
+) -> tuple[dict[str, Any], int]:
+    """The merged configuration the plan renders (a copy: configs/train/defaults.yaml when none is given), with the
+    Ray dashboard's port and the checkpoints' root decided, validated (validate); and the tensor-parallel size."""
+    config = copy.deepcopy(config or load_defaults())
+    config["ray"]["dashboard_port"] = ray_dashboard_port(profile, config)
+    tp = validate(task, profile, config, model_path, nodes=cluster.nodes)
+    # At NODES>1 the checkpoints (and the TensorBoard files beside them) are on SHARED_DIR (cluster_plan).
+    config["model"]["save"] = cluster_plan.checkpoint_root(cluster, str(config["model"]["save"]))
+    return config, tp
+
+
+def polar_config_yaml(plan: LaunchPlan, profile: Profile, served: str) -> str:
+    """polar_config.yaml: the task's Polar config (polarstack.reward.tasks.polar_config) with Polar's addresses, the
+    in-job gate's settings (polar_gate_*), the verifier's knobs, and the agent's output-token and turn caps."""
+    config, run_dir = plan.config, plan.run_dir
+    host = cluster_plan.polar_host(plan.cluster)
     gate = config["gate"]
     polar_values = {
         "polar_rollout_url": f"http://{host}:{config['polar']['rollout_port']}",
         "polar_gateway_url": f"http://{host}:{config['polar']['gateway_port']}",
         "polar_served_model_name": served,
         # Read by polarstack.train.gate (the rollout-function wrapper) inside the job.
-        "polar_gate_base_url": base_url,
+        "polar_gate_base_url": plan.base_url,
         "polar_gate_route": profile.route,
         "polar_gate_max_zero_token_groups": gate["max_zero_token_groups"],
         "polar_gate_delegate": gate["delegate"],
@@ -453,7 +522,7 @@ def build_plan(
         "polar_gate_zero_advantage_rollouts": gate["zero_advantage_rollouts"],
         "polar_gate_zero_advantage_warn_share": gate["zero_advantage_warn_share"],
     }
-    polar = polar_config(task, f"{run_dir}/tasks", polar_values)
+    polar = polar_config(plan.task, f"{run_dir}/tasks", polar_values)
     # The verifier's knobs reach Polar's test_command: Polar passes runtime.env as `env K=V` into every command of the
     # sandbox (polarstack.stack.verifier_knobs; the same values in launch.sh and the Ray job's env below).
     polar["polar_task_template"]["runtime"].setdefault("env", {}).update(verifier_knobs.verifier_env())
@@ -466,11 +535,30 @@ def build_plan(
     agent_settings.update(harness_preset.turn_cap_settings(polar["polar_task_template"]["agent"]["harness"], turn_cap))
     if agent_settings:
         polar["polar_task_template"]["agent"].setdefault("settings", {}).update(agent_settings)
-    plan.files["polar_config.yaml"] = yaml.safe_dump(polar, sort_keys=False)
-    plan.files["topology.yaml"] = yaml.safe_dump(
-        topology(profile, config, served, host, cluster.head_addr), sort_keys=False
-    )
+    return yaml.safe_dump(polar, sort_keys=False)
 
+
+def slime_args(plan: LaunchPlan, profile: Profile, hf: str) -> tuple[list[str], dict[str, str]]:
+    """train_async.py's arguments before the memory plan's (fit_budget_and_memory adds those), and the tracker's
+    environment for the Ray job (W&B or TensorBoard, polarstack.train.tracker). `hf`: the model's weights."""
+    args = [
+        *placement_args(profile, plan.cluster),
+        *checkpoint_args(plan, profile, hf),
+        *data_args(plan.run_dir),
+        *grpo_args(plan.config, plan.tensor_parallel),
+    ]
+    # slime starts its own router (polarstack/stack/exposure.py): its metrics stay on loopback
+    if profile.registration != "register":
+        args += SLIME_ROUTER_ARGS
+    _, tracker_args, tracker_env = tracker_for(plan.checkpoint_dir.rsplit("/", 1)[-1], plan.config["model"]["save"])
+    return args + tracker_args, tracker_env
+
+
+def placement_args(profile: Profile, cluster: Cluster) -> list[str]:
+    """Where the trainer's ranks go and which engines (and router) slime talks to."""
+    # Every engine of every node by the address the others reach it by (127.0.0.1 on one node): slime registers each
+    # with the router under exactly this address (sglang_engine.py _register_to_router).
+    engines = [url.removeprefix("http://") for url in cluster_mod.engine_urls(profile, cluster)]
     args = [
         # slime's placement group spreads NODES x len(TRAINER_GPUS) bundles over the nodes (PACK: each node's Ray
         # offers its trainer GPUs only), ranks sorted by node address then GPU (slime/ray/placement_group.py).
@@ -485,16 +573,29 @@ def build_plan(
     ]
     if profile.registration == "register":  # slime registers the engines with this router (POST /workers)
         args += ["--sglang-router-ip", cluster.head_addr, "--sglang-router-port", str(profile.router_port)]
-    args += [
+    return args
+
+
+def checkpoint_args(plan: LaunchPlan, profile: Profile, hf: str) -> list[str]:
+    """The weights slime loads and saves (RESUME: --load of the run's own checkpoint directory), how it sends them to
+    the engines, and the model's Megatron arguments."""
+    model = plan.config["model"]
+    return [
         "--hf-checkpoint",
         hf,
         "--ref-load",
         model.get("ref_load") or hf,
         "--save",
-        ckpt,
-        *hygiene_args(config, ckpt, resume),
-        *weight_sync_args(profile, cluster),
+        plan.checkpoint_dir,
+        *hygiene_args(plan.config, plan.checkpoint_dir, plan.resume),
+        *weight_sync_args(profile, plan.cluster),
         *[str(a) for a in model["args"]],
+    ]
+
+
+def data_args(run_dir: str) -> list[str]:
+    """The prompts slime reads and the hooks it calls: Polar's rollout function behind the gate, the reward hooks."""
+    return [
         "--prompt-data",
         f"{run_dir}/tasks/train.jsonl",
         "--input-key",
@@ -517,6 +618,13 @@ def build_plan(
         # (rollout.py AsyncPolarRolloutWorker._next_group_for_submission) falls back to get_samples(1).
         "--custom-config-path",
         f"{run_dir}/polar_config.yaml",
+    ]
+
+
+def grpo_args(config: dict[str, Any], tp: int) -> list[str]:
+    """GRPO's settings, the optimizer, the parallel sizes and the sequence length with its recompute."""
+    grpo = config["grpo"]
+    args = [
         "--advantage-estimator",
         grpo["advantage_estimator"],
         "--n-samples-per-prompt",
@@ -562,30 +670,36 @@ def build_plan(
         args.append("--use-tis")
     if tp > 1:
         args.append("--sequence-parallel")
-    # slime starts its own router (polarstack/stack/exposure.py): its metrics stay on loopback
-    if profile.registration != "register":
-        args += SLIME_ROUTER_ARGS
-    _, tracker_args, tracker_env = tracker_for(ckpt.rsplit("/", 1)[-1], model["save"])  # W&B or TensorBoard
-    args += tracker_args
-    plan.train_args = args
+    return args
+
+
+def fit_budget_and_memory(plan: LaunchPlan, profile: Profile, capacity: memory.Capacity | None) -> None:
+    """The trace budget refuses what cannot fit (polarstack.checks.budget); the memory plan per GPU and per host adds
+    slime's offload flags where they are needed (polarstack.train.memory); the cost per rollout and per step."""
+    config, cluster = plan.config, plan.cluster
     # harness + task + response must fit the trace budget, and each request the engine context (polarstack.checks.budget)
-    problems = budget.check(args, config)
+    problems = budget.check(plan.train_args, config)
     if problems:
         raise StackError(problems[0] + ".", ExitCode.USAGE)
     # Does it fit the node? slime's offload flags only where the offloaded estimate alone fits (polarstack.train.memory).
     # Per node at NODES>1: every node holds len(TRAINER_GPUS) ranks of a DP that grows with the nodes.
-    plan.memory = memory.decide(config, profile, tp, capacity, nodes=cluster.nodes)
-    args += memory.train_args(plan.memory, config)
+    plan.memory = memory.decide(config, profile, plan.tensor_parallel, capacity, nodes=cluster.nodes)
+    plan.train_args += memory.train_args(plan.memory, config)
     plan.cost = rollout_cost.estimate(config, int(budget.harness_record()["agent_turn"]["harness_prompt_tokens"]))
     plan.step = step_cost.estimate(config, plan.cost, plan.memory, profile.engine_count * cluster.nodes)
 
+
+def job_commands(plan: LaunchPlan, profile: Profile, tracker_env: dict[str, str]) -> list[list[str]]:
+    """The four commands launch.sh runs: the Ray head, Polar's rollout server and gateway, and the `ray job submit` of
+    train_async.py with the job's runtime env."""
+    config, cluster, run_dir = plan.config, plan.cluster, plan.run_dir
     runtime_env = {
         "env_vars": {
             # One node: the loopback switches. NODES>1: the interfaces and Ray's token by path (cluster_plan.job_env).
             **cluster_plan.job_env(cluster),
             "PYTHONPATH": "/root/Megatron-LM",
             "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-            "SGLANG_ROUTER_BASE_URL": base_url,
+            "SGLANG_ROUTER_BASE_URL": plan.base_url,
             "POLAR_WORKER_DISCOVERY": profile.values["POLAR_WORKER_DISCOVERY"],
             **sandbox_mode_env(),
             **verifier_knobs.verifier_env(),  # the in-job gate names an active opt-out (polarstack.train.gate)
@@ -595,7 +709,7 @@ def build_plan(
         }
     }  # Polar's direct-exec apptainer mode (polarstack.stack.assets)
     dashboard = cluster_plan.dashboard_url(cluster, config["ray"]["dashboard_port"])
-    plan.commands = [
+    return [
         head_command(
             gcs_port=config["ray"].get("gcs_port", 6379),
             dashboard_port=config["ray"]["dashboard_port"],
@@ -619,11 +733,9 @@ def build_plan(
             "--",
             "python3",
             f"{SLIME_DIR}/train_async.py",
-            *args,
+            *plan.train_args,
         ],
     ]
-    plan.files["launch.sh"] = launch_script(plan, run_dir, config)
-    return plan
 
 
 RESUME_REFUSED = int(

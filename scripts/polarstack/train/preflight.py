@@ -28,12 +28,13 @@ import yaml
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import TRAINER_RUN_DIR, configs_dir, load_defaults, repo_root
 from polarstack.pins import pins
+from polarstack.stack import assets, docker_state, profiles
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile, stack_knobs
 from polarstack.train import cluster_plan, memory, step_cost, synthetic_rollout
 from polarstack.train.model_size import model_facts
-from polarstack.train.plan import LaunchPlan, build_plan
+from polarstack.train.plan import LaunchPlan, build_plan, check_task
 from polarstack.train.ray_job import SUBMISSION_ID
 
 MODELS_RECORD = "configs/upstream/slime-models.json"
@@ -559,6 +560,7 @@ def build(
             ExitCode.USAGE,
         )
     model_path = config["model"]["hf_checkpoint"]
+    check_task(task)  # configs/train/preflight.yaml's tasks.task, before the plans of both jobs
     phases = []
     for name, rollouts, resume in (("train", first, False), ("resume", first + more, True)):
         phase_config = copy.deepcopy(config)
@@ -648,6 +650,44 @@ def checks(plan: PreflightPlan) -> list[str]:
     return problems
 
 
+@dataclass(frozen=True)
+class PreflightRequest:
+    """What `polarstack preflight` was asked for its plan (its command-line options)."""
+
+    profile: str | None = None  # default: the one `make up` recorded, else engine-direct
+    sets: tuple[str, ...] = ()
+
+
+def checked_plan(request: PreflightRequest) -> tuple[Profile, PreflightPlan]:
+    """The profile and the rehearsal's plan for `request`, refused (USAGE) with MODEL_DIR set (refuse_model_dir), for a
+    diagnostic profile, or when the plan is inconsistent (checks)."""
+    profile = profiles.load(docker_state.profile_name(request.profile))
+    refuse_model_dir()
+    if profile.expect != "pass":
+        raise StackError(
+            f"profile {profile.name} is diagnostic (its smoke fails by design); rehearse a working profile.",
+            ExitCode.USAGE,
+        )
+    plan = build(profile, sets=list(request.sets))
+    problems = checks(plan)
+    if problems:
+        raise StackError(f"the rehearsal's plan is inconsistent: {problems[0]}.", ExitCode.USAGE)
+    return profile, plan
+
+
+def refuse_model_dir() -> None:
+    """MODEL_DIR binds the host's weights at MODEL_PATH for `make up`, and `make model` downloads nothing while it is
+    set: the rehearsal's engines would load them (the 7B) where the small model belongs (issue 26 point 6)."""
+    host = assets.model_dir()
+    if host is not None:
+        raise StackError(
+            f"make preflight rehearses with the small model from the models volume, but MODEL_DIR={host} would mount "
+            "the host's weights in its place and make model would not download it: unset MODEL_DIR for make "
+            "preflight and its make model, and set it again for make up and make train.",
+            ExitCode.USAGE,
+        )
+
+
 KEYS_RECORD = "configs/upstream/rehearsal-keys.json"
 
 
@@ -718,4 +758,13 @@ def seven_b_problems(seven: SevenB, keys: dict[str, Any] | None = None) -> list[
     return problems
 
 
-__all__ = ["build", "checks", "batch_problems", "PreflightPlan", "slime_model_args"]
+__all__ = [
+    "build",
+    "checks",
+    "checked_plan",
+    "batch_problems",
+    "PreflightPlan",
+    "PreflightRequest",
+    "refuse_model_dir",
+    "slime_model_args",
+]

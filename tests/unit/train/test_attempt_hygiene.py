@@ -145,8 +145,8 @@ def test_each_attempt_resumes_the_engines_after_releasing_the_router(tmp_path, m
 
     order = []
     fake_node_for_train(monkeypatch, tmp_path)
-    monkeypatch.setattr(launch, "release_router_workers", lambda profile: order.append("release") or [])
-    monkeypatch.setattr(launch, "resume_engines", lambda profile: order.append("resume") or [])
+    monkeypatch.setattr(launch, "release_router_workers", lambda profile, cluster: order.append("release") or [])
+    monkeypatch.setattr(launch, "resume_engines", lambda profile, cluster: order.append("resume") or [])
 
     def trainer(profile, args, **kw):
         if "df" in args:

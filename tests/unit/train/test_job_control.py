@@ -32,7 +32,7 @@ def _docker_train(tmp_path, monkeypatch, jobs: str):
 
     fake_node_for_train(monkeypatch, tmp_path)
     released, ran = [], []
-    monkeypatch.setattr(launch, "release_router_workers", lambda profile: released.append(profile.name) or [])
+    monkeypatch.setattr(launch, "release_router_workers", lambda profile, cluster: released.append(profile.name) or [])
 
     def trainer(profile, args, **kw):
         if "df" in args:
