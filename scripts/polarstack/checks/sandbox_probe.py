@@ -4,7 +4,11 @@ task's verifier run in it as Polar's evaluator runs it (polarstack.checks.sandbo
 from __future__ import annotations
 
 import shlex
+import shutil
+import subprocess
 import sys
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from polarstack import paths
@@ -220,13 +224,54 @@ def verdict(outputs: dict[str, list[str]]) -> str | None:
     return None
 
 
+@dataclass
+class _ProbeOutput:
+    """What the probe script printed (see _probe_script), sorted by kind of line."""
+
+    outputs: dict[str, list[str]] = field(default_factory=lambda: {case: [] for case in PROBE_CASES})
+    failed: list[str] = field(default_factory=list)  # exec-failed: apptainer could not start the sandbox
+    missing: list[str] = field(default_factory=list)  # apptainer, sif, agent-cli
+    switches: dict[str, str] = field(default_factory=dict)  # Polar's mode switches as the trainer has them
+    session_env: set[str] = field(default_factory=set)  # the names of a session's environment (NAME@: credentials)
+    session_tmp: str | None = None  # private, shared, or None when not looked at
+    forced: list[str] = field(default_factory=list)  # the trainer's APPTAINERENV_* / SINGULARITYENV_*
+
+
 def check_in_trainer(profile) -> None:
     """Before `make train` launches, inside the running trainer: apptainer, the SIF and the agent CLI are there,
     Polar's direct-exec mode is selected, the sandbox starts the way Polar starts it, and the task's verifier run in
     it as the evaluator runs it passes the canonical HumanEval/0 and fails a wrong one."""
-    import shutil
-    import uuid
+    proc = _run_probe(profile)
+    found = _parse_probe(proc.stdout)
+    if found.missing:
+        raise StackError(
+            assets.missing_sentence("train", found.missing, assets.knobs()),
+            ExitCode.ASSETS_MISSING,
+            details=found.missing,
+        )
+    # ENVIRONMENT, not ASSETS_MISSING, from here on: everything `make sif` / `make build` provide is in place; what
+    # fails is what the node and the trainer container allow (or a container created before this setting existed).
+    # The probe's command line has --no-mount ...,tmp and --cleanenv only if Polar's would.
+    problems = assets.mode_problems(found.switches, "the running trainer container")
+    if problems:
+        raise StackError(problems[0] + "; recreate it with `make up` (compose.yaml sets it).", ExitCode.ENVIRONMENT)
+    _refuse_sandbox_start(found.failed)
+    _refuse_agent_cli(proc.stderr)
+    _refuse_shared_tmp(found.session_tmp)
+    _refuse_session_env(found.session_env, found.forced)
+    why = verdict(found.outputs)
+    if why is not None:
+        raise StackError(
+            f'refusing to train: {why}; see docs/gpu-node.md, "The agent sandbox".',
+            ExitCode.ENVIRONMENT,
+            details=found.outputs,
+        )
+    _report_pass(proc.stderr, found)
 
+
+def _run_probe(profile) -> subprocess.CompletedProcess:
+    """The probe script run in the trainer on the two sessions write_probe lays out in the run dir (removed after);
+    STATE when the trainer cannot be reached."""
     probe = f"sandbox-probe-{uuid.uuid4().hex[:8]}"
     host_dir = paths.run_dir() / "train" / probe  # the host's .run/train is mounted at TRAINER_RUN_DIR in the trainer
     write_probe(host_dir)
@@ -244,36 +289,35 @@ def check_in_trainer(profile) -> None:
             "is the stack up? run `make up` first.",
             ExitCode.STATE,
         )
-    lines = [line.rstrip() for line in proc.stdout.splitlines() if line.strip()]
-    outputs: dict[str, list[str]] = {case: [] for case in PROBE_CASES}
-    failed, missing, switches, session_env, session_tmp, forced = [], [], {}, set(), None, []
-    for line in lines:
+    return proc
+
+
+def _parse_probe(stdout: str) -> _ProbeOutput:
+    """The probe script's output, line by line by its prefix; a line without one names what is missing."""
+    found = _ProbeOutput()
+    for line in [line.rstrip() for line in stdout.splitlines() if line.strip()]:
         case = next((c for c in PROBE_CASES if line.startswith(f"verifier-{c}: ")), None)
         if case is not None:
-            outputs[case].append(line.removeprefix(f"verifier-{case}: ").strip())
+            found.outputs[case].append(line.removeprefix(f"verifier-{case}: ").strip())
         elif line.startswith("exec-failed:"):
-            failed.append(line.removeprefix("exec-failed:").strip())
+            found.failed.append(line.removeprefix("exec-failed:").strip())
         elif line.startswith("switch: "):
             name, _, value = line.removeprefix("switch: ").partition("=")
-            switches[name] = value.strip()
+            found.switches[name] = value.strip()
         elif line.startswith("session-env: "):
-            session_env.add(line.removeprefix("session-env: ").strip())
+            found.session_env.add(line.removeprefix("session-env: ").strip())
         elif line.startswith("trainer-env: "):
-            forced.append(line.removeprefix("trainer-env: ").strip())
+            found.forced.append(line.removeprefix("trainer-env: ").strip())
         elif line.startswith("session-tmp:"):
-            session_tmp = line.removeprefix("session-tmp:").strip()
+            found.session_tmp = line.removeprefix("session-tmp:").strip()
         else:
-            missing.append(line.strip())
-    if missing:
-        raise StackError(
-            assets.missing_sentence("train", missing, assets.knobs()), ExitCode.ASSETS_MISSING, details=missing
-        )
-    # ENVIRONMENT, not ASSETS_MISSING, from here on: everything `make sif` / `make build` provide is in place; what
-    # fails is what the node and the trainer container allow (or a container created before this setting existed).
-    # The probe's command line has --no-mount ...,tmp and --cleanenv only if Polar's would.
-    problems = assets.mode_problems(switches, "the running trainer container")
-    if problems:
-        raise StackError(problems[0] + "; recreate it with `make up` (compose.yaml sets it).", ExitCode.ENVIRONMENT)
+            found.missing.append(line.strip())
+    return found
+
+
+def _refuse_sandbox_start(failed: list[str]) -> None:
+    """ENVIRONMENT when apptainer in the trainer could not start the sandbox, naming the host setting when it is
+    what blocks it."""
     if failed:
         host = host_check.userns_problems()  # the host setting and its fix, when the host is what blocks it
         raise StackError(
@@ -287,15 +331,23 @@ def check_in_trainer(profile) -> None:
             ),
             ExitCode.ENVIRONMENT,
         )
-    # The CLI the agent will run is the pinned one (issue 18 point 3; polarstack.polar.harness_preset).
+
+
+def _refuse_agent_cli(stderr: str | None) -> None:
+    """ASSETS_MISSING unless the CLI the agent will run is the pinned one (issue 18 point 3;
+    polarstack.polar.harness_preset)."""
     reported = [
         line.removeprefix("sandbox-ok:").strip()
-        for line in (proc.stderr or "").splitlines()
+        for line in (stderr or "").splitlines()
         if line.startswith("sandbox-ok:")
     ]
     wrong_cli = harness_preset.version_problem(reported[0] if reported else "")
     if wrong_cli is not None:
         raise StackError(f"refusing to train: {wrong_cli}.", ExitCode.ASSETS_MISSING)
+
+
+def _refuse_shared_tmp(session_tmp: str | None) -> None:
+    """ENVIRONMENT unless a session's /tmp is its own (another session's hidden tests not found there)."""
     if session_tmp != "private":
         raise StackError(
             "refusing to train: an agent sandbox started the way Polar starts it, in a session directory of the "
@@ -309,6 +361,11 @@ def check_in_trainer(profile) -> None:
             + "; recreate the trainer with `make up` (compose.yaml sets POLAR_APPTAINER_NO_MOUNT_TMP=1).",
             ExitCode.ENVIRONMENT,
         )
+
+
+def _refuse_session_env(session_env: set[str], forced: list[str]) -> None:
+    """ENVIRONMENT when a session's environment holds a secret of the trainer's, a proxy URL with credentials, or
+    what the trainer's APPTAINERENV_* set."""
     leaked = sorted(session_env & set(assets.pass_through_secrets()))
     if leaked:
         raise StackError(
@@ -328,14 +385,11 @@ def check_in_trainer(profile) -> None:
             "trainer's environment (Docker's proxy settings, ~/.docker/config.json) and recreate it with `make up`.",
             ExitCode.ENVIRONMENT,
         )
-    why = verdict(outputs)
-    if why is not None:
-        raise StackError(
-            f'refusing to train: {why}; see docs/gpu-node.md, "The agent sandbox".',
-            ExitCode.ENVIRONMENT,
-            details=outputs,
-        )
-    for line in (proc.stderr or "").splitlines():
+
+
+def _report_pass(stderr: str | None, found: _ProbeOutput) -> None:
+    """The passing probe's lines on stderr: the sandbox's own line, then the verifier's verdicts and limits."""
+    for line in (stderr or "").splitlines():
         if line.startswith("sandbox-ok:"):
             print(
                 f"polarstack: agent sandbox starts in the trainer ({line.removeprefix('sandbox-ok:').strip()})",
@@ -343,8 +397,8 @@ def check_in_trainer(profile) -> None:
             )
     print(
         f"polarstack: the task's verifier ran in the agent sandbox the way Polar starts it (direct exec, "
-        f"{' '.join(f'{k}={v}' for k, v in switches.items())}): PASSED {PROBE_NAME} for the canonical {PROBE_TASK_ID}, "
-        f"FAILED "
-        f"{PROBE_NAME} for a wrong one; {next((x[21:] for x in outputs['good'] if 'verifier: limits' in x), '')}",
+        f"{' '.join(f'{k}={v}' for k, v in found.switches.items())}): PASSED {PROBE_NAME} for the canonical "
+        f"{PROBE_TASK_ID}, FAILED "
+        f"{PROBE_NAME} for a wrong one; {next((x[21:] for x in found.outputs['good'] if 'verifier: limits' in x), '')}",
         file=sys.stderr,
     )

@@ -89,18 +89,7 @@ def _cmd_emulate_engine(args: argparse.Namespace) -> int:
         raise StackError(f"--port {args.port} is not a TCP port.", ExitCode.USAGE)
     parser = args.tool_call_parser
     if parser is not None:
-        if parser not in tool_parser.parser_choices():
-            raise StackError(
-                f"--tool-call-parser {parser} is not a parser of the pinned sglang; choose one of "
-                f"{', '.join(tool_parser.parser_choices())}.",
-                ExitCode.USAGE,
-            )
-        if parser not in tool_parser.qwen25_names():
-            raise StackError(
-                f"--tool-call-parser {parser}: the emulator writes only the Qwen format "
-                f"(sglang's Qwen25Detector); use {' or '.join(tool_parser.qwen25_names())}.",
-                ExitCode.USAGE,
-            )
+        _check_emulator_parser(parser)
     for name in ("prefill_us_per_token", "decode_us_per_token"):
         if not 0 <= getattr(args, name) < 1e6:
             raise StackError(f"--{name.replace('_', '-')} must be between 0 and 1e6 microseconds.", ExitCode.USAGE)
@@ -116,6 +105,23 @@ def _cmd_emulate_engine(args: argparse.Namespace) -> int:
         decode_us_per_token=args.decode_us_per_token,
     )
     return 0
+
+
+def _check_emulator_parser(parser: str) -> None:
+    """USAGE unless `parser` is a tool-call parser of the pinned sglang that writes the Qwen format, the only one
+    the emulator writes."""
+    if parser not in tool_parser.parser_choices():
+        raise StackError(
+            f"--tool-call-parser {parser} is not a parser of the pinned sglang; choose one of "
+            f"{', '.join(tool_parser.parser_choices())}.",
+            ExitCode.USAGE,
+        )
+    if parser not in tool_parser.qwen25_names():
+        raise StackError(
+            f"--tool-call-parser {parser}: the emulator writes only the Qwen format "
+            f"(sglang's Qwen25Detector); use {' or '.join(tool_parser.qwen25_names())}.",
+            ExitCode.USAGE,
+        )
 
 
 # --- smoke ------------------------------------------------------------------------------------------------

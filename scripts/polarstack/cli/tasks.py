@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
+from typing import Any
 
 from polarstack.cli.render import print_json, progress_bar, render_verify
 from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import count, seconds
 from polarstack.paths import load_defaults
 from polarstack.reward import tasks, verifier
-from polarstack.reward.verifier.limits import ISOLATION_ENV, IsolationUnavailable, Limits
+from polarstack.reward.verifier.limits import ISOLATION_ENV, IsolationUnavailable, Limits, Outcome
 
 
 def _add_tasks(sub) -> None:
@@ -68,21 +71,38 @@ def _add_verify(sub) -> None:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    import time
-    from pathlib import Path
-
-    if args.task == "humaneval":
-        problems = tasks.load_humaneval()
-        items = [(dict(p, kind="humaneval"), p["canonical_solution"]) for p in problems]
-    elif args.task == "mbpp":
-        problems = tasks.load_mbpp(Path(args.source) if args.source else None)
-        items = [(dict(p, kind="mbpp"), p["code"]) for p in problems]
-    else:
-        raise StackError(f"unknown task {args.task!r}; choose one of {', '.join(tasks.TASKS)}.", ExitCode.USAGE)
+    items = _canonical_items(args.task, args.source)
     limits = Limits(timeout=args.timeout, isolation=args.isolation)
     started = time.perf_counter()
+    _probe_sandbox(limits)
+    with progress_bar() as progress:
+        bar = progress.add_task(f"{args.task} canonical solutions", total=len(items))
+        try:
+            outcomes = verifier.verify_many(items, limits, args.workers, on_outcome=lambda _: progress.advance(bar))
+        except RuntimeError as exc:
+            raise StackError(f"{exc}.", ExitCode.ENVIRONMENT) from None
+    _report_verify(args, items, outcomes, time.perf_counter() - started)
+    return 0
+
+
+def _canonical_items(task: str, source: str | None) -> list[tuple[dict[str, Any], str]]:
+    """Every problem of `task` with its canonical solution; USAGE for a task the stack does not know."""
+    if task == "humaneval":
+        problems = tasks.load_humaneval()
+        items = [(dict(p, kind="humaneval"), p["canonical_solution"]) for p in problems]
+    elif task == "mbpp":
+        problems = tasks.load_mbpp(Path(source) if source else None)
+        items = [(dict(p, kind="mbpp"), p["code"]) for p in problems]
+    else:
+        raise StackError(f"unknown task {task!r}; choose one of {', '.join(tasks.TASKS)}.", ExitCode.USAGE)
+    return items
+
+
+def _probe_sandbox(limits: Limits) -> None:
+    """Refuse before the first solution when the sandbox cannot be set up: USAGE for a bad isolation mode,
+    ENVIRONMENT otherwise (naming the opt-out when isolation is what fails)."""
     try:
-        verifier.probe_sandbox(limits)  # refuse before the first solution when the sandbox cannot be set up
+        verifier.probe_sandbox(limits)
     except ValueError as exc:  # a bad POLARSTACK_VERIFIER_ISOLATION
         raise StackError(f"{exc}.", ExitCode.USAGE) from None
     except IsolationUnavailable as exc:  # this process's environment reaches the verifier: name the opt-out
@@ -92,13 +112,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         ) from None
     except RuntimeError as exc:  # no interpreter / lock directory for the sandbox
         raise StackError(f"{exc}.", ExitCode.ENVIRONMENT) from None
-    with progress_bar() as progress:
-        bar = progress.add_task(f"{args.task} canonical solutions", total=len(items))
-        try:
-            outcomes = verifier.verify_many(items, limits, args.workers, on_outcome=lambda _: progress.advance(bar))
-        except RuntimeError as exc:
-            raise StackError(f"{exc}.", ExitCode.ENVIRONMENT) from None
-    elapsed = time.perf_counter() - started
+
+
+def _report_verify(
+    args: argparse.Namespace, items: list[tuple[dict[str, Any], str]], outcomes: list[Outcome], elapsed: float
+) -> None:
+    """The result as JSON (--json) or a table; TASK_DATA when a canonical solution failed."""
     failed = [(items[i][0]["task_id"], o.reason) for i, o in enumerate(outcomes) if not o.passed]
     result = {
         "task": args.task,
@@ -117,7 +136,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             "sandbox limits are too tight for this machine or the task data is wrong.",
             ExitCode.TASK_DATA,
         )
-    return 0
 
 
 def add_commands(sub) -> None:

@@ -85,7 +85,7 @@ from polarstack.reward.tasks import TASKS
 from polarstack.stack import assets, compose, exposure, host_check, ports, profiles
 from polarstack.train import batch_layout, gate, preflight, ray_job
 from polarstack.train.memory import DEFAULT_GPU_MEMORY_GB, Capacity
-from polarstack.train.plan import build_plan
+from polarstack.train.plan import LaunchPlan, build_plan
 
 
 def _compose_model(profile: profiles.Profile, tmp: Path) -> dict[str, Any]:
@@ -115,104 +115,15 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
     model = _compose_model(profile, tmp)
     sglang = flags.sglang_table()
     for name, svc in sorted(model["services"].items()):
-        command = svc.get("command") or []
-        label = f"profile {profile.name}, service {name}"
-        if name.startswith("engine-"):
-            extra = (svc.get("environment") or {}).get("ENGINE_EXTRA_ARGS") or ""
-            tokens = (_after(command, ["-m", "sglang.launch_server"]) or []) + shlex.split(extra)
-            problems = flags.check_tokens(tokens, sglang, command=label, program=flags.sglang_program())
-            checks.append(
-                Check(
-                    f"{label}: sglang.launch_server",
-                    not problems,
-                    f"{len(tokens)} tokens",
-                    [p.sentence() for p in problems],
-                )
-            )
-            interfaces = exposure.interface_problems(svc.get("environment") or {}, label)
-            checks.append(Check(f"{label}: NCCL and Gloo on loopback", not interfaces, "", interfaces))
-        elif name == "trainer":
-            table, program = flags.ray_table("ray start")
-            problems = flags.check_tokens(
-                _after(command, ["ray", "start"]) or [], table, command=label, program=program
-            )
-            checks.append(Check(f"{label}: ray start", not problems, "", [p.sentence() for p in problems]))
-            problems = exposure.trainer_problems(svc.get("environment") or {}, label)
-            checks.append(Check(f"{label}: Ray and slime listen on loopback only", not problems, "", problems))
-        elif name == "router":
-            env = svc.get("environment") or {}
-            release = profile.router
-            args = ["--host", "127.0.0.1", "--port", str(env.get("ROUTER_PORT"))]
-            if env.get("ROUTER_WORKER_URLS"):
-                args += ["--worker-urls", *env["ROUTER_WORKER_URLS"].split()]
-            args += shlex.split(env.get("ROUTER_EXTRA_ARGS") or "")
-            problems = flags.router_check(release, args, command=label)
-            checks.append(
-                Check(f"{label}: {release.module} ({release.spec})", not problems, "", [p.sentence() for p in problems])
-            )
+        checks += _service_checks(profile, name, svc, sglang)
     if profile.router is not None:  # the local runtime's launch of the same release
-        release = profile.router
-        urls = ["http://127.0.0.1:30000", "http://127.0.0.1:30010"] if profile.registration == "static" else []
-        args = release.launch_args(30080, urls, 30081, profile.router_args)[2:]  # drop "-m MODULE"; + ROUTER_ARGS
-        problems = flags.router_check(release, args, command=f"profile {profile.name}, local runtime router")
-        checks.append(
-            Check(
-                f"profile {profile.name}, local runtime: {release.spec}",
-                not problems,
-                "",
-                [p.sentence() for p in problems],
-            )
-        )
+        checks.append(_local_router_check(profile))
     slime, slime_program = flags.slime_table()
     plans = {}
     for task in TASKS:
         plan = build_plan(task, profile, run_id="verify", config=load_defaults())
         plans[f"make train TASK={task}"] = plan
-        label = f"profile {profile.name}, make train TASK={task}"
-        problems = flags.check_tokens(plan.train_args, slime, command=label, program=slime_program)
-        ray_start, _, _, submit = plan.commands
-        table, program = flags.ray_table("ray start")
-        problems += flags.check_tokens(ray_start[2:], table, command=label, program=program)
-        table, program = flags.ray_table("ray job submit")
-        options = submit[3 : submit.index("--")]
-        problems += flags.check_tokens(options, table, command=label, program=program)
-        checks.append(
-            Check(
-                f"{label}: train_async.py, ray start, ray job submit",
-                not problems,
-                f"{len(plan.train_args)} train_async tokens",
-                [p.sentence() for p in problems],
-            )
-        )
-        cwd_problems = ray_job.problems(submit)
-        job_problems = ray_job.job_control_problems(submit, plan.files["launch.sh"])
-        checks.append(
-            Check(
-                f"{label}: one Ray job per attempt, stopped with it (ray-job.json job_status, job_stop)",
-                not job_problems,
-                "",
-                job_problems,
-            )
-        )
-        checks.append(
-            Check(f"{label}: the Ray job needs no working directory (ray-job.json)", not cwd_problems, "", cwd_problems)
-        )
-        job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
-        exposed = exposure.trainer_problems(job_env.get("env_vars") or {}, f"{label} (Ray job)", plan.train_args)
-        checks.append(Check(f"{label}: Ray and slime listen on loopback only", not exposed, "", exposed))
-        trainer_env = (model["services"].get("trainer") or {}).get("environment") or {}
-        token_problems = control_plane.check_plan(plan, trainer_env, label)
-        checks.append(
-            Check(
-                f"{label}: Polar's control-plane token reaches its two servers alone, never a session "
-                "(polar-facts.json control_plane)",
-                not token_problems,
-                control_plane.detail(plan),
-                token_problems,
-            )
-        )
-        budget = prompt_budget.plan_problems(plan.train_args, label)  # issue 34 point 8
-        checks.append(Check(f"{label}: the task prompt budget is checked on the data", not budget, "", budget))
+        checks += _train_plan_checks(profile, task, plan, model, slime, slime_program)
 
     collisions = ports.problems(profile, load_defaults()["polar"])  # issue 34 point 5: every fixed port, no collision
     checks.append(
@@ -228,10 +139,123 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
     return checks
 
 
+def _service_checks(profile: profiles.Profile, name: str, svc: dict[str, Any], sglang: dict[str, str]) -> list[Check]:
+    """One service of the rendered Compose model: an engine's sglang.launch_server and its NCCL/Gloo interfaces, the
+    trainer's `ray start` and loopback-only listeners, or the router's launch against its release's parser."""
+    checks: list[Check] = []
+    command = svc.get("command") or []
+    label = f"profile {profile.name}, service {name}"
+    if name.startswith("engine-"):
+        extra = (svc.get("environment") or {}).get("ENGINE_EXTRA_ARGS") or ""
+        tokens = (_after(command, ["-m", "sglang.launch_server"]) or []) + shlex.split(extra)
+        problems = flags.check_tokens(tokens, sglang, command=label, program=flags.sglang_program())
+        checks.append(
+            Check(
+                f"{label}: sglang.launch_server",
+                not problems,
+                f"{len(tokens)} tokens",
+                [p.sentence() for p in problems],
+            )
+        )
+        interfaces = exposure.interface_problems(svc.get("environment") or {}, label)
+        checks.append(Check(f"{label}: NCCL and Gloo on loopback", not interfaces, "", interfaces))
+    elif name == "trainer":
+        table, program = flags.ray_table("ray start")
+        problems = flags.check_tokens(_after(command, ["ray", "start"]) or [], table, command=label, program=program)
+        checks.append(Check(f"{label}: ray start", not problems, "", [p.sentence() for p in problems]))
+        problems = exposure.trainer_problems(svc.get("environment") or {}, label)
+        checks.append(Check(f"{label}: Ray and slime listen on loopback only", not problems, "", problems))
+    elif name == "router":
+        env = svc.get("environment") or {}
+        release = profile.router
+        args = ["--host", "127.0.0.1", "--port", str(env.get("ROUTER_PORT"))]
+        if env.get("ROUTER_WORKER_URLS"):
+            args += ["--worker-urls", *env["ROUTER_WORKER_URLS"].split()]
+        args += shlex.split(env.get("ROUTER_EXTRA_ARGS") or "")
+        problems = flags.router_check(release, args, command=label)
+        checks.append(
+            Check(f"{label}: {release.module} ({release.spec})", not problems, "", [p.sentence() for p in problems])
+        )
+    return checks
+
+
+def _local_router_check(profile: profiles.Profile) -> Check:
+    """The local runtime's launch of the profile's router release, against that release's parser."""
+    release = profile.router
+    urls = ["http://127.0.0.1:30000", "http://127.0.0.1:30010"] if profile.registration == "static" else []
+    args = release.launch_args(30080, urls, 30081, profile.router_args)[2:]  # drop "-m MODULE"; + ROUTER_ARGS
+    problems = flags.router_check(release, args, command=f"profile {profile.name}, local runtime router")
+    return Check(
+        f"profile {profile.name}, local runtime: {release.spec}",
+        not problems,
+        "",
+        [p.sentence() for p in problems],
+    )
+
+
+def _train_plan_checks(
+    profile: profiles.Profile,
+    task: str,
+    plan: LaunchPlan,
+    model: dict[str, Any],
+    slime: dict[str, str],
+    slime_program: str,
+) -> list[Check]:
+    """`make train TASK=task`'s plan: its launch against the recorded option tables, one Ray job per attempt, the
+    listeners, Polar's control-plane token and the task prompt budget."""
+    checks: list[Check] = []
+    label = f"profile {profile.name}, make train TASK={task}"
+    problems = flags.check_tokens(plan.train_args, slime, command=label, program=slime_program)
+    ray_start, _, _, submit = plan.commands
+    table, program = flags.ray_table("ray start")
+    problems += flags.check_tokens(ray_start[2:], table, command=label, program=program)
+    table, program = flags.ray_table("ray job submit")
+    options = submit[3 : submit.index("--")]
+    problems += flags.check_tokens(options, table, command=label, program=program)
+    checks.append(
+        Check(
+            f"{label}: train_async.py, ray start, ray job submit",
+            not problems,
+            f"{len(plan.train_args)} train_async tokens",
+            [p.sentence() for p in problems],
+        )
+    )
+    cwd_problems = ray_job.problems(submit)
+    job_problems = ray_job.job_control_problems(submit, plan.files["launch.sh"])
+    checks.append(
+        Check(
+            f"{label}: one Ray job per attempt, stopped with it (ray-job.json job_status, job_stop)",
+            not job_problems,
+            "",
+            job_problems,
+        )
+    )
+    checks.append(
+        Check(f"{label}: the Ray job needs no working directory (ray-job.json)", not cwd_problems, "", cwd_problems)
+    )
+    job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    exposed = exposure.trainer_problems(job_env.get("env_vars") or {}, f"{label} (Ray job)", plan.train_args)
+    checks.append(Check(f"{label}: Ray and slime listen on loopback only", not exposed, "", exposed))
+    trainer_env = (model["services"].get("trainer") or {}).get("environment") or {}
+    token_problems = control_plane.check_plan(plan, trainer_env, label)
+    checks.append(
+        Check(
+            f"{label}: Polar's control-plane token reaches its two servers alone, never a session "
+            "(polar-facts.json control_plane)",
+            not token_problems,
+            control_plane.detail(plan),
+            token_problems,
+        )
+    )
+    prompt_problems = prompt_budget.plan_problems(plan.train_args, label)  # issue 34 point 8
+    checks.append(
+        Check(f"{label}: the task prompt budget is checked on the data", not prompt_problems, "", prompt_problems)
+    )
+    return checks
+
+
 def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     """Weights source, sandbox image, agent CLI and their mounts are all in the rendered plan (docs/gpu-node.md)."""
-    import json
-
     label = f"profile {profile.name}: weights source, agent sandbox, agent CLI and Polar's apptainer mode in the plan"
     binary = compose.bundled_compose()
     command = [str(binary)] if binary else compose.compose_command()
@@ -259,6 +283,21 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
             ],
         )
     services = json.loads(proc.stdout)["services"]
+    trainer = services.get("trainer", {})
+    problems = _service_asset_problems(services, trainer)
+    problems += _plan_asset_problems(profile, trainer)
+    return Check(
+        label,
+        not problems,
+        "model-download -> engines; sandbox-build; /dev/fuse; agent CLI mount; Polar's direct-exec apptainer mode; "
+        "the verifier's knobs in the test_command's runtime.env",
+        problems,
+    )
+
+
+def _service_asset_problems(services: dict[str, Any], trainer: dict[str, Any]) -> list[str]:
+    """The Compose model with the sandbox profile: model-download before the engines, sandbox-build, what apptainer
+    needs in the trainer and nothing more, HF_TOKEN only where the weights are fetched."""
     problems = []
     download = services.get("model-download")
     if download is None:
@@ -270,7 +309,6 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
             problems.append(f"{name} does not wait for model-download to complete")
     if "sandbox-build" not in services:
         problems.append("no sandbox-build service: nothing builds polarstack-code.sif and the agent CLI dir")
-    trainer = services.get("trainer", {})
     if [d.get("source") for d in trainer.get("devices") or []] != ["/dev/fuse"] or not {
         "seccomp=unconfined",
         "apparmor=unconfined",
@@ -292,6 +330,13 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
             )
     if trainer.get("privileged") or trainer.get("cap_add"):
         problems.append("the trainer is privileged or has added capabilities: apptainer needs neither")
+    return problems
+
+
+def _plan_asset_problems(profile: profiles.Profile, trainer: dict[str, Any]) -> list[str]:
+    """The rendered HumanEval plan: the task template's sandbox image and agent CLI mount, Polar's apptainer mode
+    wherever Polar runs, no secret of the trainer's in a session, and the verifier's knobs in its test_command."""
+    problems = []
     plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
     config = load_yaml(plan.files["polar_config.yaml"])
     runtime = config["polar_task_template"]["runtime"]
@@ -329,13 +374,7 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
         {k: v.strip("'\"") for k, v in launch_env.items()},
         job_env.get("env_vars") or {},
     )
-    return Check(
-        label,
-        not problems,
-        "model-download -> engines; sandbox-build; /dev/fuse; agent CLI mount; Polar's direct-exec apptainer mode; "
-        "the verifier's knobs in the test_command's runtime.env",
-        problems,
-    )
+    return problems
 
 
 def check_sequence_budget(profile: profiles.Profile) -> Check:

@@ -570,15 +570,7 @@ def up_node(
       the router in front of all of them by their cluster address (static: --worker-urls; register: POST /workers,
       as slime does), then waits until the Ray cluster has NODES alive nodes.
     The token file: rank 0 writes it when missing (ray_auth.ensure); the others need a copy (ray_auth.check)."""
-    refused = cluster_layout.refusal(profile, cluster)
-    if refused:
-        raise StackError(refused, ExitCode.USAGE)
-    if engine != "emulator":
-        raise StackError(
-            f"at NODES={cluster.nodes} the local runtime runs emulated engines only; drop ENGINE={engine} (the real "
-            "engines across nodes are the docker runtime's).",
-            ExitCode.USAGE,
-        )
+    _refuse_node_request(profile, cluster, engine)
     host = cluster.bind_host()  # checks that CLUSTER_IFACE holds this node's address
     path = ray_auth.token_path(cluster.token_file)
     if not cluster.head:
@@ -592,13 +584,7 @@ def up_node(
     release = profile.router
     router_url = f"http://{cluster.head_addr}:{profile.router_port}" if release is not None else None
     ports = [profile.engine_port(i) for i in range(profile.engine_count)]
-    for index, port in enumerate(ports):
-        check_port_free(host, port, f"engine-{index}", f"ENGINE_PORT_BASE ({profile.path.name})")
-    if cluster.head:
-        check_port_free(host, gcs_port, "the Ray head's GCS", "RAY_GCS_PORT (configs/stack.env)")
-        check_port_free(host, dashboard_port, "the Ray dashboard", "RAY_DASHBOARD_PORT (configs/stack.env)")
-        if release is not None:
-            check_port_free(host, profile.router_port, "the router", f"ROUTER_PORT ({profile.path.name})")
+    _check_node_ports(profile, cluster, host, ports, gcs_port, dashboard_port)
     directory = directory or run_dir()
     if before_start is not None:  # (`up`'s): every check above passed, nothing written yet
         refuse_if_up(directory)
@@ -623,24 +609,9 @@ def up_node(
         _launch_engines(state, profile, profile.engine_count, engine, engine_args, timeout, progress, host, ports)
         ray_timeout = max(timeout, RAY_READY_SECONDS)
         logs = directory / "logs"
-        if cluster.head:
-            command = ray_node.head_line(host, gcs_port, dashboard_port)
-            role, log_path = "ray-head", logs / "ray-head.log"
-        else:
-            ray_node.wait_head(dashboard, token_file, wait_nodes)  # the head first: `ray start --address` needs it
-            command = ray_node.worker_line(cluster.head_addr, gcs_port, host)
-            role, log_path = "ray-worker", logs / "ray-worker.log"
-        temp_dir = ray_node.short_temp_dir()
-        try:
-            process = ray_node.spawn(
-                command, bin_dir=bin_dir, env=ray_node.ray_env(token_file, bin_dir, temp_dir), log_path=log_path
-            )
-        except BaseException:
-            shutil.rmtree(temp_dir, ignore_errors=True)
-            raise
-        url = dashboard if cluster.head else f"ray://{host}"
-        state.processes.append(ray_node.entry(role, process, command, url, log_path, temp_dir))
-        _save(state)
+        process, log_path = _start_ray_process(
+            state, cluster, host, gcs_port, dashboard_port, dashboard, token_file, bin_dir, logs, wait_nodes
+        )
         if cluster.head:
             ray_node.wait_head(dashboard, token_file, ray_timeout, process, log_path)
             progress(f"up: Ray head on {host}:{gcs_port} (dashboard :{dashboard_port}), token from {token_file}")
@@ -666,6 +637,68 @@ def up_node(
             _stop_all(state.processes)
             state.path.unlink(missing_ok=True)
         raise
+
+
+def _refuse_node_request(profile: Profile, cluster: Cluster, engine: str) -> None:
+    """USAGE for a profile the cluster layout cannot spread over the nodes, or engines other than the emulator."""
+    refused = cluster_layout.refusal(profile, cluster)
+    if refused:
+        raise StackError(refused, ExitCode.USAGE)
+    if engine != "emulator":
+        raise StackError(
+            f"at NODES={cluster.nodes} the local runtime runs emulated engines only; drop ENGINE={engine} (the real "
+            "engines across nodes are the docker runtime's).",
+            ExitCode.USAGE,
+        )
+
+
+def _check_node_ports(
+    profile: Profile, cluster: Cluster, host: str, ports: list[int], gcs_port: int, dashboard_port: int
+) -> None:
+    """Every fixed port this node will listen on is free on `host`: its engines', and on rank 0 Ray's head and the
+    router's."""
+    for index, port in enumerate(ports):
+        check_port_free(host, port, f"engine-{index}", f"ENGINE_PORT_BASE ({profile.path.name})")
+    if cluster.head:
+        check_port_free(host, gcs_port, "the Ray head's GCS", "RAY_GCS_PORT (configs/stack.env)")
+        check_port_free(host, dashboard_port, "the Ray dashboard", "RAY_DASHBOARD_PORT (configs/stack.env)")
+        if profile.router is not None:
+            check_port_free(host, profile.router_port, "the router", f"ROUTER_PORT ({profile.path.name})")
+
+
+def _start_ray_process(
+    state: LocalState,
+    cluster: Cluster,
+    host: str,
+    gcs_port: int,
+    dashboard_port: int,
+    dashboard: str,
+    token_file: Path,
+    bin_dir: Path,
+    logs: Path,
+    wait_nodes: float,
+) -> tuple[subprocess.Popen, Path]:
+    """This node's Ray: on rank 0 the head, on the others a worker once the head answers (`ray start --address`
+    needs it); recorded in the run state. Returns the process and its log."""
+    if cluster.head:
+        command = ray_node.head_line(host, gcs_port, dashboard_port)
+        role, log_path = "ray-head", logs / "ray-head.log"
+    else:
+        ray_node.wait_head(dashboard, token_file, wait_nodes)  # the head first: `ray start --address` needs it
+        command = ray_node.worker_line(cluster.head_addr, gcs_port, host)
+        role, log_path = "ray-worker", logs / "ray-worker.log"
+    temp_dir = ray_node.short_temp_dir()
+    try:
+        process = ray_node.spawn(
+            command, bin_dir=bin_dir, env=ray_node.ray_env(token_file, bin_dir, temp_dir), log_path=log_path
+        )
+    except BaseException:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
+    url = dashboard if cluster.head else f"ray://{host}"
+    state.processes.append(ray_node.entry(role, process, command, url, log_path, temp_dir))
+    _save(state)
+    return process, log_path
 
 
 def _start_router(

@@ -16,6 +16,7 @@ import os
 import shlex
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from polarstack.checks import nodes, rehearsal_report, sandbox_probe, shared_probe
@@ -207,6 +208,32 @@ def run(
     os.environ.update(plan.stack_env)  # the small model for `make up` (environment overrides configs/stack.env)
     # Until this rehearsal passes, no earlier pass of this profile counts: a run stopped half-way leaves a failure.
     rehearsal_record.write(profile, {"passed": False}, plan.report_path, sets=plan.sets)
+    _require_small_model(profile, plan)
+    out = train_run_dir() / plan.run_id
+    phases: dict[str, float] = {}
+    evidence: dict[str, Any] = {}
+    started = clock()
+    _bring_up(node, profile, plan, progress)
+    try:
+        if plan.cluster.multi:  # every other node's `make up`, then the cluster check (Node.join)
+            node.join(plan, progress)
+        phases["up"] = clock() - started
+        _before_jobs(node, profile, plan, out, evidence, progress)
+        failed = _run_jobs(node, profile, plan, out, evidence, phases, clock, progress)
+        # The small model's evidence is on disk before anything is removed or the 7B's parts start (replaced below).
+        provisional = {**evidence, "seven_b": {"skipped": "the rehearsal stopped before the 7B's parts"}}
+        _write_report(out, plan, profile, provisional)
+    finally:
+        _take_down(node, profile, plan, progress)
+    evidence["seven_b"] = _seven_b_evidence(node, profile, plan, failed, phases, clock, progress)
+    result = _write_report(out, plan, profile, evidence)
+    rehearsal_record.write(profile, result, plan.report_path, sets=plan.sets)
+    return result
+
+
+def _require_small_model(profile: Profile, plan: PreflightPlan) -> None:
+    """assets.check_before_up with the rehearsal's model: a missing one is named with the `make model` that fetches
+    it (plain `make model` would fetch the real model)."""
     try:
         assets.check_before_up(profile)
     except StackError as exc:  # plain `make model` would fetch the real model: name the rehearsal's
@@ -220,10 +247,10 @@ def run(
             + ".",
             ExitCode.ASSETS_MISSING,
         ) from None
-    out = train_run_dir() / plan.run_id
-    phases: dict[str, float] = {}
-    evidence: dict[str, Any] = {}
-    started = clock()
+
+
+def _bring_up(node: Node, profile: Profile, plan: PreflightPlan, progress: Callable[[str], None]) -> None:
+    """`up` of the profile with the small model (ENVIRONMENT when it fails), recorded as the docker runtime's state."""
     progress(f"bringing {profile.name} up with {plan.stack_env['MODEL_NAME']}")
     if (
         plan.cluster.multi
@@ -234,100 +261,138 @@ def run(
             f"docker compose up failed for profile {profile.name}; see the output above.", ExitCode.ENVIRONMENT
         )
     docker_state.write(profile)
-    try:
-        if plan.cluster.multi:  # every other node's `make up`, then the cluster check (Node.join)
-            node.join(plan, progress)
-        phases["up"] = clock() - started
-        node.gate(plan)
-        tasks.prepare(
-            plan.task,
-            out / "tasks",
-            ids=plan.task_ids,
-            tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{plan.run_id}/tasks",
-            max_prompt_tokens=int(plan.phases[0][1].config["grpo"]["rollout_max_prompt_len"]),
+
+
+def _before_jobs(
+    node: Node,
+    profile: Profile,
+    plan: PreflightPlan,
+    out: Path,
+    evidence: dict[str, Any],
+    progress: Callable[[str], None],
+) -> None:
+    """Once the stack is up, before the first job: the smoke gate, the task data and the plan's files, the sandbox
+    probe, SHARED_DIR (NODES>1), the disk space, and slime's model script against the weights' config."""
+    node.gate(plan)
+    tasks.prepare(
+        plan.task,
+        out / "tasks",
+        ids=plan.task_ids,
+        tasks_dir_in_trainer=f"{TRAINER_RUN_DIR}/{plan.run_id}/tasks",
+        max_prompt_tokens=int(plan.phases[0][1].config["grpo"]["rollout_max_prompt_len"]),
+    )
+    for file_name, text in plan.files.items():
+        (out / file_name).write_text(text)
+    sandbox_probe.check_in_trainer(profile)
+    if plan.cluster.multi:  # SHARED_DIR is one directory on every node, before anything writes to it
+        evidence["shared_dir"] = prove_shared_dir(node, plan, progress)
+    check_space(node, plan, progress)
+    # The probe passed: the verifier, run through the agent sandbox as Polar's evaluator runs it, printed PASSED
+    # for the canonical HumanEval/0 (reward 1) and FAILED for a wrong answer (reward 0); no_mixed_rewards uses it.
+    evidence["reward_path"] = {
+        "task": "HumanEval/0",
+        "canonical_reward": 1.0,
+        "wrong_reward": 0.0,
+        # what the task's runtime.env gives Polar's test_command (polarstack.stack.verifier_knobs): `none` is named
+        "isolation": rendered_isolation(plan),
+    }
+    mismatched = preflight.config_mismatches(plan.model, hf_config(node, plan.stack_env["MODEL_PATH"]))
+    if mismatched:
+        raise StackError(
+            f"slime's scripts/models/qwen2.5-{plan.size}.sh does not describe {plan.stack_env['MODEL_PATH']}: "
+            f"{'; '.join(mismatched)}; choose another model.size in configs/train/preflight.yaml.",
+            ExitCode.REHEARSAL_FAILED,
         )
-        for file_name, text in plan.files.items():
-            (out / file_name).write_text(text)
-        sandbox_probe.check_in_trainer(profile)
-        if plan.cluster.multi:  # SHARED_DIR is one directory on every node, before anything writes to it
-            evidence["shared_dir"] = prove_shared_dir(node, plan, progress)
-        check_space(node, plan, progress)
-        # The probe passed: the verifier, run through the agent sandbox as Polar's evaluator runs it, printed PASSED
-        # for the canonical HumanEval/0 (reward 1) and FAILED for a wrong answer (reward 0); no_mixed_rewards uses it.
-        evidence["reward_path"] = {
-            "task": "HumanEval/0",
-            "canonical_reward": 1.0,
-            "wrong_reward": 0.0,
-            # what the task's runtime.env gives Polar's test_command (polarstack.stack.verifier_knobs): `none` is named
-            "isolation": rendered_isolation(plan),
-        }
-        mismatched = preflight.config_mismatches(plan.model, hf_config(node, plan.stack_env["MODEL_PATH"]))
-        if mismatched:
-            raise StackError(
-                f"slime's scripts/models/qwen2.5-{plan.size}.sh does not describe {plan.stack_env['MODEL_PATH']}: "
-                f"{'; '.join(mismatched)}; choose another model.size in configs/train/preflight.yaml.",
-                ExitCode.REHEARSAL_FAILED,
-            )
-        versions = {"before": weight_versions(node, profile, plan.cluster)}
-        failed = ""
-        checkpoint: dict[str, Any] = {}
-        rollouts: list[dict[str, Any]] = []
-        logs = []
-        for name, phase in plan.phases:
-            progress(f"job {name}")
-            node.release_workers(phase.config)
-            began = clock()
-            run_dir = f"{TRAINER_RUN_DIR}/{plan.run_id}"
-            if name == "resume":
-                code = _supervised(node, plan, phase, run_dir, evidence)
-            else:
-                code, _ = node.trainer(f"bash {run_dir}/launch-{name}.sh > {run_dir}/job-{name}.log 2>&1")
-            phases[name] = clock() - began
-            log = out / f"job-{name}.log"
-            logs.append(log.read_text(errors="replace") if log.is_file() else "")
-            seen = rehearsal_report.read_rollouts(out / SUMMARY_NAME)
-            rollouts += [{**row, "phase": name} for row in seen[len(rollouts) :]]
-            versions[f"after_{name}"] = weight_versions(node, profile, plan.cluster)
-            checkpoint[f"after_{name}"] = tracker(node, phase.checkpoint_dir)
-            if code != 0:
-                abort = out / "gate-abort.txt"
-                reason = abort.read_text().strip() if abort.is_file() else f"exit {code}, see {log}"
-                progress(f"job {name} failed ({reason}); judging what it left")
-                failed = f"job {name} failed ({reason})"
-                break
-        evidence.update(
-            engines=_engine_urls(profile, plan.cluster),  # the weight_sync class judges every one of them
-            rollouts=rollouts,
-            slime=rehearsal_report.parse_slime_log("\n".join(logs)),
-            weight_versions=versions,
-            checkpoint=checkpoint,
-            phases=phases,
-            first=_rollouts(plan, 0),
-            after_resume=_rollouts(plan, 1) - _rollouts(plan, 0),
-            expected_steps=_rollouts(plan, 1),
-            **plan.report_settings,
-        )
-        # The small model's evidence is on disk before anything is removed or the 7B's parts start (replaced below).
-        provisional = {**evidence, "seven_b": {"skipped": "the rehearsal stopped before the 7B's parts"}}
-        result = {**rehearsal_report.report(provisional), "plan": plan.run_id, "profile": profile.name}
-        (out / "rehearsal-report.json").write_text(json.dumps({**result, "evidence": provisional}, indent=1) + "\n")
-    finally:
-        remove_checkpoints(node, plan, progress)
-        progress(f"taking {profile.name} down (the real run starts with `make up`)")
-        node.compose(["down"])
-        docker_state.clear()
-    if plan.seven_b is None:
-        evidence["seven_b"] = {"not_planned": "NODES>1 (the 7B's parts run on one node)"}
-    elif failed:
-        evidence["seven_b"] = {"skipped": f"{failed}, so the 7B's parts did not run"}
-    else:
+
+
+def _run_jobs(
+    node: Node,
+    profile: Profile,
+    plan: PreflightPlan,
+    out: Path,
+    evidence: dict[str, Any],
+    phases: dict[str, float],
+    clock: Callable[[], float],
+    progress: Callable[[str], None],
+) -> str:
+    """Both jobs in order (the resumed one under the supervisor), each engine's weight_version and the checkpoint
+    tracker after each, until one fails; what they left goes into `evidence`. Returns why a job failed ("" when
+    none did)."""
+    versions = {"before": weight_versions(node, profile, plan.cluster)}
+    failed = ""
+    checkpoint: dict[str, Any] = {}
+    rollouts: list[dict[str, Any]] = []
+    logs = []
+    for name, phase in plan.phases:
+        progress(f"job {name}")
+        node.release_workers(phase.config)
         began = clock()
-        evidence["seven_b"] = seven_b_parts(node, profile, plan, progress)
-        phases["7b"] = clock() - began
+        run_dir = f"{TRAINER_RUN_DIR}/{plan.run_id}"
+        if name == "resume":
+            code = _supervised(node, plan, phase, run_dir, evidence)
+        else:
+            code, _ = node.trainer(f"bash {run_dir}/launch-{name}.sh > {run_dir}/job-{name}.log 2>&1")
+        phases[name] = clock() - began
+        log = out / f"job-{name}.log"
+        logs.append(log.read_text(errors="replace") if log.is_file() else "")
+        seen = rehearsal_report.read_rollouts(out / SUMMARY_NAME)
+        rollouts += [{**row, "phase": name} for row in seen[len(rollouts) :]]
+        versions[f"after_{name}"] = weight_versions(node, profile, plan.cluster)
+        checkpoint[f"after_{name}"] = tracker(node, phase.checkpoint_dir)
+        if code != 0:
+            abort = out / "gate-abort.txt"
+            reason = abort.read_text().strip() if abort.is_file() else f"exit {code}, see {log}"
+            progress(f"job {name} failed ({reason}); judging what it left")
+            failed = f"job {name} failed ({reason})"
+            break
+    evidence.update(
+        engines=_engine_urls(profile, plan.cluster),  # the weight_sync class judges every one of them
+        rollouts=rollouts,
+        slime=rehearsal_report.parse_slime_log("\n".join(logs)),
+        weight_versions=versions,
+        checkpoint=checkpoint,
+        phases=phases,
+        first=_rollouts(plan, 0),
+        after_resume=_rollouts(plan, 1) - _rollouts(plan, 0),
+        expected_steps=_rollouts(plan, 1),
+        **plan.report_settings,
+    )
+    return failed
+
+
+def _write_report(out: Path, plan: PreflightPlan, profile: Profile, evidence: dict[str, Any]) -> dict[str, Any]:
+    """The report judged from `evidence`, written with it to rehearsal-report.json; returns the report."""
     result = {**rehearsal_report.report(evidence), "plan": plan.run_id, "profile": profile.name}
     (out / "rehearsal-report.json").write_text(json.dumps({**result, "evidence": evidence}, indent=1) + "\n")
-    rehearsal_record.write(profile, result, plan.report_path, sets=plan.sets)
     return result
+
+
+def _take_down(node: Node, profile: Profile, plan: PreflightPlan, progress: Callable[[str], None]) -> None:
+    """Always, however the rehearsal ended: its checkpoints removed (the trainer still up), then the stack down."""
+    remove_checkpoints(node, plan, progress)
+    progress(f"taking {profile.name} down (the real run starts with `make up`)")
+    node.compose(["down"])
+    docker_state.clear()
+
+
+def _seven_b_evidence(
+    node: Node,
+    profile: Profile,
+    plan: PreflightPlan,
+    failed: str,
+    phases: dict[str, float],
+    clock: Callable[[], float],
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """The 7B's parts when planned and both jobs passed (their time in phases["7b"]); else why they did not run."""
+    if plan.seven_b is None:
+        return {"not_planned": "NODES>1 (the 7B's parts run on one node)"}
+    if failed:
+        return {"skipped": f"{failed}, so the 7B's parts did not run"}
+    began = clock()
+    parts = seven_b_parts(node, profile, plan, progress)
+    phases["7b"] = clock() - began
+    return parts
 
 
 def parse_gpu_log(text: str) -> dict[str, float]:

@@ -186,6 +186,40 @@ def _supervise(
     isolate = isolation_mode(limits.isolation) == "namespaces"
     started = time.monotonic()
     secret = secrets.token_hex(16)
+    flags, one_uid, by_helper, wanted = _sandbox_shape(isolate)
+    parent = cgroup_parent()
+    with _sandbox_uid(wanted) as uid, _sandbox_cgroup(parent, limits) as cgroup:
+        python = _system_python()
+        workdir = None if isolate else tempfile.mkdtemp(prefix="polarstack-verify-")
+        why = _fill_workdir(workdir, files, uid) if workdir else None
+        if why is not None:  # the candidate's files (isolation off): a wrong answer, as inside
+            detail = f"the sandbox cannot hold the solution's files ({why})"
+            report = {"verdict": "failed", "detail": detail, "status": "files " + why}
+            mechanism = describe_limits(cgroup, limits.memory_mb, limits.cpu_seconds, limits.nproc)
+            return report, "", time.monotonic() - started, mechanism
+        report_r, report_w = os.pipe()
+        sandbox = _sandbox_config(
+            isolate, flags, by_helper, one_uid, python, files, uid, workdir, limits, argv_tail, task, report_w, cgroup
+        )
+        head = json.dumps(sandbox).encode()
+        stderr = tempfile.TemporaryFile()
+        process = _start_supervisor(head, task, secret, report_w, stderr)
+        try:
+            report = _await_report(process, report_r, limits, secret)
+        finally:
+            os.close(report_r)
+            if workdir:
+                _remove_workdir(workdir, uid)
+        tail = _tail(stderr)
+        stderr.close()
+    report = _checked_status(report, isolate)
+    mechanism = describe_limits(cgroup, limits.memory_mb, limits.cpu_seconds, limits.nproc)
+    return report, tail, time.monotonic() - started, mechanism
+
+
+def _sandbox_shape(isolate: bool) -> tuple[int, bool, bool, bool]:
+    """How this process can set up the sandbox: (unshare flags, one-uid shape, uid mapped by a helper, switch the
+    program to a sandbox uid); IsolationUnavailable when root without CAP_SYS_ADMIN also lacks what the helper needs."""
     flags = _unshare_flags()
     # uid 0 of a user namespace without the sandbox uids (an Apptainer session of the trainer): no uid to switch
     # to, so the candidate stays that uid 0, without capabilities, /proc or processes of its own (host.py).
@@ -206,103 +240,129 @@ def _supervise(
         wanted = (by_helper or not flags & _NEWUSER) and not one_uid
     else:
         wanted = _root_with(_CAP_SETUID, _CAP_SETGID, _CAP_CHOWN) and _maps_sandbox_uids()
-    parent = cgroup_parent()
-    with _sandbox_uid(wanted) as uid, _sandbox_cgroup(parent, limits) as cgroup:
-        python = _system_python()
-        workdir = None if isolate else tempfile.mkdtemp(prefix="polarstack-verify-")
-        if workdir:
-            try:
-                for name, text in files.items():
-                    Path(workdir, name).write_text(text, encoding="utf-8")
-            except (OSError, ValueError) as exc:  # the candidate's files (isolation off): a wrong answer, as inside
-                shutil.rmtree(workdir, ignore_errors=True)
-                why = f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__}"
-                detail = f"the sandbox cannot hold the solution's files ({why})"
-                report = {"verdict": "failed", "detail": detail, "status": "files " + why}
-                mechanism = describe_limits(cgroup, limits.memory_mb, limits.cpu_seconds, limits.nproc)
-                return report, "", time.monotonic() - started, mechanism
-            if uid >= 0:
-                for path in (workdir, *(Path(workdir, name) for name in files)):
-                    os.chown(path, uid, uid)
-        report_r, report_w = os.pipe()
-        sandbox = {
-            "isolate": isolate,
-            "unshare_flags": flags,
-            "map_by_helper": by_helper,
-            "one_uid": one_uid,
-            "cap_last_cap": _cap_last_cap(),
-            "binds": _binds(python),
-            "files": files,
-            "uid": uid,
-            "workdir": workdir,
-            "tmpfs_mb": TMPFS_MB,
-            "cpu": limits.cpu_seconds,
-            "memory_mb": limits.memory_mb,
-            "file_size_mb": limits.file_size_mb,
-            "nproc": limits.nproc,
-            "open_files": limits.open_files,
-            "argv": [python, "-I", *argv_tail],
-            "judge": task is not None,
-            "timeout": limits.timeout,
-            "report": report_w,
-            "cgroup": str(cgroup) if cgroup else None,
-            "watchdog": cgroup is None,
-            "env": {
-                "PATH": "/usr/local/bin:/usr/bin:/bin",
-                "LANG": "C.UTF-8",
-                "HOME": workdir or "/sandbox",
-                "PYTHONDONTWRITEBYTECODE": "1",
-                # One thread: the seccomp filter refuses clone and clone3 (seccomp.py), so libraries must not try.
-                "OMP_NUM_THREADS": "1",
-                "OPENBLAS_NUM_THREADS": "1",
-                "MKL_NUM_THREADS": "1",
-            },
-        }
-        head = json.dumps(sandbox).encode()
-        stderr = tempfile.TemporaryFile()
-        try:
-            with tempfile.TemporaryFile() as stdin:
-                stdin.write(b"%012d" % len(head) + head + json.dumps(dict(task or {}, secret=secret)).encode())
-                stdin.seek(0)
-                process = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-c", _SUPERVISOR],
-                    stdin=stdin,
-                    stdout=stderr,
-                    stderr=stderr,
-                    env={},
-                    pass_fds=(report_w,),
-                    start_new_session=True,
-                )
-        finally:
-            os.close(report_w)
-        try:
-            # The report pipe reaches end-of-file when the supervisor exits; wait for that, never past the backstop.
-            data, ended = _read_until_eof(report_r, time.monotonic() + limits.timeout + 3 * _GRACE)
-            if not ended:  # backstop: its own deadline did not hold; its sandbox dies with it (pdeathsig)
-                process.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=_GRACE)
-            report = parse_report(data, secret)
-        finally:
-            os.close(report_r)
-            if workdir:
-                if uid >= 0:
-                    _kill_uid(uid)
-                shutil.rmtree(workdir, ignore_errors=True)
-        tail = _tail(stderr)
-        stderr.close()
+    return flags, one_uid, by_helper, wanted
+
+
+def _fill_workdir(workdir: str, files: dict[str, str], uid: int) -> str | None:
+    """Isolation off: the candidate's files written into `workdir` and given to `uid` (when one is switched to).
+    Returns why they do not fit (the directory removed), None when they do."""
+    try:
+        for name, text in files.items():
+            Path(workdir, name).write_text(text, encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        return f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__}"
+    if uid >= 0:
+        for path in (workdir, *(Path(workdir, name) for name in files)):
+            os.chown(path, uid, uid)
+    return None
+
+
+def _sandbox_config(
+    isolate: bool,
+    flags: int,
+    by_helper: bool,
+    one_uid: bool,
+    python: str,
+    files: dict[str, str],
+    uid: int,
+    workdir: str | None,
+    limits: Limits,
+    argv_tail: list[str],
+    task: dict[str, Any] | None,
+    report_w: int,
+    cgroup: Path | None,
+) -> dict[str, Any]:
+    """The sandbox side's configuration, the head of the supervisor's stdin."""
+    return {
+        "isolate": isolate,
+        "unshare_flags": flags,
+        "map_by_helper": by_helper,
+        "one_uid": one_uid,
+        "cap_last_cap": _cap_last_cap(),
+        "binds": _binds(python),
+        "files": files,
+        "uid": uid,
+        "workdir": workdir,
+        "tmpfs_mb": TMPFS_MB,
+        "cpu": limits.cpu_seconds,
+        "memory_mb": limits.memory_mb,
+        "file_size_mb": limits.file_size_mb,
+        "nproc": limits.nproc,
+        "open_files": limits.open_files,
+        "argv": [python, "-I", *argv_tail],
+        "judge": task is not None,
+        "timeout": limits.timeout,
+        "report": report_w,
+        "cgroup": str(cgroup) if cgroup else None,
+        "watchdog": cgroup is None,
+        "env": {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": workdir or "/sandbox",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            # One thread: the seccomp filter refuses clone and clone3 (seccomp.py), so libraries must not try.
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        },
+    }
+
+
+def _start_supervisor(
+    head: bytes, task: dict[str, Any] | None, secret: str, report_w: int, stderr: Any
+) -> subprocess.Popen:
+    """The supervisor started in a session of its own, its stdin the sandbox's configuration then the judge's task
+    with the secret, its output into `stderr`; `report_w` (the report pipe's write end) is closed here either way."""
+    try:
+        with tempfile.TemporaryFile() as stdin:
+            stdin.write(b"%012d" % len(head) + head + json.dumps(dict(task or {}, secret=secret)).encode())
+            stdin.seek(0)
+            return subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _SUPERVISOR],
+                stdin=stdin,
+                stdout=stderr,
+                stderr=stderr,
+                env={},
+                pass_fds=(report_w,),
+                start_new_session=True,
+            )
+    finally:
+        os.close(report_w)
+
+
+def _await_report(process: subprocess.Popen, report_r: int, limits: Limits, secret: str) -> dict[str, Any]:
+    """The supervisor's report (parse_report: empty unless it carries `secret`), once it exited."""
+    # The report pipe reaches end-of-file when the supervisor exits; wait for that, never past the backstop.
+    data, ended = _read_until_eof(report_r, time.monotonic() + limits.timeout + 3 * _GRACE)
+    if not ended:  # backstop: its own deadline did not hold; its sandbox dies with it (pdeathsig)
+        process.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=_GRACE)
+    return parse_report(data, secret)
+
+
+def _remove_workdir(workdir: str, uid: int) -> None:
+    """Isolation off: the sandbox uid's processes killed, then the working directory removed."""
+    if uid >= 0:
+        _kill_uid(uid)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _checked_status(report: dict[str, Any], isolate: bool) -> dict[str, Any]:
+    """The report, failed when the candidate's own files did not fit (write_files); IsolationUnavailable (isolated)
+    or RuntimeError when the sandbox could not be set up."""
     status = str(report.get("status", ""))
     if status.startswith("files "):  # the candidate's own files did not fit (write_files): a wrong answer
-        report = dict(report, verdict="failed", detail=f"the sandbox cannot hold the solution's files ({status[6:]})")
-    elif status.startswith("error "):
+        return dict(report, verdict="failed", detail=f"the sandbox cannot hold the solution's files ({status[6:]})")
+    if status.startswith("error "):
         if isolate:
             raise IsolationUnavailable(
                 f"the verifier's sandbox cannot be set up here ({status[6:]}); run it as root with CAP_SYS_ADMIN, or "
                 f"where user namespaces are allowed (see docs/tasks.md)"
             )
         raise RuntimeError(f"the sandbox could not start: {status[6:]}")
-    mechanism = describe_limits(cgroup, limits.memory_mb, limits.cpu_seconds, limits.nproc)
-    return report, tail, time.monotonic() - started, mechanism
+    return report
 
 
 @contextlib.contextmanager
