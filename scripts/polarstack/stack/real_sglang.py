@@ -456,21 +456,70 @@ def process_tree_rss(pid: int) -> int:
     return total
 
 
-def wait_ready(url: str, timeout: float, process: subprocess.Popen | None, log_path: Path | None = None) -> float:
-    """Poll until the server answers /health (sglang answers it once its warm-up request finished)."""
+class PortTaken(StackError):
+    """The server could not bind its HTTP port: another process took it after the port was chosen."""
+
+
+# uvicorn's line when the HTTP port is bound by another process ("[Errno 98] error while attempting to bind on address
+# ('127.0.0.1', PORT): address already in use", seen in `make test`'s real-engine tier): sglang's launcher then waits
+# on its scheduler and detokenizer and never exits (srt/entrypoints/http_server.py runs uvicorn in the main process),
+# so the readiness wait below would wait out its whole timeout. It reads the log between short polls instead.
+BIND_FAILURE = "while attempting to bind on address"
+READY_POLL_SLICE = 2.0  # seconds of polling between two looks at the log
+
+
+def bind_failed(log_path: Path | None) -> bool:
+    """Whether the server's log says its HTTP port was taken."""
+    if log_path is None:
+        return False
     try:
-        return wait_http(url, timeout, process)
-    except StackError as exc:
-        tail = ""
-        if log_path is not None:
+        return BIND_FAILURE in log_path.read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def _log_tail(log_path: Path | None) -> str:
+    if log_path is None:
+        return ""
+    try:
+        return " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+    except OSError:
+        return ""
+
+
+def wait_ready(url: str, timeout: float, process: subprocess.Popen | None, log_path: Path | None = None) -> float:
+    """Poll until the server answers /health (sglang answers it once its warm-up request finished); a port taken
+    under it (BIND_FAILURE in its log) ends the wait at once with PortTaken."""
+    started = time.monotonic()
+    deadline = started + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StackError(f"{url}/health did not answer 2xx within {timeout:g} s.", ExitCode.UNREACHABLE)
             try:
-                tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
-            except OSError:
-                pass
+                wait_http(url, min(READY_POLL_SLICE, left), process)
+                return time.monotonic() - started
+            except StackError as exc:
+                if exc.code != ExitCode.UNREACHABLE:  # the process exited
+                    raise
+            if bind_failed(log_path):
+                raise PortTaken(
+                    f"the real {spec()} server could not bind {url}: another process took the port "
+                    f"({_log_tail(log_path)})",
+                    ExitCode.ENVIRONMENT,
+                )
+    except PortTaken:
+        raise
+    except StackError as exc:
+        tail = _log_tail(log_path)
         raise StackError(
             f"the real {spec()} server at {url} did not become ready ({exc.message}){' ' + tail if tail else ''}",
             ExitCode.ENVIRONMENT,
         ) from None
+
+
+PORT_RACE_ATTEMPTS = 3  # a self-chosen port taken before the server bound it: a fresh one, at most this many times
 
 
 def start(
@@ -482,9 +531,25 @@ def start(
     timeout: float = READY_TIMEOUT,
     progress: Callable[[str], None] = print,
 ) -> RealEngine:
-    """Start one real server on 127.0.0.1 (installing and building first when needed); returns once ready."""
+    """Start one real server on 127.0.0.1 (installing and building first when needed); returns once ready.
+
+    A port this function chose (free_server_port) can be bound by another process between the choice and the
+    server's bind: such a start is retried on a fresh port, at most PORT_RACE_ATTEMPTS times (as the router harness
+    does, polarstack.routers.harness.start). A port the caller passed is never changed."""
     prepare(progress)
-    port = port or free_server_port()
+    for attempt in range(1, PORT_RACE_ATTEMPTS + 1):
+        try:
+            return _start_once(served_model_name, tool_call_parser, port or free_server_port(), log_path, timeout)
+        except PortTaken:
+            if port is not None or attempt == PORT_RACE_ATTEMPTS:
+                raise
+            progress(f"polarstack: the real {spec()} server's port was taken before it bound it; retrying on another")
+    raise AssertionError("unreachable")
+
+
+def _start_once(
+    served_model_name: str, tool_call_parser: str | None, port: int, log_path: Path | None, timeout: float
+) -> RealEngine:
     log_path = log_path or (cache_dir() / "logs" / f"sglang-{port}.log")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = command(port, served_model_name=served_model_name, tool_call_parser=tool_call_parser)
