@@ -115,7 +115,7 @@ def run_in_trainer(options: SmokeOptions, profile, route: str | None = None) -> 
         raise StackError(f"inside the trainer: {said}", ExitCode(proc.returncode))
     raise StackError(
         f"the smoke inside the trainer of profile {profile.name} ended with exit {proc.returncode} and no "
-        f"report ({said or 'no message'}); see `make logs SERVICE=trainer`.",
+        f"report ({said or 'no message'}); see `make logs SERVICE=trainer{device.make_words()}`.",
         ExitCode.ENVIRONMENT,
     )
 

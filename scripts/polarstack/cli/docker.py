@@ -62,6 +62,8 @@ def _cmd_compose(args: argparse.Namespace) -> int:
             "`make up` skips the sandbox check by name.",
             ExitCode.USAGE,
         )
+    if args.verb == "down":
+        return down(profile.name, args.service)
     if args.verb in ("model", "sif"):
         return compose.run_oneshot(args.verb, profile)
     if args.verb == "env":
@@ -98,7 +100,7 @@ def _cmd_compose(args: argparse.Namespace) -> int:
     record = None
     if args.verb == "up":  # STATE: an earlier `make up` never finished and left its containers (stack_faults)
         stack_faults.refuse_unfinished_up(profile)
-    if args.verb in ("up", "down"):  # profiles share service names: never act on X while Y runs
+    if args.verb == "up":  # profiles share service names: never act on X while Y runs
         record = docker_state.guard_other_profile(args.verb, profile)
     if args.verb == "up":
         if stack_faults.already_up(profile, record):  # `make up` twice: nothing started or recreated
@@ -142,12 +144,6 @@ def _cmd_compose(args: argparse.Namespace) -> int:
             raise KeyboardInterrupt
         if proc.returncode != 0:
             raise stack_faults.why_up_failed(profile, proc.returncode)
-    elif args.verb == "down" and record is None and not docker_state.service_states(profile):
-        print(
-            f"nothing of profile {profile.name} is up under Docker ({device.project()}); nothing to stop.",
-            file=sys.stderr,
-        )
-        return 0
     else:
         proc = compose.run_compose(profile, [*compose_args, *args.service])
     if proc.returncode != 0:
@@ -167,7 +163,27 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         print("\n".join(ray_auth.login_lines(compose.token_file(), port)), file=sys.stderr)  # the file, not the token
         if found.multi:  # this node's report; the cluster check once every node is up
             cli_cluster.after_up(profile, found)
-    elif args.verb == "down" and (docker_state.read() or {}).get("profile") in (None, profile.name):
+    return 0
+
+
+def down(profile_name: str | None, services: list[str] | tuple[str, ...] = ()) -> int:
+    """`make down` of the docker runtime: the profile named, else the one up; refused while another profile runs."""
+    profile = profiles.load(docker_state.profile_name(profile_name))
+    compose.check_node("down", profile, need_gpus=False)
+    record = docker_state.guard_other_profile("down", profile)  # profiles share service names: never stop Y for X
+    if record is None and not docker_state.service_states(profile):
+        print(
+            f"nothing of profile {profile.name} is up under Docker ({device.project()}); nothing to stop.",
+            file=sys.stderr,
+        )
+        return 0
+    proc = compose.run_compose(profile, ["down", *services])
+    if proc.returncode != 0:
+        raise StackError(
+            f"docker compose down failed for profile {profile.name} (exit {proc.returncode}); see the output above.",
+            ExitCode.ENVIRONMENT,
+        )
+    if (docker_state.read() or {}).get("profile") in (None, profile.name):
         docker_state.clear()
     return 0
 

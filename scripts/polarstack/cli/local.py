@@ -7,6 +7,7 @@ import sys
 
 from polarstack.checks import docker_demo, shape_probe
 from polarstack.checks.demo import run_demo
+from polarstack.cli import docker as cli_docker
 from polarstack.cli.render import print_json, render_demo, render_docker_demo_note, render_status
 from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import seconds
@@ -100,11 +101,22 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 def _add_down(sub) -> None:
     p = sub.add_parser("down", help="stop exactly what `up` started")
-    p.add_argument("--runtime", choices=("local",), default="local")
+    p.add_argument(
+        "--runtime",
+        choices=("auto", "local", "docker"),
+        default="local",
+        help="local (default): what `polarstack up` started; docker: the profile `make up` started; auto (`make down`): "
+        "the stack that is up, refused when two are",
+    )
+    p.add_argument("--profile", default=None, help="docker: the profile to stop (default: the one `make up` started)")
     p.set_defaults(handler=_cmd_down)
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
+    if args.runtime == "auto":
+        args.site.refuse_two("down")  # the local stack and a docker one up: name both, stop neither
+    if args.runtime == "docker" or (args.runtime == "auto" and not args.site.local_up):
+        return cli_docker.down(args.profile)
     stacks = local.down_all()  # `up`'s stack and whatever a killed `demo` left in .run/demo/
     if not stacks:
         print("nothing is up locally; nothing to stop.", file=sys.stderr)

@@ -27,6 +27,7 @@ from polarstack.cli import docker as cli_docker
 from polarstack.cli import local as cli_local
 from polarstack.cli import preflight as cli_preflight
 from polarstack.cli import routers as cli_routers
+from polarstack.cli import site as cli_site
 from polarstack.cli import tasks as cli_tasks
 from polarstack.cli.render import (
     print_json,
@@ -43,7 +44,7 @@ from polarstack.inputs import count, seconds, url
 from polarstack.offline import verify as verify_offline
 from polarstack.paths import TRAINER_RUN_DIR, tool_homes
 from polarstack.polar import switch as polar_switch
-from polarstack.stack import device, local, pin
+from polarstack.stack import local, pin
 from polarstack.stack import target as stack_target
 from polarstack.train import launch as train_launch
 
@@ -176,6 +177,8 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
             "on the host instead.",
             ExitCode.USAGE,
         )
+    if args.base_url is None and args.runtime == "auto" and not args.in_trainer:
+        args.site.refuse_two("smoke")  # the local stack and a docker one up: name both, act on neither
     target = stack_target.resolve_target(
         args.runtime, args.profile, args.base_url, route=args.route, verb="smoke", in_trainer=args.in_trainer
     )
@@ -432,10 +435,11 @@ def _main(argv: list[str] | None) -> int:
     if reconfigure is not None:
         reconfigure(line_buffering=True)
     try:
-        device.apply_cpu_defaults()  # DEVICE=cpu: the CPU stack's own ports and model (polarstack.stack.device)
-        for key, value in tool_homes().items():  # docker, pip, npm, rustup's proxies: their homes not in HOME
-            os.environ.setdefault(key, value)
-        code = int(args.handler(args) or 0)
+        args.site = cli_site.build()  # the device (DEVICE=, else the docker stack that is up) and what is up
+        with cli_site.applied(args.site):  # the device's environment (the CPU stack's ports and model) for this command
+            for key, value in tool_homes().items():  # docker, pip, npm, rustup's proxies: their homes not in HOME
+                os.environ.setdefault(key, value)
+            code = int(args.handler(args) or 0)
         # Output shorter than stdout's buffer reaches a closed pipe only at this flush: raise it here, where it is
         # turned into 141, not in the interpreter's flush at exit (exit 120 with "Exception ignored").
         sys.stdout.flush()

@@ -131,7 +131,8 @@ class LocalState:
             names = ", ".join(f"{p.get('role', '?')} (pid {p.get('pid')})" for p in gone)
             raise StackError(
                 f"the local stack of profile {self.data.get('profile')} recorded in {self.path} has died "
-                f"({names} gone); run `make down RUNTIME=local` and `make up RUNTIME=local` again, or pass "
+                f"({names} gone); run `make down RUNTIME=local` and `make up PROFILE={self.data.get('profile')} "
+                "RUNTIME=local` again, or pass "
                 "RUNTIME=docker / --base-url to test something else.",
                 ExitCode.STATE,
             )

@@ -33,7 +33,7 @@ def already_up(profile, record) -> bool:
         return False
     print(
         f"polarstack: profile {profile.name} is already up under Docker ({device.project()}); nothing started or "
-        "recreated (`make down` first to start it afresh).",
+        f"recreated (`make down{device.make_words()}` first to start it afresh).",
         file=sys.stderr,
     )
     return True
@@ -58,7 +58,8 @@ def refuse_unfinished_up(profile) -> None:
     listed = ", ".join(f"{name} ({left[name]})" for name in sorted(left))
     raise StackError(
         f"an earlier `make up PROFILE={up}` did not finish and left {listed} under Docker ({device.project()}); "
-        f"run `make down` (it stops profile {up}) first, then `make up PROFILE={profile.name}`.",
+        f"run `make down{device.make_words()}` (it stops profile {up}) first, then `make up PROFILE={profile.name}"
+        f"{device.make_words()}`.",
         ExitCode.STATE,
     )
 
@@ -119,13 +120,14 @@ def why_up_failed(profile, returncode: int) -> StackError:
         interval = knob(profile, "HEALTHCHECK_INTERVAL") or "15s"  # compose.yaml's x-healthcheck-timing default
         return StackError(
             f"{', '.join(unhealthy)} of profile {profile.name} never passed its healthcheck ({start}, then 3 failed "
-            f"checks {interval.removesuffix('s')} s apart); see `make logs SERVICE={name}`, then `make down`.",
+            f"checks {interval.removesuffix('s')} s apart); see `make logs SERVICE={name}{device.make_words()}`, then "
+            f"`make down{device.make_words()}`.",
             ExitCode.ENVIRONMENT,
         )
     if exited:
         return StackError(
             f"{', '.join(exited)} of profile {profile.name} exited during `make up`; see `make logs "
-            f"SERVICE={exited[0]}`, then `make down`.",
+            f"SERVICE={exited[0]}{device.make_words()}`, then `make down{device.make_words()}`.",
             ExitCode.ENVIRONMENT,
         )
     return StackError(
