@@ -1,4 +1,5 @@
-"""Where this command runs, resolved once per command (issue 35 point 1): the device and what is up.
+"""Where this command runs, resolved once per command (issue 35 point 1): the device, what is up, the cluster layout,
+the profile with its stack settings, and the runtime that acts on them (polarstack.stack.runtime).
 
 `cli/main.py` builds the site right after parsing, before any handler runs. The device is DEVICE= when it is given
 (POLARSTACK_DEVICE, which the Makefile passes only then), else the device of the docker stack that is up: a record of
@@ -14,15 +15,22 @@ runtime's of either device. With two of them, a command that acts on "the stack 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import run_dir
-from polarstack.stack import device, local
+from polarstack.stack import cluster as cluster_mod
+from polarstack.stack import device, docker_state, local, profiles
+from polarstack.stack.cluster import Cluster
+from polarstack.stack.local import LocalState
+from polarstack.stack.profiles import Profile
+from polarstack.stack.runtime import DockerRuntime, LocalRuntime
 
 
 @dataclass(frozen=True)
@@ -51,14 +59,58 @@ class Stack:
 
 @dataclass(frozen=True)
 class Site:
+    """Where this command runs (module docstring). Built once per command by cli/main.py; each field that costs a read
+    (the cluster, the run states, the profile) is read when first asked, at most once. It is the
+    polarstack.stack.resolved.Resolved the layers below take instead of reading for themselves."""
+
     device: str  # gpu | cpu: DEVICE= when given, else the device of the docker stack that is up
     device_given: bool  # DEVICE= (POLARSTACK_DEVICE) was set for this command
     up: tuple[Stack, ...]  # every stack with a run-state record
+    profile_asked: str | None = None  # the command's --profile, if it has one
+
+    @property
+    def cpu(self) -> bool:
+        return self.device == "cpu"
 
     @property
     def local_up(self) -> bool:
         """The local runtime has a recorded stack (`polarstack up`)."""
         return any(stack.runtime == "local" for stack in self.up)
+
+    @functools.cached_property
+    def cluster(self) -> Cluster:
+        """configs/cluster.env and the environment (polarstack.stack.cluster): one node unless NODES>1."""
+        return cluster_mod.load()
+
+    @functools.cached_property
+    def local_state(self) -> LocalState | None:
+        return local.read_state()
+
+    @functools.cached_property
+    def docker_record(self) -> dict[str, Any] | None:
+        """The docker runtime's record of `make up` on this site's device (polarstack.stack.docker_state)."""
+        return docker_state.read()
+
+    @functools.cached_property
+    def profile(self) -> Profile:
+        """The profile the command acts on, its stack settings resolved (Profile.setting): --profile, else the one
+        `make up` recorded on this device, else engine-direct."""
+        record = self.docker_record if not self.profile_asked else None
+        return profiles.load(self.profile_asked or (record["profile"] if record else docker_state.DEFAULT_PROFILE))
+
+    def local(self) -> LocalRuntime:
+        return LocalRuntime(self)
+
+    def docker(self) -> DockerRuntime:
+        return DockerRuntime(self)
+
+    def runtime_to_stop(self, asked: str) -> LocalRuntime | DockerRuntime:
+        """`down --runtime asked`: local or docker as asked; auto (`make down`): the stack that is up, refused (STATE)
+        when two are, the docker runtime when none is recorded (its containers may be there without a record)."""
+        if asked == "auto":
+            self.refuse_two("down")
+            asked = "local" if self.local_up else "docker"
+        return self.local() if asked == "local" else self.docker()
 
     def refuse_two(self, verb: str) -> None:
         """STATE naming every stack that is up and the command for each, when more than one is (`verb`: smoke, down)."""
@@ -92,8 +144,9 @@ def _recorded() -> tuple[Stack, ...]:
     return tuple(found)
 
 
-def build() -> Site:
-    """The site of this command (module docstring): DEVICE= when given, else the device of the docker stack up."""
+def build(profile_asked: str | None = None) -> Site:
+    """The site of this command (module docstring): DEVICE= when given, else the device of the docker stack up.
+    `profile_asked`: the command's --profile."""
     up = _recorded()
     given = bool((os.environ.get(device.DEVICE_ENV) or "").strip())
     if given:
@@ -101,7 +154,7 @@ def build() -> Site:
     else:
         docker = {stack.device for stack in up if stack.runtime == "docker"}
         name = "cpu" if docker == {"cpu"} else "gpu"
-    return Site(name, given, up)
+    return Site(name, given, up, profile_asked)
 
 
 @contextlib.contextmanager

@@ -195,10 +195,14 @@ def not_running(profile) -> list[str]:
     ]
 
 
-def usable(profile_requested: str | None, directory: Path | None = None) -> dict[str, Any]:
-    """The record of the profile up under Docker, when it is the one asked for and its stack still runs; else STATE."""
+_READ: Any = object()  # `usable`'s default: read the record (a caller with a site hands over the one it read)
 
-    state = read(directory)
+
+def usable(profile_requested: str | None, directory: Path | None = None, *, recorded: Any = _READ) -> dict[str, Any]:
+    """The record of the profile up under Docker, when it is the one asked for and its stack still runs; else STATE.
+    `recorded`: the record as the caller's site read it (else it is read here)."""
+
+    state = read(directory) if recorded is _READ else recorded
     wanted = profile_requested or DEFAULT_PROFILE
     dev = device.make_words()  # every command below names the CPU stack's DEVICE=cpu
     if state is None:

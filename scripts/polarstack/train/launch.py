@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -32,6 +32,7 @@ from polarstack.stack import cluster as cluster_mod
 from polarstack.stack import compose, local, profiles
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import stack_knobs
+from polarstack.stack.resolved import Resolved, read_now
 from polarstack.stack.target import resolve_target
 from polarstack.train import cluster_plan, ray_job, rehearsal_record, retention, supervise
 from polarstack.train.plan import (
@@ -59,6 +60,11 @@ class TrainRequest:
     resume: bool = False
     json: bool = False
     without_rehearsal: bool = False  # ALLOW_NO_PREFLIGHT=1: launch on the docker runtime without a passing rehearsal
+    # Where it runs as the CLI resolved it (polarstack.cli.site): the run states, the cluster; None: read when needed.
+    site: Resolved | None = field(default=None, compare=False, repr=False)
+
+    def resolved(self) -> Resolved:
+        return self.site if self.site is not None else read_now()
 
 
 def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> int:
@@ -66,7 +72,9 @@ def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> 
 
     if request.task not in tasks.TASKS:
         raise StackError(f"unknown task {request.task!r}; choose one of {', '.join(tasks.TASKS)}.", ExitCode.USAGE)
-    target = resolve_target(request.runtime, request.profile, None, verb="train", plan_only=request.dry_run)
+    target = resolve_target(
+        request.runtime, request.profile, None, verb="train", plan_only=request.dry_run, site=request.resolved()
+    )
     name = target.profile
     profile = target.loaded or profiles.load(name)
     knobs = stack_knobs()
@@ -120,7 +128,8 @@ def host_gate(request: TrainRequest, target, plan, profile) -> None:
     import yaml
 
     polar_values = yaml.safe_load(plan.files["polar_config.yaml"])
-    site = local.smoke_options(target)  # a local stack of real engines: its scripted tool answer and timeout
+    # a local stack of real engines: its scripted tool answer and timeout
+    site = local.smoke_options(target, request.resolved().local_state if target.local else None)
     checked = SmokeTarget(
         target.base_url,
         route=target.route or profile.route,
