@@ -164,7 +164,7 @@ def applied(site: Site) -> Iterator[None]:
     saved = dict(os.environ)
     if site.device == "cpu":
         os.environ[device.DEVICE_ENV] = "cpu"
-    device.apply_cpu_defaults()
+        device.apply_cpu_defaults()
     try:
         yield
     finally:

@@ -85,9 +85,8 @@ def state_file_for(name: str) -> str:
 
 
 def apply_cpu_defaults() -> None:
-    """On DEVICE=cpu: the CPU stack's ports and model path as environment defaults (the environment still wins)."""
-    if not is_cpu():
-        return
+    """For DEVICE=cpu (its caller knows: the site, the docker demo): the CPU stack's ports and model path as
+    environment defaults (the environment still wins)."""
     for key, value in CPU_PORTS.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("MODEL_PATH", CPU_MODEL_PATH)

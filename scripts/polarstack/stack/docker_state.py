@@ -122,6 +122,14 @@ def clear(directory: Path | None = None) -> bool:
     return existed
 
 
+def forget(profile_name: str, directory: Path | None = None) -> bool:
+    """After `make down` (or Ctrl-C during `make up`) of `profile_name`: its record, or one that names no profile any
+    more, is removed; another profile's is kept."""
+    if (read(directory) or {}).get("profile") in (None, profile_name):
+        return clear(directory)
+    return False
+
+
 def profile_name(explicit: str | None, directory: Path | None = None) -> str:
     """The profile a docker-runtime command acts on: the explicit one, else the one up, else engine-direct."""
     if explicit:

@@ -197,9 +197,9 @@ def _engine_command(
 ) -> list[str]:
     """The command line of engine `index` of `profile` on `port`, as both runtimes run it (compose.yaml). `host`:
     the node's cluster address at NODES>1 (emulator only); on loopback the line is the single-node one."""
-    parser = knob(profile, "ENGINE_TOOL_CALL_PARSER")
+    parser = profile.setting("ENGINE_TOOL_CALL_PARSER")
     if engine == "sglang":
-        served = knob(profile, "SERVED_MODEL_NAME")
+        served = profile.setting("SERVED_MODEL_NAME")
         return real_sglang.command(port, served_model_name=served, tool_call_parser=parser or None)
     cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(index)]
     if host != LOOPBACK:

@@ -172,7 +172,8 @@ class DockerRuntime:
         """`make up`: every check in its order (each refusal one sentence), then `compose up --wait`, then the record.
         None when the profile was up already (nothing started or recreated)."""
         self.check_node("up", profile, gpus=True)
-        stack_faults.refuse_unfinished_up(profile)  # STATE: an earlier `make up` never finished and left containers
+        # STATE: an earlier `make up` never finished and left containers (its record as the site read it)
+        stack_faults.refuse_unfinished_up(profile, self.site.docker_record)
         record = docker_state.guard_other_profile("up", profile)  # profiles share service names: never X while Y runs
         if stack_faults.already_up(profile, record):  # `make up` twice: nothing started or recreated
             if self.cluster.multi and checks.nodes:  # but this node's report is written again, into the head's session
@@ -199,7 +200,8 @@ class DockerRuntime:
     def _before_start(self, profile: Profile, checks: UpChecks) -> None:
         """Weights, sandbox image, agent CLI and images, the memory, the verifier: before any engine starts."""
         assets.check_before_up(profile, cpu=self.cpu)
-        stack_faults.images_before_up(profile)  # ASSETS_MISSING naming `make build` (DEVICE=cpu: builds them)
+        # ASSETS_MISSING naming `make build` (DEVICE=cpu: builds them)
+        stack_faults.images_before_up(profile, cpu=self.cpu)
         if self.cpu:  # the tiny model on the CPU: the estimate is the GPU node's, not this stack's
             checks.say(
                 "memory: not estimated for DEVICE=cpu (the tiny model on the CPU; the node's estimate: make train "
@@ -233,8 +235,7 @@ class DockerRuntime:
             _say(f"nothing of profile {profile.name} is up under Docker ({device.project()}); nothing to stop.")
             return []
         self._compose_or_fail("down", profile, ["down", *services])
-        if record is None or record.get("profile") == profile.name:
-            docker_state.clear()
+        docker_state.forget(profile.name)
         return [(profile.name, [])]
 
     def clean(self, profile: Profile, confirm: Callable[[], bool]) -> int:

@@ -180,11 +180,11 @@ def resume_engines(profile, cluster: Cluster | None = None) -> list[str]:
     return warnings
 
 
-def refuse_active_job(profile, config: dict) -> None:
+def refuse_active_job(profile, config: dict, cluster: Cluster) -> None:
     """Refuse (STATE) while the trainer's Ray cluster has a PENDING or RUNNING job (polarstack.train.ray_job): slime's
     placement group would wait for its GPUs forever, and releasing the router's workers would take the engines from
-    under it. Runs before the router's workers are released and before launch.sh submits."""
-    address = cluster_plan.dashboard_url(cluster_mod.load(), ray_dashboard_port(profile, config))
+    under it. Runs before the router's workers are released and before launch.sh submits. `cluster`: the plan's."""
+    address = cluster_plan.dashboard_url(cluster, ray_dashboard_port(profile, config))
     proc = compose.run_compose(
         profile,
         ["exec", "-T", "trainer", "python3", "-m", "polarstack.train.ray_job", "--address", address],
@@ -201,7 +201,7 @@ def refuse_active_job(profile, config: dict) -> None:
         raise StackError(ray_job.active_sentence(jobs, address) + ".", ExitCode.STATE)
 
 
-def stop_attempt_job(profile, config: dict, out: Path) -> None:
+def stop_attempt_job(profile, config: dict, out: Path, cluster: Cluster) -> None:
     """The host's half of launch.sh's trap: `docker compose exec` passes no signal into the trainer, so when make is
     interrupted (Ctrl-C, SIGTERM, a dropped session's SIGHUP) the job of the last attempt (job-id.txt, written by
     launch.sh) is stopped here by its submission id; `ray job stop` waits until it is terminal (ray-job.json)."""
@@ -209,7 +209,7 @@ def stop_attempt_job(profile, config: dict, out: Path) -> None:
     job = job_file.read_text().strip() if job_file.is_file() else ""
     if not job:
         return
-    address = cluster_plan.dashboard_url(cluster_mod.load(), ray_dashboard_port(profile, config))
+    address = cluster_plan.dashboard_url(cluster, ray_dashboard_port(profile, config))
     with contextlib.suppress(OSError):  # the terminal may be gone
         print(f"polarstack: interrupted; stopping Ray job {job}", file=sys.stderr)
     compose.run_compose(
@@ -296,7 +296,7 @@ def launch_in_trainer(request: TrainRequest, plan, profile, resume_plan=None, ma
 
     def attempt(resume: bool) -> int:
         abort.unlink(missing_ok=True)  # a sentence left by an earlier attempt of this run is stale
-        refuse_active_job(profile, plan.config)  # one job at a time, checked before the engines are released
+        refuse_active_job(profile, plan.config, plan.cluster)  # one job at a time, before the engines are released
         release_router_workers(profile)  # slime registers the engines again at every job's start
         resume_engines(profile)  # an earlier job stopped mid weight-reload left them paused
         script = "launch.sh" if resume == request.resume else "launch-resume.sh"
@@ -338,7 +338,7 @@ def launch_in_trainer(request: TrainRequest, plan, profile, resume_plan=None, ma
             logs=logs_hint(out),
         )
     except KeyboardInterrupt:  # SIGINT, or SIGTERM / SIGHUP through processes.interrupt_on
-        stop_attempt_job(profile, plan.config, out)
+        stop_attempt_job(profile, plan.config, out, plan.cluster)
         raise
     finally:
         for sig, handler in previous.items():
