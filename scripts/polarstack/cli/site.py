@@ -160,16 +160,17 @@ def build(profile_asked: str | None = None) -> Site:
 @contextlib.contextmanager
 def applied(site: Site) -> Iterator[None]:
     """The site's device for the length of the command: POLARSTACK_DEVICE and, on cpu, the CPU stack's defaults
-    (device.apply_cpu_defaults; the environment still wins); the environment as it was afterwards."""
+    (device.apply_cpu_defaults; the environment still wins); what it set is undone afterwards."""
     saved = dict(os.environ)
     if site.device == "cpu":
         os.environ[device.DEVICE_ENV] = "cpu"
         device.apply_cpu_defaults()
+    changed = {key: saved.get(key) for key in os.environ if os.environ[key] != saved.get(key)}
     try:
         yield
     finally:
-        for key in set(os.environ) - set(saved):
-            del os.environ[key]
-        for key, value in saved.items():
-            if os.environ.get(key) != value:
+        for key, value in changed.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
                 os.environ[key] = value
