@@ -28,7 +28,7 @@ ROUTE ?=
 # (empty: the profile `make up` started, recorded in .run/docker-state.json, else engine-direct).
 PROFILE ?=
 # Where the stack runs: docker (the GPU node) or local (emulated engines + real routers on 127.0.0.1)
-# (empty: up/down/ps act on docker; smoke/train let the CLI choose, --runtime auto: local when a profile is up there).
+# (empty: up/ps act on docker; smoke/train/down let the CLI choose the stack that is up, refused when two are).
 RUNTIME ?=
 # Task for `make train`: humaneval or mbpp.
 TASK ?=
@@ -45,8 +45,9 @@ ALLOW_NO_PREFLIGHT ?=
 ENGINE ?=
 # Router releases for `make router-matrix` (empty: sglang-router 0.1.0-0.3.2 and every smg release).
 RELEASES ?=
-# Device of the docker runtime: empty (the GPU node) or cpu (a machine without GPU or registry: bases made here by
-# `make bases DEVICE=cpu`, compose/compose.cpu.yaml, the tiny model, its own Compose project, run state and ports).
+# Device of the docker runtime: empty (the GPU node, or the CPU stack when only its record is up: polarstack.cli.site)
+# or cpu (a machine without GPU or registry: bases made here by `make bases DEVICE=cpu`, compose/compose.cpu.yaml, the
+# tiny model, its own Compose project, run state and ports).
 DEVICE ?=
 # Requests each way for the matrix's latency columns (empty: 200, or 20 with ENGINE=sglang).
 LATENCY_REQUESTS ?=
@@ -118,8 +119,8 @@ demo: _venv _runtime ## every profile up in turn, smoke, a table; exit 0 only if
 up: _venv _runtime ## start PROFILE (RUNTIME=docker: the GPU stack; RUNTIME=local: emulated engines, or ENGINE=sglang real ones, + real router)
 	@if [ "$(RUNTIME)" = local ]; then $(CLI) up --profile "$(or $(PROFILE),engine-direct)" $(_ENGINE_ARG); else $(call _timed,$(CLI) compose up $(_PROFILE_ARG)); fi
 
-down: _venv _runtime ## stop what `make up` started; volumes are kept (RUNTIME=docker|local)
-	@if [ "$(RUNTIME)" = local ]; then $(CLI) down; else $(CLI) compose down $(_PROFILE_ARG); fi
+down: _venv _runtime ## stop the stack that is up (either runtime, either device; RUNTIME= to pick one when two are); volumes are kept
+	@$(CLI) down --runtime "$(or $(RUNTIME),auto)" $(_PROFILE_ARG)
 
 ps: _venv _runtime ## list the stack's containers (docker) or processes (local)
 	@if [ "$(RUNTIME)" = local ]; then $(CLI) status; else $(CLI) compose ps $(_PROFILE_ARG); fi

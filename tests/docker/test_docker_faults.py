@@ -176,7 +176,10 @@ def test_a_healthcheck_that_never_passes_names_the_engine(docker_engine, monkeyp
         err = capsys.readouterr().err
         assert code == ExitCode.ENVIRONMENT, err
         assert "engine-0 of profile engine-direct never passed its healthcheck (start period " in err
-        assert "ENGINE_START_PERIOD=5s, then 3 failed checks 2 s apart); see `make logs SERVICE=engine-0`" in err
+        assert (
+            "ENGINE_START_PERIOD=5s, then 3 failed checks 2 s apart); see `make logs SERVICE=engine-0 DEVICE=cpu`"
+            in err
+        )
         print(f"docker tier: unhealthy engine reported after {time.monotonic() - started:.0f} s", file=sys.stderr)
     finally:
         main(["compose", "down", "--profile", "engine-direct"])

@@ -11,7 +11,7 @@ those functions step by step in one body (add_routes and the chat_completions in
 reader can hold the emulator and sglang side by side; split to the limits, they would no longer read like the code
 they mirror.
 
-TOLERATED names the offenders that other branches of issue 35 split; the test fails when one of its entries no longer
+TOLERATED names offenders allowed for a stated reason (none today); the test fails when one of its entries no longer
 exists or is within its limit, so the set cannot go stale. The last tests plant long functions in a copy of the
 package and in small trees, and show the checker names them.
 """
@@ -34,17 +34,10 @@ EXCLUDED = Path("engine", "emulator")  # mirrors sglang's files function by func
 FUNCTION_LIMIT = 100
 HANDLER_LIMIT = 30  # a `_cmd_*` function of cli/
 
-# Over their limit today; another branch of issue 35 (r35-site) splits them (r35-plan's build_plan and _cmd_preflight
-# merged). This set must shrink to empty as those
-# branches merge: remove an entry with the merge that splits it (the stale test below fails until then). The other
-# handlers those branches own, cli/main.py's _cmd_train (21 lines) and cli/cluster.py's (_cmd_cluster, 23), are
-# within their limit already, so they are not listed.
-TOLERATED = frozenset(
-    {
-        "cli/docker.py::_cmd_compose",
-        "cli/local.py::_cmd_up",
-    }
-)
+# Offenders tolerated for now, each as "file::function" (empty since issue 35's branches merged: r35-plan split
+# build_plan and _cmd_preflight, r35-site _cmd_compose and _cmd_up). A new entry needs a reason beside it; the stale
+# test below fails when one is no longer over its limit.
+TOLERATED: frozenset[str] = frozenset()
 
 
 def function_lengths(path: Path, relative: Path) -> list[tuple[str, int, int]]:

@@ -30,6 +30,8 @@ from polarstack.checks.smoke_inputs import SmokeOptions
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import shielded
 from polarstack.stack import bases, compose, device, docker_state, dockerd, profiles, real_sglang
+from polarstack.stack.resolved import read_now
+from polarstack.stack.runtime import DockerRuntime
 
 DEMO_PROJECT = "polarstack-demo"
 DEMO_PORTS = {
@@ -110,9 +112,11 @@ def run_profile(
         _compose(
             profile, ["up", "--detach", "--wait", "--no-deps", *(["router"] if release else []), "trainer"], progress
         )
-        docker_state.write(profile, extra=device.tool_record(release), demo=owner)
+        record = device.tool_record(release)
+        docker_state.write(profile, extra=record, demo=owner)
         row["up_seconds"] = round(time.perf_counter() - started, 3)
-        report = docker_smoke.run_in_trainer(SMOKE_OPTIONS, profile)
+        # the demo's own DEVICE=cpu project (_environment), read as the trainer's smoke is run
+        report = docker_smoke.run_in_trainer(SMOKE_OPTIONS, profile, DockerRuntime(read_now()), record=record)
         row.update(
             verdict="pass" if report["verdict"] == "pass" else report["code"],
             trainable_tokens=report.get("trainable_tokens", 0),

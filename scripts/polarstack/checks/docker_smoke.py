@@ -26,21 +26,25 @@ from polarstack import paths
 from polarstack.checks.smoke_inputs import SmokeOptions
 from polarstack.errors import ExitCode, StackError
 from polarstack.polar import opinion as polar_opinion
-from polarstack.stack import compose, device, docker_state, real_sglang
+from polarstack.stack import device, real_sglang
+from polarstack.stack.runtime import DockerRuntime
 
 TRAINER_SMOKE_DIR = "smoke"  # under .run/train (mounted at train.TRAINER_RUN_DIR): the --polar-config handed over
 
 
-def trainer_command(options: SmokeOptions, profile_name: str, route: str | None = None) -> list[str]:
+def trainer_command(
+    options: SmokeOptions, profile_name: str, route: str | None = None, record: dict[str, Any] | None = None
+) -> list[str]:
     """The `polarstack smoke` command line run inside the trainer: the same options (SmokeOptions.to_argv, the Polar
-    config handed over), the profile made explicit, `route` the caller's --route (None: the profile's)."""
+    config handed over), the profile made explicit, `route` the caller's --route (None: the profile's); `record`: the
+    record of `make up` (DEVICE=cpu's carries the real engines' scripted tool answer, handed over too)."""
     cmd = ["polarstack", "smoke", "--in-trainer", "--json", "--runtime", "docker", "--profile", profile_name]
     if route:
         cmd += ["--route", route]
     if options.polar_config:
         options = replace(options, polar_config=_hand_over(options.polar_config))
     cmd += options.to_argv()
-    record = docker_state.read() or {}
+    record = record or {}
     if record.get("tool_fields"):  # DEVICE=cpu: real engines, the scripted tool answer `make up` recorded
         target = paths.train_run_dir() / TRAINER_SMOKE_DIR / "tool_fields.json"
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -51,10 +55,12 @@ def trainer_command(options: SmokeOptions, profile_name: str, route: str | None 
     return cmd
 
 
-def real_engine_options(in_trainer: bool, tool_fields: str | None, tool_unscripted: str | None) -> dict[str, Any]:
+def real_engine_options(
+    in_trainer: bool, tool_fields: str | None, tool_unscripted: str | None, record: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """DEVICE=cpu: the smoke's options for real engines (the scripted tool answer and the real engine's timeout),
-    from the record of `make up` on the host, or inside the trainer (`in_trainer`) from what the host handed over
-    (--tool-fields, the path of the script's JSON file, and --tool-unscripted); {} elsewhere."""
+    from the record of `make up` on the host (`record`), or inside the trainer (`in_trainer`) from what the host
+    handed over (--tool-fields, the path of the script's JSON file, and --tool-unscripted); {} elsewhere."""
     if in_trainer:
         if not tool_fields:
             return {}
@@ -66,8 +72,7 @@ def real_engine_options(in_trainer: bool, tool_fields: str | None, tool_unscript
                 ExitCode.USAGE,
             ) from None
         return {"tool_fields": fields, "tool_unscripted": tool_unscripted, "timeout": real_sglang.SMOKE_TIMEOUT}
-    record = docker_state.read() or {}
-    if not record.get("tool_fields"):
+    if not (record or {}).get("tool_fields"):
         return {}
     return {"timeout": real_sglang.SMOKE_TIMEOUT}
 
@@ -87,12 +92,18 @@ def _hand_over(path: str) -> str:
     return f"{paths.TRAINER_RUN_DIR}/{TRAINER_SMOKE_DIR}/polar_config.yaml"
 
 
-def run_in_trainer(options: SmokeOptions, profile, route: str | None = None) -> dict[str, Any]:
-    """Run the smoke inside `profile`'s trainer (trainer_command); its report (a dict), or a StackError with the
-    trainer's code."""
+def run_in_trainer(
+    options: SmokeOptions,
+    profile,
+    runtime: DockerRuntime,
+    route: str | None = None,
+    record: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run the smoke inside `profile`'s trainer (trainer_command) through the docker `runtime`; its report (a dict),
+    or a StackError with the trainer's code. `record`: the record of `make up` (trainer_command)."""
 
-    command = trainer_command(options, profile.name, route)
-    proc = compose.run_compose(profile, ["exec", "-T", "trainer", *command], capture=True)
+    command = trainer_command(options, profile.name, route, record)
+    proc = runtime.run_in_trainer(profile, command, capture=True)
     report = None
     try:
         report = json.loads(proc.stdout) if proc.stdout.strip() else None
@@ -105,7 +116,7 @@ def run_in_trainer(options: SmokeOptions, profile, route: str | None = None) -> 
         and report.get("exit_code") in codes
         and isinstance(report.get("message"), str)
     ):
-        if device.is_cpu():  # named, in the report and on stderr: the CPU trainer has no Polar
+        if runtime.cpu:  # named, in the report and on stderr: the CPU trainer has no Polar
             report["skipped"] = [device.SKIPPED_ON_CPU["polar"]]
             print(f"polarstack: skipped: {device.SKIPPED_ON_CPU['polar']}", file=sys.stderr)
         return report
@@ -115,15 +126,16 @@ def run_in_trainer(options: SmokeOptions, profile, route: str | None = None) -> 
         raise StackError(f"inside the trainer: {said}", ExitCode(proc.returncode))
     raise StackError(
         f"the smoke inside the trainer of profile {profile.name} ended with exit {proc.returncode} and no "
-        f"report ({said or 'no message'}); see `make logs SERVICE=trainer`.",
+        f"report ({said or 'no message'}); see `make logs SERVICE=trainer{' DEVICE=cpu' if runtime.cpu else ''}`.",
         ExitCode.ENVIRONMENT,
     )
 
 
-def check_inside_trainer(profile) -> None:
-    """--in-trainer: Polar importable, and the trainer's rendered environment agrees with the image's profile file."""
+def check_inside_trainer(profile, cpu: bool) -> None:
+    """--in-trainer: Polar importable, and the trainer's rendered environment agrees with the image's profile file.
+    `cpu`: DEVICE=cpu (the trainer's environment says so, compose.cpu.yaml), whose trainer has no Polar."""
 
-    if not polar_opinion.available() and device.is_cpu():  # the CPU trainer has no Polar (GitHub only): say so
+    if not polar_opinion.available() and cpu:  # the CPU trainer has no Polar (GitHub only): say so
         print(f"polarstack: skipped: {device.SKIPPED_ON_CPU['polar']}", file=sys.stderr)
     elif not polar_opinion.available():
         raise StackError(

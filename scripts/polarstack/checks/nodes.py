@@ -222,7 +222,7 @@ def build_report(
 
 def write_report(cluster: Cluster, profile: Any, values: dict[str, str], probe: Probe | None = None) -> Path:
     """`make up` on every node at NODES>1, once its stack is up (or found already up): its report, in the session the
-    head's `make up` opened before it started anything (polarstack.cli.cluster.before_up), so a node that comes up
+    head's `make up` opened before it started anything (polarstack.train.cluster_up.open_session), so a node that comes up
     before the head finishes files its report under the head's current session."""
     probe = probe or Probe()
     session = read_session(cluster)

@@ -12,35 +12,16 @@ import sys
 from polarstack.checks import shape_probe
 from polarstack.cli import cluster as cli_cluster
 from polarstack.errors import ExitCode, StackError
-from polarstack.processes import sigterm_as_interrupt
-from polarstack.stack import (
-    assets,
-    bases,
-    cluster,
-    compose,
-    device,
-    docker_state,
-    dockerd,
-    profiles,
-    ray_auth,
-    stack_faults,
-)
-from polarstack.train import memory
-
-COMPOSE_VERBS = {  # verb: (compose arguments, needs GPUs)
-    "up": (["up", "--detach", "--wait"], True),
-    "down": (["down"], False),
-    "ps": (["ps"], False),
-    "logs": (["logs", "--tail", "200"], False),
-    "build": (["build"], False),
-}
+from polarstack.stack import bases, compose, dockerd
+from polarstack.stack.runtime import UpChecks, UpRequest
+from polarstack.train import cluster_up, memory
 
 
 def _add_compose(sub) -> None:
     p = sub.add_parser("compose", help="the docker runtime: render a profile for Compose v2 and drive it")
     p.add_argument(
         "verb",
-        choices=("env", "config", *COMPOSE_VERBS, "clean", "model", "sif"),
+        choices=("env", "config", "up", "down", "ps", "logs", "build", "clean", "model", "sif"),
         help="env: render .run/compose/<profile>.env and .gpus.yaml; config: the rendered Compose model; "
         "model: download the weights into the models volume; sif: build the agent sandbox image",
     )
@@ -55,121 +36,47 @@ def _add_compose(sub) -> None:
 
 
 def _cmd_compose(args: argparse.Namespace) -> int:
-    profile = profiles.load(docker_state.profile_name(args.profile))
-    if args.verb == "sif" and device.is_cpu():
+    docker, profile, verb = args.site.docker(), args.site.profile, args.verb
+    if verb in ("model", "sif"):
+        return docker.oneshot(verb, profile)
+    if verb == "env":
+        print("\n".join(map(str, docker.render(profile))))
+    elif verb == "config":
+        sys.stdout.write(docker.config(profile))
+    elif verb == "clean":
+        return docker.clean(profile, confirm=lambda: _confirm_clean(args.yes))
+    elif verb == "up":
+        docker.up(profile, UpRequest(services=tuple(args.service)), up_checks())
+    elif verb == "down":
+        docker.down(profile, args.service)
+    elif verb == "ps":
+        return docker.status(profile, args.service).code
+    else:
+        return docker.run_verb(verb, profile, args.service)
+    return 0
+
+
+def _confirm_clean(yes: bool) -> bool:
+    """`make clean` deletes the volumes: --yes, else a "y" typed in a terminal (USAGE without one)."""
+    if yes:
+        return True
+    if not sys.stdin.isatty():
         raise StackError(
-            "make sif runs only on the node (the sandbox needs node 22 and apptainer from GitHub); DEVICE=cpu's "
-            "`make up` skips the sandbox check by name.",
+            "make clean deletes the models, checkpoints, weight-updates and logs volumes; "
+            "rerun in a terminal to confirm, or pass --yes.",
             ExitCode.USAGE,
         )
-    if args.verb in ("model", "sif"):
-        return compose.run_oneshot(args.verb, profile)
-    if args.verb == "env":
-        env_path, gpus_path = compose.render(profile)
-        print(env_path)
-        print(gpus_path)
-        return 0
-    if args.verb == "config":
-        proc = compose.run_compose(profile, ["config"], capture=True)
-        if proc.returncode != 0:
-            raise StackError(f"Compose rejected profile {profile.name}: {compose.first_line(proc)}", ExitCode.USAGE)
-        sys.stdout.write(proc.stdout)
-        return 0
-    if args.verb == "clean":
-        compose.check_node("clean", profile, need_gpus=False)
-        if not args.yes:
-            if not sys.stdin.isatty():
-                raise StackError(
-                    "make clean deletes the models, checkpoints, weight-updates and logs volumes; "
-                    "rerun in a terminal to confirm, or pass --yes.",
-                    ExitCode.USAGE,
-                )
-            answer = input("Delete the volumes models, checkpoints, weight-updates and logs? [y/N] ")
-            if answer.strip().lower() not in ("y", "yes"):
-                print("nothing deleted.")
-                return 0
-        docker_state.guard_other_profile("clean", profile)  # another profile running: refused, record kept
-        code = compose.run_compose(profile, ["down", "--volumes"]).returncode
-        if code == 0:
-            docker_state.clear()
-        return code
-    compose_args, need_gpus = COMPOSE_VERBS[args.verb]
-    compose.check_node(args.verb, profile, need_gpus=need_gpus and not device.is_cpu())
-    record = None
-    if args.verb == "up":  # STATE: an earlier `make up` never finished and left its containers (stack_faults)
-        stack_faults.refuse_unfinished_up(profile)
-    if args.verb in ("up", "down"):  # profiles share service names: never act on X while Y runs
-        record = docker_state.guard_other_profile(args.verb, profile)
-    if args.verb == "up":
-        if stack_faults.already_up(profile, record):  # `make up` twice: nothing started or recreated
-            here = cluster.load()
-            if here.multi:  # but this node's report is written again, into the head's current session
-                cli_cluster.after_up(profile, here)
-            return 0
-        stack_faults.refuse_taken_ports(profile)  # STATE: a port of the stack is taken (host networking)
-    if args.verb in ("build", "up") and device.is_cpu():  # the CPU bases and the tiny model (cached)
-        device.prepare(lambda line: print(line, file=sys.stderr))
-    found = cluster.load()
-    if args.verb == "up" and found.multi:  # the interface, Ray's token, SHARED_DIR (cli_cluster.before_up)
-        cli_cluster.before_up(found)
-    if args.verb == "up":  # weights, sandbox image and agent CLI before any engine starts (one sentence each)
-        assets.check_before_up(profile)
-        stack_faults.images_before_up(
-            profile
-        )  # ASSETS_MISSING naming `make build` (DEVICE=cpu: builds them, saying so)
-        if device.is_cpu():  # the tiny model on the CPU: the estimate is the GPU node's, not this stack's
-            print(
-                "memory: not estimated for DEVICE=cpu (the tiny model on the CPU; the node's estimate: make train DRY_RUN=1)",
-                file=sys.stderr,
-            )
-        else:
-            print(
-                "\n".join(memory.check_up(profile, nodes=found.nodes).lines()), file=sys.stderr
-            )  # refuses a node too small for make train (per node at NODES>1)
-        # The reward in the namespace shape of Polar's sessions, in the trainer image, before anything starts.
-        shape_probe.check_docker(profile)
-        if found.multi:  # every check passed: the head opens the session now, just before it starts anything
-            cli_cluster.open_session(profile, found)
-        sigterm_as_interrupt()  # a SIGTERM takes down what this `up` started, like Ctrl-C
-        docker_state.write_unfinished(profile)  # until `write` below: the next `make up` refuses, `make down` finds it
-        try:
-            proc = compose.run_compose(profile, [*compose_args, *args.service])
-        except KeyboardInterrupt:  # Ctrl-C half-way: nothing of this profile is left running or recorded
-            stack_faults.take_down_after_interrupt(profile)
-            raise
-        if proc.returncode in (130, -2):  # Compose got the Ctrl-C (this process may have SIGINT ignored): the same
-            stack_faults.take_down_after_interrupt(profile)
-            raise KeyboardInterrupt
-        if proc.returncode != 0:
-            raise stack_faults.why_up_failed(profile, proc.returncode)
-    elif args.verb == "down" and record is None and not docker_state.service_states(profile):
-        print(
-            f"nothing of profile {profile.name} is up under Docker ({device.project()}); nothing to stop.",
-            file=sys.stderr,
-        )
-        return 0
-    else:
-        proc = compose.run_compose(profile, [*compose_args, *args.service])
-    if proc.returncode != 0:
-        raise StackError(
-            f"docker compose {args.verb} failed for profile {profile.name} (exit {proc.returncode}); "
-            "see the output above.",
-            ExitCode.ENVIRONMENT,
-        )
-    if args.verb == "up":
-        extra = device.tool_record(profile.router) if device.is_cpu() else None  # real engines: a scripted tool answer
-        print(
-            f"{profile.name} is up (state in {docker_state.write(profile, extra=extra)}); `make smoke` and "
-            "`make train` use it.",
-            file=sys.stderr,
-        )
-        port = profiles.knob(profile, "RAY_DASHBOARD_PORT", "8265")
-        print("\n".join(ray_auth.login_lines(compose.token_file(), port)), file=sys.stderr)  # the file, not the token
-        if found.multi:  # this node's report; the cluster check once every node is up
-            cli_cluster.after_up(profile, found)
-    elif args.verb == "down" and (docker_state.read() or {}).get("profile") in (None, profile.name):
-        docker_state.clear()
-    return 0
+    answer = input("Delete the volumes models, checkpoints, weight-updates and logs? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def up_checks() -> UpChecks:
+    """The checks of the docker runtime's `make up` from the layers above stack/ (DockerRuntime.up runs them)."""
+    return UpChecks(
+        verifier=shape_probe.check_docker,  # the reward in the namespace shape of Polar's sessions, in the trainer
+        memory=lambda profile, count: memory.check_up(profile, nodes=count).lines(),
+        nodes=cluster_up.NodeSteps(show=cli_cluster.render_cluster_check),
+    )
 
 
 def _add_bases(sub) -> None:
@@ -179,7 +86,7 @@ def _add_bases(sub) -> None:
 
 
 def _cmd_bases(args: argparse.Namespace) -> int:
-    if not device.is_cpu():
+    if not args.site.cpu:
         raise StackError(
             "make bases is for DEVICE=cpu (the node pulls its pinned bases, PYTHON_IMAGE and SLIME_IMAGE); run "
             "`make bases DEVICE=cpu`.",

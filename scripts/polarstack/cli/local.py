@@ -7,11 +7,18 @@ import sys
 
 from polarstack.checks import docker_demo, shape_probe
 from polarstack.checks.demo import run_demo
-from polarstack.cli.render import print_json, render_demo, render_docker_demo_note, render_status
+from polarstack.cli.render import (
+    print_json,
+    render_demo,
+    render_docker_demo_note,
+    render_local_up,
+    render_status,
+)
 from polarstack.errors import ExitCode, StackError
 from polarstack.inputs import seconds
 from polarstack.processes import sigterm_as_interrupt
-from polarstack.stack import cluster, local, profiles, real_sglang
+from polarstack.stack import local, real_sglang
+from polarstack.stack.runtime import UpChecks, UpRequest
 
 
 def _add_engine(p) -> None:
@@ -59,57 +66,37 @@ def _add_up(sub) -> None:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    profile = profiles.load(args.profile)
-
-    engine_args: list[str] = []
-    for name in ("prefill_us_per_token", "decode_us_per_token"):
-        value = getattr(args, name)
-        if not 0 <= value < 1e6:
-            raise StackError(f"--{name.replace('_', '-')} must be between 0 and 1e6 microseconds.", ExitCode.USAGE)
-        if value:
-            engine_args += [f"--{name.replace('_', '-')}", str(value)]
-    nodes = cluster.load()  # configs/cluster.env and the environment; one node unless NODES>1
-    refused = cluster.refusal(profile, nodes)
-    if refused:  # before anything starts
-        raise StackError(refused, ExitCode.USAGE)
-    sigterm_as_interrupt()  # stop what was started, like Ctrl-C does
-    state = local.up(
-        profile,
+    profile = args.site.profile  # --profile, its stack settings resolved
+    request = UpRequest(
         timeout=args.timeout,
-        progress=lambda m: print(m, file=sys.stderr),
-        engine_args=engine_args,
         engine=args.engine,
-        cluster=nodes if nodes.multi else None,
+        engine_args=tuple(local.service_time_args(args.prefill_us_per_token, args.decode_us_per_token)),
         wait_nodes=args.wait_nodes,
-        before_start=shape_probe.check_local,  # the reward in the namespace shape of Polar's sessions, on this host
     )
+    state = args.site.local().up(profile, request, UpChecks(verifier=lambda _: shape_probe.check_local()))
     if args.json:
         print_json(state.data)
-    elif nodes.multi:
-        print(
-            f"{profile.name} is up on node {nodes.rank} of {nodes.nodes} ({nodes.addr}, {state.engine} engines); "
-            f"Polar's base URL: {state.base_url} (route {profile.route}); state in {state.path}"
-        )
     else:
-        print(
-            f"{profile.name} is up locally ({state.engine} engines); Polar's base URL: {state.base_url} "
-            f"(route {profile.route}); state in {state.path}"
-        )
+        print(render_local_up(state, profile, args.site.cluster))
     return 0
 
 
 def _add_down(sub) -> None:
     p = sub.add_parser("down", help="stop exactly what `up` started")
-    p.add_argument("--runtime", choices=("local",), default="local")
+    p.add_argument(
+        "--runtime",
+        choices=("auto", "local", "docker"),
+        default="local",
+        help="local (default): what `polarstack up` started; docker: the profile `make up` started; auto (`make down`): "
+        "the stack that is up, refused when two are",
+    )
+    p.add_argument("--profile", default=None, help="docker: the profile to stop (default: the one `make up` started)")
     p.set_defaults(handler=_cmd_down)
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
-    stacks = local.down_all()  # `up`'s stack and whatever a killed `demo` left in .run/demo/
-    if not stacks:
-        print("nothing is up locally; nothing to stop.", file=sys.stderr)
-    for profile, pids in stacks:
-        print(f"{profile} is down (stopped pids {', '.join(map(str, pids)) or 'none: all had exited'}).")
+    runtime = args.site.runtime_to_stop(args.runtime)  # auto: the stack that is up, refused when two are
+    runtime.down(args.site.profile if runtime.name == "docker" else None)
     return 0
 
 
@@ -120,18 +107,13 @@ def _add_status(sub) -> None:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    state = local.read_state()
-    data = (
-        {"up": False}
-        if state is None
-        else {"up": bool(state.live()), **state.data, "live_pids": [p["pid"] for p in state.live()]}
-    )
+    status = args.site.local().status()
     if args.json:
-        print_json(data)
-    elif state is None:
+        print_json(status.data)
+    elif status.state is None:
         print("nothing is up locally.")
     else:
-        render_status(state)
+        render_status(status.state)
     return 0
 
 

@@ -27,6 +27,7 @@ from polarstack.cli import docker as cli_docker
 from polarstack.cli import local as cli_local
 from polarstack.cli import preflight as cli_preflight
 from polarstack.cli import routers as cli_routers
+from polarstack.cli import site as cli_site
 from polarstack.cli import tasks as cli_tasks
 from polarstack.cli.render import (
     print_json,
@@ -43,7 +44,7 @@ from polarstack.inputs import count, seconds, url
 from polarstack.offline import verify as verify_offline
 from polarstack.paths import TRAINER_RUN_DIR, tool_homes
 from polarstack.polar import switch as polar_switch
-from polarstack.stack import device, local, pin
+from polarstack.stack import local, pin
 from polarstack.stack import target as stack_target
 from polarstack.train import launch as train_launch
 
@@ -182,19 +183,20 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
             "on the host instead.",
             ExitCode.USAGE,
         )
+    site = args.site
+    if args.base_url is None and args.runtime == "auto" and not args.in_trainer:
+        site.refuse_two("smoke")  # the local stack and a docker one up: name both, act on neither
     target = stack_target.resolve_target(
-        args.runtime, args.profile, args.base_url, route=args.route, verb="smoke", in_trainer=args.in_trainer
+        args.runtime, args.profile, args.base_url, route=args.route, verb="smoke", in_trainer=args.in_trainer, site=site
     )
-    site = local.smoke_options(target)  # a local stack of real engines: its script, its longer timeout
-    if target.runtime == "docker":  # DEVICE=cpu's real engines: the script `make up` recorded, or the one handed over
-        site = docker_smoke.real_engine_options(args.in_trainer, args.tool_fields, args.tool_unscripted) or site
-    if args.timeout is None and "timeout" in site:  # without --timeout, what answers decides (to_argv passes it on)
-        options = replace(options, timeout=site["timeout"])
+    engines = _real_engines(args, target)
+    if args.timeout is None and "timeout" in engines:  # without --timeout, what answers decides (to_argv passes it on)
+        options = replace(options, timeout=engines["timeout"])
+    if target.runtime == "docker" and not args.in_trainer:  # on the host (the record is checked): in the trainer
+        return _smoke_via_trainer(args, options, target.loaded)
     if target.runtime == "docker":
-        if not args.in_trainer:  # on the host (the record is checked): run this smoke inside the trainer
-            return _smoke_via_trainer(args, options, target.loaded)
-        docker_smoke.check_inside_trainer(target.loaded)
-    report = smoke.run_smoke(_smoke_target(target, site), options)
+        docker_smoke.check_inside_trainer(target.loaded, site.cpu)
+    report = smoke.run_smoke(_smoke_target(target, engines), options)
     if args.json:
         print_json(report.as_dict())
     else:
@@ -202,6 +204,18 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     if not report.ok:
         raise StackError(report.message, report.code)
     return 0
+
+
+def _real_engines(args: argparse.Namespace, target: stack_target.Target) -> dict:
+    """A stack of real engines: the scripted tool answer and the longer timeout (local: its run state; DEVICE=cpu: the
+    record `make up` wrote, or inside the trainer what the host handed over); {} elsewhere."""
+    found = local.smoke_options(target, args.site.local_state if target.local else None)
+    if target.runtime == "docker":
+        record = None if args.in_trainer else args.site.docker_record
+        found = (
+            docker_smoke.real_engine_options(args.in_trainer, args.tool_fields, args.tool_unscripted, record) or found
+        )
+    return found
 
 
 def _smoke_target(target: stack_target.Target, site: dict) -> SmokeTarget:
@@ -218,7 +232,8 @@ def _smoke_target(target: stack_target.Target, site: dict) -> SmokeTarget:
 
 
 def _smoke_via_trainer(args: argparse.Namespace, options: SmokeOptions, profile) -> int:
-    result = docker_smoke.run_in_trainer(options, profile, route=args.route)
+    runtime = args.site.docker()
+    result = docker_smoke.run_in_trainer(options, profile, runtime, route=args.route, record=args.site.docker_record)
     if args.json:
         print_json(result)
     else:
@@ -303,6 +318,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             resume=args.resume,
             json=args.json,
             without_rehearsal=args.without_rehearsal,
+            site=args.site,
         ),
         show_plan,
     )
@@ -438,10 +454,11 @@ def _main(argv: list[str] | None) -> int:
     if reconfigure is not None:
         reconfigure(line_buffering=True)
     try:
-        device.apply_cpu_defaults()  # DEVICE=cpu: the CPU stack's own ports and model (polarstack.stack.device)
-        for key, value in tool_homes().items():  # docker, pip, npm, rustup's proxies: their homes not in HOME
-            os.environ.setdefault(key, value)
-        code = int(args.handler(args) or 0)
+        args.site = cli_site.build(getattr(args, "profile", None))  # the device, what is up, the profile (lazily)
+        with cli_site.applied(args.site):  # the device's environment (the CPU stack's ports and model) for this command
+            for key, value in tool_homes().items():  # docker, pip, npm, rustup's proxies: their homes not in HOME
+                os.environ.setdefault(key, value)
+            code = int(args.handler(args) or 0)
         # Output shorter than stdout's buffer reaches a closed pipe only at this flush: raise it here, where it is
         # turned into 141, not in the interpreter's flush at exit (exit 120 with "Exception ignored").
         sys.stdout.flush()

@@ -174,6 +174,15 @@ def render_probe(report) -> None:
     out.print(f"diagnosis: {report.diagnosis}" + (f" ({report.evidence})" if report.evidence else ""))
 
 
+def render_local_up(state, profile, found) -> str:
+    """The line `polarstack up` ends with: the profile, where (this node of NODES>1), its engines, Polar's base URL."""
+    where = f"on node {found.rank} of {found.nodes} ({found.addr}, " if found.multi else "locally ("
+    return (
+        f"{profile.name} is up {where}{state.engine} engines); Polar's base URL: {state.base_url} "
+        f"(route {profile.route}); state in {state.path}"
+    )
+
+
 def render_status(state) -> None:
     """`polarstack status` of a recorded local stack (local.LocalState)."""
     live = state.live()

@@ -40,10 +40,16 @@ from polarstack.stack.profiles import Profile, docker_engine_urls, parse_node_gp
 LOCAL_ALTERNATIVE = "on a machine without it use RUNTIME=local (emulated engines on 127.0.0.1) or `make demo`"
 
 
+def _cluster(given: Cluster | None) -> Cluster:
+    """The cluster the caller resolved (the site's), else configs/cluster.env and the environment (callers below the
+    CLI that have none to hand: the rehearsal, the node checks, the offline checks)."""
+    return given if given is not None else cluster_mod.load()
+
+
 def render_values(profile: Profile, cluster: Cluster | None = None) -> dict[str, str]:
     """Every variable compose.yaml needs for `profile`, as strings. At NODES>1 the engine list, the router's workers
     and Polar's base URL name every node's engines and the head by their cluster addresses (one node: 127.0.0.1)."""
-    cluster = cluster if cluster is not None else cluster_mod.load()
+    cluster = _cluster(cluster)
     engines = engine_services(profile.name)
     if len(engines) != profile.engine_count:
         raise StackError(
@@ -176,7 +182,7 @@ def render(profile: Profile, directory: Path | None = None, cluster: Cluster | N
     """Write .run/compose/<profile>.env and .gpus.yaml (and .cluster.yaml at NODES>1); return the first two."""
     directory = directory or (run_dir() / ("compose-cpu" if device.is_cpu() else "compose"))
     directory.mkdir(parents=True, exist_ok=True)
-    cluster = cluster if cluster is not None else cluster_mod.load()
+    cluster = _cluster(cluster)
     values = render_values(profile, cluster)
     env_path = directory / f"{profile.name}.env"
     lines = [
@@ -206,7 +212,7 @@ def cluster_file(profile: Profile, directory: Path) -> Path:
 
 
 def compose_args(profile: Profile, directory: Path | None = None, cluster: Cluster | None = None) -> list[str]:
-    cluster = cluster if cluster is not None else cluster_mod.load()
+    cluster = _cluster(cluster)
     env_path, gpus_path = render(profile, directory, cluster)
     files = ["-f", str(compose_file()), "-f", str(gpus_path)]
     if device.is_cpu():  # no GPU reservations; the CPU override; the CPU stack's own project (polarstack.stack.device)
@@ -423,9 +429,9 @@ def compose_command() -> list[str]:
     )
 
 
-def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
+def check_node(verb: str, profile: Profile | None, *, need_gpus: bool, multi: bool | None = None) -> None:
     """Refuse with one sentence when Docker, its engine, Compose v2 (or one new enough for the stack's Compose files:
-    compose_version), the NVIDIA runtime or GPUs are missing."""
+    compose_version), the NVIDIA runtime or GPUs are missing. `multi`: NODES>1 (the site's cluster; None: read it)."""
     what = f"make {verb}"
     if shutil.which("docker") is None:
         raise StackError(f"{what} needs Docker, which is not installed; {LOCAL_ALTERNATIVE}.", ExitCode.ENVIRONMENT)
@@ -437,7 +443,8 @@ def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
             f"or {LOCAL_ALTERNATIVE}.",
             ExitCode.ENVIRONMENT,
         )
-    compose_version.check(compose_command(), multi=cluster_mod.load().multi, what=what, alternative=LOCAL_ALTERNATIVE)
+    multi = _cluster(None).multi if multi is None else multi
+    compose_version.check(compose_command(), multi=multi, what=what, alternative=LOCAL_ALTERNATIVE)
     if not need_gpus:
         return
     try:
@@ -466,10 +473,14 @@ def check_node(verb: str, profile: Profile | None, *, need_gpus: bool) -> None:
         )
 
 
-def run_compose(profile: Profile, args: list[str], *, capture: bool = False) -> subprocess.CompletedProcess:
+def run_compose(
+    profile: Profile, args: list[str], *, capture: bool = False, cluster: Cluster | None = None
+) -> subprocess.CompletedProcess:
+    """`docker compose` with `profile`'s files and rendered env; `cluster`: the site's (None: read it)."""
+    cluster = _cluster(cluster)
     if args[:1] == ["up"]:  # every `up` (make up, make preflight, the docker demo) mounts the token file: have it first
-        ray_auth.prepare(token_file(), head=cluster_mod.load().head)
-    cmd = [*compose_command(), *compose_args(profile), *args]
+        ray_auth.prepare(token_file(), head=cluster.head)
+    cmd = [*compose_command(), *compose_args(profile, cluster=cluster), *args]
     if capture:
         return subprocess.run(cmd, capture_output=True, text=True)
     return subprocess.run(cmd)

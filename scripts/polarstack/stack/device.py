@@ -58,24 +58,35 @@ def is_cpu() -> bool:
     return current() == "cpu"
 
 
+def make_words() -> str:
+    """What advice adds to a `make` command so that it names this device's stack: ` DEVICE=cpu` on the CPU stack."""
+    return " DEVICE=cpu" if is_cpu() else ""
+
+
 def project() -> str:
     """The Compose project name of the docker runtime on this device."""
-    if is_cpu():
-        return os.environ.get("POLARSTACK_CPU_PROJECT") or CPU_PROJECT
-    return "polarstack"
+    return _cpu_project() if is_cpu() else "polarstack"
+
+
+def _cpu_project() -> str:
+    return os.environ.get("POLARSTACK_CPU_PROJECT") or CPU_PROJECT
 
 
 def state_file() -> str:
     """The run-state file's name: one per Compose project on DEVICE=cpu (the demo and the test tier have their own)."""
-    if not is_cpu():
+    return state_file_for(current())
+
+
+def state_file_for(name: str) -> str:
+    """The run-state file's name of the docker runtime on device `name` (gpu or cpu)."""
+    if name != "cpu":
         return "docker-state.json"
-    return CPU_STATE_FILE if project() == CPU_PROJECT else f"docker-state.{project()}.json"
+    return CPU_STATE_FILE if _cpu_project() == CPU_PROJECT else f"docker-state.{_cpu_project()}.json"
 
 
 def apply_cpu_defaults() -> None:
-    """On DEVICE=cpu: the CPU stack's ports and model path as environment defaults (the environment still wins)."""
-    if not is_cpu():
-        return
+    """For DEVICE=cpu (its caller knows: the site, the docker demo): the CPU stack's ports and model path as
+    environment defaults (the environment still wins)."""
     for key, value in CPU_PORTS.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("MODEL_PATH", CPU_MODEL_PATH)

@@ -59,14 +59,16 @@ def read(directory: Path | None = None) -> dict[str, Any] | None:
     path = state_path(directory)
     if not path.exists():
         return None
+    dev = device.make_words()  # advice names the CPU stack's DEVICE=cpu
     try:
         data = json.loads(path.read_text())
     except (ValueError, OSError):
         raise StackError(
-            f"{path} is unreadable; check `make ps` and remove it, or run `make down PROFILE=...`.", ExitCode.STATE
+            f"{path} is unreadable; check `make ps{dev}` and remove it, or run `make down PROFILE=...{dev}`.",
+            ExitCode.STATE,
         ) from None
     if not isinstance(data, dict) or not isinstance(data.get("profile"), str):
-        raise StackError(f"{path} names no profile; remove it after checking `make ps`.", ExitCode.STATE)
+        raise StackError(f"{path} names no profile; remove it after checking `make ps{dev}`.", ExitCode.STATE)
     return data
 
 
@@ -118,6 +120,14 @@ def clear(directory: Path | None = None) -> bool:
     existed = path.exists()
     path.unlink(missing_ok=True)
     return existed
+
+
+def forget(profile_name: str, directory: Path | None = None) -> bool:
+    """After `make down` (or Ctrl-C during `make up`) of `profile_name`: its record, or one that names no profile any
+    more, is removed; another profile's is kept."""
+    if (read(directory) or {}).get("profile") in (None, profile_name):
+        return clear(directory)
+    return False
 
 
 def profile_name(explicit: str | None, directory: Path | None = None) -> str:
@@ -193,45 +203,50 @@ def not_running(profile) -> list[str]:
     ]
 
 
-def usable(profile_requested: str | None, directory: Path | None = None) -> dict[str, Any]:
-    """The record of the profile up under Docker, when it is the one asked for and its stack still runs; else STATE."""
+_READ: Any = object()  # `usable`'s default: read the record (a caller with a site hands over the one it read)
 
-    state = read(directory)
+
+def usable(profile_requested: str | None, directory: Path | None = None, *, recorded: Any = _READ) -> dict[str, Any]:
+    """The record of the profile up under Docker, when it is the one asked for and its stack still runs; else STATE.
+    `recorded`: the record as the caller's site read it (else it is read here)."""
+
+    state = read(directory) if recorded is _READ else recorded
     wanted = profile_requested or DEFAULT_PROFILE
+    dev = device.make_words()  # every command below names the CPU stack's DEVICE=cpu
     if state is None:
         raise StackError(
             f"nothing is up under Docker ({state_path(directory)} records no profile); run "
-            f"`make up PROFILE={wanted}` first, or pass RUNTIME=local / BASE_URL=... to test something "
+            f"`make up PROFILE={wanted}{dev}` first, or pass RUNTIME=local / BASE_URL=... to test something "
             "else.",
             ExitCode.STATE,
         )
     up = state["profile"]
     if profile_requested and profile_requested != up:
         raise StackError(
-            f"profile {up} is up under Docker, not {profile_requested}; run `make down PROFILE={up}` "
-            f"first and then `make up PROFILE={profile_requested}`, or drop PROFILE to use {up}.",
+            f"profile {up} is up under Docker, not {profile_requested}; run `make down PROFILE={up}{dev}` "
+            f"first and then `make up PROFILE={profile_requested}{dev}`, or drop PROFILE to use {up}.",
             ExitCode.STATE,
         )
     if not isinstance(state.get("base_url"), str):
         raise StackError(
             f"{state_path(directory)} is half-written (no base_url): `make up` did not finish; run "
-            f"`make down PROFILE={up}` and `make up PROFILE={up}` again.",
+            f"`make down PROFILE={up}{dev}` and `make up PROFILE={up}{dev}` again.",
             ExitCode.STATE,
         )
     profile = profiles.load(up)
     if profile.base_url() != state["base_url"]:
         raise StackError(
             f"configs/profiles/{up}.env changed since `make up` (the stack serves {state['base_url']}, "
-            f"the file now says {profile.base_url()}); run `make down PROFILE={up}` and "
-            f"`make up PROFILE={up}` to apply it.",
+            f"the file now says {profile.base_url()}); run `make down PROFILE={up}{dev}` and "
+            f"`make up PROFILE={up}{dev}` to apply it.",
             ExitCode.STATE,
         )
     stopped = not_running(profile)
     if stopped:
         raise StackError(
             f"the docker stack of profile {up} recorded in {state_path(directory)} is not running "
-            f"({', '.join(stopped)}); see `make logs PROFILE={up}`, then run `make down PROFILE={up}` "
-            f"and `make up PROFILE={up}` again.",
+            f"({', '.join(stopped)}); see `make logs PROFILE={up}{dev}`, then run `make down PROFILE={up}{dev}` "
+            f"and `make up PROFILE={up}{dev}` again.",
             ExitCode.STATE,
         )
     return state
@@ -266,7 +281,7 @@ def _guard_demo(verb: str, profile, state: dict[str, Any], running: list[str], d
         if others:
             raise StackError(
                 f"the demo's previous profile {up} still runs {', '.join(others)} beside the shared engines; "
-                f"stop them (`make down PROFILE={up}`) before profile {profile.name} starts.",
+                f"stop them (`make down PROFILE={up}{device.make_words()}`) before profile {profile.name} starts.",
                 ExitCode.STATE,
             )
         return True
@@ -306,7 +321,8 @@ def guard_other_profile(
     if running:
         raise StackError(
             f"profile {up} is up under Docker ({', '.join(running)} running) and stays recorded; run "
-            f"`make down PROFILE={up}` first, then `make {verb} PROFILE={profile.name}`.",
+            f"`make down PROFILE={up}{device.make_words()}` first, then `make {verb} PROFILE={profile.name}"
+            f"{device.make_words()}`.",
             ExitCode.STATE,
         )
     clear(directory)  # a stale record: none of its containers runs

@@ -131,7 +131,8 @@ class LocalState:
             names = ", ".join(f"{p.get('role', '?')} (pid {p.get('pid')})" for p in gone)
             raise StackError(
                 f"the local stack of profile {self.data.get('profile')} recorded in {self.path} has died "
-                f"({names} gone); run `make down RUNTIME=local` and `make up RUNTIME=local` again, or pass "
+                f"({names} gone); run `make down RUNTIME=local` and `make up PROFILE={self.data.get('profile')} "
+                "RUNTIME=local` again, or pass "
                 "RUNTIME=docker / --base-url to test something else.",
                 ExitCode.STATE,
             )
@@ -170,13 +171,13 @@ def _spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) ->
         )
 
 
-def smoke_options(target: Any) -> dict[str, Any]:
+def smoke_options(target: Any, state: LocalState | None) -> dict[str, Any]:
     """What a smoke of `target` (a stack.target resolution) needs from the local stack `up` started with real
-    engines: the scripted tool answer, why it may not reach the engines, and the per-request timeout of real CPU
-    engines (real_sglang.SMOKE_TIMEOUT). Empty for any other target (docker, a URL, the emulator)."""
+    engines (`state`, its run state as the caller read it): the scripted tool answer, why it may not reach the
+    engines, and the per-request timeout of real CPU engines (real_sglang.SMOKE_TIMEOUT). Empty for any other
+    target (docker, a URL, the emulator)."""
     if not getattr(target, "local", False):
         return {}
-    state = read_state()
     if state is None or state.engine != "sglang":
         return {}
     return {
@@ -196,9 +197,9 @@ def _engine_command(
 ) -> list[str]:
     """The command line of engine `index` of `profile` on `port`, as both runtimes run it (compose.yaml). `host`:
     the node's cluster address at NODES>1 (emulator only); on loopback the line is the single-node one."""
-    parser = knob(profile, "ENGINE_TOOL_CALL_PARSER")
+    parser = profile.setting("ENGINE_TOOL_CALL_PARSER")
     if engine == "sglang":
-        served = knob(profile, "SERVED_MODEL_NAME")
+        served = profile.setting("SERVED_MODEL_NAME")
         return real_sglang.command(port, served_model_name=served, tool_call_parser=parser or None)
     cmd = [sys.executable, "-m", "polarstack", "emulate-engine", "--port", str(port), "--seed", str(index)]
     if host != LOOPBACK:
@@ -212,6 +213,18 @@ def engine_signature(profile: Profile, engine: str, engine_args: list[str] | Non
     """What makes engines interchangeable between profiles: engine 0's command line without its port. Shared
     engines (`start_engines`) serve a profile only when its own engines would have this same command line."""
     return _engine_command(profile, engine, "{port}", 0, engine_args)[1:]
+
+
+def service_time_args(prefill_us_per_token: float, decode_us_per_token: float) -> list[str]:
+    """`emulate-engine`'s service-time flags for `up --prefill-us-per-token/--decode-us-per-token` (0: left out);
+    USAGE outside 0 to 1e6 microseconds."""
+    out: list[str] = []
+    for name, value in (("prefill-us-per-token", prefill_us_per_token), ("decode-us-per-token", decode_us_per_token)):
+        if not 0 <= value < 1e6:
+            raise StackError(f"--{name} must be between 0 and 1e6 microseconds.", ExitCode.USAGE)
+        if value:
+            out += [f"--{name}", str(value)]
+    return out
 
 
 def _check_engine_options(engine: str, engine_args: list[str] | None) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from polarstack.pins import pin, repo_root
-from polarstack.stack.profiles import Profile, knob, stack_knobs
+from polarstack.stack.profiles import Profile, stack_knobs
 
 RECORD = "configs/upstream/ray-listeners.json"
 POLAR_APPTAINER = "configs/upstream/polar-apptainer.json"  # broker_proxy_port: apptainer_broker._DEFAULT_PROXY_PORT
@@ -96,7 +96,7 @@ class Bound:
 
 
 def _ray_port(profile: Profile | None, key: str) -> int:
-    raw = knob(profile, key) or stack_knobs().get(key) or "0"
+    raw = (profile.setting(key) if profile is not None else "") or stack_knobs().get(key) or "0"
     return int(raw) if raw.strip().isdigit() else 0
 
 

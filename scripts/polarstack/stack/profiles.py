@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from polarstack import paths
@@ -87,6 +87,13 @@ class Profile:
     name: str
     path: Path
     values: dict[str, str]
+    # Its stack settings, resolved once when it was loaded as `knob` resolves each: the profile's value, else the
+    # environment's, else configs/stack.env's (`setting`).
+    settings: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def setting(self, key: str, default: str = "") -> str:
+        """A stack knob of this profile as loaded (`knob`'s rule, resolved once by `load`); `default` when unset."""
+        return self.settings.get(key, default)
 
     @property
     def engine_extra_args(self) -> list[str]:
@@ -301,7 +308,20 @@ def load(name: str, *, node_gpus: int | None = None, path: Path | None = None) -
             values[key] = os.environ[key]
     node = node_gpus if node_gpus is not None else parse_node_gpus(os.environ.get("NODE_GPUS"))
     validate(name, path, values, node)
-    return Profile(name, path, values)
+    return Profile(name, path, values, settings={**_knob_values(), **values})
+
+
+# Knobs a profile's stack reads that configs/stack.env does not list (compose.yaml's defaults apply without them).
+ENVIRONMENT_KNOBS = ("HEALTHCHECK_INTERVAL",)
+
+
+def _knob_values() -> dict[str, str]:
+    """configs/stack.env's knobs and ENVIRONMENT_KNOBS, the environment's value over the file's (`knob`'s rule)."""
+    values = parse_env_file(paths.stack_env())
+    for key in (*values, *ENVIRONMENT_KNOBS):
+        if key in os.environ:
+            values[key] = os.environ[key]
+    return values
 
 
 def stack_knobs() -> dict[str, str]:

@@ -23,7 +23,6 @@ import sys
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import port_taken, shielded
 from polarstack.stack import compose, device, docker_state, ports, profiles
-from polarstack.stack.profiles import knob
 
 
 def already_up(profile, record) -> bool:
@@ -33,17 +32,16 @@ def already_up(profile, record) -> bool:
         return False
     print(
         f"polarstack: profile {profile.name} is already up under Docker ({device.project()}); nothing started or "
-        "recreated (`make down` first to start it afresh).",
+        f"recreated (`make down{device.make_words()}` first to start it afresh).",
         file=sys.stderr,
     )
     return True
 
 
-def refuse_unfinished_up(profile) -> None:
-    """Before `make up`: STATE when the record is of a `make up` that never finished and its containers are still
-    there (any state: `compose ps --all` lists every container of the project, orphans included); a record none of
-    whose containers is left (Compose failed before creating any) is forgotten."""
-    state = docker_state.read()
+def refuse_unfinished_up(profile, state: dict | None) -> None:
+    """Before `make up`: STATE when the record (`state`, as the caller's site read it) is of a `make up` that never
+    finished and its containers are still there (any state: `compose ps --all` lists every container of the project,
+    orphans included); a record none of whose containers is left (Compose failed before creating any) is forgotten."""
     if state is None or not docker_state.unfinished(state):
         return
     up = state["profile"]
@@ -58,7 +56,8 @@ def refuse_unfinished_up(profile) -> None:
     listed = ", ".join(f"{name} ({left[name]})" for name in sorted(left))
     raise StackError(
         f"an earlier `make up PROFILE={up}` did not finish and left {listed} under Docker ({device.project()}); "
-        f"run `make down` (it stops profile {up}) first, then `make up PROFILE={profile.name}`.",
+        f"run `make down{device.make_words()}` (it stops profile {up}) first, then `make up PROFILE={profile.name}"
+        f"{device.make_words()}`.",
         ExitCode.STATE,
     )
 
@@ -97,8 +96,7 @@ def take_down_after_interrupt(profile) -> None:
     """Ctrl-C during `make up`: remove this profile's containers (shielded from a second Ctrl-C), forget its record."""
     with shielded():
         compose.run_compose(profile, ["down", "--remove-orphans"], capture=True)
-        if (docker_state.read() or {}).get("profile") == profile.name:
-            docker_state.clear()
+        docker_state.forget(profile.name)
     print(f"polarstack: interrupted: took down what `make up` had started for profile {profile.name}.", file=sys.stderr)
 
 
@@ -114,18 +112,19 @@ def why_up_failed(profile, returncode: int) -> StackError:
     )
     if unhealthy:
         name = unhealthy[0]
-        period = knob(profile, "ENGINE_START_PERIOD") or "900s"
+        period = profile.setting("ENGINE_START_PERIOD") or "900s"
         start = f"start period ENGINE_START_PERIOD={period}" if name.startswith("engine-") else "its start period"
-        interval = knob(profile, "HEALTHCHECK_INTERVAL") or "15s"  # compose.yaml's x-healthcheck-timing default
+        interval = profile.setting("HEALTHCHECK_INTERVAL") or "15s"  # compose.yaml's x-healthcheck-timing default
         return StackError(
             f"{', '.join(unhealthy)} of profile {profile.name} never passed its healthcheck ({start}, then 3 failed "
-            f"checks {interval.removesuffix('s')} s apart); see `make logs SERVICE={name}`, then `make down`.",
+            f"checks {interval.removesuffix('s')} s apart); see `make logs SERVICE={name}{device.make_words()}`, then "
+            f"`make down{device.make_words()}`.",
             ExitCode.ENVIRONMENT,
         )
     if exited:
         return StackError(
             f"{', '.join(exited)} of profile {profile.name} exited during `make up`; see `make logs "
-            f"SERVICE={exited[0]}`, then `make down`.",
+            f"SERVICE={exited[0]}{device.make_words()}`, then `make down{device.make_words()}`.",
             ExitCode.ENVIRONMENT,
         )
     return StackError(
@@ -159,15 +158,15 @@ def _image_exists(image: str) -> bool:
     return proc.returncode == 0
 
 
-def images_before_up(profile, say=lambda line: print(line, file=sys.stderr)) -> None:
+def images_before_up(profile, *, cpu: bool, say=lambda line: print(line, file=sys.stderr)) -> None:
     """Before the shape probe and `compose up`: every image of the profile must be there. On the node, ASSETS_MISSING
     naming the missing ones and `make build`; on DEVICE=cpu (whose `make up` builds, README) a line naming them, then
-    `compose build` of those services with its progress."""
+    `compose build` of those services with its progress. `cpu`: DEVICE=cpu (the caller's site)."""
     missing = {service: image for service, image in profile_images(profile).items() if not _image_exists(image)}
     if not missing:
         return
     listed = ", ".join(f"{image} ({service})" for service, image in missing.items())
-    if device.is_cpu():
+    if cpu:
         say(f"polarstack: make up DEVICE=cpu builds {listed} first (from the CPU bases; later runs reuse them).")
         proc = compose.run_compose(profile, ["build", *missing])
         if proc.returncode != 0:

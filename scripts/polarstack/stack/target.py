@@ -15,13 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polarstack.errors import ExitCode, StackError
-from polarstack.stack import cluster, docker_state, local, profiles
+from polarstack.stack import cluster as cluster_mod
+from polarstack.stack import docker_state, profiles
 from polarstack.stack.profiles import (
     Profile,
     docker_engine_urls,
     registered_engines,
     stack_knobs,
 )
+from polarstack.stack.resolved import Resolved, read_now
 
 RUNTIMES = ("auto", "local", "docker")
 
@@ -68,16 +70,19 @@ def resolve_target(
     verb: str = "smoke",
     in_trainer: bool = False,
     plan_only: bool = False,
+    site: Resolved | None = None,
 ) -> Target:
     """The target of `verb` (smoke|train) for --runtime, --profile and --base-url (module docstring: the rule).
 
     `in_trainer`: the smoke inside the trainer container checks `profile`'s ports, reading no run state (the
     host checked the record before it ran there). `plan_only`: a dry run plans the default profile when
-    nothing is up under Docker instead of refusing."""
+    nothing is up under Docker instead of refusing. `site`: what the CLI resolved (the run states, the cluster), read
+    when needed; None: read here (stack.resolved.read_now)."""
     if base_url is not None:
         return Target("url", None, base_url, route)
+    site = site if site is not None else read_now()
     if runtime in ("auto", "local") and not in_trainer:
-        state = local.read_state()
+        state = site.local_state
         if state is not None:  # a recorded local stack: use it, or refuse (STATE) when it died or is half-written
             state.usable()
             if profile and profile != state.profile:  # smoke and train alike (smoke used to check the local one)
@@ -94,7 +99,7 @@ def resolve_target(
     if in_trainer:
         name = profile
     else:
-        if verb == "smoke" and profile is None and runtime == "auto" and docker_state.read() is None:
+        if verb == "smoke" and profile is None and runtime == "auto" and site.docker_record is None:
             raise StackError(
                 "no profile is up (locally or under Docker) and no --base-url or --profile was given; run "
                 "`make up PROFILE=engine-direct` (add RUNTIME=local without a GPU) or pass --base-url.",
@@ -103,13 +108,13 @@ def resolve_target(
         # The record of `make up` must name this profile and its stack must still run (STATE otherwise); a dry run
         # with nothing up plans the default profile.
         record = None
-        if not plan_only or docker_state.read() is not None:
-            record = docker_state.DockerRecord.of(docker_state.usable(profile))
-        name = profile or (record.profile if record else docker_state.profile_name(None))
+        if not plan_only or site.docker_record is not None:
+            record = docker_state.DockerRecord.of(docker_state.usable(profile, recorded=site.docker_record))
+        name = profile or (record.profile if record else docker_state.DEFAULT_PROFILE)
     loaded = profiles.load(name)
     # NODES>1: the router on the head's address and every node's engines by theirs (polarstack.stack.cluster).
-    found = cluster.load()
-    engines = docker_engine_urls(loaded) if not found.multi else cluster.engine_urls(loaded, found)
+    found = site.cluster
+    engines = docker_engine_urls(loaded) if not found.multi else cluster_mod.engine_urls(loaded, found)
     return Target(
         "docker",
         loaded.name,
@@ -119,5 +124,5 @@ def resolve_target(
         registered_engines(loaded, engines),
         loaded,
         # the smoke's per-engine, per-node check (checks.per_engine), as the local runtime's state gives it
-        nodes=[node.as_dict() for node in cluster.layout(loaded, found)] if found.multi else None,
+        nodes=[node.as_dict() for node in cluster_mod.layout(loaded, found)] if found.multi else None,
     )

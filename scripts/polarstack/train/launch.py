@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -32,6 +32,7 @@ from polarstack.stack import cluster as cluster_mod
 from polarstack.stack import compose, local, profiles
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import stack_knobs
+from polarstack.stack.resolved import Resolved, read_now
 from polarstack.stack.target import resolve_target
 from polarstack.train import cluster_plan, ray_job, rehearsal_record, retention, supervise
 from polarstack.train.plan import (
@@ -61,15 +62,21 @@ class TrainRequest:
     resume: bool = False
     json: bool = False
     without_rehearsal: bool = False  # ALLOW_NO_PREFLIGHT=1: launch on the docker runtime without a passing rehearsal
+    # Where it runs as the CLI resolved it (polarstack.cli.site): the run states, the cluster; None: read when needed.
+    site: Resolved | None = field(default=None, compare=False, repr=False)
+
+    def resolved(self) -> Resolved:
+        return self.site if self.site is not None else read_now()
 
 
 def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> int:
     """`polarstack train`: the dry run hands the plan and the runtime to `show_plan` (the CLI renders it)."""
 
     check_task(request.task)  # the request's task, checked once, before anything else
-    target = resolve_target(request.runtime, request.profile, None, verb="train", plan_only=request.dry_run)
+    site = request.resolved()
+    target = resolve_target(request.runtime, request.profile, None, verb="train", plan_only=request.dry_run, site=site)
     profile = target.loaded or profiles.load(target.profile)
-    plan = plan_request(request, profile)
+    plan = plan_request(request, profile, site.cluster)
     if request.task == "humaneval":
         tasks.load_humaneval()  # validates the task data now, not on the GPU node
     if request.dry_run:
@@ -94,10 +101,10 @@ def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> 
     )
 
 
-def plan_request(request: TrainRequest, profile) -> LaunchPlan:
+def plan_request(request: TrainRequest, profile, cluster: Cluster) -> LaunchPlan:
     """The run's one plan, from the request and the site: configs/train/defaults.yaml with the request's SET, the
-    stack's MODEL_PATH and SERVED_MODEL_NAME, and the cluster (configs/cluster.env and the environment), each read
-    once here; whatever runs later reads them from the plan (plan.config, plan.cluster)."""
+    stack's MODEL_PATH and SERVED_MODEL_NAME, each read once here, and the cluster the site read; whatever runs later
+    reads them from the plan (plan.config, plan.cluster)."""
     knobs = stack_knobs()
     return build_plan(
         request.task,
@@ -107,7 +114,7 @@ def plan_request(request: TrainRequest, profile) -> LaunchPlan:
         model_path=os.environ.get("MODEL_PATH") or knobs.get("MODEL_PATH"),
         served_model_name=knobs.get("SERVED_MODEL_NAME"),
         resume=request.resume,
-        cluster=cluster_mod.load(),
+        cluster=cluster,
     )
 
 
@@ -116,7 +123,8 @@ def host_gate(request: TrainRequest, target, plan, profile) -> None:
     import yaml
 
     polar_values = yaml.safe_load(plan.files["polar_config.yaml"])
-    site = local.smoke_options(target)  # a local stack of real engines: its scripted tool answer and timeout
+    # a local stack of real engines: its scripted tool answer and timeout
+    site = local.smoke_options(target, request.resolved().local_state if target.local else None)
     checked = SmokeTarget(
         target.base_url,
         route=target.route or profile.route,

@@ -39,7 +39,7 @@ from polarstack.train.preflight import (
     PreflightPlan,
 )
 
-UP_ARGS = ["up", "--detach", "--wait"]  # as `make up` (polarstack.cli.docker.COMPOSE_VERBS)
+UP_ARGS = ["up", "--detach", "--wait"]  # as `make up` (polarstack.stack.runtime.DockerRuntime.up)
 # Job 2 runs through the supervisor (polarstack.train.supervise) as `make train` runs its job, and its first attempt
 # is made to crash once after the job ended (this exit code, a line in job-resume.log): the supervisor sees a
 # checkpoint newer than before and resumes from it. slime's train_async.py starts generating rollout

@@ -89,7 +89,7 @@ def rank(cluster: Cluster, r: int) -> Cluster:
 
 
 def head_up(cluster, profile, probe=None):
-    """The head's `make up`: the session before anything starts (cli.cluster.before_up), its report after."""
+    """The head's `make up`: the session before anything starts (train.cluster_up.open_session), its report after."""
     probe = probe or FakeProbe()
     nodes.start_session(cluster, probe)
     nodes.write_report(cluster, profile, VALUES, probe)

@@ -129,7 +129,7 @@ def test_the_cpu_stack_runs_the_same_probe_before_compose_up(node, fake_verifier
         monkeypatch.delenv(key)
     monkeypatch.setenv("FAKE_SHAPE_REFUSE", "1")
     monkeypatch.setattr(device, "prepare", lambda progress: None)
-    monkeypatch.setattr(assets, "check_before_up", lambda profile: None)
+    monkeypatch.setattr(assets, "check_before_up", lambda profile, **_: None)
     assert main(["compose", "up", "--profile", "engine-direct"]) == ExitCode.ENVIRONMENT
     assert_in_polars_shape(runs(fake_verifier))
     calls = compose_calls(node)

@@ -316,7 +316,7 @@ def test_the_cli_hands_the_trainer_smoke_options_with_the_targets_timeout(monkey
     monkeypatch.setattr(docker_smoke, "real_engine_options", lambda *a: {"timeout": 60.0})
     seen = []
 
-    def in_trainer(options, loaded, route=None):
+    def in_trainer(options, loaded, runtime, route=None, record=None):
         seen.append((options, loaded, route))
         return {"verdict": "pass", "exit_code": 0, "code": "OK", "message": "ok", "requests": []}
 

@@ -143,7 +143,7 @@ def test_the_authorization_header_is_the_bearer_form_ray_reads(tmp_path):
 def _fake_compose(monkeypatch, tmp_path) -> None:
     """Compose stands in as /bin/true: run_compose's own steps run, nothing starts."""
     monkeypatch.setenv("COMPOSE_BIN", "/bin/true")
-    monkeypatch.setattr(compose, "compose_args", lambda profile, directory=None: [])
+    monkeypatch.setattr(compose, "compose_args", lambda profile, directory=None, cluster=None: [])
 
 
 @pytest.mark.parametrize("verb", ["down", "ps", "logs", "config"])

@@ -141,7 +141,7 @@ def test_make_up_on_the_cpu_says_what_it_builds_then_builds_it_before_the_probe(
         monkeypatch.setenv(key, "")  # device.apply_cpu_defaults writes them into the environment: undone after
         monkeypatch.delenv(key)
     monkeypatch.setattr(device, "prepare", lambda progress: None)
-    monkeypatch.setattr(assets, "check_before_up", lambda profile: None)
+    monkeypatch.setattr(assets, "check_before_up", lambda profile, **_: None)
 
     def probe(profile, running=False):
         raise StackError("the probe ran", ExitCode.GATE)

@@ -114,22 +114,24 @@ def test_the_docker_record_has_a_typed_view():
 
 def test_smoke_options_come_from_a_local_stack_of_real_engines_only(local_up):
     """The smoke (`polarstack smoke`) and train's gate (`make train` against a local stack) read the real engine's
-    scripted tool answer, why it may not pass the router, and the longer timeout from the run state; the
+    scripted tool answer, why it may not pass the router, and the longer timeout from the run state (as the caller's
+    site read it); the
     emulator's stack and any non-local target give none."""
     target = resolve_target("auto", None, None)
-    assert local.smoke_options(target) == {}  # the emulator (no "engine" recorded)
+    assert local.smoke_options(target, local.read_state()) == {}  # the emulator (no "engine" recorded)
     state = json.loads((local_up / "state.json").read_text())
     script = {"custom_logit_processor": "p", "custom_params": {"token_ids": [1]}}
     state.update(engine="sglang", tool_fields=script, tool_unscripted="dropped by the router")
     (local_up / "state.json").write_text(json.dumps(state))
     from polarstack.stack import real_sglang
 
-    assert local.smoke_options(target) == {
+    assert local.smoke_options(target, local.read_state()) == {
         "tool_fields": script,
         "tool_unscripted": "dropped by the router",
         "timeout": real_sglang.SMOKE_TIMEOUT,
     }
-    assert local.smoke_options(resolve_target("auto", None, "http://127.0.0.1:7", route="base")) == {}
+    url = resolve_target("auto", None, "http://127.0.0.1:7", route="base")
+    assert local.smoke_options(url, local.read_state()) == {}
 
 
 def test_the_docker_target_at_two_nodes_names_every_node_for_the_smoke(tmp_path, monkeypatch):

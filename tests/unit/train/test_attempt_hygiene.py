@@ -80,7 +80,7 @@ def test_the_dashboard_port_follows_the_knob(monkeypatch):
     monkeypatch.setattr(
         compose, "run_compose", lambda p, args, **kw: seen.append(args) or subprocess.CompletedProcess(args, 0, "[]\n")
     )
-    launch.refuse_active_job(profile, load_defaults())  # a config with 8265: the knob still wins
+    launch.refuse_active_job(profile, load_defaults(), plan.cluster)  # a config with 8265: the knob still wins
     assert "http://127.0.0.1:31265" in seen[-1]
 
 

@@ -1,7 +1,7 @@
 """Issue 35 point 4, "the plan built once": one `make train` (`polarstack train`, the dry run and the launch on the
 docker runtime driven with the repository's fakes) builds its plan once (build_plan), reads configs/train/defaults.yaml
-once (load_defaults), checks its TASK once (check_task) and reads the cluster once from train/ (every later step reads
-plan.cluster); launch-resume.sh is the one plan resumed (resume_variant), which is what build_plan renders with
+once (load_defaults), checks its TASK once (check_task) and reads the cluster once (the site, polarstack.cli.site;
+every later step reads plan.cluster); launch-resume.sh is the one plan resumed (resume_variant), which is what build_plan renders with
 resume=True."""
 
 from __future__ import annotations
@@ -56,8 +56,11 @@ def assert_once(calls) -> None:
     assert calls["build_plan"] == ["polarstack.train.launch"], calls["build_plan"]
     assert len(calls["load_defaults"]) == 1, calls["load_defaults"]
     assert calls["check_task"] == ["polarstack.train.launch"], calls["check_task"]
-    # stack/ reads the cluster where it renders Compose's files (outside this issue's scope); train/ reads it once
-    assert [c for c in calls["cluster"] if c.startswith("polarstack.train")] == ["polarstack.train.launch"], calls
+    # the site reads the cluster once for the command (polarstack.cli.site) and train/ takes it from there; stack/
+    # still reads it where it renders Compose's files (tests/static/test_site_reads.py's tolerated set)
+    assert [c for c in calls["cluster"] if c.startswith(("polarstack.train", "polarstack.cli"))] == [
+        "polarstack.cli.site"
+    ], calls
 
 
 def test_the_dry_run_plans_once(calls, capsys):

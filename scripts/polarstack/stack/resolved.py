@@ -1,0 +1,65 @@
+"""What a command resolved once about where it runs, as the layers below the CLI see it (issue 35 point 1).
+
+`Resolved` is the shape: the device, the cluster layout, the local runtime's run state and the docker runtime's
+record. The CLI's site (polarstack.cli.site.Site) is the one built for every command, each field read at most once,
+when first asked; the modules below take it from their caller instead of reading the environment, configs/cluster.env
+or the run state themselves. `read_now()` is the stated fallback for callers that run without a CLI around them (the
+tests of one module, the offline checks): the same reads, each done when asked.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Protocol
+
+from polarstack.stack import cluster as cluster_mod
+from polarstack.stack import device, docker_state, local
+from polarstack.stack.cluster import Cluster
+from polarstack.stack.local import LocalState
+
+
+class Resolved(Protocol):
+    @property
+    def cpu(self) -> bool:
+        """DEVICE=cpu: the docker runtime's CPU stack (polarstack.stack.device)."""
+        ...
+
+    @property
+    def cluster(self) -> Cluster:
+        """configs/cluster.env and the environment: one node unless NODES>1 (polarstack.stack.cluster)."""
+        ...
+
+    @property
+    def local_state(self) -> LocalState | None:
+        """The local runtime's run state (`polarstack up`), None when nothing is recorded."""
+        ...
+
+    @property
+    def docker_record(self) -> dict[str, Any] | None:
+        """The docker runtime's record of `make up` on this device, None when nothing is recorded."""
+        ...
+
+
+class _ReadNow:
+    """Resolved without a CLI: each read when first asked (read_now)."""
+
+    @functools.cached_property
+    def cpu(self) -> bool:
+        return device.is_cpu()
+
+    @functools.cached_property
+    def cluster(self) -> Cluster:
+        return cluster_mod.load()
+
+    @functools.cached_property
+    def local_state(self) -> LocalState | None:
+        return local.read_state()
+
+    @functools.cached_property
+    def docker_record(self) -> dict[str, Any] | None:
+        return docker_state.read()
+
+
+def read_now() -> Resolved:
+    """The fallback for a caller without a site (module docstring)."""
+    return _ReadNow()

@@ -1,0 +1,191 @@
+"""Issue 35 point 1: where a command runs is resolved once, by the site (scripts/polarstack/cli/site.py). Below it the
+package takes the device, the cluster, the run states and the profile's settings from its caller, so none of these
+reads is called outside the site module and the stated exceptions:
+
+- `cluster.load` (configs/cluster.env and the environment), `profiles.knob` (profile, environment, stack.env, per call),
+- `device.is_cpu` / `device.current` (POLARSTACK_DEVICE), `docker_state.read` and `local.read_state` (the run state).
+
+The check parses every module of scripts/polarstack with ast: a call of one of them through its module
+(`cluster.load()`, `cluster_mod.load()`), through a name imported from it (`knob(...)`), or inside its own module
+(`is_cpu()` in device.py). EXCEPTIONS are the stated ones, each with its reason. TOLERATED lists the calls not moved
+to the site yet, each by module, enclosing function and call, with why; an entry whose call is gone fails, so the set
+can only shrink. A planted module shows the checker catches each form."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from polarstack.pins import repo_root
+
+pytestmark = pytest.mark.unit
+PACKAGE = repo_root() / "scripts" / "polarstack"
+READS = {  # module: its functions that read where a command runs
+    "polarstack.stack.cluster": {"load"},
+    "polarstack.stack.profiles": {"knob"},
+    "polarstack.stack.device": {"is_cpu", "current"},
+    "polarstack.stack.docker_state": {"read"},
+    "polarstack.stack.local": {"read_state"},
+}
+SITE = "cli/site.py"
+EXCEPTIONS = {  # a path (a folder ends with /): why it reads for itself
+    SITE: "the module that builds the site",
+    "reward/verifier/": "the verifier bundle runs alone inside the sandbox, with no CLI and no package around it",
+    "train/gate.py": "in-job: slime imports it inside the Ray job, where no CLI ran",
+    "train/ray_job.py": "in-job: run inside the trainer by `python3 -m polarstack.train.ray_job`, no site there",
+    "train/synthetic_rollout.py": "in-job: run inside the trainer (torch is there), no site there",
+    "train/learning_signal.py": "in-job: the gate's zero-advantage watch, inside the Ray job",
+    "train/tracker.py": "in-job: the gate's W&B / TensorBoard metrics, inside the Ray job",
+}
+TOLERATED = {  # "path:function:call": why it is not the site's yet (remove the entry when the call goes)
+    # the fallback for callers without a site
+    "stack/resolved.py:_ReadNow.cpu:device.is_cpu": "read_now(): rehearsal_run's host gate, the docker demo, tests",
+    "stack/resolved.py:_ReadNow.cluster:cluster.load": "read_now(), as above",
+    "stack/resolved.py:_ReadNow.local_state:local.read_state": "read_now(), as above",
+    "stack/resolved.py:_ReadNow.docker_record:docker_state.read": "read_now(), as above",
+    # the run-state modules re-read their record around their own writes
+    "stack/docker_state.py:forget:docker_state.read": "after `compose down`: the record as it is now",
+    "stack/docker_state.py:profile_name:docker_state.read": "cli/preflight.py's default profile (not this branch's)",
+    "stack/docker_state.py:usable:docker_state.read": "usable() without `recorded` (tests, rehearsal_run)",
+    "stack/docker_state.py:guard_other_profile:docker_state.read": "after refuse_unfinished_up may have cleared it",
+    "stack/local.py:refuse_if_up:local.read_state": "up and the demo: the state of the directory it writes",
+    "stack/local.py:down:local.read_state": "down of one state directory (`up`'s or a demo profile's)",
+    # the device, read from POLARSTACK_DEVICE (the site sets it for the command and for Compose and the trainer)
+    "stack/device.py:is_cpu:device.current": "is_cpu() itself",
+    "stack/device.py:state_file:device.current": "docker_state.state_path's file name",
+    "stack/device.py:project:device.is_cpu": "the Compose project in compose_args and in messages",
+    "stack/device.py:make_words:device.is_cpu": "the DEVICE=cpu advice of docker_state and stack_faults",
+    "stack/docker_state.py:state_path:device.is_cpu": "every record operation; needs the device threaded through",
+    "stack/compose.py:render_values:device.is_cpu": "compose's callers (checks, train, offline) pass no device yet",
+    "stack/compose.py:render:device.is_cpu": "as above",
+    "stack/compose.py:compose_args:device.is_cpu": "as above",
+    "stack/assets.py:check_before_up:device.is_cpu": "rehearsal_run.run() calls it without cpu= (not this branch's)",
+    # the cluster, for callers that pass none
+    "stack/compose.py:_cluster:cluster.load": "run_compose / render callers in checks, train, offline pass none yet",
+    "checks/shape_probe.py:check_docker:cluster.load": "cli/preflight.py calls it (not this branch's)",
+    "train/launch.py:release_router_workers:cluster.load": "tests replace it with a one-argument fake",
+    "train/launch.py:resume_engines:cluster.load": "as above",
+    "train/launch.py:refuse_active_job:cluster.load": "the rehearsal's Node (train/rehearsal_run.py) calls it without one",
+    "train/plan.py:build_plan:cluster.load": "train/plan.py is restructured on another branch",
+    "train/preflight.py:build:cluster.load": "cli/preflight.py and rehearsal_run call it (not this branch's)",
+    "train/rehearsal_run.py:refuse_if_up:docker_state.read": "rehearsal_run's run() is not this branch's",
+    # knob: per-call settings
+    "train/plan.py:weight_sync_args:profiles.knob": "train/plan.py is restructured on another branch",
+    "train/plan.py:ray_dashboard_port:profiles.knob": "as above",
+    "train/plan.py:cluster_layout:profiles.knob": "as above",
+    "stack/local.py:up_node:profiles.knob": "local.up_node's body is restructured on another branch",
+    "stack/engines.py:start_emulator:profiles.knob": "the benches' emulators: no profile, no site handed down yet",
+    "bench/matrix.py:served_model:profiles.knob": "the router matrix runs without a stack; no site handed down yet",
+    "bench/matrix.py:engines_for:profiles.knob": "as above",
+}
+
+
+def _module_name(rel: str) -> str:
+    return "polarstack." + rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+
+
+def site_reads(path: Path, rel: str) -> list[str]:
+    """Every call in `path` of a function of READS, as "rel:enclosing function:module.function"."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    own = _module_name(rel)
+    modules: dict[str, str] = {}  # local name -> a module of READS
+    functions: dict[str, tuple[str, str]] = {}  # local name -> (module, function) imported from it
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if full in READS:
+                    modules[alias.asname or alias.name] = full
+                elif alias.name in READS.get(node.module, ()):
+                    functions[alias.asname or alias.name] = (node.module, alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in READS:
+                    modules[alias.asname or alias.name] = alias.name
+    found: list[str] = []
+
+    def called(func: ast.expr) -> tuple[str, str] | None:
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            module = modules.get(func.value.id)
+            return (module, func.attr) if module and func.attr in READS[module] else None
+        if isinstance(func, ast.Name):
+            if func.id in functions:
+                return functions[func.id]
+            if func.id in READS.get(own, ()):  # inside the module that defines it
+                return own, func.id
+        return None
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = where
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = f"{where}.{child.name}" if where else child.name
+            if isinstance(child, ast.Call):
+                hit = called(child.func)
+                if hit:
+                    found.append(f"{rel}:{where or '<module>'}:{hit[0].rsplit('.', 1)[1]}.{hit[1]}")
+            visit(child, inner)
+
+    visit(tree, "")
+    return found
+
+
+def excepted(rel: str) -> bool:
+    return any(rel.startswith(path) if path.endswith("/") else rel == path for path in EXCEPTIONS)
+
+
+def package_reads(package: Path) -> list[str]:
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if not excepted(rel):
+            out += site_reads(path, rel)
+    return out
+
+
+def test_where_a_command_runs_is_read_only_by_the_site():
+    reads = package_reads(PACKAGE)
+    untolerated = sorted(set(reads) - set(TOLERATED))
+    assert not untolerated, "take these from the site (polarstack.cli.site / stack.resolved) instead:\n" + "\n".join(
+        untolerated
+    )
+
+
+def test_every_tolerated_read_still_exists_so_the_set_only_shrinks():
+    stale = sorted(set(TOLERATED) - set(package_reads(PACKAGE)))
+    assert not stale, "these calls are gone: remove them from TOLERATED:\n" + "\n".join(stale)
+
+
+def test_the_site_reads_and_every_exception_is_a_path_of_the_package():
+    assert {c.rsplit(":", 1)[1] for c in site_reads(PACKAGE / SITE, SITE)} >= {
+        "cluster.load",
+        "device.current",
+        "docker_state.read",
+        "local.read_state",
+    }
+    for path in EXCEPTIONS:
+        assert (PACKAGE / path).exists(), path
+
+
+def test_a_planted_read_is_caught_in_each_form(tmp_path):
+    (tmp_path / "stack").mkdir()
+    (tmp_path / "planted.py").write_text(
+        "from polarstack.stack import cluster as cluster_mod\n"
+        "from polarstack.stack import device, docker_state\n"
+        "from polarstack.stack.profiles import knob\n"
+        "from polarstack.stack.local import read_state as state_of\n\n"
+        "HERE = cluster_mod.load()\n\n"
+        "def where(profile):\n"
+        "    return device.is_cpu(), knob(profile, 'X'), docker_state.read(), state_of()\n"
+    )
+    (tmp_path / "stack" / "device.py").write_text("def project():\n    return 'cpu' if is_cpu() else 'gpu'\n")
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "gate.py").write_text("from polarstack.stack import device\nCPU = device.is_cpu()\n")
+    assert package_reads(tmp_path) == [
+        "planted.py:<module>:cluster.load",
+        "planted.py:where:device.is_cpu",
+        "planted.py:where:profiles.knob",
+        "planted.py:where:docker_state.read",
+        "planted.py:where:local.read_state",
+        "stack/device.py:project:device.is_cpu",
+    ]  # train/gate.py is a stated exception
