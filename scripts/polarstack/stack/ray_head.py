@@ -28,6 +28,7 @@ asks for; GCS and raylet still listen on every interface of the node (the record
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -248,6 +249,26 @@ def kill_session(leader: int, timeout: float) -> list[int]:
     return killed
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# `ray start --block` watches its subprocesses and, when one exits, prints "Some Ray subprocesses exited unexpectedly:",
+# a line "<name> [exit code=N]" for each, the tail of its .err log, then "Remaining processes will be killed." and
+# exits (ray 2.57.1 scripts/scripts.py, the --block loop and _log_unexpected_subprocess_exit_details).
+_DECEASED = re.compile(r"-- (\S+) \[exit code=(-?\d+)\]")
+_RAISED = re.compile(r"^\s*(\w+(?:Error|Exception)): (.+)$")
+
+
+def exit_reason(log: str) -> str:
+    """Which Ray subprocess ended `ray start --block`, and the error its log ended with; else the log's last line
+    (ray's own last line, "Remaining processes will be killed.", says neither)."""
+    text = _ANSI.sub("", log)
+    dead = [f"{name} (exit code {code})" for name, code in _DECEASED.findall(text)]
+    raised = [m.group(1) + ": " + m.group(2).strip() for m in map(_RAISED.match, text.splitlines()) if m]
+    if dead:
+        return f"its {', '.join(dead)} exited" + (f" with {raised[-1][:300]}" if raised else "")
+    lines = text.strip().splitlines()
+    return lines[-1][:300] if lines else "no output"
+
+
 def start(
     command: list[str],
     env: dict[str, str],
@@ -290,7 +311,7 @@ def start(
             if process.poll() is not None:
                 raise StackError(
                     f"`ray start` exited with code {process.returncode}: "
-                    f"{log_path.read_text(errors='replace').strip().splitlines()[-1:]}",
+                    f"{exit_reason(log_path.read_text(errors='replace'))} (see {log_path}).",
                     ExitCode.ENVIRONMENT,
                 )
             if time.monotonic() > deadline:
