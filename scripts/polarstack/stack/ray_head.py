@@ -252,7 +252,7 @@ def kill_session(leader: int, timeout: float) -> list[int]:
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # `ray start --block` watches its subprocesses and, when one exits, prints "Some Ray subprocesses exited unexpectedly:",
 # a line "<name> [exit code=N]" for each, the tail of its .err log, then "Remaining processes will be killed." and
-# exits (ray 2.57.1 scripts/scripts.py, the --block loop and _log_unexpected_subprocess_exit_details).
+# exits (the pinned ray, RAY_VERSION: scripts/scripts.py, the --block loop and _log_unexpected_subprocess_exit_details).
 _DECEASED = re.compile(r"-- (\S+) \[exit code=(-?\d+)\]")
 _RAISED = re.compile(r"^\s*(\w+(?:Error|Exception)): (.+)$")
 
