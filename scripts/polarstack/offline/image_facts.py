@@ -16,7 +16,7 @@ from polarstack.pins import repo_root
 from polarstack.train import image_facts
 
 DOCKERFILE = repo_root() / "images" / "trainer" / "Dockerfile"
-STEP = 'RUN polarstack image-facts --stage "${UPSTREAM_STAGE}"'
+STEP = 'polarstack image-facts --stage "${UPSTREAM_STAGE}"'
 
 
 def _polar_standin(names: list[str]) -> str:
