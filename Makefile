@@ -74,6 +74,8 @@ _TOOL_HOMES = $(if $(PIP_CACHE_DIR),,PIP_CACHE_DIR="$(_CACHE)/pip") $(if $(RUSTU
 # A cold install is minutes of silent pip (157 s measured: `time make _venv` in a fresh worktree, empty pip cache,
 # 2 cores shared with other work): a line before and one after, with its time.
 $(VENV)/.installed: pyproject.toml
+	@test -x $(VENV_PY) || $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "make: $(PYTHON) is not Python 3.11 or newer ($$($(PYTHON) --version 2>/dev/null || echo not found)); install one and run make PYTHON=python3.11 ..." >&2; exit 8; }
 	@test -x $(VENV_PY) || $(_TOOL_HOMES) $(PYTHON) -m venv $(VENV)
 	@echo "make: installing polarstack and its test tools into $(VENV) (pip, from pyproject.toml; minutes when cold) ..." >&2
 	@started=$$(date +%s); $(_TOOL_HOMES) $(VENV_PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'; \

@@ -78,3 +78,26 @@ def test_make_venv_says_what_it_installs_and_how_long_it_took(tmp_path):
     assert asked.startswith("-m pip install") and (venv / ".installed").exists()
     cache = tmp_path / "xdg" / "polarstack"  # the project's cache, not HOME's ~/.cache/pip or ~/.rustup
     assert (pip_cache, rustup_home) == (str(cache / "pip"), str(cache / "rustup"))
+
+
+@pytest.mark.parametrize("version", ["3.10.12", None])
+def test_make_refuses_a_python_older_than_311_in_one_sentence_before_making_a_venv(tmp_path, version):
+    """The node-path review (finding 3): a host whose python3 is older (Ubuntu 22.04's 3.10) or absent gets one
+    sentence naming PYTHON=, not a pip traceback, and no .venv is made."""
+    fake = tmp_path / "python3.10"
+    if version:  # a python3 that answers as an older one
+        fake.write_text(f"#!/bin/sh\ncase \"$1\" in --version) echo 'Python {version}';; *) exit 1;; esac\n")
+        fake.chmod(0o755)
+    venv = tmp_path / "venv"
+    proc = subprocess.run(
+        ["make", "-s", "_venv", f"PYTHON={fake}", f"VENV={venv}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MAKEFLAGS": ""},
+        timeout=120,
+    )
+    assert proc.returncode == 2 and not venv.exists()
+    (line,) = [text for text in proc.stderr.splitlines() if text.startswith("make: ") and "Error" not in text]
+    assert f"make: {fake} is not Python 3.11 or newer" in line and "make PYTHON=python3.11" in line
+    assert (f"(Python {version})" if version else "(not found)") in line

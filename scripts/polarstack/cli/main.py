@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import traceback
@@ -46,6 +47,7 @@ from polarstack.paths import TRAINER_RUN_DIR, tool_homes
 from polarstack.polar import switch as polar_switch
 from polarstack.stack import local, pin
 from polarstack.stack import target as stack_target
+from polarstack.train import image_facts
 from polarstack.train import launch as train_launch
 
 Handler = Callable[[argparse.Namespace], int]
@@ -379,6 +381,26 @@ def _cmd_polar_switch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_image_facts(sub) -> None:
+    p = sub.add_parser(
+        "image-facts",
+        help="in the trainer image at build time: its Polar and slime's router say what configs/upstream records",
+    )
+    p.add_argument("--stage", required=True, help="the Dockerfile's UPSTREAM_STAGE: upstream (the node) or base (cpu)")
+    p.add_argument("--json", action="store_true", help="print the checked facts as JSON")
+    p.set_defaults(handler=_cmd_image_facts)
+
+
+def _cmd_image_facts(args: argparse.Namespace) -> int:
+    lines = image_facts.check(args.stage)
+    if args.json:
+        print(json.dumps({"stage": args.stage, "facts": lines}, indent=2))
+    else:
+        for line in lines:
+            print(f"polarstack image-facts: {line}")
+    return 0
+
+
 # --- main -------------------------------------------------------------------------------------------------
 
 
@@ -396,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
         cli_docker.add_commands,
         _add_pin,
         _add_polar_switch,
+        _add_image_facts,
         cli_tasks.add_commands,
         _add_train,
         cli_preflight.add_commands,

@@ -63,6 +63,7 @@ from polarstack.offline import (
     eval_dir,
     flags,
     host_memory,
+    image_facts,
     meaning,
     memory_facts,
     multinode,
@@ -765,6 +766,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     checks.append(check_polar_facts())
     checks.append(eval_dir.check())  # the grading sandbox's files out of the agent's reach (polarstack.polar.eval_dir)
     checks.append(check_harness_preset())
+    checks.append(image_facts.check())  # the trainer image's Polar and router, checked when it is built
     real_problems = real_sglang_facts.problems()  # issue 21: the real engine on the CPU
     checks.append(
         Check(f"the real sglang on the CPU ({real_sglang_facts.RECORD})", not real_problems, "", real_problems)

@@ -11,6 +11,15 @@ discovers nothing, so `_completion_url` and `_tokenize_url` fall back to the bas
 when a router lists no workers. The trainer image installs a `.pth` file that calls `install_hook()` at
 interpreter start-up, so every Python process there (gateway, rollout server, Ray workers) gets it; the
 patch is applied when `polar.gateway.proxy` is first imported. This module imports nothing heavy.
+
+Polar's tokenize (`InferenceClient.tokenize`, POST <base>/v1/tokenize) follows the same fallback, so with the switch
+off it goes to the router, which refuses it: measured here on 2026-12-07 with a chat-shaped tokenize request (messages
+and the bash tool) through each pinned router to the engine emulator, smg 1.13.0 answered 422 ("missing field
+`prompt`") and sglang-router 0.1.4 404, neither reaching the engine (a chat completion through each did). At
+POLAR_COMMIT its one caller is the gateway's own POST /v1/tokenize route (src/polar/gateway/server.py,
+`tokenize_request`), which only harnesses with a response-token budget call (vanillux2, spilot_router's pool agents);
+this stack's task template names the claude_code harness (polarstack.reward.tasks.task_template), which never does.
+A harness that tokenizes would need its tokenize sent to an engine, not through either router.
 """
 
 from __future__ import annotations
