@@ -21,15 +21,12 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import run_dir
-from polarstack.stack import cluster as cluster_mod
 from polarstack.stack import device, docker_state, local, profiles
-from polarstack.stack.cluster import Cluster
-from polarstack.stack.local import LocalState
 from polarstack.stack.profiles import Profile
+from polarstack.stack.resolved import ReadOnce
 from polarstack.stack.runtime import DockerRuntime, LocalRuntime
 
 
@@ -58,10 +55,10 @@ class Stack:
 
 
 @dataclass(frozen=True)
-class Site:
+class Site(ReadOnce):
     """Where this command runs (module docstring). Built once per command by cli/main.py; each field that costs a read
-    (the cluster, the run states, the profile) is read when first asked, at most once. It is the
-    polarstack.stack.resolved.Resolved the layers below take instead of reading for themselves."""
+    (the cluster, the run states: stack.resolved.ReadOnce; the profile) is read when first asked, at most once. It is
+    the polarstack.stack.resolved.Resolved the layers below take instead of reading for themselves."""
 
     device: str  # gpu | cpu: DEVICE= when given, else the device of the docker stack that is up
     device_given: bool  # DEVICE= (POLARSTACK_DEVICE) was set for this command
@@ -76,20 +73,6 @@ class Site:
     def local_up(self) -> bool:
         """The local runtime has a recorded stack (`polarstack up`)."""
         return any(stack.runtime == "local" for stack in self.up)
-
-    @functools.cached_property
-    def cluster(self) -> Cluster:
-        """configs/cluster.env and the environment (polarstack.stack.cluster): one node unless NODES>1."""
-        return cluster_mod.load()
-
-    @functools.cached_property
-    def local_state(self) -> LocalState | None:
-        return local.read_state()
-
-    @functools.cached_property
-    def docker_record(self) -> dict[str, Any] | None:
-        """The docker runtime's record of `make up` on this site's device (polarstack.stack.docker_state)."""
-        return docker_state.read()
 
     @functools.cached_property
     def profile(self) -> Profile:

@@ -14,6 +14,7 @@ import json
 import shutil
 import tempfile
 import types
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,13 @@ def standin(data: dict[str, Any]) -> types.ModuleType:
     return module
 
 
+@dataclass(frozen=True)
+class _Managed:
+    """What the recorded prepare method reads of Polar's managed session: its directory."""
+
+    session_dir: Path
+
+
 def behaviour_problems(data: dict[str, Any]) -> list[str]:
     """What the patched stand-in does against what the patch promises, one sentence each."""
     module = standin(data)
@@ -58,7 +66,7 @@ def behaviour_problems(data: dict[str, Any]) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="polarstack-eval-dir-") as root:
         session = Path(root) / "session-abcd1234-x"
         session.mkdir()
-        managed = types.SimpleNamespace(session_dir=session)
+        managed = _Managed(session_dir=session)
         prepared = Path(asyncio.run(getattr(manager, data["prepare_method"])(managed)))
         if prepared == session or session in prepared.parents:
             problems.append(f"the grading directory {prepared} is inside the agent's session directory")

@@ -16,8 +16,8 @@ import json
 import os
 import re
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from polarstack.checks import rehearsal_report
@@ -122,6 +122,16 @@ def verdict_problems(facts: dict[str, Any], report_settings: dict[str, Any] | No
     return problems
 
 
+@dataclass(frozen=True)
+class _Sample:
+    """The fields of slime's Sample (slime/utils/types.py) that polarstack.train.learning_signal reads."""
+
+    metadata: dict[str, Any] = field(default_factory=dict)
+    loss_mask: list[int] = field(default_factory=list)
+    reward: float = 0.0
+    status: str = "completed"
+
+
 def polar_problems(facts: dict[str, Any]) -> list[str]:
     keys = {name: fact["key"] for name, fact in facts.items()}
     polar = {
@@ -131,7 +141,7 @@ def polar_problems(facts: dict[str, Any]) -> list[str]:
         "training_filter": {"reason": keys["parser_invalid"]},
         keys["placeholder"]: True,
     }
-    sample = SimpleNamespace(metadata={"polar": polar}, loss_mask=[1], reward=1.0, status="completed")
+    sample = _Sample(metadata={"polar": polar}, loss_mask=[1], reward=1.0)
     got = learning_signal.group_summary([sample], lambda s: 1.0, lambda g: 1)
     expected = {"sessions_with_tool_calls": 1, "clipped": 1, "placeholders": 1, "parser_invalid_tool_calls": 1}
     wrong = [k for k, v in expected.items() if got[k] != v]
@@ -143,7 +153,7 @@ def polar_problems(facts: dict[str, Any]) -> list[str]:
         "failed ": {keys["session_status"]: "ERROR"},
     }
     for want, meta in outcomes.items():
-        one = SimpleNamespace(metadata={"polar": meta}, loss_mask=[0], reward=0.0, status="completed")
+        one = _Sample(metadata={"polar": meta}, loss_mask=[0])
         if learning_signal.session_outcome(one) != want.strip():
             wrong.append(f"{want.strip()} ({next(iter(meta))})")
     return [f"learning_signal does not read Polar's adapter keys for {', '.join(wrong)} ({RECORD})"] if wrong else []

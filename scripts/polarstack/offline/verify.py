@@ -710,7 +710,7 @@ def check_polar_facts() -> Check:
     """configs/upstream/polar-facts.json: recorded at POLAR_COMMIT, and the verdict model and gate act on each fact."""
     import json
     import threading
-    from types import ModuleType, SimpleNamespace
+    from types import ModuleType
 
     record = json.loads((repo_root() / "configs" / "upstream" / "polar-facts.json").read_text())
     facts, problems = record["facts"], []
@@ -735,9 +735,10 @@ def check_polar_facts() -> Check:
     if {gate.DELTA_METRIC, gate.LIFETIME_METRIC} != set(exported):
         problems.append(f"the gate reads {gate.DELTA_METRIC}/{gate.LIFETIME_METRIC}, Polar exports {exported}")
     drops = facts["worker_drops_inside"]
-    worker = SimpleNamespace(
-        **{drops["counter_dict"]: {drops["internal_counter"]: 4.0}, drops["lock"]: threading.Lock()}
-    )
+    # A stand-in of Polar's worker with the recorded attribute names (a class of its own, not a namespace).
+    worker = type("PolarWorkerProbe", (), {})()
+    setattr(worker, drops["counter_dict"], {drops["internal_counter"]: 4.0})
+    setattr(worker, drops["lock"], threading.Lock())
     module = ModuleType("polarstack_verify_worker_probe")
     setattr(module, drops["worker_global"], worker)
     sys.modules[module.__name__] = module

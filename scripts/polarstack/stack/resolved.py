@@ -40,15 +40,14 @@ class Resolved(Protocol):
         ...
 
 
-class _ReadNow:
-    """Resolved without a CLI: each read when first asked (read_now)."""
-
-    @functools.cached_property
-    def cpu(self) -> bool:
-        return device.is_cpu()
+class ReadOnce:
+    """The three reads of where a command runs that cost a file or the environment, each done when first asked and
+    at most once per object: the cluster, the local runtime's run state and the docker runtime's record. The CLI's
+    site (polarstack.cli.site.Site) and read_now() both have them from here, so they read alike."""
 
     @functools.cached_property
     def cluster(self) -> Cluster:
+        """configs/cluster.env and the environment (polarstack.stack.cluster): one node unless NODES>1."""
         return cluster_mod.load()
 
     @functools.cached_property
@@ -57,7 +56,16 @@ class _ReadNow:
 
     @functools.cached_property
     def docker_record(self) -> dict[str, Any] | None:
+        """The docker runtime's record of `make up` on this device (polarstack.stack.docker_state)."""
         return docker_state.read()
+
+
+class _ReadNow(ReadOnce):
+    """Resolved without a CLI: the device too, read when first asked (read_now)."""
+
+    @functools.cached_property
+    def cpu(self) -> bool:
+        return device.is_cpu()
 
 
 def read_now() -> Resolved:

@@ -1,6 +1,6 @@
 """Issue 35 point 4, "the plan built once": one `make train` (`polarstack train`, the dry run and the launch on the
 docker runtime driven with the repository's fakes) builds its plan once (build_plan), reads configs/train/defaults.yaml
-once (load_defaults), checks its TASK once (check_task) and reads the cluster once (the site, polarstack.cli.site;
+once (load_defaults), checks its TASK once (check_task) and reads the cluster once (the site, polarstack.cli.site and its reads in stack.resolved;
 every later step reads plan.cluster); launch-resume.sh is the one plan resumed (resume_variant), which is what build_plan renders with
 resume=True."""
 
@@ -56,11 +56,11 @@ def assert_once(calls) -> None:
     assert calls["build_plan"] == ["polarstack.train.launch"], calls["build_plan"]
     assert len(calls["load_defaults"]) == 1, calls["load_defaults"]
     assert calls["check_task"] == ["polarstack.train.launch"], calls["check_task"]
-    # the site reads the cluster once for the command (polarstack.cli.site) and train/ takes it from there; stack/
-    # still reads it where it renders Compose's files (tests/static/test_site_reads.py's tolerated set)
-    assert [c for c in calls["cluster"] if c.startswith(("polarstack.train", "polarstack.cli"))] == [
-        "polarstack.cli.site"
-    ], calls
+    # the site reads the cluster once for the command (polarstack.cli.site.Site, its reads in
+    # polarstack.stack.resolved.ReadOnce) and train/ takes it from there; stack/ still reads it where it renders
+    # Compose's files (tests/static/test_site_reads.py's tolerated set)
+    site_or_train = ("polarstack.train", "polarstack.cli", "polarstack.stack.resolved")
+    assert [c for c in calls["cluster"] if c.startswith(site_or_train)] == ["polarstack.stack.resolved"], calls
 
 
 def test_the_dry_run_plans_once(calls, capsys):
