@@ -18,6 +18,7 @@ from default_signals import default_signals, defaults_here
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.paths import load_defaults
+from polarstack.processes import startup_seconds
 from polarstack.stack import profiles
 from polarstack.train import ray_job
 from polarstack.train.plan import POLAR_PORT_HELD, POLAR_START_FAILED, build_plan, job_control_lines
@@ -107,7 +108,7 @@ def test_the_trap_stops_this_attempts_job_on_a_signal(tmp_path, sig):
             time.sleep(0.05)
         sleeper = int((tmp_path / "submit.pid").read_text())
         proc.send_signal(sig)
-        assert proc.wait(timeout=10) == 128 + sig
+        assert proc.wait(timeout=startup_seconds(10)) == 128 + sig
         port = config["ray"]["dashboard_port"]
         assert (tmp_path / "ray.log").read_text().splitlines()[-1] == (
             f"ray job stop --address=http://127.0.0.1:{port} r-{attempt}"
@@ -154,20 +155,29 @@ def _polar_script(tmp_path, serve: str) -> "os.PathLike":
 def test_a_polar_server_of_another_launch_refuses_the_attempt(tmp_path):
     script = _polar_script(tmp_path, "sleep 30")
     (tmp_path / "healthy").touch()  # something already answers on Polar's ports before this attempt starts any
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=startup_seconds(30))
     assert proc.returncode == POLAR_PORT_HELD and "of another launch still answers at http://a" in proc.stderr
     assert not (tmp_path / "polar-rollout.pid").exists()  # it started nothing
 
 
 def test_the_health_loop_fails_when_this_attempts_server_exited(tmp_path):
     script = _polar_script(tmp_path, "touch healthy; exit 3")  # it "answers" once, then is gone
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=startup_seconds(30))
     assert proc.returncode == POLAR_START_FAILED and "a Polar server exited" in proc.stderr
 
 
 def test_the_health_loop_fails_when_this_attempts_server_never_answers(tmp_path):
-    script = _polar_script(tmp_path, "exec sleep 30")  # alive, never healthy
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
+    # Alive, never healthy, for longer than the loop can take on this machine now: a fixed 30 s ended the fake server
+    # before the loop's last check at load 16-23 ("a Polar server exited" instead of "no answer").
+    life = int(startup_seconds(60))
+    script = _polar_script(tmp_path, f"exec sleep {life}")
+    try:
+        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=startup_seconds(60))
+    finally:
+        for name in ("polar-rollout.pid", "polar-gateway.pid"):  # the script exits without stopping them
+            pid = int(_read(tmp_path / name) or 0)
+            if pid and _alive(pid):
+                os.kill(pid, signal.SIGKILL)
     assert proc.returncode == POLAR_START_FAILED and "no answer from http://a" in proc.stderr
     assert "polar-rollout.log, polar-gateway.log" in proc.stderr.splitlines()[-1]
 
@@ -177,9 +187,9 @@ def test_servers_left_by_an_earlier_attempt_are_stopped_by_their_pids(tmp_path):
     try:
         (tmp_path / "polar-rollout.pid").write_text(f"{old.pid}\n")
         script = _polar_script(tmp_path, "touch healthy; sleep 30")
-        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=startup_seconds(30))
         assert proc.returncode == 0 and "started" in proc.stdout, proc.stderr
-        assert old.wait(timeout=5) == -signal.SIGTERM
+        assert old.wait(timeout=startup_seconds(5)) == -signal.SIGTERM
         assert int((tmp_path / "polar-rollout.pid").read_text()) != old.pid
     finally:
         if old.poll() is None:
@@ -230,7 +240,9 @@ def test_launch_sh_tees_its_and_the_jobs_output_to_launch_log(tmp_path):
     runs = []
     for _ in (1, 2):
         (tmp_path / "healthy").unlink(missing_ok=True)  # the last attempt's fake servers are stopped by its cleanup
-        runs.append(subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env))
+        runs.append(
+            subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=startup_seconds(60), env=env)
+        )
     assert [proc.returncode for proc in runs] == [3, 3], runs[0].stderr
     assert "driver: step 1" in runs[0].stdout and "driver: crashed" in runs[0].stdout  # the terminal still sees it
     log = (tmp_path / "launch.log").read_text()
