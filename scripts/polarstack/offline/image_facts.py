@@ -32,7 +32,8 @@ def problems() -> list[str]:
     found = []
     text = DOCKERFILE.read_text()
     final = text[text.index("AS trainer") :] if "AS trainer" in text else ""
-    if STEP not in final or final.index(STEP) < final.find("polar-switch install"):
+    switch = final.find("polar-switch install")
+    if STEP not in final or switch < 0 or final.index(STEP) < switch:
         found.append(f"images/trainer/Dockerfile's final stage does not run `{STEP}` after the switch is installed")
     record = image_facts.polar_record()
     names = [record[key] for key in image_facts.SWITCH_KEYS] + list(image_facts.POLAR_OPTIONS)
