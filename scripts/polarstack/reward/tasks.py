@@ -295,8 +295,13 @@ def polar_config(task: str, tasks_dir: str, values: dict[str, Any] | None = None
         "polar_apptainer_image_dir": SANDBOX_DIR,
         "polar_agent_cli_dir": AGENT_CLI_DIR,
         "polar_served_model_name": "default",
-        # slime v0.3.1 silently ignores unknown command-line flags (megatron_parse_args(ignore_unknown_args=True)),
-        # so Polar's --dynamic-history would be dropped there; keys of this file are set on args instead.
+        # Inert at these pins, kept only so the rendered plan stays as recorded: no file of slime at SLIME_COMMIT and
+        # nothing of Polar's bridge at POLAR_COMMIT reads `dynamic_history`, and --custom-config-path only setattr's
+        # each key on args (slime/utils/arguments.py l.1949-1955). It does not stand in for the --dynamic-history of
+        # Polar's examples (an option of an unpublished slime; v0.3.1 would silently drop it). The fan-out that option
+        # is for, several trace samples of one session counted as one trajectory, is slime v0.3.1's own: the samples
+        # share Sample.rollout_id (slime/utils/types.py l.99-106; Polar's adapter sets rollout_id=index on each) and
+        # slime/utils/dp_schedule.py build_dp_schedule groups by it (docs/gpu-facts.md).
         "dynamic_history": True,
         "polar_task_template": task_template(task),
         "polar_task_id_template": f"polarstack-{task}-{{rollout_id}}-{{sample.group_index}}",

@@ -35,6 +35,10 @@ WEIGHT_UPDATES = "weight-updates"  # SHARED_DIR/<this>: the disk weight sync at 
 CHECKPOINTS = "checkpoints"  # SHARED_DIR/<this>: model.save's /checkpoints at NODES>1
 NODE_REPORTS = "nodes"  # SHARED_DIR/<this>/rank-<N>.json: each node's report (polarstack.checks.nodes)
 CHECKPOINTS_VOLUME = "/checkpoints"  # where compose.yaml mounts the checkpoints volume in the trainer
+LOGS_VOLUME = "/logs"  # where compose.yaml mounts the logs volume in the trainer (the head's, at NODES>1)
+# Polar's rollout.save_dir in topology.yaml: every session's result and every completion as JSON, pruned by nothing
+# (docs/gpu-node.md, "Polar's saved results"; polarstack.train.launch.check_checkpoint_space reports its free space).
+POLAR_RESULTS_DIR = f"{LOGS_VOLUME}/polar-rollouts"
 
 
 def trainer_env(cluster: Cluster, *, node_addr: str | None = None) -> dict[str, str]:

@@ -223,9 +223,23 @@ def checkpoint_free_bytes(profile, volume: str = cluster_plan.CHECKPOINTS_VOLUME
     return retention.parse_df(proc.stdout) if proc.returncode == 0 else None
 
 
+def logs_space(profile, checkpoints: str) -> tuple[bool, int] | None:
+    """Whether the logs volume (Polar's saved results) shares the checkpoints' filesystem, and its free bytes, read
+    inside the trainer (where both are mounted); None when unreadable."""
+    script = retention.logs_probe(checkpoints, cluster_plan.LOGS_VOLUME)
+    proc = compose.run_compose(profile, ["exec", "-T", "trainer", "sh", "-c", script], capture=True)
+    return retention.parse_logs_probe(proc.stdout) if proc.returncode == 0 else None
+
+
 def check_checkpoint_space(profile, plan: LaunchPlan, resume: bool) -> None:
-    """Refuse (ENVIRONMENT) when the plan's saves cannot fit the volume (polarstack.train.retention)."""
-    free = checkpoint_free_bytes(profile, cluster_plan.checkpoint_volume(plan.cluster))
+    """Refuse (ENVIRONMENT) when the plan's saves cannot fit the volume (polarstack.train.retention). Also says where
+    Polar's saved results grow, uncounted: on the checkpoints' filesystem, or with their own free space."""
+    volume = cluster_plan.checkpoint_volume(plan.cluster)
+    free = checkpoint_free_bytes(profile, volume)
+    print(
+        "polarstack: " + retention.logs_sentence(logs_space(profile, volume), cluster_plan.POLAR_RESULTS_DIR),
+        file=sys.stderr,
+    )
     if free is None:
         print("polarstack: the checkpoints volume's free space could not be read; not checked", file=sys.stderr)
         return

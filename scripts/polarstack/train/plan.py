@@ -245,7 +245,7 @@ def topology(
             "host": host,
             "port": polar["rollout_port"],
             "public_url": f"http://{host}:{polar['rollout_port']}",
-            "save_dir": "/logs/polar-rollouts",
+            "save_dir": cluster_plan.POLAR_RESULTS_DIR,
         },
         "gateway": {
             "heartbeat_interval_seconds": 30,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -105,6 +106,38 @@ def parse_df(stdout: str) -> int | None:
     """Free bytes from `df -B1 --output=avail DIR`; None when unreadable."""
     last = (stdout or "").strip().splitlines()[-1:]
     return int(last[0]) if last and last[0].strip().isdigit() else None
+
+
+def logs_probe(checkpoints: str, logs: str) -> str:
+    """A shell command for the trainer: the device number of each directory's filesystem (`stat -c %d`, one a line;
+    two Docker volumes in one filesystem share it), then `df`'s free bytes of the logs' filesystem on the last line."""
+    return f"stat -c %d {shlex.quote(checkpoints)} {shlex.quote(logs)} && {shlex.join([*DF_AVAIL, logs])}"
+
+
+def parse_logs_probe(stdout: str) -> tuple[bool, int] | None:
+    """(the logs share the checkpoints' filesystem, the logs' filesystem's free bytes) from logs_probe's output; None
+    when unreadable."""
+    lines = [line.strip() for line in (stdout or "").strip().splitlines()]
+    free = parse_df(stdout)
+    if len(lines) < 4 or not (lines[0].isdigit() and lines[1].isdigit()) or free is None:
+        return None
+    return lines[0] == lines[1], free
+
+
+def logs_sentence(probe: tuple[bool, int] | None, results_dir: str) -> str:
+    """What make train says of Polar's saved results beside the checkpoints' check: they are not counted in it."""
+    what = (
+        f"Polar's saved results ({results_dir}: every session's result and every completion as JSON, pruned by "
+        'nothing; docs/gpu-node.md, "Polar\'s saved results")'
+    )
+    if probe is None:
+        return (
+            f"{what}: the free space of their filesystem could not be read; not counted in the checkpoints' disk check"
+        )
+    same, free = probe
+    if same:
+        return f"{what} share the checkpoints' filesystem but are not counted in its disk check"
+    return f"{what}: {free / 1e9:,.1f} GB free on their own filesystem, not counted in the checkpoints' disk check"
 
 
 def iterations(directory: Path) -> list[int]:

@@ -52,9 +52,10 @@ def test_engine_direct_launch(capsys):
         assert flag in cmd, flag
     # Polar's CeilEpoch data source needs slime API v0.3.1 lacks (issue 10 point 2): slime's default is used.
     assert "--data-source-path" not in cmd
-    assert "--dynamic-history" not in cmd  # slime v0.3.1 would silently ignore it; set in the custom config
+    assert "--dynamic-history" not in cmd  # slime v0.3.1 would silently ignore it
     config = yaml.safe_load(p["files"]["polar_config.yaml"])
     assert config["polar_gate_delegate"] == "slime_bridge.rollout.generate_rollout_polar_async"
+    # dynamic_history: inert at these pins (docs/gpu-facts.md), kept so the rendered plan stays as recorded
     assert config["polar_gate_base_url"] == "http://127.0.0.1:30000" and config["dynamic_history"] is True
     topology = yaml.safe_load(p["files"]["topology.yaml"])
     assert topology["gateway"]["nodes"][0]["inference"] == {"engine": "sglang", "base_url": "http://127.0.0.1:30000"}

@@ -5,10 +5,13 @@
 - `checkpoint.keep_last` (default 2): launch.sh prunes older iter_* beside the job and once after it, never the
   iteration a resumed job started from, never one newer than the tracker (a save being written).
 - `make train` refuses (exit 8) when keep_last + 1 saves do not fit the checkpoints volume's free space.
+- Polar's saved results (rollout.save_dir under /logs, pruned by nothing; node-path review finding 3) are not in that
+  check: `make train` says so, and gives the logs volume's free space when it sits on another filesystem.
 """
 
 import copy
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +24,7 @@ from polarstack.train.plan import build_plan
 from train_fakes import fake_node_for_train
 
 pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[3]
 P7 = 7_615_616_512
 
 
@@ -111,7 +115,7 @@ def test_the_disk_rule_counts_the_weight_sync_copy():
     assert retention.disk_problem(config, int(122e9), resume=True, weight_sync_on_disk=True) is None
 
 
-def _docker_train(tmp_path, monkeypatch, free: str):
+def _docker_train(tmp_path, monkeypatch, free: str, devices: str = "66\n66\n", logs_free: str = "900000000000"):
     from polarstack.stack import compose
 
     fake_node_for_train(monkeypatch, tmp_path)
@@ -120,6 +124,8 @@ def _docker_train(tmp_path, monkeypatch, free: str):
     def trainer(profile, args, **kw):
         if "df" in args:
             return subprocess.CompletedProcess(args, 0, f"     Avail\n{free}\n", "")
+        if args[-2:-1] == ["-c"] and args[-1].startswith("stat -c %d /checkpoints /logs && df -B1 --output=avail"):
+            return subprocess.CompletedProcess(args, 0, f"{devices}     Avail\n{logs_free}\n", "")
         ran.append(args[-1])
         return subprocess.CompletedProcess(args, 0, "", "")
 
@@ -138,6 +144,42 @@ def test_make_train_launches_when_they_fit(tmp_path, monkeypatch, capsys):
     code, ran = _docker_train(tmp_path, monkeypatch, "2000000000000")
     assert code == 0, capsys.readouterr().err
     assert any(a.endswith("launch.sh") for a in ran)
+
+
+def test_the_logs_probe_reads_whether_the_results_share_the_checkpoints_filesystem():
+    probe = retention.logs_probe("/checkpoints", "/logs")
+    assert probe == "stat -c %d /checkpoints /logs && df -B1 --output=avail /logs"
+    assert retention.parse_logs_probe("2049\n2049\n     Avail\n123\n") == (True, 123)
+    assert retention.parse_logs_probe("2049\n64769\n     Avail\n123\n") == (False, 123)
+    for broken in ("", "2049\n", "2049\n2049\n     Avail\n", "stat: cannot stat '/logs'\n"):
+        assert retention.parse_logs_probe(broken) is None
+    assert "not counted" in retention.logs_sentence(None, "/logs/polar-rollouts")
+
+
+def test_make_train_says_the_results_share_the_checkpoints_filesystem(tmp_path, monkeypatch, capsys):
+    code, _ = _docker_train(tmp_path, monkeypatch, "2000000000000")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "/logs/polar-rollouts" in err and "share the checkpoints' filesystem but are not counted" in err
+
+
+def test_make_train_gives_the_free_space_of_the_results_own_filesystem(tmp_path, monkeypatch, capsys):
+    code, _ = _docker_train(tmp_path, monkeypatch, "2000000000000", devices="66\n67\n", logs_free="12300000000")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "/logs/polar-rollouts" in err and "12.3 GB free on their own filesystem" in err
+
+
+def test_the_results_dir_is_the_plans_save_dir():
+    import yaml
+
+    from polarstack.train import cluster_plan
+
+    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults())
+    assert yaml.safe_load(plan.files["topology.yaml"])["rollout"]["save_dir"] == cluster_plan.POLAR_RESULTS_DIR
+    assert cluster_plan.POLAR_RESULTS_DIR.startswith(cluster_plan.LOGS_VOLUME + "/")
+    compose = yaml.safe_load((ROOT / "compose" / "compose.yaml").read_text())
+    assert f"logs:{cluster_plan.LOGS_VOLUME}" in compose["services"]["trainer"]["volumes"]
 
 
 def test_verify_offline_reads_that_slime_keeps_every_save():
