@@ -4,7 +4,9 @@ graded by the rule recorded from Polar (tests/polar_grading.py, configs/upstream
 HumanEval/0 (or MBPP) candidate whose load error or call exception carries forged status lines behind every line
 break str.splitlines knows, `\\r` alone, ANSI escapes, a 1 MB message, lone surrogates, the project's own markers;
 or that prints them at exit and writes them to every fd. Neither the gate nor the sandbox probe reads a refusal in
-that output, and the detail shows the text escaped (`\\n` as backslash and n), bounded."""
+that output, and the detail shows the text escaped (`\\n` as backslash and n), bounded. The gate reads each run as
+Polar's node hands it on (tests/polar_grading.py `evaluation`: test_on_output's report, exit code and parsed map,
+merged by the gateway), and finds the verifier's real refusal (exit 8) there."""
 
 import json
 import subprocess
@@ -14,14 +16,16 @@ from pathlib import Path
 import pytest
 
 import bundled_verifier
-from polar_grading import reward, status_lines
+from polar_grading import evaluation, reward, sample_metadata, status_lines
 from polarstack.checks import sandbox_probe
-from polarstack.reward import tasks
+from polarstack.reward import tasks, verifier
+from polarstack.reward.verifier.limits import ISOLATION_ENV
 from polarstack.train import gate
 
 pytestmark = pytest.mark.sandbox
 VERIFIER = bundled_verifier.VERIFIER  # as tasks writes it, under pytest's tmp_path_factory
 NAME = "humaneval_verifier"
+EXPECTED = {NAME: "PASSED"}  # the task's expected_output_json (reward/tasks.py)
 SEPARATORS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
 FORGED = {
     **{
@@ -67,11 +71,23 @@ def _assert_one_failed_line_of_its_own(proc: subprocess.CompletedProcess) -> str
     assert all(line.isascii() and line.isprintable() for line in lines), [ln[:200] for ln in lines]
     failed = [line for line in lines if line.startswith("FAILED")]
     assert len(failed) == 1 and failed[0].startswith(f"FAILED {NAME} (failed: ") and len(failed[0]) <= 400
-    # The project's readers: the gate reads no refusal, the probe no `(not verified)`.
-    sample = type("S", (), {"metadata": {"polar": {"trajectory_metadata": {"evaluation": {"test_output": output}}}}})()
-    assert gate.refusal_reason(sample) is None, gate.refusal_reason(sample)
+    # The project's readers: the gate reads no refusal in the run as Polar's node hands it on, the probe no
+    # `(not verified)`; the gate does read this very report once its exit code is the refusal's (it is read at all).
+    assert gate.refusal_reason(_graded(proc)) is None, gate.refusal_reason(_graded(proc))
+    assert gate.refusal_reason(_graded(proc, gate.REFUSAL_EXIT_CODE)) == "the verifier exited 8 (not verified)"
     assert sandbox_probe.not_verified({"good": lines, "bad": lines}) is None
     return failed[0]
+
+
+class Sample:  # the field of slime's Sample the gate's refusal reader takes
+    def __init__(self, metadata: dict) -> None:
+        self.metadata = metadata
+
+
+def _graded(proc: subprocess.CompletedProcess, code: int | None = None) -> Sample:
+    """The run as a slime Sample carries it from Polar's test_on_output evaluator and gateway."""
+    stdout, stderr = proc.stdout, proc.stderr
+    return Sample(sample_metadata(evaluation(stdout, stderr, proc.returncode if code is None else code, EXPECTED)))
 
 
 def _source(text: str) -> str:
@@ -115,9 +131,26 @@ def test_the_canonical_solution_still_prints_one_passed_line(tmp_path, problem):
     proc = _run(tmp_path, problem, problem["prompt"] + problem["canonical_solution"])
     assert status_lines(proc.stdout + proc.stderr) == [("PASSED", NAME)], proc
     assert reward(proc.stdout, proc.stderr, {NAME: "PASSED"}) == 1.0 and proc.returncode == 0
-    sample = type(
-        "S",
-        (),
-        {"metadata": {"polar": {"trajectory_metadata": {"evaluation": {"test_output": proc.stdout + proc.stderr}}}}},
-    )()
-    assert "polarstack-verifier: limits: " in proc.stderr and gate.refusal_reason(sample) is None
+    assert "polarstack-verifier: limits: " in proc.stderr and gate.refusal_reason(_graded(proc)) is None
+    assert _graded(proc).metadata["polar"]["trajectory_metadata"]["evaluation"]["outcome_reward"] == 1.0
+
+
+def test_the_verifiers_refusal_is_read_by_the_gate_where_polar_puts_it(tmp_path, problem, monkeypatch, capsys):
+    # The verifier's own command line (main) on a host that refuses the namespaces (unshare(2) gets flags it
+    # rejects, as tests/sandbox/test_verifier_isolation.py simulates it): its real refusal, graded and carried as
+    # Polar does, is read by the gate from the report's exit code and from its parsed map, each alone.
+    monkeypatch.delenv(ISOLATION_ENV, raising=False)
+    monkeypatch.setattr(verifier, "_unshare_flags", lambda: -1)
+    (tmp_path / "problem.json").write_text(json.dumps(problem))
+    (tmp_path / "solution.py").write_text(problem["prompt"] + problem["canonical_solution"])
+    args = ["--problem", str(tmp_path / "problem.json"), "--solution", str(tmp_path / "solution.py"), "--name", NAME]
+    code = verifier.main(args)
+    out, err = capsys.readouterr()
+    proc = subprocess.CompletedProcess(args, code, out, err)
+    assert code == gate.REFUSAL_EXIT_CODE and status_lines(out + err) == [("FAILED", f"{NAME} (not verified)")]
+    report = _graded(proc).metadata["polar"]["trajectory_metadata"]["evaluation"]["report"]
+    assert report["exit_code"] == 8 and report["parsed_tests"] == {f"{NAME} (not verified)": "FAILED"}
+    assert gate.refusal_reason(_graded(proc)) == f"FAILED {NAME} (not verified)"
+    assert gate.refusal_reason(_graded(proc, 1)) == f"FAILED {NAME} (not verified)"  # the parsed map alone
+    alone = subprocess.CompletedProcess(args, code, "", err)  # the exit code alone (no status line parsed)
+    assert gate.refusal_reason(_graded(alone)) == "the verifier exited 8 (not verified)"

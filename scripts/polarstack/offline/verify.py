@@ -782,6 +782,15 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
             output_problems,
         )
     )
+    gate_problems = verifier_output.gate_problems()  # the in-job gate reads a refusal where test_on_output puts it
+    checks.append(
+        Check(
+            f"the in-job gate's refusal keys in test_on_output's report ({verifier_output.RECORD})",
+            not gate_problems,
+            "",
+            gate_problems,
+        )
+    )
     tool_problems = recorded_fact_problems()
     checks.append(
         Check(f"Polar's harness tool request ({RECORD}) mirrored by the smoke", not tool_problems, "", tool_problems)

@@ -68,6 +68,25 @@ DEFAULT_ZERO_REWARD_ROLLOUTS = 3
 # metadata["verifier_error"]; the evaluator command line prints `FAILED <name> (not verified)` and its reason on
 # stderr, and exits 8. Which output line says so is verifier/verdict.py's rule (`is_refusal`), the one it writes by.
 REFUSAL_EXIT_CODE = 8
+# Where a refusal graded by Polar's test_on_output evaluator lands (configs/upstream/polar-grading.json, "evaluation"
+# and "carried"; jxliu1216/ProRL-Agent-Server c04b8146832afcba97e9e68e86cde03a09c472f2, the fork that stores the
+# evaluator): test_on_output.py `TestOnOutputEvaluator._grade` builds report = {..., "exit_code": result.return_code
+# (the test command's), "parsed_tests": _parse_expected_output(stdout + stderr), ...}; _patch_utils.py
+# `BasePatchEvaluator.evaluate` stores it as metadata["report"]; Polar's gateway (NVIDIA-NeMo/ProRL-Agent-Server
+# src/polar/gateway/node.py at POLAR_COMMIT, `GatewayNodeManager._merge_eval_result`) spreads that metadata into
+# trajectory.metadata["evaluation"], which the slime bridge copies to Sample.metadata["polar"]["trajectory_metadata"]
+# (src/slime_bridge/adapter.py `_build_sample`, read at 063c9482). `make verify-offline` checks these names against the
+# record (polarstack.offline.verifier_output).
+SAMPLE_PATH = ("polar", "trajectory_metadata", "evaluation")
+REPORT_KEY = "report"
+REPORT_EXIT_CODE = "exit_code"
+REPORT_PARSED_TESTS = "parsed_tests"
+REPORT_READS = (REPORT_EXIT_CODE, REPORT_PARSED_TESTS)  # every key the gate reads inside the report
+# The harbor evaluator's exit-code key (src/polar/trajectory/evaluator/harbor.py `HarborEvaluator.evaluate`, read at
+# 063c9482; not stored at the pin), which Polar's bridge reads at POLAR_COMMIT (src/slime_bridge/rollout.py
+# `_has_trusted_eval_failure`: exit 0 with verifier_reward_accepted is a trusted eval outcome). test_on_output never
+# writes it; read for a task whose evaluator is harbor running this verifier as its test command.
+HARBOR_EXIT_CODE = "verifier_exit_code"
 
 
 class GateAbort(RuntimeError):
@@ -268,42 +287,56 @@ def sample_reward(sample: Any, key: str = "score") -> float:
     return value if math.isfinite(value) else 0.0
 
 
-def _strings(value: Any, depth: int = 0):
-    if depth > 6:
-        return
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for item in value[:50]:
-            yield from _strings(item, depth + 1)
+def _evaluation(metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """The evaluator's metadata as Polar's gateway merged it and its bridge copied it to the sample."""
+    value: Any = metadata
+    for key in SAMPLE_PATH:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, dict) else None
+
+
+def _refusal_code(code: Any) -> bool:
+    return not isinstance(code, bool) and code == REFUSAL_EXIT_CODE  # True == 1 is no exit code
 
 
 def refusal_reason(sample: Any) -> str | None:
-    """Why the verifier did not verify this sample, if it says so: this project's reward_func sets
-    metadata["verifier_error"]; through Polar's evaluator the result lands in metadata["polar"]
-    ["trajectory_metadata"]["evaluation"] (adapter.py `_build_sample` copies trajectory.metadata; rollout.py
-    `_has_trusted_eval_failure` reads `verifier_exit_code` there), where this verifier's exit 8 or its
-    `(not verified)` line in a recorded output means a refusal."""
+    """Why the verifier did not verify this sample, if it says so; None otherwise.
+
+    - slime's reward_func path: this project's reward_func sets metadata["verifier_error"];
+    - Polar's test_on_output evaluator (the one this stack's tasks name, reward/tasks.py): the report under
+      evaluation["report"] (see REPORT_KEY above for the upstream functions): a `parsed_tests` entry whose status
+      line, rebuilt as `<status> <id>` (the parser splits a line at its first whitespace and keeps the id whole
+      when it holds neither ` - ` nor `::`, as the verifier's name does), is this verifier's refusal line
+      (`verdict.is_refusal`), or `exit_code` 8, the verifier's exit when it refuses;
+    - the harbor evaluator: evaluation["verifier_exit_code"] 8 (HARBOR_EXIT_CODE above).
+
+    Nothing else in the evaluation is read. No evaluator at those revisions puts the test command's output text in
+    the metadata (test_on_output writes it to `expected_output.test_output.log`, harbor to `verifier.stdout.log`,
+    and only their paths are kept, in session directories removed when the session ends), so a scan of the
+    mapping's strings finds no verifier line; the strings it does hold include the candidate's own patch
+    (`apply_patch_patch_head`, the first 4000 characters of the agent's diff when it does not apply, evaluate in
+    _patch_utils.py) and git's output on it, text a candidate writes, where such a scan would read a refusal it
+    forged. The parsed map holds only what the parser took from the output, which the verifier keeps to its own
+    single status line (docs/tasks.md)."""
     metadata = getattr(sample, "metadata", None)
     if not isinstance(metadata, dict):
         return None
     if metadata.get("verifier_error"):
         return str(metadata["verifier_error"])
-    polar = metadata.get("polar")
-    trajectory = polar.get("trajectory_metadata") if isinstance(polar, dict) else None
-    evaluation = trajectory.get("evaluation") if isinstance(trajectory, dict) else None
-    if not isinstance(evaluation, dict):
+    evaluation = _evaluation(metadata)
+    if evaluation is None:
         return None
-    code = evaluation.get("verifier_exit_code")
-    if not isinstance(code, bool) and code == REFUSAL_EXIT_CODE:
+    report = evaluation.get(REPORT_KEY)
+    if isinstance(report, dict):
+        parsed = report.get(REPORT_PARSED_TESTS)
+        for node, status in parsed.items() if isinstance(parsed, dict) else ():
+            line = f"{status} {node}"
+            if isinstance(node, str) and isinstance(status, str) and is_refusal(line):
+                return line[:300]
+        if _refusal_code(report.get(REPORT_EXIT_CODE)):
+            return f"the verifier exited {REFUSAL_EXIT_CODE} (not verified)"
+    if _refusal_code(evaluation.get(HARBOR_EXIT_CODE)):
         return f"the verifier exited {REFUSAL_EXIT_CODE} (not verified)"
-    for text in _strings(evaluation):
-        for line in text.splitlines():
-            if is_refusal(line):
-                return line.strip()[:300]
     return None
 
 

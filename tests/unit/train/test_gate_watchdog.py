@@ -25,7 +25,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from polar_grading import evaluation, sample_metadata
 from polarstack.errors import ExitCode
+from polarstack.reward.verifier import verdict
 from polarstack.train import gate
 from train_fakes import fake_node_for_train
 
@@ -266,13 +268,15 @@ def reward_args(tmp_path, k=2):
 
 
 REFUSED = {"verifier_error": "the sandbox cannot be set up: unshare(CLONE_NEWUSER) failed"}
-EVALUATED_REFUSAL = {
-    "polar": {
-        "trajectory_metadata": {
-            "evaluation": {"verifier_exit_code": 1, "test_output": "FAILED humaneval_verifier (not verified)\n"}
-        }
-    }
-}
+# What Polar's test_on_output evaluator and gateway hand on for the verifier's runs (tests/polar_grading.py, built from
+# configs/upstream/polar-grading.json): its refusal (the refusal line, the reason on stderr, exit 8), an ordinary
+# FAILED (exit 1), and each of the refusal's two signals alone.
+EXPECTED = {"humaneval_verifier": "PASSED"}
+REFUSAL_LINE = verdict.refusal_line("humaneval_verifier") + "\n"
+REFUSAL_NOTE = verdict.refusal_note("the sandbox cannot be set up: unshare(CLONE_NEWUSER) failed") + "\n"
+ORDINARY = verdict.failed_line("humaneval_verifier", "failed", "1 check(s) failed") + "\n"
+EVALUATED_REFUSAL = sample_metadata(evaluation(REFUSAL_LINE, REFUSAL_NOTE, 8, EXPECTED))
+EVALUATED_FAILURE = sample_metadata(evaluation(ORDINARY, verdict.limits_note("the watchdog") + "\n", 1, EXPECTED))
 
 
 @pytest.mark.parametrize(
@@ -280,9 +284,11 @@ EVALUATED_REFUSAL = {
     [
         (REFUSED, "unshare"),
         (EVALUATED_REFUSAL, r"FAILED humaneval_verifier \(not verified\)"),
+        (sample_metadata(evaluation("", REFUSAL_NOTE, 8, EXPECTED)), "exited 8"),
+        (sample_metadata(evaluation(REFUSAL_LINE, "", 1, EXPECTED)), r"FAILED humaneval_verifier \(not verified\)"),
         ({"polar": {"trajectory_metadata": {"evaluation": {"verifier_exit_code": 8}}}}, "exited 8"),
     ],
-    ids=["reward_func", "evaluator_output", "evaluator_exit_code"],
+    ids=["reward_func", "test_on_output_refusal", "report_exit_code", "report_parsed_tests", "harbor_exit_code"],
 )
 def test_all_zero_rewards_with_a_verifier_refusal_stop_the_job(returning, tmp_path, metadata, reason):
     args = reward_args(tmp_path, k=2)
@@ -304,6 +310,23 @@ def test_all_zero_rewards_without_a_reason_only_warn(returning, tmp_path, capsys
     err = capsys.readouterr().err
     assert err.count("WARNING all 4 samples of the last 2 rollouts") == 2 and "(0 carry a verifier refusal)" in err
     assert not (tmp_path / "abort.txt").exists()
+
+
+def test_ordinary_failures_warn_and_then_refusals_stop_the_job(returning, tmp_path, capsys):
+    # K rollouts of the verifier's ordinary FAILED only warn; K of its refusal, in the same shape, stop the job.
+    args = reward_args(tmp_path, k=3)
+    returning.queue += [[group(True, size=4, reward={"score": 0.0}, metadata=EVALUATED_FAILURE)] for _ in range(3)]
+    returning.queue += [[group(True, size=4, reward={"score": 0.0}, metadata=EVALUATED_REFUSAL)] for _ in range(3)]
+    for rollout in range(3):
+        gate.generate_rollout_gated(args, rollout, None)
+    err = capsys.readouterr().err
+    assert "WARNING all 12 samples of the last 3 rollouts" in err and "(0 carry a verifier refusal)" in err
+    assert not (tmp_path / "abort.txt").exists()
+    gate.generate_rollout_gated(args, 3, None)  # 4 refused of 12: under half, a warning
+    assert "(4 carry a verifier refusal)" in capsys.readouterr().err and not (tmp_path / "abort.txt").exists()
+    with pytest.raises(gate.GateAbort, match=r"8 of them were not verified: FAILED humaneval_verifier \(not verif"):
+        gate.generate_rollout_gated(args, 4, None)  # 8 of 12: the stop
+    assert (tmp_path / "abort.txt").read_text().startswith("polarstack gate: stopping the job, all 12 samples")
 
 
 def test_a_single_nonzero_reward_resets_the_count(returning, tmp_path, capsys):
