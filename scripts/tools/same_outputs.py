@@ -82,10 +82,22 @@ def run(checkout: Path, argv: list[str], volatile: re.Pattern[str], timeout: flo
         return proc.returncode, normalize(proc.stdout + proc.stderr, volatile, checkout)
 
 
+def split_text(value: object) -> object:
+    """`value` with every multi-line string (a rendered launch.sh, a YAML file) as its list of lines, so that a diff
+    shows the line that differs rather than the whole file."""
+    if isinstance(value, dict):
+        return {key: split_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [split_text(item) for item in value]
+    if isinstance(value, str) and "\n" in value:
+        return value.splitlines()
+    return value
+
+
 def lines(value: object) -> list[str]:
-    return (
-        json.dumps(value, indent=1, sort_keys=True).splitlines() if not isinstance(value, str) else value.splitlines()
-    )
+    if isinstance(value, str):
+        return value.splitlines()
+    return json.dumps(split_text(value), indent=1, sort_keys=True).splitlines()
 
 
 def main(argv: list[str] | None = None) -> int:

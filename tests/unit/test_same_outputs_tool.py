@@ -89,3 +89,10 @@ def test_two_revisions_alike_pass_and_a_changed_verdict_fails_by_name(repo):
     assert changed.returncode == 1, changed.stdout + changed.stderr
     assert "DIFFERENT train --dry-run engine-direct" in changed.stdout and "TOKENS_MISSING" in changed.stdout
     assert _git(repo, "worktree", "list").count("\n") == 0  # only the repository itself: no worktree left
+
+
+def test_a_rendered_file_is_diffed_line_by_line():
+    before = {"files": {"launch.sh": "set -e\n# (polarstack/exposure.py)\nexport A=1"}}
+    after = {"files": {"launch.sh": "set -e\n# (polarstack/stack/exposure.py)\nexport A=1"}}
+    changed = [line for line in same_outputs.lines(after) if line not in same_outputs.lines(before)]
+    assert changed == ['   "# (polarstack/stack/exposure.py)",'], changed
