@@ -33,13 +33,15 @@ import json
 import sys
 from pathlib import Path
 
+from polarstack.pins import pin
+
 EVALUATOR = "src/polar/trajectory/evaluator/test_on_output.py"
 PATCH_UTILS = "src/polar/trajectory/evaluator/_patch_utils.py"
 # Read by hand, not by this script (another repository than --polar): how the evaluator's metadata reaches a Sample.
 CARRIED = {
     "gateway": {
         "repo": "NVIDIA-NeMo/ProRL-Agent-Server",
-        "commit": "01bc72d5cadb9f44c1e2602d2a276ff318d5de99",
+        "commit": pin("POLAR_COMMIT"),
         "file": "src/polar/gateway/node.py",
         "function": "GatewayNodeManager._merge_eval_result",
         "fact": "trajectory.metadata['evaluation'] = {'strategy': evaluator_spec.strategy, 'outcome_reward': "
