@@ -18,10 +18,12 @@ def fake_node_for_train(monkeypatch, tmp_path, *, prepare=None, smoke_report=Non
     report = smoke_report or SimpleNamespace(ok=True, message="42 trainable tokens")
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
-    monkeypatch.setattr("polarstack.stack.docker_state.usable", lambda requested, **_: {"profile": "engine-direct"})
-    monkeypatch.setattr("polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None)
+    monkeypatch.setattr(
+        "polarstack.stack.docker_state.usable", lambda requested, where, **_: {"profile": "engine-direct"}
+    )
+    monkeypatch.setattr("polarstack.checks.sandbox_probe.check_in_trainer", lambda profile, where: None)
     # and the verifier in Polar's namespace shape (its own tests: tests/unit/checks/test_shape_probe.py)
-    monkeypatch.setattr("polarstack.checks.shape_probe.check_docker", lambda profile, running=False: None)
+    monkeypatch.setattr("polarstack.checks.shape_probe.check_docker", lambda profile, where, running=False: None)
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: report)
     monkeypatch.setattr(tasks, "prepare", prepare or (lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True)))
 

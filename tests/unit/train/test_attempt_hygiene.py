@@ -23,6 +23,7 @@ import pytest
 from polarstack import processes
 from polarstack.paths import load_defaults
 from polarstack.stack import compose, profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import launch
 from polarstack.train.plan import build_plan
 from train_fakes import fake_node_for_train
@@ -80,7 +81,8 @@ def test_the_dashboard_port_follows_the_knob(monkeypatch):
     monkeypatch.setattr(
         compose, "run_compose", lambda p, args, **kw: seen.append(args) or subprocess.CompletedProcess(args, 0, "[]\n")
     )
-    launch.refuse_active_job(profile, load_defaults(), plan.cluster)  # a config with 8265: the knob still wins
+    # a config with 8265: the knob still wins
+    launch.refuse_active_job(profile, load_defaults(), compose.Place(False, plan.cluster))
     assert "http://127.0.0.1:31265" in seen[-1]
 
 
@@ -116,7 +118,7 @@ def test_every_engine_is_told_to_continue_generation_before_a_job(monkeypatch, c
             live = f"http://127.0.0.1:{server.server_address[1]}"
             monkeypatch.setattr(profiles, "docker_engine_urls", lambda profile: [live, f"http://127.0.0.1:{dead}"])
             _Recorder.seen.clear()
-            warnings = launch.resume_engines(profiles.load("router-passthrough"))
+            warnings = launch.resume_engines(profiles.load("router-passthrough"), load_cluster())
     finally:
         server.shutdown()
         server.server_close()

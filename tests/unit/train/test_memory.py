@@ -345,6 +345,7 @@ def test_the_host_is_checked_against_memavailable_not_memtotal(tmp_path, monkeyp
 def test_rays_object_store_is_set_by_the_stack_and_counted(monkeypatch):
     """Issue 32 point 8: RAY_OBJECT_STORE_GB reaches every `ray start` the stack renders and the host estimate."""
     from polarstack.offline import host_memory
+    from polarstack.stack import cluster as cluster_mod
     from polarstack.stack import compose, ray_head
 
     monkeypatch.setenv("RAY_OBJECT_STORE_GB", "12.5")
@@ -355,7 +356,7 @@ def test_rays_object_store_is_set_by_the_stack_and_counted(monkeypatch):
     assert term.gb == 12.5
     assert "--object-store-memory=12500000000" in plan.commands[0]
     assert "--object-store-memory=12500000000" in plan.files["launch.sh"]
-    assert compose.render_values(profile)["RAY_OBJECT_STORE_BYTES"] == "12500000000"
+    assert compose.render_values(profile, cluster_mod.load(), cpu=False)["RAY_OBJECT_STORE_BYTES"] == "12500000000"
     values = profiles.stack_knobs()
     assert host_memory.check(plan.commands[0], plan.memory, values).ok
     unset = [a for a in plan.commands[0] if not a.startswith("--object-store-memory")]

@@ -59,7 +59,9 @@ def test_a_failed_rehearsal_or_another_plan_refuses():
 
 def test_make_train_on_docker_refuses_with_exit_17(monkeypatch, capsys):
     monkeypatch.setattr("polarstack.stack.compose.check_node", lambda *a, **kw: None)
-    monkeypatch.setattr("polarstack.stack.docker_state.usable", lambda requested, **_: {"profile": "engine-direct"})
+    monkeypatch.setattr(
+        "polarstack.stack.docker_state.usable", lambda requested, where, **_: {"profile": "engine-direct"}
+    )
     assert main(["train", "--task", "humaneval", "--runtime", "docker"]) == ExitCode.NO_REHEARSAL
     err = capsys.readouterr().err
     assert "make preflight PROFILE=engine-direct" in err and len(err.strip().splitlines()) == 1
