@@ -68,10 +68,10 @@ def render() -> dict[str, Any]:
                 "args": [Path(a).name if a.startswith("/") else a for a in args],  # no absolute path
             }
             for task in TASKS:
-                plan = build_plan(task, profile, run_id=RUN_ID, config=load_defaults())
+                plan = build_plan(task, profile, run_id=RUN_ID, config=load_defaults(), cluster=where.cluster)
                 out["train"][f"{name}/{task}"] = plan.as_dict()
             if profile.expect == "pass":
-                out["preflight"][name] = preflight.build(profile, run_id=RUN_ID).as_dict()
+                out["preflight"][name] = preflight.build(profile, run_id=RUN_ID, cluster=where.cluster).as_dict()
     return out
 
 

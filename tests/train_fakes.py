@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+from polarstack.stack.cluster import load as load_cluster
+
 TRAIN_ARGS = ["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"]
 
 
@@ -47,7 +49,7 @@ def rendered_launch_sh(tmp_path, job: str, polar: str | None = None) -> Path:
     check = tmp_path / "healthcheck"
     check.write_text(f'import os, sys\nsys.exit(0 if os.path.exists("{tmp_path}/healthy") else 1)\n')
     config = load_defaults([f"model.save={tmp_path}/checkpoints"])
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=config)
+    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=config, cluster=load_cluster())
     script = tmp_path / "launch.sh"
     script.write_text(
         plan.files["launch.sh"]

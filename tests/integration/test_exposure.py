@@ -96,7 +96,9 @@ def test_train_launch_starts_ray_like_the_trainer_service(tmp_path, monkeypatch)
     """`make train`'s launch.sh (when no head runs) starts Ray with the same flags and environment, the token's
     included (by the mounted path, never the token)."""
     command, env, _ = _trainer_service(tmp_path, monkeypatch)
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
+    plan = build_plan(
+        "humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults(), cluster=load_cluster()
+    )
     options = {arg.split("=", 1)[0] for arg in plan.commands[0]} - {"--block"}
     assert options == {arg.split("=", 1)[0] for arg in command} - {"--block"}
     assert "--node-ip-address=127.0.0.1" in plan.commands[0] and "--dashboard-host=127.0.0.1" in plan.commands[0]
@@ -127,7 +129,9 @@ def trainer_head(tmp_path_factory, ray_bin):
         inputs = ray_auth_probe.trainer_head_inputs(tmp / "compose", where=read_now())
         assert inputs.token_file == compose.token_file()
         ray_auth.ensure(inputs.token_file)
-        plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
+        plan = build_plan(
+            "humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults(), cluster=load_cluster()
+        )
     finally:
         patch.undo()
     container_path = inputs.trainer["environment"]["RAY_AUTH_TOKEN_PATH"]
@@ -286,7 +290,7 @@ def test_slime_started_router_is_kept_on_loopback():
     slime-listeners.json): the Ray job carries SLIME_HOST_IP=127.0.0.1 and train_async.py --router-prometheus-host."""
     for name in profiles.PROFILE_ORDER:
         profile = profiles.load(name)
-        plan = build_plan("humaneval", profile, run_id="t", config=load_defaults())
+        plan = build_plan("humaneval", profile, run_id="t", config=load_defaults(), cluster=load_cluster())
         submit = plan.commands[-1]
         job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
         assert exposure.trainer_problems(job_env["env_vars"], name, plan.train_args) == [], name

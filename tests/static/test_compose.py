@@ -124,7 +124,7 @@ def test_base_url_and_slime_arguments(rendered, name):
     profile = profiles.load(name)
     engines = [f"127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
     # slime's router arguments live in the launch `make train` renders (train.build_plan), not in compose.
-    slime_args = " ".join(build_plan("humaneval", profile, run_id="t").train_args)
+    slime_args = " ".join(build_plan("humaneval", profile, run_id="t", cluster=load_cluster()).train_args)
     assert "SLIME_ROUTER_ARGS" not in env  # nothing in the trainer reads such a variable
     assert env["ROLLOUT_EXTERNAL_ENGINE_ADDRS"] == " ".join(engines)
     if name == "engine-direct":

@@ -50,9 +50,6 @@ TOLERATED = {  # "path:function:call": why it is not the site's yet (remove the 
     "(refuse_unfinished_up may have cleared the site's; a demo rewrites it at every profile)",
     "stack/local.py:refuse_if_up:local.read_state": "up and the demo: the state of the directory it writes",
     "stack/local.py:down:local.read_state": "down of one state directory (`up`'s or a demo profile's)",
-    # the cluster, for callers that pass none
-    "train/plan.py:build_plan:cluster.load": "train/plan.py is restructured on another branch",
-    "train/preflight.py:build:cluster.load": "cli/preflight.py and rehearsal_run call it (not this branch's)",
     # knob: per-call settings
     "train/plan.py:weight_sync_args:profiles.knob": "train/plan.py is restructured on another branch",
     "train/plan.py:ray_dashboard_port:profiles.knob": "as above",

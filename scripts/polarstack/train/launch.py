@@ -87,7 +87,10 @@ def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> 
         # NODES>1: every node's report, pins, Ray membership, ports, clock, GPUs and memory (polarstack.checks.nodes)
         cluster_plan.require_nodes(profile, plan.cluster, plan.memory, ray_dashboard_port(profile, plan.config))
         # A passing `make preflight` of these pins, this profile and this plan (polarstack.train.rehearsal_record).
-        print(rehearsal_record.require(profile, override=request.without_rehearsal), file=sys.stderr)
+        print(
+            rehearsal_record.require(profile, cluster=plan.cluster, override=request.without_rehearsal),
+            file=sys.stderr,
+        )
     host_gate(request, target, plan, profile)
     if target.local:
         raise StackError(

@@ -411,15 +411,15 @@ def build_plan(
     served_model_name: str | None = None,
     resume: bool = False,
     capacity: memory.Capacity | None = None,
-    cluster: Cluster | None = None,
+    cluster: Cluster,
 ) -> LaunchPlan:
     """The launch of `task` (one of TASKS: check_task) on `profile`, decided in the stages below, in this order: the
     cluster's layout, the merged configuration (validated), Polar's two files, slime's arguments, the trace budget and
     the memory plan, the four commands, and launch.sh. resume_variant derives the same run resumed from the plan.
     `capacity`: the node's memory (default: nvidia-smi and /proc/meminfo, else GPU_MEMORY_GB; polarstack.train.memory).
-    `cluster`: the nodes (default: configs/cluster.env and the environment, polarstack.stack.cluster.load); at NODES>1
-    polarstack.train.cluster_plan says what changes. engine-direct is refused there before anything renders."""
-    cluster = cluster if cluster is not None else cluster_mod.load()
+    `cluster`: the nodes, as the caller resolved them (the site's: configs/cluster.env and the environment,
+    polarstack.stack.cluster.load); at NODES>1 polarstack.train.cluster_plan says what changes. engine-direct is refused
+    there before anything renders."""
     nodes = cluster_layout(profile, cluster)
     config, tp = run_config(task, profile, config, model_path, cluster)
     ckpt = checkpoint_dir(task, profile, config)

@@ -535,11 +535,11 @@ def _rollouts(plan: LaunchPlan) -> int:
 
 
 def build(
-    profile: Profile, *, run_id: str | None = None, sets: list[str] | None = None, cluster: Cluster | None = None
+    profile: Profile, *, cluster: Cluster, run_id: str | None = None, sets: list[str] | None = None
 ) -> PreflightPlan:
-    """`cluster`: the nodes (default: configs/cluster.env and the environment); at NODES>1 both jobs are the
-    multi-node launch (polarstack.train.cluster_plan) and the steps add the nodes' checks and SHARED_DIR's proof."""
-    cluster = cluster if cluster is not None else cluster_mod.load()
+    """`cluster`: the nodes, as the caller resolved them (the site's: configs/cluster.env and the environment); at
+    NODES>1 both jobs are the multi-node launch (polarstack.train.cluster_plan) and the steps add the nodes' checks and
+    SHARED_DIR's proof."""
     rehearsal = copy.deepcopy(preflight_config())
     config = train_config(rehearsal, sets)
     # The real run's optimizer offload is rehearsed too (polarstack.train.memory): slime's offload flags change how the
@@ -671,7 +671,7 @@ def checked_plan(request: PreflightRequest, site: Resolved) -> tuple[Profile, Pr
             f"profile {profile.name} is diagnostic (its smoke fails by design); rehearse a working profile.",
             ExitCode.USAGE,
         )
-    plan = build(profile, sets=list(request.sets))
+    plan = build(profile, sets=list(request.sets), cluster=site.cluster)
     problems = checks(plan)
     if problems:
         raise StackError(f"the rehearsal's plan is inconsistent: {problems[0]}.", ExitCode.USAGE)

@@ -217,7 +217,7 @@ def run(
     refuse_if_up(site)
     os.environ.update(plan.stack_env)  # the small model for `make up` (environment overrides configs/stack.env)
     # Until this rehearsal passes, no earlier pass of this profile counts: a run stopped half-way leaves a failure.
-    rehearsal_record.write(profile, {"passed": False}, plan.report_path, sets=plan.sets)
+    rehearsal_record.write(profile, {"passed": False}, plan.report_path, cluster=plan.cluster, sets=plan.sets)
     _require_small_model(profile, plan, site.cpu)
     out = train_run_dir() / plan.run_id
     phases: dict[str, float] = {}
@@ -237,7 +237,7 @@ def run(
         _take_down(node, profile, plan, progress, site.cpu)
     evidence["seven_b"] = _seven_b_evidence(node, profile, plan, failed, phases, clock, progress, site.cpu)
     result = _write_report(out, plan, profile, evidence)
-    rehearsal_record.write(profile, result, plan.report_path, sets=plan.sets)
+    rehearsal_record.write(profile, result, plan.report_path, cluster=plan.cluster, sets=plan.sets)
     return result
 
 

@@ -20,6 +20,7 @@ from polarstack.pins import pins, repo_root
 from polarstack.polar import harness_preset
 from polarstack.reward import sandbox as sandbox_paths
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.stack.resolved import read_now
 
 pytestmark = pytest.mark.unit
@@ -372,12 +373,12 @@ def test_claude_codes_preset_checks_no_version_and_a_checking_preset_gets_the_pi
 def test_verify_offline_checks_the_preset_against_the_record(monkeypatch):
     from polarstack.offline import verify as verify_offline
 
-    assert verify_offline.check_harness_preset().ok
+    assert verify_offline.check_harness_preset(load_cluster()).ok
     facts = harness_preset.record()
     facts["presets"]["claude_code"]["checks_cli_version"] = True  # a preset that checks: the template must say so
     monkeypatch.setattr(harness_preset, "record", lambda: facts)
     monkeypatch.setattr(harness_preset, "settings_for", lambda harness, facts=None: {})
-    check = verify_offline.check_harness_preset()
+    check = verify_offline.check_harness_preset(load_cluster())
     assert not check.ok and "checks the CLI version" in check.problems[0]
 
 

@@ -329,7 +329,9 @@ def test_polar_runs_in_direct_exec_mode_everywhere(tmp_path, monkeypatch):
     monkeypatch.delenv("MODEL_DIR", raising=False)
     environment = rendered("engine-direct", tmp_path)["services"]["trainer"]["environment"]
     assert [environment[name] for name in switches] == ["1"] * len(switches)
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
+    plan = build_plan(
+        "humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults(), cluster=load_cluster()
+    )
     for name in switches:
         assert f"export {name}=1" in plan.files["launch.sh"].splitlines()
         assert f'"{name}": "1"' in next(a for a in plan.commands[-1] if a.startswith("--runtime-env"))

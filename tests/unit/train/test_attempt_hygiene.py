@@ -73,7 +73,7 @@ def test_a_nohup_process_survives_the_sighup_of_a_dropped_session():
 def test_the_dashboard_port_follows_the_knob(monkeypatch):
     monkeypatch.setenv("RAY_DASHBOARD_PORT", "31265")
     profile = profiles.load("engine-direct")
-    plan = build_plan("humaneval", profile, run_id="t", config=load_defaults())
+    plan = build_plan("humaneval", profile, run_id="t", config=load_defaults(), cluster=load_cluster())
     script = plan.files["launch.sh"]
     assert "127.0.0.1:31265" in script and "127.0.0.1:8265" not in script
     assert plan.config["ray"]["dashboard_port"] == 31265
@@ -91,7 +91,7 @@ def test_without_the_knob_the_configured_port_is_used(monkeypatch):
     monkeypatch.setattr("polarstack.train.plan.knob", lambda profile, key, default="": "")
     config = load_defaults()
     config["ray"]["dashboard_port"] = 8299
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=config)
+    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=config, cluster=load_cluster())
     assert "127.0.0.1:8299" in plan.files["launch.sh"]
 
 

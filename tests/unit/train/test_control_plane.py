@@ -22,6 +22,7 @@ from polarstack.paths import load_defaults
 from polarstack.pins import repo_root
 from polarstack.stack import profiles
 from polarstack.stack.assets import sandbox_mode_env
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.stack.resolved import read_now
 from polarstack.train import control_plane
 from polarstack.train import plan as plan_mod
@@ -50,7 +51,9 @@ def cleanenv_off(monkeypatch):
 
 
 def _plan():
-    return build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults())
+    return build_plan(
+        "humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults(), cluster=load_cluster()
+    )
 
 
 def _check(plan, **change) -> list[str]:

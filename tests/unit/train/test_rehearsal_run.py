@@ -11,6 +11,7 @@ import pytest
 from polarstack.checks import rehearsal_report, sandbox_probe
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import assets, docker_state, profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.stack.resolved import read_now
 from polarstack.train import preflight, rehearsal_record, rehearsal_run
 from rehearsal_fakes import FakeNode
@@ -27,7 +28,7 @@ def setup(tmp_path, monkeypatch):
         monkeypatch.setenv(key, "")  # recorded as absent, so the values run() exports are undone after the test
         monkeypatch.delenv(key)
     profile = profiles.load("engine-direct")
-    plan = preflight.build(profile, run_id="preflight-test")
+    plan = preflight.build(profile, run_id="preflight-test", cluster=load_cluster())
     return profile, plan, tmp_path / "run" / "train" / "preflight-test"
 
 
@@ -52,7 +53,7 @@ def test_a_full_rehearsal_passes_records_and_takes_the_stack_down(setup):
         ("resume", 3),
     ]
     assert (host / "tasks" / "train.jsonl").read_text().count("\n") == 9
-    assert "passed" in rehearsal_record.require(profile, override=False)
+    assert "passed" in rehearsal_record.require(profile, override=False, cluster=load_cluster())
     assert docker_state.read(cpu=False) is None
 
 
@@ -92,7 +93,7 @@ def test_a_failing_job_still_takes_the_stack_down_and_fails_the_report(setup):
     assert not result["passed"] and result["first_failure"] == "weight_sync"
     assert node.compose_calls[-1] == "down"
     with pytest.raises(StackError) as info:
-        rehearsal_record.require(profile, override=False)
+        rehearsal_record.require(profile, override=False, cluster=load_cluster())
     assert info.value.code == ExitCode.NO_REHEARSAL
 
 
@@ -106,7 +107,7 @@ def test_refused_while_a_profile_is_up(setup):
 
 def test_a_rehearsal_stopped_half_way_voids_an_earlier_pass(setup):
     profile, plan, host = setup
-    rehearsal_record.write(profile, {"passed": True}, "earlier")
+    rehearsal_record.write(profile, {"passed": True}, "earlier", cluster=load_cluster())
     node = FakeNode(host)
 
     def gate_refuses(plan):
@@ -117,7 +118,7 @@ def test_a_rehearsal_stopped_half_way_voids_an_earlier_pass(setup):
         rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)
     assert info.value.code == ExitCode.GATE and node.compose_calls == ["up", "down"]
     with pytest.raises(StackError) as refused:
-        rehearsal_record.require(profile, override=False)
+        rehearsal_record.require(profile, override=False, cluster=load_cluster())
     assert refused.value.code == ExitCode.NO_REHEARSAL and "failed" in refused.value.message
 
 
