@@ -50,14 +50,6 @@ TOLERATED = {  # "path:function:call": why it is not the site's yet (remove the 
     "(refuse_unfinished_up may have cleared the site's; a demo rewrites it at every profile)",
     "stack/local.py:refuse_if_up:local.read_state": "up and the demo: the state of the directory it writes",
     "stack/local.py:down:local.read_state": "down of one state directory (`up`'s or a demo profile's)",
-    # knob: per-call settings
-    "train/plan.py:weight_sync_args:profiles.knob": "train/plan.py is restructured on another branch",
-    "train/plan.py:ray_dashboard_port:profiles.knob": "as above",
-    "train/plan.py:cluster_layout:profiles.knob": "as above",
-    "stack/local.py:up_node:profiles.knob": "local.up_node's body is restructured on another branch",
-    "stack/engines.py:start_emulator:profiles.knob": "the benches' emulators: no profile, no site handed down yet",
-    "bench/matrix.py:served_model:profiles.knob": "the router matrix runs without a stack; no site handed down yet",
-    "bench/matrix.py:engines_for:profiles.knob": "as above",
 }
 
 

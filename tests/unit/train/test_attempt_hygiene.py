@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import json
 import signal
@@ -86,12 +87,14 @@ def test_the_dashboard_port_follows_the_knob(monkeypatch):
     assert "http://127.0.0.1:31265" in seen[-1]
 
 
-def test_without_the_knob_the_configured_port_is_used(monkeypatch):
-    monkeypatch.setattr(profiles, "knob", lambda profile, key, default="": "")
-    monkeypatch.setattr("polarstack.train.plan.knob", lambda profile, key, default="": "")
+def test_without_the_knob_the_configured_port_is_used():
+    loaded = profiles.load("engine-direct")
+    # the plan's stack settings all unset (as if neither the profile, the environment nor configs/stack.env gave them)
+    unset = dict.fromkeys(("RAY_DASHBOARD_PORT", "WEIGHT_SYNC_TRANSPORT", "WEIGHT_UPDATE_DIR"), "")
+    profile = dataclasses.replace(loaded, settings={**loaded.settings, **unset})
     config = load_defaults()
     config["ray"]["dashboard_port"] = 8299
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=config, cluster=load_cluster())
+    plan = build_plan("humaneval", profile, run_id="t", config=config, cluster=load_cluster())
     assert "127.0.0.1:8299" in plan.files["launch.sh"]
 
 
