@@ -24,7 +24,8 @@ from polarstack.routers.catalog import RouterRelease
 from polarstack.routers.harness import RunningRouter
 from polarstack.routers.harness import start as start_router
 from polarstack.stack import dockerd
-from polarstack.stack.engines import start_emulator
+from polarstack.stack.engines import stack_parser, start_emulator
+from polarstack.stack.profiles import stack_settings
 
 # pytest finds hooks by name in this module: one report per failed shared fixture (tests/fixture_failures.py).
 pytest_runtest_makereport = fixture_failures.pytest_runtest_makereport
@@ -113,7 +114,10 @@ def engine(tmp_path_factory) -> Iterator[Engine]:
     log_path = tmp_path_factory.mktemp("engine") / "emulator.log"
     timeout = startup_seconds(START_SECONDS)
     try:
-        process, port = start_emulator(seed=0, log_path=log_path, timeout=timeout)
+        # the stack's tool-call parser, as the engines run it
+        process, port = start_emulator(
+            seed=0, log_path=log_path, timeout=timeout, tool_call_parser=stack_parser(stack_settings())
+        )
     except StackError as exc:
         pytest.fail(
             f"the shared emulator (fixture engine) did not start within {timeout:.0f} s: {exc.message}\n"
@@ -133,6 +137,7 @@ def engine_factory() -> Iterator:
 
     def make(**kwargs) -> Engine:
         kwargs.setdefault("timeout", startup_seconds(START_SECONDS))
+        kwargs.setdefault("tool_call_parser", stack_parser(stack_settings()))  # the stack's, as the engines run it
         process, port = start_emulator(**kwargs)
         started.append(Engine(process, port))
         return started[-1]

@@ -52,24 +52,26 @@ def render() -> dict[str, Any]:
     from polarstack.paths import load_defaults
     from polarstack.reward.tasks import TASKS
     from polarstack.stack import compose, profiles
+    from polarstack.stack.resolved import read_now
     from polarstack.train import preflight
     from polarstack.train.plan import build_plan
 
     out: dict[str, Any] = {"compose": {}, "train": {}, "preflight": {}}
+    where = read_now()  # the device and the cluster as this environment says (no DEVICE, no NODES: one GPU node)
     with tempfile.TemporaryDirectory(prefix="polarstack-snapshot-") as tmp:
         for name in profiles.available():
             profile = profiles.load(name)
-            args = compose.compose_args(profile, Path(tmp) / name)
+            args = compose.compose_args(profile, Path(tmp) / name, cluster=where.cluster, cpu=where.cpu)
             out["compose"][name] = {
-                "values": compose.render_values(profile),
+                "values": compose.render_values(profile, where.cluster, cpu=where.cpu),
                 "gpus": compose.gpu_override(profile),
                 "args": [Path(a).name if a.startswith("/") else a for a in args],  # no absolute path
             }
             for task in TASKS:
-                plan = build_plan(task, profile, run_id=RUN_ID, config=load_defaults())
+                plan = build_plan(task, profile, run_id=RUN_ID, config=load_defaults(), cluster=where.cluster)
                 out["train"][f"{name}/{task}"] = plan.as_dict()
             if profile.expect == "pass":
-                out["preflight"][name] = preflight.build(profile, run_id=RUN_ID).as_dict()
+                out["preflight"][name] = preflight.build(profile, run_id=RUN_ID, cluster=where.cluster).as_dict()
     return out
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+from polarstack.stack.cluster import load as load_cluster
+
 TRAIN_ARGS = ["train", "--task", "humaneval", "--runtime", "docker", "--without-rehearsal"]
 
 
@@ -18,10 +20,12 @@ def fake_node_for_train(monkeypatch, tmp_path, *, prepare=None, smoke_report=Non
     report = smoke_report or SimpleNamespace(ok=True, message="42 trainable tokens")
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setattr(compose, "check_node", lambda *a, **kw: None)
-    monkeypatch.setattr("polarstack.stack.docker_state.usable", lambda requested, **_: {"profile": "engine-direct"})
-    monkeypatch.setattr("polarstack.checks.sandbox_probe.check_in_trainer", lambda profile: None)
+    monkeypatch.setattr(
+        "polarstack.stack.docker_state.usable", lambda requested, where, **_: {"profile": "engine-direct"}
+    )
+    monkeypatch.setattr("polarstack.checks.sandbox_probe.check_in_trainer", lambda profile, where: None)
     # and the verifier in Polar's namespace shape (its own tests: tests/unit/checks/test_shape_probe.py)
-    monkeypatch.setattr("polarstack.checks.shape_probe.check_docker", lambda profile, running=False: None)
+    monkeypatch.setattr("polarstack.checks.shape_probe.check_docker", lambda profile, where, running=False: None)
     monkeypatch.setattr(smoke, "run_smoke", lambda *a, **kw: report)
     monkeypatch.setattr(tasks, "prepare", prepare or (lambda task, out, **kw: out.mkdir(parents=True, exist_ok=True)))
 
@@ -45,7 +49,7 @@ def rendered_launch_sh(tmp_path, job: str, polar: str | None = None) -> Path:
     check = tmp_path / "healthcheck"
     check.write_text(f'import os, sys\nsys.exit(0 if os.path.exists("{tmp_path}/healthy") else 1)\n')
     config = load_defaults([f"model.save={tmp_path}/checkpoints"])
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=config)
+    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=config, cluster=load_cluster())
     script = tmp_path / "launch.sh"
     script.write_text(
         plan.files["launch.sh"]

@@ -35,6 +35,7 @@ import httpx
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pin
 from polarstack.stack import ray_auth, ray_auth_probe, ray_head
+from polarstack.stack.resolved import read_now
 
 # Run by the pinned ray's python: prints the source facts as JSON (file paths relative to site-packages).
 SOURCE_HELPER = r"""
@@ -205,9 +206,10 @@ def measure(bin_dir: Path) -> dict:
     saved = os.environ.get("RAY_AUTH_TOKEN_FILE")
     os.environ["RAY_AUTH_TOKEN_FILE"] = str(tmp / "secrets" / "ray-auth-token")
     try:
-        inputs = ray_auth_probe.trainer_head_inputs(tmp / "compose")
+        where = read_now()  # a tool without a site: the device and the cluster as the environment says
+        inputs = ray_auth_probe.trainer_head_inputs(tmp / "compose", where=where)
         ray_auth.ensure(inputs.token_file)
-        refused_start = ray_auth_probe.head_start_without_token(bin_dir, tmp / "no-token")
+        refused_start = ray_auth_probe.head_start_without_token(bin_dir, tmp / "no-token", where=where)
     finally:
         if saved is None:
             os.environ.pop("RAY_AUTH_TOKEN_FILE", None)

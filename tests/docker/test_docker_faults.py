@@ -126,7 +126,7 @@ def test_an_engine_killed_during_smoke_is_unreachable_then_state(stack, capsys):
 
 def test_down_twice_says_nothing_is_up_the_second_time(stack, capsys):
     assert main(["compose", "down", "--profile", "engine-direct"]) == 0
-    assert containers(PROJECT) == [] and docker_state.read() is None
+    assert containers(PROJECT) == [] and docker_state.read(cpu=True) is None
     capsys.readouterr()
     assert main(["compose", "down", "--profile", "engine-direct"]) == 0
     assert "nothing of profile engine-direct is up under Docker (polarstack-tier); nothing to stop." in (
@@ -163,7 +163,7 @@ def test_ctrl_c_during_up_leaves_nothing_behind(docker_engine, monkeypatch):
     assert process.returncode == 130, err
     assert "interrupted: took down what `make up` had started for profile engine-direct" in err
     assert containers(project) == []
-    assert docker_state.read() is None
+    assert docker_state.read(cpu=True) is None
 
 
 def test_a_healthcheck_that_never_passes_names_the_engine(docker_engine, monkeypatch, capsys):

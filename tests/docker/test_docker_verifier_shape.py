@@ -107,7 +107,7 @@ def inside(docker_engine):
         }
         run = ["run", "--rm", "--no-deps", "-T", "--entrypoint", "python3", "trainer", "-I", "-c", INSIDE]
         proc = subprocess.run(
-            [*compose.compose_command(), *compose.compose_args(profile), *run],
+            [*compose.compose_command(), *compose.compose_args(profile, cluster=cluster_mod.load(), cpu=True), *run],
             input=json.dumps(spec),
             capture_output=True,
             text=True,

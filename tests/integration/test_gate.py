@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from polarstack.pins import pin
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import gate
 from train_fakes import fake_node_for_train
 
@@ -115,7 +116,7 @@ def test_the_rendered_polar_config_carries_the_watchdog_settings():
     from polarstack.stack import profiles
     from polarstack.train.plan import build_plan
 
-    plan = build_plan("humaneval", profiles.load("stock-router"), run_id="r1")
+    plan = build_plan("humaneval", profiles.load("stock-router"), run_id="r1", cluster=load_cluster())
     config = yaml.safe_load(plan.files["polar_config.yaml"])
     assert config["polar_gate_watchdog_seconds"] == 3600 and config["polar_gate_allow_retokenized"] is False
     assert config["polar_gate_zero_reward_rollouts"] == 3

@@ -11,6 +11,7 @@ from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.processes import stop_pid
 from polarstack.routers.catalog import RouterRelease
+from polarstack.stack.profiles import stack_settings
 
 pytestmark = pytest.mark.router
 
@@ -86,10 +87,14 @@ def test_the_relay_measures_what_the_engine_log_measures(engine_factory):
     put in front of an emulator by hand: `--engine-url` refuses the emulator.)"""
     upstream = engine_factory(seed=0)
     releases = [RouterRelease.parse("sglang-router==0.1.4"), RouterRelease.parse("sglang-router==0.3.2")]
-    via_log = matrix.run_matrix(releases, latency_requests=3, engine="emulator", progress=lambda m: None)
+    settings = stack_settings()
+    via_log = matrix.run_matrix(
+        releases, latency_requests=3, engine="emulator", progress=lambda m: None, settings=settings
+    )
     relays = [matrix.start_tap(upstream.url) for _ in range(2)]
     try:
-        engines = matrix.Engines("sglang", relays[0][1], relays[1][1], tap.LOG, timeout=10.0)
+        model = matrix.served_model(settings)
+        engines = matrix.Engines("sglang", relays[0][1], relays[1][1], tap.LOG, timeout=10.0, model=model)
         via_relay = [matrix.measure(release, engines, latency_requests=3) for release in releases]
     finally:
         for process, _ in relays:

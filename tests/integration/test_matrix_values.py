@@ -19,6 +19,7 @@ import pytest
 from polarstack.bench import matrix
 from polarstack.checks.measure import ENGINE_LOG
 from polarstack.routers.catalog import RouterRelease
+from polarstack.stack.profiles import stack_settings
 
 pytestmark = pytest.mark.emulator
 
@@ -86,7 +87,8 @@ def measure_behind(monkeypatch, engine_factory, rewrite) -> dict[str, Any]:
     monkeypatch.setattr(matrix, "install", lambda release: None)
     monkeypatch.setattr(matrix, "is_installed", lambda release: True)
     monkeypatch.setattr(matrix, "start_router", start)
-    engines = matrix.Engines("emulator", first.url, spare.url, ENGINE_LOG, timeout=10.0)
+    model = matrix.served_model(stack_settings())  # the stack's SERVED_MODEL_NAME
+    engines = matrix.Engines("emulator", first.url, spare.url, ENGINE_LOG, timeout=10.0, model=model)
     return matrix.measure(RouterRelease("smg", "0.0.0-fake"), engines, latency_requests=1)
 
 

@@ -166,11 +166,13 @@ def test_an_smg_router_is_started_only_once_it_has_registered_its_workers(router
     import httpx
 
     from polarstack.processes import free_port, stop_pid
-    from polarstack.stack.engines import start_emulator
+    from polarstack.stack.engines import stack_parser, start_emulator
+    from polarstack.stack.profiles import stack_settings
 
     port = free_port()
     started = []
-    timer = threading.Timer(4.0, lambda: started.append(start_emulator(port=port)))
+    parser = stack_parser(stack_settings())
+    timer = threading.Timer(4.0, lambda: started.append(start_emulator(port=port, tool_call_parser=parser)))
     timer.start()
     try:
         router = router_factory(PATCHED, [f"http://127.0.0.1:{port}"], timeout=60.0)

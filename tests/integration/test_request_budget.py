@@ -20,6 +20,7 @@ from polarstack.engine.tool_parser import wheel_text
 from polarstack.errors import ExitCode
 from polarstack.paths import load_defaults, train_defaults
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train.plan import build_plan
 
 ONE = SmokeOptions(requests=1, turns=0)  # one plain request, then the tool requests
@@ -75,7 +76,7 @@ def test_the_cli_reads_its_output_cap_from_the_environment_and_asks_it():
 @pytest.mark.parametrize("name", ("engine-direct", "router-passthrough", "patched-router"))
 def test_every_working_profile_caps_the_agent_and_its_last_request_fits(name):
     config = load_defaults()
-    plan = build_plan("humaneval", profiles.load(name), run_id="t", config=config)
+    plan = build_plan("humaneval", profiles.load(name), run_id="t", config=config, cluster=load_cluster())
     agent = yaml.safe_load(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
     # the output cap and the Bash result cut the pinned CLI reads (configs/upstream/turn-cap.json)
     assert agent["env"] == {
@@ -145,7 +146,9 @@ def test_the_in_job_gate_reads_the_cap_from_the_jobs_task_template():
     from polarstack.train import gate
 
     config = yaml.safe_load(
-        build_plan("humaneval", profiles.load("engine-direct"), run_id="t").files["polar_config.yaml"]
+        build_plan("humaneval", profiles.load("engine-direct"), run_id="t", cluster=load_cluster()).files[
+            "polar_config.yaml"
+        ]
     )
     env = gate.agent_env_of(SimpleNamespace(**config))
     cap = load_defaults()["context"]["agent_max_output_tokens"]

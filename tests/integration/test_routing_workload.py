@@ -15,7 +15,7 @@ from polarstack.bench.routing import bypass_picker
 from polarstack.processes import startup_seconds, stop_pid
 from polarstack.routers.harness import start as start_router
 from polarstack.stack import profiles
-from polarstack.stack.engines import start_emulator
+from polarstack.stack.engines import stack_parser, start_emulator
 
 SMALL = w.AgentWorkload(sessions=8, turns=3, think_seconds=(0.0, 0.02))
 MODEL = "Qwen2.5-7B-Instruct"
@@ -23,7 +23,10 @@ MODEL = "Qwen2.5-7B-Instruct"
 
 @pytest.fixture(scope="module")
 def engines():
-    started = [start_emulator(seed=i, timeout=startup_seconds(START_SECONDS)) for i in range(2)]
+    parser = stack_parser(profiles.stack_settings())  # the stack's, as the engines run it
+    started = [
+        start_emulator(seed=i, timeout=startup_seconds(START_SECONDS), tool_call_parser=parser) for i in range(2)
+    ]
     try:
         yield [f"http://127.0.0.1:{port}" for _, port in started]
     finally:

@@ -113,10 +113,11 @@ def test_verify_offline_meaning_refuses_engines_without_a_parser():
 
 def test_local_runtime_and_compose_start_engines_with_the_stack_parser():
     from polarstack.stack import compose
+    from polarstack.stack.cluster import load as load_cluster
 
     profile = profiles.load("engine-direct")
     assert profiles.knob(profile, tool_parser.PARSER_KNOB) == "qwen"
-    assert compose.render_values(profile)[tool_parser.PARSER_KNOB] == "qwen"
+    assert compose.render_values(profile, load_cluster(), cpu=False)[tool_parser.PARSER_KNOB] == "qwen"
     text = (paths.compose_file()).read_text()
     assert text.count("- --tool-call-parser\n      - ${ENGINE_TOOL_CALL_PARSER:?") == 2
 

@@ -16,6 +16,7 @@ from polarstack.errors import ExitCode
 from polarstack.offline import flags
 from polarstack.routers.catalog import RouterRelease
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.router
@@ -64,7 +65,7 @@ def test_router_flag_the_release_does_not_know():
 
 def test_slime_silently_ignores_dynamic_history_and_the_check_says_so():
     table, program = flags.slime_table()
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t")
+    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", cluster=load_cluster())
     assert flags.check_tokens(plan.train_args, table, command="t", program=program) == []
     problems = flags.check_tokens([*plan.train_args, "--dynamic-history"], table, command="t", program=program)
     assert [p.flag for p in problems] == ["--dynamic-history"] and "slime v0.3.1" in problems[0].message

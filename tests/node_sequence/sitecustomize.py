@@ -20,4 +20,4 @@ if os.environ.get("POLARSTACK_FAKE_NODE_SEQUENCE") == "1":
     smoke.run_smoke = lambda *a, **k: SimpleNamespace(
         ok=True, code=ExitCode.OK, message="fake node: 18 trainable tokens"
     )
-    rehearsal_run.Node = lambda profile: rehearsal_fakes.FakeNode()
+    rehearsal_run.Node = lambda profile, site: rehearsal_fakes.FakeNode()

@@ -14,6 +14,7 @@ import pytest
 from polarstack.errors import StackError
 from polarstack.pins import repo_root
 from polarstack.stack import compose, profiles, ray_auth, ray_head
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.static
@@ -36,7 +37,7 @@ def compose_binary() -> str:
 
 def render_config(profile_name: str, tmp_path: Path, env_edit=None) -> subprocess.CompletedProcess:
     profile = profiles.load(profile_name)
-    args = compose.compose_args(profile, tmp_path)
+    args = compose.compose_args(profile, tmp_path, cluster=load_cluster(), cpu=False)
     if env_edit:
         env_path = Path(args[args.index("--env-file") + 1])
         env_path.write_text(env_edit(env_path.read_text()))
@@ -123,7 +124,7 @@ def test_base_url_and_slime_arguments(rendered, name):
     profile = profiles.load(name)
     engines = [f"127.0.0.1:{profile.engine_port(i)}" for i in range(profile.engine_count)]
     # slime's router arguments live in the launch `make train` renders (train.build_plan), not in compose.
-    slime_args = " ".join(build_plan("humaneval", profile, run_id="t").train_args)
+    slime_args = " ".join(build_plan("humaneval", profile, run_id="t", cluster=load_cluster()).train_args)
     assert "SLIME_ROUTER_ARGS" not in env  # nothing in the trainer reads such a variable
     assert env["ROLLOUT_EXTERNAL_ENGINE_ADDRS"] == " ".join(engines)
     if name == "engine-direct":
@@ -148,7 +149,7 @@ def test_no_secret_is_written(rendered, tmp_path):
         for svc in config["services"].values():
             assert svc.get("environment", {}).get("HF_TOKEN") in (None, ""), "HF_TOKEN must pass through, not be set"
     profile = profiles.load("engine-direct")
-    env_path, _ = compose.render(profile, tmp_path)
+    env_path, _ = compose.render(profile, tmp_path, cluster=load_cluster(), cpu=False)
     assert "HF_TOKEN" not in env_path.read_text()
 
 
@@ -171,12 +172,12 @@ def test_unset_required_variable_fails_readably(tmp_path):
 def test_overlapping_gpus_are_refused_before_compose(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINER_GPUS", "0,2,3")
     with pytest.raises(StackError, match="GPU 0 is in both ENGINE_GPUS and TRAINER_GPUS"):
-        compose.compose_args(profiles.load("engine-direct"), tmp_path)
+        compose.compose_args(profiles.load("engine-direct"), tmp_path, cluster=load_cluster(), cpu=False)
 
 
 def test_compose_itself_rejects_count_with_device_ids(tmp_path):
     profile = profiles.load("engine-direct")
-    args = compose.compose_args(profile, tmp_path)
+    args = compose.compose_args(profile, tmp_path, cluster=load_cluster(), cpu=False)
     gpus_path = Path(args[3])
     gpus_path.write_text(gpus_path.read_text().replace("driver: nvidia", "driver: nvidia\n            count: 1", 1))
     proc = subprocess.run([compose_binary(), *args, "config", "-q"], capture_output=True, text=True)
@@ -188,7 +189,7 @@ def test_docker_runtime_refuses_engine_count_compose_cannot_run(monkeypatch):
     monkeypatch.setenv("ENGINE_GPUS", "0,1,2")
     monkeypatch.setenv("TRAINER_GPUS", "3")
     with pytest.raises(StackError, match="the docker runtime needs ENGINE_COUNT=2"):
-        compose.render_values(profiles.load("patched-router"))
+        compose.render_values(profiles.load("patched-router"), load_cluster(), cpu=False)
 
 
 def test_compose_spec_schema():
@@ -238,7 +239,7 @@ def test_router_args_reach_the_compose_router(monkeypatch):
     from polarstack.stack.compose import render_values
 
     monkeypatch.setenv("ROUTER_ARGS", "--policy round_robin")
-    values = render_values(profiles.load("stock-router"))
+    values = render_values(profiles.load("stock-router"), load_cluster(), cpu=False)
     assert values["ROUTER_EXTRA_ARGS"].endswith("--policy round_robin")
     assert "--prometheus-port" in values["ROUTER_EXTRA_ARGS"]
 
@@ -263,7 +264,7 @@ def test_trainer_reads_the_ray_token_from_a_read_only_mount(rendered, name, ray_
 def test_the_env_file_names_the_token_file_and_never_holds_the_token(tmp_path, ray_token_file):
     ray_auth.ensure(ray_token_file)
     token = ray_token_file.read_text().strip()
-    env_path, gpus_path = compose.render(profiles.load("stock-router"), tmp_path)
+    env_path, gpus_path = compose.render(profiles.load("stock-router"), tmp_path, cluster=load_cluster(), cpu=False)
     lines = env_path.read_text().splitlines()
     assert f"{ray_auth.MOUNT_SOURCE_KEY}={ray_token_file}" in lines
     assert token not in env_path.read_text() and token not in gpus_path.read_text()

@@ -36,7 +36,7 @@ def node(rank: int, token_file: Path, shared: str = "/mnt/shared") -> Cluster:
 
 def merged(profile_name: str, cluster: Cluster, tmp_path: Path) -> dict:
     profile = profiles.load(profile_name)
-    args = compose.compose_args(profile, tmp_path, cluster)
+    args = compose.compose_args(profile, tmp_path, cluster=cluster, cpu=False)
     proc = subprocess.run(
         [str(compose.bundled_compose()), *args, "config", "--format", "json"],
         capture_output=True,
@@ -103,11 +103,11 @@ def test_each_node_renders_its_part(name, rank, tmp_path, token_file):
 
 def test_one_node_renders_no_cluster_file_and_removes_a_stale_one(tmp_path, token_file):
     profile = profiles.load("patched-router")
-    compose.compose_args(profile, tmp_path, node(0, token_file))
+    compose.compose_args(profile, tmp_path, cluster=node(0, token_file), cpu=False)
     stale = compose.cluster_file(profile, tmp_path)
     assert stale.is_file()
     one = Cluster(1, 0, None, ("127.0.0.1",), "", "")
-    args = compose.compose_args(profile, tmp_path, one)
+    args = compose.compose_args(profile, tmp_path, cluster=one, cpu=False)
     assert not stale.exists() and not any(a.endswith(".cluster.yaml") for a in args)
     model = merged("patched-router", one, tmp_path)
     trainer = model["services"]["trainer"]
@@ -149,7 +149,8 @@ def test_the_heads_ray_never_waits_for_a_router_that_waits_for_the_other_node(na
     else:
         assert "router" in depends and "--worker-startup-timeout-secs" not in extra
         assert router["healthcheck"]["start_period"] == "30s"
-    one_node = compose.render_values(profiles.load(name), Cluster(1, 0, None, ("127.0.0.1",), str(token_file), ""))
+    one = Cluster(1, 0, None, ("127.0.0.1",), str(token_file), "")
+    one_node = compose.render_values(profiles.load(name), one, cpu=False)
     assert "--worker-startup-timeout-secs" not in one_node["ROUTER_EXTRA_ARGS"]
 
 

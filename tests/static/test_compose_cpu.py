@@ -14,6 +14,7 @@ import yaml
 
 from polarstack.pins import repo_root
 from polarstack.stack import compose, device, docker_state, profiles, ray_auth, ray_head
+from polarstack.stack.cluster import load as load_cluster
 
 pytestmark = pytest.mark.static
 ROOT = repo_root()
@@ -35,7 +36,7 @@ def cpu_rendered(tmp_path_factory):
     try:
         for name in profiles.PROFILE_ORDER:
             tmp = tmp_path_factory.mktemp(name)
-            args = compose.compose_args(profiles.load(name), tmp)
+            args = compose.compose_args(profiles.load(name), tmp, cluster=load_cluster(), cpu=True)
             proc = subprocess.run(
                 [str(compose.bundled_compose()), *args, "config", "--format", "json"],
                 capture_output=True,
@@ -91,7 +92,7 @@ def test_cpu_stack_changes_only_what_the_machine_forces(cpu_rendered, name):
 
 def test_the_node_stack_is_untouched_without_device(tmp_path, monkeypatch):
     monkeypatch.delenv(device.DEVICE_ENV, raising=False)
-    args = compose.compose_args(profiles.load("patched-router"), tmp_path)
+    args = compose.compose_args(profiles.load("patched-router"), tmp_path, cluster=load_cluster(), cpu=False)
     assert "-p" not in args and not any("compose.cpu.yaml" in a for a in args)
     assert any(a.endswith(".gpus.yaml") for a in args)
 
@@ -126,10 +127,15 @@ def test_the_trainer_github_steps_sit_in_the_upstream_stage_only():
 
 
 def test_state_and_project_are_per_device(monkeypatch, tmp_path):
+    """The device as the site reads it (POLARSTACK_DEVICE), and what it names: the record and the Compose project."""
     monkeypatch.delenv(device.DEVICE_ENV, raising=False)
-    assert docker_state.state_path(tmp_path).name == "docker-state.json" and device.project() == "polarstack"
+    assert device.current() == "gpu"
+    assert docker_state.state_path(tmp_path, cpu=False).name == "docker-state.json"
+    assert device.project(False) == "polarstack"
     monkeypatch.setenv(device.DEVICE_ENV, "cpu")
-    assert docker_state.state_path(tmp_path).name == device.CPU_STATE_FILE and device.project() == device.CPU_PROJECT
+    assert device.current() == "cpu"
+    assert docker_state.state_path(tmp_path, cpu=True).name == device.CPU_STATE_FILE
+    assert device.project(True) == device.CPU_PROJECT
     monkeypatch.setenv(device.DEVICE_ENV, "tpu")
     with pytest.raises(Exception, match="DEVICE=tpu is not gpu or cpu"):
         device.current()

@@ -42,41 +42,14 @@ EXCEPTIONS = {  # a path (a folder ends with /): why it reads for itself
 }
 TOLERATED = {  # "path:function:call": why it is not the site's yet (remove the entry when the call goes)
     # the fallback for callers without a site
-    "stack/resolved.py:_ReadNow.cpu:device.is_cpu": "read_now(): rehearsal_run's host gate, the docker demo, tests",
+    "stack/resolved.py:_ReadNow.cpu:device.current": "read_now(): the rehearsal's gate (the record it wrote after "
+    "its `up`), the docker demo (its own DEVICE=cpu project), tools and tests",
     # the run-state modules re-read their record around their own writes
     "stack/docker_state.py:forget:docker_state.read": "after `compose down`: the record as it is now",
-    "stack/docker_state.py:profile_name:docker_state.read": "cli/preflight.py's default profile (not this branch's)",
-    "stack/docker_state.py:usable:docker_state.read": "usable() without `recorded` (tests, rehearsal_run)",
-    "stack/docker_state.py:guard_other_profile:docker_state.read": "after refuse_unfinished_up may have cleared it",
+    "stack/docker_state.py:guard_other_profile:docker_state.read": "before up/down/clean: the record as it is now "
+    "(refuse_unfinished_up may have cleared the site's; a demo rewrites it at every profile)",
     "stack/local.py:refuse_if_up:local.read_state": "up and the demo: the state of the directory it writes",
     "stack/local.py:down:local.read_state": "down of one state directory (`up`'s or a demo profile's)",
-    # the device, read from POLARSTACK_DEVICE (the site sets it for the command and for Compose and the trainer)
-    "stack/device.py:is_cpu:device.current": "is_cpu() itself",
-    "stack/device.py:state_file:device.current": "docker_state.state_path's file name",
-    "stack/device.py:project:device.is_cpu": "the Compose project in compose_args and in messages",
-    "stack/device.py:make_words:device.is_cpu": "the DEVICE=cpu advice of docker_state and stack_faults",
-    "stack/docker_state.py:state_path:device.is_cpu": "every record operation; needs the device threaded through",
-    "stack/compose.py:render_values:device.is_cpu": "compose's callers (checks, train, offline) pass no device yet",
-    "stack/compose.py:render:device.is_cpu": "as above",
-    "stack/compose.py:compose_args:device.is_cpu": "as above",
-    "stack/assets.py:check_before_up:device.is_cpu": "rehearsal_run.run() calls it without cpu= (not this branch's)",
-    # the cluster, for callers that pass none
-    "stack/compose.py:_cluster:cluster.load": "run_compose / render callers in checks, train, offline pass none yet",
-    "checks/shape_probe.py:check_docker:cluster.load": "cli/preflight.py calls it (not this branch's)",
-    "train/launch.py:release_router_workers:cluster.load": "tests replace it with a one-argument fake",
-    "train/launch.py:resume_engines:cluster.load": "as above",
-    "train/launch.py:refuse_active_job:cluster.load": "the rehearsal's Node (train/rehearsal_run.py) calls it without one",
-    "train/plan.py:build_plan:cluster.load": "train/plan.py is restructured on another branch",
-    "train/preflight.py:build:cluster.load": "cli/preflight.py and rehearsal_run call it (not this branch's)",
-    "train/rehearsal_run.py:refuse_if_up:docker_state.read": "rehearsal_run's run() is not this branch's",
-    # knob: per-call settings
-    "train/plan.py:weight_sync_args:profiles.knob": "train/plan.py is restructured on another branch",
-    "train/plan.py:ray_dashboard_port:profiles.knob": "as above",
-    "train/plan.py:cluster_layout:profiles.knob": "as above",
-    "stack/local.py:up_node:profiles.knob": "local.up_node's body is restructured on another branch",
-    "stack/engines.py:start_emulator:profiles.knob": "the benches' emulators: no profile, no site handed down yet",
-    "bench/matrix.py:served_model:profiles.knob": "the router matrix runs without a stack; no site handed down yet",
-    "bench/matrix.py:engines_for:profiles.knob": "as above",
 }
 
 

@@ -141,10 +141,10 @@ def test_node_gpus_not_a_number_is_usage(monkeypatch, capsys):
     code = exit_code(["train", "--task", "humaneval", "--profile", "engine-direct", "--runtime", "docker", "--dry-run"])
     err = capsys.readouterr().err
     assert code == ExitCode.USAGE and "NODE_GPUS" in err, err
-    from polarstack.stack import compose
+    from polarstack.stack import cluster, compose
 
     with pytest.raises(StackError) as exc:
-        compose.render_values(profiles.load("engine-direct", node_gpus=4))
+        compose.render_values(profiles.load("engine-direct", node_gpus=4), cluster.load(), cpu=False)
     assert exc.value.code == ExitCode.USAGE and "NODE_GPUS" in exc.value.message
 
 

@@ -22,7 +22,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -52,8 +52,7 @@ from polarstack.routers.catalog import PACKAGES, RouterRelease, version_tuple
 from polarstack.routers.harness import install, is_installed
 from polarstack.routers.harness import start as start_router
 from polarstack.stack import real_sglang
-from polarstack.stack.engines import start_emulator
-from polarstack.stack.profiles import knob
+from polarstack.stack.engines import stack_parser, start_emulator
 
 ENGINES = ("emulator", "sglang")
 
@@ -101,9 +100,10 @@ def default_releases() -> list[RouterRelease]:
     return sorted(releases, key=lambda r: (PACKAGES.index(r.package), version_tuple(r.version)))
 
 
-def served_model() -> str:
-    """The model name the matrix's requests carry and its engines serve: the stack's SERVED_MODEL_NAME."""
-    return knob(None, "SERVED_MODEL_NAME") or DEFAULT_MODEL
+def served_model(settings: Mapping[str, str]) -> str:
+    """The model name the matrix's requests carry and its engines serve: the stack's SERVED_MODEL_NAME in `settings`
+    (the caller's stack settings: the site's, profiles.stack_settings)."""
+    return settings.get("SERVED_MODEL_NAME") or DEFAULT_MODEL
 
 
 @dataclass
@@ -116,6 +116,7 @@ class Engines:
     spare_url: str
     log_path: str
     timeout: float  # seconds per request: the real engine on a shared 2-core CPU needs more than the emulator
+    model: str  # the model they serve, which the matrix's requests carry (served_model)
 
     def received(self, http: httpx.Client, path: str) -> list[dict[str, Any]]:
         return http.get(f"{self.url}{self.log_path}", params={"path": path}).json()["requests"]
@@ -190,12 +191,17 @@ def check_real_engine(url: str) -> None:
 
 @contextlib.contextmanager
 def engines_for(
-    engine: str, progress: Callable[[str], None] = print, engine_url: str | None = None
+    engine: str,
+    progress: Callable[[str], None] = print,
+    engine_url: str | None = None,
+    *,
+    settings: Mapping[str, str],
 ) -> Iterator[Engines]:
     """Start the matrix's engines, and stop them by pid afterwards whichever way the sweep ends. The emulator: two
     emulators. sglang: one real server (about 4 GB) with two relays in front of it, so the spare worker is a second
     address of the same engine and everything the router sends goes through a relay. `engine_url`: a real server
-    already running (serving the stack's SERVED_MODEL_NAME) to put the relays in front of instead of starting one."""
+    already running (serving the stack's SERVED_MODEL_NAME) to put the relays in front of instead of starting one.
+    `settings`: the stack's settings (the site's): the model the engines serve and their tool-call parser."""
     if engine not in ENGINES:
         raise StackError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}.", ExitCode.USAGE)
     if engine_url and engine != "sglang":
@@ -207,18 +213,20 @@ def engines_for(
         if engine == "emulator":
             urls = []
             for seed in (0, 1):
-                process, port = start_emulator(seed=seed, model=served_model())
+                process, port = start_emulator(
+                    seed=seed, model=served_model(settings), tool_call_parser=stack_parser(settings)
+                )
                 stops.append(lambda p=process: stop_pid(p.pid, p))
                 urls.append(f"http://127.0.0.1:{port}")
-            yield Engines(engine, urls[0], urls[1], ENGINE_LOG, timeout=10.0)
+            yield Engines(engine, urls[0], urls[1], ENGINE_LOG, timeout=10.0, model=served_model(settings))
             return
         if engine_url:
             upstream = engine_url.rstrip("/")
             check_real_engine(upstream)
         else:
             server = real_sglang.start(
-                served_model_name=served_model(),
-                tool_call_parser=knob(None, "ENGINE_TOOL_CALL_PARSER") or None,  # as the engines run (compose.yaml)
+                served_model_name=served_model(settings),
+                tool_call_parser=stack_parser(settings),  # as the engines run (compose.yaml)
                 progress=progress,
             )
             stops.append(server.stop)
@@ -229,7 +237,9 @@ def engines_for(
             process, url = start_tap(upstream)
             stops.append(lambda p=process: stop_pid(p.pid, p))
             relays.append(url)
-        yield Engines(engine, relays[0], relays[1], tap.LOG, timeout=real_sglang.SMOKE_TIMEOUT)
+        yield Engines(
+            engine, relays[0], relays[1], tap.LOG, timeout=real_sglang.SMOKE_TIMEOUT, model=served_model(settings)
+        )
     finally:
         for stop in reversed(stops):
             stop()
@@ -317,7 +327,7 @@ def measure(release: RouterRelease, engines: Engines, latency_requests: int = 20
     step = "setup"
     try:
         step = "chat with Polar's flags"
-        model = served_model()
+        model = engines.model
         body = dict(ISSUE_52_BODY, model=model)
         engines.forget(http)
         reply = _retrying_post(http, f"{router.url}/v1/chat/completions", body)
@@ -422,9 +432,12 @@ def run_matrix(
     engine: str = "emulator",
     progress: Callable[[str], None] = print,
     engine_url: str | None = None,
+    *,
+    settings: Mapping[str, str],
 ) -> list[dict[str, Any]]:
+    """Every release measured behind the matrix's engines (`settings`: the stack's, the site's: engines_for)."""
     rows = []
-    with engines_for(engine, progress, engine_url) as engines:
+    with engines_for(engine, progress, engine_url, settings=settings) as engines:
         for release in releases:
             row = measure(release, engines, latency_requests)
             rows.append(row)

@@ -18,6 +18,7 @@ import asyncio
 import json
 import shlex
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -32,7 +33,7 @@ from polarstack.processes import stop_pid
 from polarstack.routers.catalog import RouterRelease
 from polarstack.routers.harness import start as start_router
 from polarstack.stack import profiles
-from polarstack.stack.engines import start_emulator
+from polarstack.stack.engines import stack_parser, start_emulator
 
 PREFILL_US_PER_TOKEN = 50.0  # ~20k prefill tokens/s per engine; a modelling choice, not a GPU measurement
 DECODE_US_PER_TOKEN = 500.0
@@ -128,11 +129,15 @@ def run(
     decode_us: float = DECODE_US_PER_TOKEN,
     extra_modes: dict[str, list[list[str]]] | None = None,
     progress: Callable[[str], None] = print,
+    settings: Mapping[str, str],
 ) -> dict[str, Any]:
+    """Every routing mode of the profiles with a router under `load`, on two emulated engines that run the stack's
+    tool-call parser (`settings`: the stack's settings, the site's)."""
     chosen = [profiles.load(n) for n in (names or profiles.PROFILE_ORDER)]
     chosen = [p for p in chosen if p.router is not None]
     engine_args = ["--prefill-us-per-token", str(prefill_us), "--decode-us-per-token", str(decode_us)]
-    started = [start_emulator(seed=i, engine_args=engine_args) for i in range(2)]
+    parser = stack_parser(settings)
+    started = [start_emulator(seed=i, engine_args=engine_args, tool_call_parser=parser) for i in range(2)]
     engines = [f"http://127.0.0.1:{port}" for _, port in started]
     model = httpx.get(f"{engines[0]}/v1/models", timeout=10).json()["data"][0]["id"]
     out: dict[str, Any] = {

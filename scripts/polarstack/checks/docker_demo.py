@@ -30,7 +30,7 @@ from polarstack.checks.smoke_inputs import SmokeOptions
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import shielded
 from polarstack.stack import bases, compose, device, docker_state, dockerd, profiles, real_sglang
-from polarstack.stack.resolved import read_now
+from polarstack.stack.resolved import Resolved, read_now
 from polarstack.stack.runtime import DockerRuntime
 
 DEMO_PROJECT = "polarstack-demo"
@@ -60,8 +60,8 @@ def check_engine() -> None:
         raise StackError(NO_ENGINE, ExitCode.ENVIRONMENT)
 
 
-def _compose(profile, args: list[str], progress: Callable[[str], None]) -> None:
-    proc = compose.run_compose(profile, args, capture=True)
+def _compose(profile, args: list[str], progress: Callable[[str], None], where: Resolved) -> None:
+    proc = compose.run_compose(profile, args, where=where, capture=True)
     if proc.returncode != 0:
         tail = [line for line in (proc.stderr or proc.stdout or "").splitlines() if line.strip()][-3:]
         raise StackError(
@@ -91,8 +91,10 @@ SHARED_SERVICES = ["engine-0", "engine-1", "trainer"]
 
 
 def run_profile(
-    profile, progress: Callable[[str], None], flush: bool, owner: dict[str, Any] | None = None
+    profile, progress: Callable[[str], None], flush: bool, where: Resolved, owner: dict[str, Any] | None = None
 ) -> dict[str, Any]:
+    """One profile's row: its router and trainer swapped in on the shared engines, its smoke in the trainer. `where`:
+    the demo's DEVICE=cpu project (run_demo)."""
     release = profile.router
     row: dict[str, Any] = {
         "profile": profile.name,
@@ -107,16 +109,15 @@ def run_profile(
             flush_caches(profile)
         # The previous profile's router goes first (a new router container: no registration carries over); then
         # only the shared services run, which the guard lets this demo, and nobody else, swap profiles on.
-        _compose(profile, ["rm", "--stop", "--force", "router"], progress)
-        docker_state.guard_other_profile("up", profile, demo=owner)
-        _compose(
-            profile, ["up", "--detach", "--wait", "--no-deps", *(["router"] if release else []), "trainer"], progress
-        )
+        _compose(profile, ["rm", "--stop", "--force", "router"], progress, where)
+        docker_state.guard_other_profile("up", profile, where, demo=owner)
+        services = ["up", "--detach", "--wait", "--no-deps", *(["router"] if release else []), "trainer"]
+        _compose(profile, services, progress, where)
         record = device.tool_record(release)
-        docker_state.write(profile, extra=record, demo=owner)
+        docker_state.write(profile, extra=record, cpu=where.cpu, demo=owner)
         row["up_seconds"] = round(time.perf_counter() - started, 3)
-        # the demo's own DEVICE=cpu project (_environment), read as the trainer's smoke is run
-        report = docker_smoke.run_in_trainer(SMOKE_OPTIONS, profile, DockerRuntime(read_now()), record=record)
+        # the demo's own DEVICE=cpu project (_environment), as the trainer's smoke is run there
+        report = docker_smoke.run_in_trainer(SMOKE_OPTIONS, profile, DockerRuntime(where), record=record)
         row.update(
             verdict="pass" if report["verdict"] == "pass" else report["code"],
             trainable_tokens=report.get("trainable_tokens", 0),
@@ -130,16 +131,19 @@ def run_profile(
     return row
 
 
-def teardown(profile) -> None:
+def teardown(profile, where: Resolved) -> None:
     with shielded():
-        compose.run_compose(profile, ["down", "--remove-orphans"], capture=True)
-        docker_state.clear()
+        compose.run_compose(profile, ["down", "--remove-orphans"], where=where, capture=True)
+        docker_state.clear(cpu=where.cpu)
 
 
 def run_demo(names: list[str] | None = None, progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Every profile through Docker; the rows and the closing note's figures (times, disk, memory)."""
     check_engine()
     _environment()
+    # The demo's own DEVICE=cpu project, set by _environment (a stack of its own, whatever the site's device): the
+    # device and the cluster read now (stack.resolved.read_now), for every step below.
+    where = read_now()
     started = time.perf_counter()
     order = names or list(profiles.PROFILE_ORDER)
     two_engines = next(n for n in profiles.PROFILE_ORDER if profiles.load(n).engine_count == 2)
@@ -147,10 +151,10 @@ def run_demo(names: list[str] | None = None, progress: Callable[[str], None] = p
     cold = not all(bases.exists(ref) for ref in (bases.python_base(), ":".join(bases.engine_base())))
     progress("demo: the CPU bases, the tiny model and the images (cached after the first run)")
     device.prepare(progress)
-    _compose(base, ["build"], progress)  # every image once (Compose's cache makes a warm build quick) ...
+    _compose(base, ["build"], progress, where)  # every image once (Compose's cache makes a warm build quick) ...
     for name in order:  # ... and each other profile's router release
         if name != two_engines and profiles.load(name).router is not None:
-            _compose(profiles.load(name), ["build", "router"], progress)
+            _compose(profiles.load(name), ["build", "router"], progress, where)
     build_seconds = time.perf_counter() - started
     sampler = MemorySampler()
     rows: list[dict[str, Any]] = []
@@ -159,22 +163,23 @@ def run_demo(names: list[str] | None = None, progress: Callable[[str], None] = p
         # as `make up`, healthchecks included.
         owner = docker_state.demo_owner(SHARED_SERVICES)
         # A user's stack of this device (or another demo's) is up: refused, whichever profile it is.
-        if docker_state.guard_other_profile("up", base, demo=owner) is not None and docker_state.service_states(base):
+        recorded = docker_state.guard_other_profile("up", base, where, demo=owner)
+        if recorded is not None and docker_state.service_states(base, where):
             raise StackError(
-                f"profile {base.name} is up under Docker ({device.project()}); `make down` it first, then `make demo "
-                "RUNTIME=docker`.",
+                f"profile {base.name} is up under Docker ({device.project(where.cpu)}); `make down` it first, then "
+                "`make demo RUNTIME=docker`.",
                 ExitCode.STATE,
             )
         progress("demo: engines up (once for every profile)")
         # With their dependency: model-download checks the bound model and makes its mount point in the volume.
-        _compose(base, ["up", "--detach", "--wait", "engine-0", "engine-1"], progress)
+        _compose(base, ["up", "--detach", "--wait", "engine-0", "engine-1"], progress, where)
         progress(f"demo: engines healthy after {time.perf_counter() - started - build_seconds:.0f} s")
         for index, name in enumerate(order):
             progress(f"demo: {name}")
-            rows.append(run_profile(profiles.load(name), progress, flush=index > 0, owner=owner))
+            rows.append(run_profile(profiles.load(name), progress, flush=index > 0, where=where, owner=owner))
     finally:
         sampler.stop()
-        teardown(base)
+        teardown(base, where)
     return {
         "rows": rows,
         "cold": cold,

@@ -104,9 +104,13 @@ class Probe:
             return None
         return proc.stdout.strip() or None if proc.returncode == 0 else None
 
-    def model_fingerprint(self, profile: Any, model_path: str) -> str | None:
+    def model_fingerprint(self, profile: Any, model_path: str, where: compose.Where) -> str | None:
+        """`where`: the node's device and cluster (its trainer's Compose project)."""
         proc = compose.run_compose(
-            profile, ["exec", "-T", "trainer", "python3", "-c", MODEL_FINGERPRINT_SCRIPT, model_path], capture=True
+            profile,
+            ["exec", "-T", "trainer", "python3", "-c", MODEL_FINGERPRINT_SCRIPT, model_path],
+            where=where,
+            capture=True,
         )
         return proc.stdout.strip().splitlines()[-1] if proc.returncode == 0 and proc.stdout.strip() else None
 
@@ -196,9 +200,9 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def build_report(
-    cluster: Cluster, profile: Any, values: dict[str, str], session: dict[str, Any], probe: Probe
+    cluster: Cluster, profile: Any, values: dict[str, str], session: dict[str, Any], probe: Probe, *, cpu: bool
 ) -> dict[str, Any]:
-    """This node's report (no secret in it: the token file's path is not even named)."""
+    """This node's report (no secret in it: the token file's path is not even named). `cpu`: the node's device."""
     table = pins()
     images = images_of(values)
     mine = next(n for n in layout(profile, cluster) if n.rank == cluster.rank)
@@ -213,22 +217,25 @@ def build_report(
         "pins_sha256": pins_sha256(),
         "pins": {k: table.get(k, "") for k in PIN_KEYS},
         "images": {name: probe.image_id(ref) for name, ref in images.items()},
-        "model": probe.model_fingerprint(profile, values.get("MODEL_PATH", "")),
+        "model": probe.model_fingerprint(profile, values.get("MODEL_PATH", ""), compose.Place(cpu, cluster)),
         "gpus": probe.gpus(),
         "host_memory_kib": probe.host_memory_kib(),
         "engine_urls": list(mine.engine_urls),
     }
 
 
-def write_report(cluster: Cluster, profile: Any, values: dict[str, str], probe: Probe | None = None) -> Path:
+def write_report(
+    cluster: Cluster, profile: Any, values: dict[str, str], probe: Probe | None = None, *, cpu: bool
+) -> Path:
     """`make up` on every node at NODES>1, once its stack is up (or found already up): its report, in the session the
     head's `make up` opened before it started anything (polarstack.train.cluster_up.open_session), so a node that comes up
-    before the head finishes files its report under the head's current session."""
+    before the head finishes files its report under the head's current session. `cpu`: the node's device (the
+    caller's site), whose trainer the report reads the model in."""
     probe = probe or Probe()
     session = read_session(cluster)
     path = report_path(cluster, cluster.rank)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_json(path, build_report(cluster, profile, values, session, probe))
+    _write_json(path, build_report(cluster, profile, values, session, probe, cpu=cpu))
     return path
 
 

@@ -237,11 +237,12 @@ class _ProbeOutput:
     forced: list[str] = field(default_factory=list)  # the trainer's APPTAINERENV_* / SINGULARITYENV_*
 
 
-def check_in_trainer(profile) -> None:
+def check_in_trainer(profile, where: compose.Where) -> None:
     """Before `make train` launches, inside the running trainer: apptainer, the SIF and the agent CLI are there,
     Polar's direct-exec mode is selected, the sandbox starts the way Polar starts it, and the task's verifier run in
-    it as the evaluator runs it passes the canonical HumanEval/0 and fails a wrong one."""
-    proc = _run_probe(profile)
+    it as the evaluator runs it passes the canonical HumanEval/0 and fails a wrong one. `where`: the trainer's device
+    and cluster (the caller's site)."""
+    proc = _run_probe(profile, where)
     found = _parse_probe(proc.stdout)
     if found.missing:
         raise StackError(
@@ -269,7 +270,7 @@ def check_in_trainer(profile) -> None:
     _report_pass(proc.stderr, found)
 
 
-def _run_probe(profile) -> subprocess.CompletedProcess:
+def _run_probe(profile, where: compose.Where) -> subprocess.CompletedProcess:
     """The probe script run in the trainer on the two sessions write_probe lays out in the run dir (removed after);
     STATE when the trainer cannot be reached."""
     probe = f"sandbox-probe-{uuid.uuid4().hex[:8]}"
@@ -279,6 +280,7 @@ def _run_probe(profile) -> subprocess.CompletedProcess:
         proc = compose.run_compose(
             profile,
             ["exec", "-T", "trainer", "sh", "-c", _probe_script(f"{paths.TRAINER_RUN_DIR}/{probe}")],
+            where=where,
             capture=True,
         )
     finally:

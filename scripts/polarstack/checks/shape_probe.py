@@ -26,7 +26,6 @@ from polarstack import paths
 from polarstack.checks import sandbox_probe
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins
-from polarstack.stack import cluster as cluster_mod
 from polarstack.stack import compose, host_check, ray_auth, verifier_knobs
 
 # apptainer's shape (APPTAINER_RELEASE) for root without CAP_SYS_ADMIN: a user namespace mapping uid 0 only, and a mount namespace.
@@ -128,9 +127,10 @@ def judge(where: str, stdout: str, env: dict[str, str]) -> str:
     )
 
 
-def check_docker(profile, *, running: bool = False) -> None:
+def check_docker(profile, where: compose.Where, *, running: bool = False) -> None:
     """In the trainer image with compose.yaml's security options: `compose run --rm --no-deps trainer` before the
-    stack is up (make up, make preflight), `compose exec trainer` in the running one (make train)."""
+    stack is up (make up, make preflight), `compose exec trainer` in the running one (make train). `where`: the
+    caller's device and cluster (the site)."""
     env = verifier_knobs.verifier_env()
     probe = f"shape-probe-{uuid.uuid4().hex[:8]}"
     host_dir = paths.run_dir() / "train" / probe  # mounted at TRAINER_RUN_DIR in the trainer
@@ -140,9 +140,9 @@ def check_docker(profile, *, running: bool = False) -> None:
         if running:
             args = ["exec", "-T", "trainer", "sh", "-c", script]
         else:  # the trainer's mounts include the Ray token file, which must exist (make up writes it anyway)
-            ray_auth.prepare(compose.token_file(), head=cluster_mod.load().head)
+            ray_auth.prepare(compose.token_file(), head=where.cluster.head)
             args = ["run", "--rm", "--no-deps", "-T", "trainer", "sh", "-c", script]
-        proc = compose.run_compose(profile, args, capture=True)
+        proc = compose.run_compose(profile, args, where=where, capture=True)
     finally:
         shutil.rmtree(host_dir, ignore_errors=True)
     if proc.returncode != 0:

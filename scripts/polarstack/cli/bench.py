@@ -96,15 +96,12 @@ def write_and_show(args: argparse.Namespace, data, write, render) -> int:
     return 0
 
 
-def _cmd_bench_routing(args: argparse.Namespace) -> int:
+def _candidates(items: list[str]) -> dict[str, list[list[str]]]:
+    """--candidate PROFILE=FLAGS, each as PROFILE -> its lists of router flags (USAGE for anything else)."""
     import shlex
 
-    if args.agent_turns < 2:
-        raise StackError(
-            "--agent-turns must be at least 2 (affinity compares a turn with the previous one).", ExitCode.USAGE
-        )
     extra: dict[str, list[list[str]]] = {}
-    for item in args.candidate:
+    for item in items:
         name, sep, flags = item.partition("=")
         if not sep or not flags.strip():
             raise StackError(
@@ -113,6 +110,15 @@ def _cmd_bench_routing(args: argparse.Namespace) -> int:
                 ExitCode.USAGE,
             )
         extra.setdefault(name, []).append(shlex.split(flags))
+    return extra
+
+
+def _cmd_bench_routing(args: argparse.Namespace) -> int:
+    if args.agent_turns < 2:
+        raise StackError(
+            "--agent-turns must be at least 2 (affinity compares a turn with the previous one).", ExitCode.USAGE
+        )
+    extra = _candidates(args.candidate)
     _require_plotting()
     load = workload.AgentWorkload(sessions=args.agent_sessions, turns=args.agent_turns)
     data = routing_bench.run(
@@ -124,6 +130,7 @@ def _cmd_bench_routing(args: argparse.Namespace) -> int:
         decode_us=routing_bench.DECODE_US_PER_TOKEN if args.decode_us_per_token is None else args.decode_us_per_token,
         extra_modes=extra,
         progress=lambda m: print(m, file=sys.stderr),
+        settings=args.site.settings,  # the stack's tool-call parser for the emulated engines, as the site read it
     )
     return write_and_show(args, data, routing_bench.write_outputs, render_routing_bench)
 

@@ -29,7 +29,7 @@ def _add_cluster(sub) -> None:
 def _cmd_cluster(args: argparse.Namespace) -> int:
     found, profile = args.site.cluster, args.site.profile
     if args.action == "report":
-        path = cluster_up.write_report(profile, found)
+        path = cluster_up.write_report(profile, args.site)
         print(f"node {found.rank} ({found.addr}): report written to {path}", file=sys.stderr)
         return 0
     if args.json:

@@ -11,6 +11,7 @@ import sys
 
 from polarstack.checks import shape_probe
 from polarstack.cli import cluster as cli_cluster
+from polarstack.cli import site as cli_site
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import bases, compose, dockerd
 from polarstack.stack.runtime import UpChecks, UpRequest
@@ -46,7 +47,7 @@ def _cmd_compose(args: argparse.Namespace) -> int:
     elif verb == "clean":
         return docker.clean(profile, confirm=lambda: _confirm_clean(args.yes))
     elif verb == "up":
-        docker.up(profile, UpRequest(services=tuple(args.service)), up_checks())
+        docker.up(profile, UpRequest(services=tuple(args.service)), up_checks(args.site))
     elif verb == "down":
         docker.down(profile, args.service)
     elif verb == "ps":
@@ -70,10 +71,12 @@ def _confirm_clean(yes: bool) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def up_checks() -> UpChecks:
-    """The checks of the docker runtime's `make up` from the layers above stack/ (DockerRuntime.up runs them)."""
+def up_checks(site: cli_site.Site) -> UpChecks:
+    """The checks of the docker runtime's `make up` from the layers above stack/ (DockerRuntime.up runs them), on the
+    site's device and cluster."""
     return UpChecks(
-        verifier=shape_probe.check_docker,  # the reward in the namespace shape of Polar's sessions, in the trainer
+        # the reward in the namespace shape of Polar's sessions, in the trainer
+        verifier=lambda profile: shape_probe.check_docker(profile, site),
         memory=lambda profile, count: memory.check_up(profile, nodes=count).lines(),
         nodes=cluster_up.NodeSteps(show=cli_cluster.render_cluster_check),
     )
@@ -92,7 +95,7 @@ def _cmd_bases(args: argparse.Namespace) -> int:
             "`make bases DEVICE=cpu`.",
             ExitCode.USAGE,
         )
-    compose.check_node("bases", None, need_gpus=False)
+    compose.check_node("bases", None, need_gpus=False, where=args.site)
     for ref in bases.make_all(rebuild=args.rebuild):
         print(ref)
     return 0

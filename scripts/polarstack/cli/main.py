@@ -338,7 +338,7 @@ def _add_verify_offline(sub) -> None:
 
 def _cmd_verify_offline(args: argparse.Namespace) -> int:
     checks, elapsed = verify_offline.run(
-        args.skip_downloads, progress=lambda m: print(f"verify-offline: {m}", file=sys.stderr)
+        args.skip_downloads, progress=lambda m: print(f"verify-offline: {m}", file=sys.stderr), where=args.site
     )
     failed = [c for c in checks if not c.ok]
     if args.json:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from polarstack.checks import rehearsal_report, shape_probe
 from polarstack.cli import cluster as cli_cluster
+from polarstack.cli import site as cli_site
 from polarstack.cli.render import print_json, render_preflight_plan, render_rehearsal_report
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import compose
@@ -38,11 +39,11 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
         result = _read_report(args.report)
     else:
         request = preflight.PreflightRequest(profile=args.profile, sets=tuple(args.set))
-        profile, plan = preflight.checked_plan(request)
+        profile, plan = preflight.checked_plan(request, args.site)
         if args.dry_run:
             _show_plan(plan, args.json)
             return 0
-        result = _rehearse(profile, plan)
+        result = _rehearse(profile, plan, args.site)
     _show(result, args.json)
     rehearsal_report.raise_on_failure(result)
     return 0
@@ -56,15 +57,16 @@ def _read_report(path: str) -> dict:
         raise StackError(f"cannot read the report {path} ({exc}).", ExitCode.USAGE) from None
 
 
-def _rehearse(profile, plan: preflight.PreflightPlan) -> dict:
-    """The rehearsal on this node: the node's checks, then polarstack.train.rehearsal_run; its report."""
-    compose.check_node("preflight", profile, need_gpus=True)
-    rehearsal_run.refuse_if_up()  # STATE first: the rehearsal brings the stack up itself
-    shape_probe.check_docker(profile)  # the reward in Polar's namespace shape, before the rehearsal brings anything up
+def _rehearse(profile, plan: preflight.PreflightPlan, site: cli_site.Site) -> dict:
+    """The rehearsal on this node (the site's device and cluster): the node's checks, then
+    polarstack.train.rehearsal_run; its report."""
+    compose.check_node("preflight", profile, need_gpus=True, where=site)
+    rehearsal_run.refuse_if_up(site)  # STATE first: the rehearsal brings the stack up itself
+    shape_probe.check_docker(profile, site)  # the reward in Polar's namespace shape, before anything comes up
     if plan.cluster.multi:  # the interface, Ray's token and SHARED_DIR on this node before the head comes up
         cli_cluster.before_up(plan.cluster)
     print("\n".join(plan.phases[0][1].memory.lines()), file=sys.stderr)  # computed (polarstack.train.memory)
-    return rehearsal_run.run(profile, plan)
+    return rehearsal_run.run(profile, plan, site)
 
 
 def _show_plan(plan: preflight.PreflightPlan, as_json: bool) -> None:

@@ -82,7 +82,6 @@ def _cmd_routers_matrix(args: argparse.Namespace) -> int:
         args.latency_requests = 20 if args.engine == "sglang" else 200
     if args.latency_requests < 1:
         raise StackError("--latency-requests must be at least 1.", ExitCode.USAGE)
-
     sigterm_as_interrupt()  # the matrix's engines and relays are stopped by engines_for's `finally`
     releases = [RouterRelease.parse(s) for s in args.releases] if args.releases else matrix.default_releases()
     words = args.command_words  # the command line as typed (cli._main sets it)
@@ -103,6 +102,7 @@ def _cmd_routers_matrix(args: argparse.Namespace) -> int:
             engine=args.engine,
             progress=progress.console.print,
             engine_url=args.engine_url,
+            settings=args.site.settings,  # the stack's SERVED_MODEL_NAME and tool-call parser, as the site read them
         )
     matrix.write_outputs(rows, args.json_file, args.markdown, command, args.engine)
     render_matrix(rows)

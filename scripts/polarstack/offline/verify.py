@@ -84,19 +84,19 @@ from polarstack.processes import child_env, file_lock
 from polarstack.reward.sandbox import AGENT_CLI_DIR, AGENT_CLI_MOUNT, SANDBOX_DIR, SIF_NAME
 from polarstack.reward.tasks import TASKS
 from polarstack.stack import assets, compose, exposure, host_check, ports, profiles
+from polarstack.stack.cluster import Cluster
 from polarstack.train import batch_layout, gate, preflight, ray_job
 from polarstack.train.memory import DEFAULT_GPU_MEMORY_GB, Capacity
 from polarstack.train.plan import LaunchPlan, build_plan
 
 
-def _compose_model(profile: profiles.Profile, tmp: Path) -> dict[str, Any]:
+def _compose_model(profile: profiles.Profile, tmp: Path, where: compose.Where) -> dict[str, Any]:
     import json
 
     binary = compose.bundled_compose()
     command = [str(binary)] if binary else compose.compose_command()
-    proc = subprocess.run(
-        [*command, *compose.compose_args(profile, tmp), "config", "--format", "json"], capture_output=True, text=True
-    )
+    args = compose.compose_args(profile, tmp, cluster=where.cluster, cpu=where.cpu)
+    proc = subprocess.run([*command, *args, "config", "--format", "json"], capture_output=True, text=True)
     if proc.returncode != 0:
         raise StackError(
             f"Compose rejected profile {profile.name}: {proc.stderr.strip().splitlines()[-1:]}", ExitCode.USAGE
@@ -111,9 +111,10 @@ def _after(tokens: list[str], marker: list[str]) -> list[str] | None:
     return None
 
 
-def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
+def check_profile(profile: profiles.Profile, tmp: Path, where: compose.Where) -> list[Check]:
+    """Every check of one profile's rendering (`where`: the device and cluster it is rendered for, the site's)."""
     checks: list[Check] = []
-    model = _compose_model(profile, tmp)
+    model = _compose_model(profile, tmp, where)
     sglang = flags.sglang_table()
     for name, svc in sorted(model["services"].items()):
         checks += _service_checks(profile, name, svc, sglang)
@@ -122,7 +123,7 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
     slime, slime_program = flags.slime_table()
     plans = {}
     for task in TASKS:
-        plan = build_plan(task, profile, run_id="verify", config=load_defaults())
+        plan = build_plan(task, profile, run_id="verify", config=load_defaults(), cluster=where.cluster)
         plans[f"make train TASK={task}"] = plan
         checks += _train_plan_checks(profile, task, plan, model, slime, slime_program)
 
@@ -136,7 +137,7 @@ def check_profile(profile: profiles.Profile, tmp: Path) -> list[Check]:
         )
     )
     checks += ray_auth_facts.check_profile(profile, model, tmp, plans)  # the Ray token, by the mounted file
-    checks += meaning.check_profile(profile, model)
+    checks += meaning.check_profile(profile, model, where.cluster)
     return checks
 
 
@@ -255,15 +256,16 @@ def _train_plan_checks(
     return checks
 
 
-def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
-    """Weights source, sandbox image, agent CLI and their mounts are all in the rendered plan (docs/gpu-node.md)."""
+def check_assets(profile: profiles.Profile, tmp: Path, where: compose.Where) -> Check:
+    """Weights source, sandbox image, agent CLI and their mounts are all in the rendered plan (docs/gpu-node.md), as
+    rendered for `where` (the site's device and cluster)."""
     label = f"profile {profile.name}: weights source, agent sandbox, agent CLI and Polar's apptainer mode in the plan"
     binary = compose.bundled_compose()
     command = [str(binary)] if binary else compose.compose_command()
     proc = subprocess.run(
         [
             *command,
-            *compose.compose_args(profile, tmp),
+            *compose.compose_args(profile, tmp, cluster=where.cluster, cpu=where.cpu),
             "--profile",
             assets.SANDBOX_PROFILE,
             "config",
@@ -286,7 +288,7 @@ def check_assets(profile: profiles.Profile, tmp: Path) -> Check:
     services = json.loads(proc.stdout)["services"]
     trainer = services.get("trainer", {})
     problems = _service_asset_problems(services, trainer)
-    problems += _plan_asset_problems(profile, trainer)
+    problems += _plan_asset_problems(profile, trainer, where.cluster)
     return Check(
         label,
         not problems,
@@ -334,11 +336,12 @@ def _service_asset_problems(services: dict[str, Any], trainer: dict[str, Any]) -
     return problems
 
 
-def _plan_asset_problems(profile: profiles.Profile, trainer: dict[str, Any]) -> list[str]:
-    """The rendered HumanEval plan: the task template's sandbox image and agent CLI mount, Polar's apptainer mode
-    wherever Polar runs, no secret of the trainer's in a session, and the verifier's knobs in its test_command."""
+def _plan_asset_problems(profile: profiles.Profile, trainer: dict[str, Any], cluster: Cluster) -> list[str]:
+    """The rendered HumanEval plan (on `cluster`): the task template's sandbox image and agent CLI mount, Polar's
+    apptainer mode wherever Polar runs, no secret of the trainer's in a session, and the verifier's knobs in its
+    test_command."""
     problems = []
-    plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
+    plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults(), cluster=cluster)
     config = load_yaml(plan.files["polar_config.yaml"])
     runtime = config["polar_task_template"]["runtime"]
     if runtime.get("backend") != "apptainer" or not runtime.get("image", "").endswith(SIF_NAME):
@@ -378,27 +381,29 @@ def _plan_asset_problems(profile: profiles.Profile, trainer: dict[str, Any]) -> 
     return problems
 
 
-def check_sequence_budget(profile: profiles.Profile) -> Check:
-    """harness prompt (measured) + task prompt + response <= seq_length <= max_tokens_per_gpu x CP <= model context."""
+def check_sequence_budget(profile: profiles.Profile, cluster: Cluster) -> Check:
+    """harness prompt (measured) + task prompt + response <= seq_length <= max_tokens_per_gpu x CP <= model context,
+    for the plan on `cluster` (the site's)."""
 
     config = load_defaults()
     label = f"profile {profile.name}: sequence budget of one agent trace"
     try:
-        plan = build_plan("humaneval", profile, run_id="verify", config=config)
+        plan = build_plan("humaneval", profile, run_id="verify", config=config, cluster=cluster)
     except StackError as exc:  # build_plan refuses a broken budget itself
         return Check(label, False, "", [exc.message])
     problems = budget.check(plan.train_args, config)
     return Check(label, not problems, budget.summary(plan.train_args, config), problems)
 
 
-def check_request_budget(profile: profiles.Profile) -> Check:
+def check_request_budget(profile: profiles.Profile, cluster: Cluster) -> Check:
     """Every agent request fits the engine context (issue 18 point 2): the pinned sglang's total-token check as
     recorded in polarstack.engine.emulator.tokenizer_manager, the CLI's output cap (harness-prompt.json) in the agent's env,
-    and harness + margin + task prompt + response + per-request max_tokens <= the engine context."""
+    and harness + margin + task prompt + response + per-request max_tokens <= the engine context (the plan on
+    `cluster`, the site's)."""
     config = load_defaults()
     label = f"profile {profile.name}: every agent request fits the engine context (sglang's total-token check)"
     try:
-        plan = build_plan("humaneval", profile, run_id="verify", config=config)
+        plan = build_plan("humaneval", profile, run_id="verify", config=config, cluster=cluster)
     except StackError as exc:
         return Check(label, False, "", [exc.message])
     problems = context_check.upstream_problems(tool_parser.wheel_text(context_check.TOKENIZER_MANAGER))
@@ -410,13 +415,15 @@ def check_request_budget(profile: profiles.Profile) -> Check:
     return Check(label, not problems, detail, problems)
 
 
-def check_harness_preset() -> Check:
+def check_harness_preset(cluster: Cluster) -> Check:
     """The task template's agent spec agrees with Polar's preset on the CLI version (issue 18 point 3,
     configs/upstream/polar-harness-presets.json), and the sandbox probe refuses a CLI of another version; the task
-    template caps each session at the turns the budget allows, through the preset's max_turns (issue 26 point 4)."""
+    template caps each session at the turns the budget allows, through the preset's max_turns (issue 26 point 4). The
+    plans are rendered on `cluster` (the site's)."""
     problems = []
     for task in TASKS:
-        plan = build_plan(task, profiles.load("engine-direct"), run_id="verify", config=load_defaults())
+        engine_direct = profiles.load("engine-direct")
+        plan = build_plan(task, engine_direct, run_id="verify", config=load_defaults(), cluster=cluster)
         agent = load_yaml(plan.files["polar_config.yaml"])["polar_task_template"]["agent"]
         problems += [f"make train TASK={task}: {p}" for p in harness_preset.problems(agent)]
         cap = budget.turn_cap(load_defaults())  # issue 26 point 4: the per-session turn cap from the budget
@@ -436,8 +443,9 @@ def check_harness_preset() -> Check:
     )
 
 
-def check_batch_layout(profile: profiles.Profile, facts: dict[str, Any] | None = None) -> Check:
-    """The rendered launch's batch layout against the rules recorded from Megatron and slime (batch-rules.json)."""
+def check_batch_layout(profile: profiles.Profile, facts: dict[str, Any] | None = None, *, cluster: Cluster) -> Check:
+    """The rendered launch's batch layout (on `cluster`, the site's) against the rules recorded from Megatron and slime
+    (batch-rules.json)."""
     facts = facts or batch_layout.record()
     label = f"profile {profile.name}: batch layout (Megatron micro-batches, slime steps per rollout)"
     problems = []
@@ -446,7 +454,7 @@ def check_batch_layout(profile: profiles.Profile, facts: dict[str, Any] | None =
             f"{batch_layout.RECORD} was recorded at another slime commit; rerun scripts/tools/record_batch_rules.py"
         )
     try:
-        plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults())
+        plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults(), cluster=cluster)
     except StackError as exc:  # build_plan refuses a broken layout itself
         return Check(label, False, "", problems + [exc.message])
     layout = batch_layout.from_train_args(plan.train_args, facts)
@@ -664,21 +672,23 @@ def check_pins(skip_downloads: bool = False) -> list[Check]:
     return checks
 
 
-def _host_memory_check() -> Check:
-
+def _host_memory_check(cluster: Cluster) -> Check:
+    """The host estimate of engine-direct's plan on `cluster` (the site's) against MemAvailable."""
     profile = profiles.load("engine-direct")
     capacity = Capacity(DEFAULT_GPU_MEMORY_GB, None, "GPU_MEMORY_GB default")
-    plan = build_plan("humaneval", profile, run_id="verify", config=load_defaults(), capacity=capacity)
+    config = load_defaults()
+    plan = build_plan("humaneval", profile, run_id="verify", config=config, capacity=capacity, cluster=cluster)
     return host_memory.check(plan.commands[0], plan.memory, profiles.stack_knobs())
 
 
-def check_preflight(profile: profiles.Profile) -> Check:
+def check_preflight(profile: profiles.Profile, cluster: Cluster) -> Check:
     """The rehearsal's plan (`make preflight`), checked like the main plan: both jobs' train_async.py, ray start and
     ray job submit against the recorded option tables, loopback-only, the trace budget, the batch rules, slime's
-    model script for the small model (and for the 7B of configs/train/defaults.yaml), save and resume."""
+    model script for the small model (and for the 7B of configs/train/defaults.yaml), save and resume. `cluster`: the
+    site's."""
     label = f"profile {profile.name}, make preflight: both jobs' launches, model args, batch rules, save and resume"
     try:
-        plan = preflight.build(profile, run_id="verify")
+        plan = preflight.build(profile, run_id="verify", cluster=cluster)
     except StackError as exc:
         return Check(label, False, "", [exc.message])
     problems = preflight.checks(plan)
@@ -757,7 +767,10 @@ def check_polar_facts() -> Check:
     )
 
 
-def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m: None) -> tuple[list[Check], float]:
+def run(
+    skip_downloads: bool = False, progress: Callable[[str], None] = lambda m: None, *, where: compose.Where
+) -> tuple[list[Check], float]:
+    """Every check (`where`: the device and cluster the profiles are rendered for, the CLI's site)."""
     import tempfile
 
     started = time.perf_counter()
@@ -766,7 +779,7 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     checks += check_pins(skip_downloads)
     checks.append(check_polar_facts())
     checks.append(eval_dir.check())  # the grading sandbox's files out of the agent's reach (polarstack.polar.eval_dir)
-    checks.append(check_harness_preset())
+    checks.append(check_harness_preset(where.cluster))
     checks.append(image_facts.check())  # the trainer image's Polar and router, checked when it is built
     real_problems = real_sglang_facts.problems()  # issue 21: the real engine on the CPU
     checks.append(
@@ -795,8 +808,12 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     checks.append(
         Check(f"Polar's harness tool request ({RECORD}) mirrored by the smoke", not tool_problems, "", tool_problems)
     )
-    checks.append(memory_facts.check())  # issue 26: memory per GPU and host from the recorded upstream lines
-    checks.append(_host_memory_check())  # issue 32 point 8: MemAvailable, Ray's object store set and counted
+    checks.append(
+        memory_facts.check(where.cluster)
+    )  # issue 26: memory per GPU and host from the recorded upstream lines
+    checks.append(
+        _host_memory_check(where.cluster)
+    )  # issue 32 point 8: MemAvailable, Ray's object store set and counted
     key_problems, key_detail = rehearsal_keys.check()
     checks.append(
         Check(
@@ -815,26 +832,28 @@ def run(skip_downloads: bool = False, progress: Callable[[str], None] = lambda m
     checks.append(Check(f"the task prompt budget ({prompt_budget.RECORD})", not prompt_facts, "", prompt_facts))
     ifname_facts = socket_ifname.problems()  # issue 34 point 3: what NCCL and Gloo pick without the two variables
     checks.append(Check(f"NCCL and Gloo interfaces ({socket_ifname.RECORD})", not ifname_facts, "", ifname_facts))
-    checks.append(apptainer_userns.check())  # issue 32: the sessions' user namespace, where the verifier isolates
+    checks.append(
+        apptainer_userns.check(where.cluster)
+    )  # issue 32: the sessions' user namespace, where the verifier isolates
     checks.append(compose_features.check())  # the node's Compose must be this new (polarstack.stack.compose_version)
     with tempfile.TemporaryDirectory(prefix="polarstack-verify-") as tmp:
-        checks.append(ray_auth_facts.check_cpu(Path(tmp) / "cpu"))
+        checks.append(ray_auth_facts.check_cpu(Path(tmp) / "cpu", where.cluster))
         for name in profiles.available():
             progress(f"profile {name}")
             try:
-                checks += check_profile(profiles.load(name), Path(tmp) / name)
-                checks.append(check_sequence_budget(profiles.load(name)))
-                checks.append(check_batch_layout(profiles.load(name)))
-                checks.append(check_request_budget(profiles.load(name)))
-                checks.append(check_assets(profiles.load(name), Path(tmp) / f"{name}-assets"))
+                checks += check_profile(profiles.load(name), Path(tmp) / name, where)
+                checks.append(check_sequence_budget(profiles.load(name), where.cluster))
+                checks.append(check_batch_layout(profiles.load(name), cluster=where.cluster))
+                checks.append(check_request_budget(profiles.load(name), where.cluster))
+                checks.append(check_assets(profiles.load(name), Path(tmp) / f"{name}-assets", where))
                 if profiles.load(name).expect == "pass":  # the rehearsal runs on the working profiles only
-                    checks.append(check_preflight(profiles.load(name)))
+                    checks.append(check_preflight(profiles.load(name), where.cluster))
                 if profiles.load(name).router is not None:
                     checks.append(check_routing_measurement(profiles.load(name)))
             except StackError as exc:  # a profile that cannot even be rendered is a failed check, not a crash
                 checks.append(Check(f"profile {name}", False, "", [exc.message]))
     progress("2 nodes")
-    checks += multinode.check()  # issue 28: a 2-node plan of every working router profile, against the facts
+    checks += multinode.check(where.cpu)  # issue 28: a 2-node plan of every working router profile, against the facts
     return checks, time.perf_counter() - started
 
 

@@ -215,11 +215,11 @@ def _check_context(host: Path) -> None:
         )
 
 
-def check_before_up(profile, *, cpu: bool | None = None) -> None:
+def check_before_up(profile, *, cpu: bool) -> None:
     """Refuse `make up` (ExitCode.ASSETS_MISSING) when weights or the agent sandbox are absent. `cpu`: DEVICE=cpu (the
-    site's device; None: the environment's, for the rehearsal)."""
+    site's device, handed down by the docker runtime and the rehearsal)."""
     host_check.check_before_up()  # the host's user-namespace sysctls first: ENVIRONMENT, before any long step
-    if device.is_cpu() if cpu is None else cpu:
+    if cpu:
         check_before_up_cpu()
         return
     values = knobs()

@@ -23,8 +23,9 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -40,16 +41,30 @@ from polarstack.stack.profiles import Profile, docker_engine_urls, parse_node_gp
 LOCAL_ALTERNATIVE = "on a machine without it use RUNTIME=local (emulated engines on 127.0.0.1) or `make demo`"
 
 
-def _cluster(given: Cluster | None) -> Cluster:
-    """The cluster the caller resolved (the site's), else configs/cluster.env and the environment (callers below the
-    CLI that have none to hand: the rehearsal, the node checks, the offline checks)."""
-    return given if given is not None else cluster_mod.load()
+class Where(Protocol):
+    """Where Compose runs, as the caller resolved it: the device (DEVICE=cpu: the CPU stack's own project and
+    override) and the cluster (one node unless NODES>1). The CLI's site is one (polarstack.stack.resolved.Resolved);
+    `Place` holds given values."""
+
+    @property
+    def cpu(self) -> bool: ...
+
+    @property
+    def cluster(self) -> Cluster: ...
 
 
-def render_values(profile: Profile, cluster: Cluster | None = None) -> dict[str, str]:
+@dataclass(frozen=True)
+class Place:
+    """A `Where` of given values: a device and a cluster the caller chose (the offline checks' nodes, tests)."""
+
+    cpu: bool
+    cluster: Cluster
+
+
+def render_values(profile: Profile, cluster: Cluster, *, cpu: bool) -> dict[str, str]:
     """Every variable compose.yaml needs for `profile`, as strings. At NODES>1 the engine list, the router's workers
-    and Polar's base URL name every node's engines and the head by their cluster addresses (one node: 127.0.0.1)."""
-    cluster = _cluster(cluster)
+    and Polar's base URL name every node's engines and the head by their cluster addresses (one node: 127.0.0.1).
+    `cluster` and `cpu` (DEVICE=cpu: compose.cpu.yaml's values too): as the caller resolved them."""
     engines = engine_services(profile.name)
     if len(engines) != profile.engine_count:
         raise StackError(
@@ -108,7 +123,7 @@ def render_values(profile: Profile, cluster: Cluster | None = None) -> dict[str,
                 "ROUTER_EXTRA_ARGS": "",
             }
         )
-    if device.is_cpu():
+    if cpu:
         values.update(cpu_values(values))
     return values
 
@@ -178,12 +193,12 @@ def _quote(value: str) -> str:
     return value
 
 
-def render(profile: Profile, directory: Path | None = None, cluster: Cluster | None = None) -> tuple[Path, Path]:
-    """Write .run/compose/<profile>.env and .gpus.yaml (and .cluster.yaml at NODES>1); return the first two."""
-    directory = directory or (run_dir() / ("compose-cpu" if device.is_cpu() else "compose"))
+def render(profile: Profile, directory: Path | None = None, *, cluster: Cluster, cpu: bool) -> tuple[Path, Path]:
+    """Write .run/compose/<profile>.env and .gpus.yaml (and .cluster.yaml at NODES>1); return the first two.
+    DEVICE=cpu (`cpu`) renders into .run/compose-cpu/."""
+    directory = directory or (run_dir() / ("compose-cpu" if cpu else "compose"))
     directory.mkdir(parents=True, exist_ok=True)
-    cluster = _cluster(cluster)
-    values = render_values(profile, cluster)
+    values = render_values(profile, cluster, cpu=cpu)
     env_path = directory / f"{profile.name}.env"
     lines = [
         f"# Rendered by `polarstack compose env --profile {profile.name}` from configs/stack.env, "
@@ -211,12 +226,12 @@ def cluster_file(profile: Profile, directory: Path) -> Path:
     return directory / f"{profile.name}.cluster.yaml"
 
 
-def compose_args(profile: Profile, directory: Path | None = None, cluster: Cluster | None = None) -> list[str]:
-    cluster = _cluster(cluster)
-    env_path, gpus_path = render(profile, directory, cluster)
+def compose_args(profile: Profile, directory: Path | None = None, *, cluster: Cluster, cpu: bool) -> list[str]:
+    """Compose's arguments for `profile` (its files rendered first) on the caller's device and cluster."""
+    env_path, gpus_path = render(profile, directory, cluster=cluster, cpu=cpu)
     files = ["-f", str(compose_file()), "-f", str(gpus_path)]
-    if device.is_cpu():  # no GPU reservations; the CPU override; the CPU stack's own project (polarstack.stack.device)
-        files = ["-p", device.project(), "-f", str(compose_file()), "-f", str(cpu_compose_file())]
+    if cpu:  # no GPU reservations; the CPU override; the CPU stack's own project (polarstack.stack.device)
+        files = ["-p", device.project(cpu), "-f", str(compose_file()), "-f", str(cpu_compose_file())]
     model = assets.model_override(profile, gpus_path.parent)  # MODEL_DIR: weights bind-mounted read-only
     if model is not None:
         files += ["-f", str(model)]
@@ -429,9 +444,10 @@ def compose_command() -> list[str]:
     )
 
 
-def check_node(verb: str, profile: Profile | None, *, need_gpus: bool, multi: bool | None = None) -> None:
+def check_node(verb: str, profile: Profile | None, *, need_gpus: bool, where: Where) -> None:
     """Refuse with one sentence when Docker, its engine, Compose v2 (or one new enough for the stack's Compose files:
-    compose_version), the NVIDIA runtime or GPUs are missing. `multi`: NODES>1 (the site's cluster; None: read it)."""
+    compose_version), the NVIDIA runtime or GPUs are missing. `where`: the caller's cluster (NODES>1 needs a newer
+    Compose), asked for once Docker answers."""
     what = f"make {verb}"
     if shutil.which("docker") is None:
         raise StackError(f"{what} needs Docker, which is not installed; {LOCAL_ALTERNATIVE}.", ExitCode.ENVIRONMENT)
@@ -443,7 +459,7 @@ def check_node(verb: str, profile: Profile | None, *, need_gpus: bool, multi: bo
             f"or {LOCAL_ALTERNATIVE}.",
             ExitCode.ENVIRONMENT,
         )
-    multi = _cluster(None).multi if multi is None else multi
+    multi = where.cluster.multi  # NODES>1 needs a newer Compose (asked for before Compose is looked up, as ever)
     compose_version.check(compose_command(), multi=multi, what=what, alternative=LOCAL_ALTERNATIVE)
     if not need_gpus:
         return
@@ -474,13 +490,13 @@ def check_node(verb: str, profile: Profile | None, *, need_gpus: bool, multi: bo
 
 
 def run_compose(
-    profile: Profile, args: list[str], *, capture: bool = False, cluster: Cluster | None = None
+    profile: Profile, args: list[str], *, where: Where, capture: bool = False
 ) -> subprocess.CompletedProcess:
-    """`docker compose` with `profile`'s files and rendered env; `cluster`: the site's (None: read it)."""
-    cluster = _cluster(cluster)
+    """`docker compose` with `profile`'s files and rendered env, on the device and cluster `where` names (the site)."""
+    cluster = where.cluster
     if args[:1] == ["up"]:  # every `up` (make up, make preflight, the docker demo) mounts the token file: have it first
         ray_auth.prepare(token_file(), head=cluster.head)
-    cmd = [*compose_command(), *compose_args(profile, cluster=cluster), *args]
+    cmd = [*compose_command(), *compose_args(profile, cluster=cluster, cpu=where.cpu), *args]
     if capture:
         return subprocess.run(cmd, capture_output=True, text=True)
     return subprocess.run(cmd)
@@ -503,8 +519,8 @@ def refuse_model_dir_for_other_path(host: Path) -> None:
         )
 
 
-def run_oneshot(verb: str, profile) -> int:
-    check_node(verb, profile, need_gpus=False)
+def run_oneshot(verb: str, profile, where: Where) -> int:
+    check_node(verb, profile, need_gpus=False, where=where)
     if verb == "model":
         host = assets.model_dir()
         if host is not None:
@@ -523,7 +539,7 @@ def run_oneshot(verb: str, profile) -> int:
         args = ["run", "--rm", "--build", "model-download"]
     else:  # --build: a changed pin (NODE_IMAGE_TAG, APPTAINER_RELEASE) rebuilds even under the same image tag
         args = ["--profile", assets.SANDBOX_PROFILE, "run", "--rm", "--build", "sandbox-build"]
-    proc = run_compose(profile, args)
+    proc = run_compose(profile, args, where=where)
     if proc.returncode != 0:
         raise StackError(
             f"make {verb} failed (exit {proc.returncode}); see the output above (it is resumable: "

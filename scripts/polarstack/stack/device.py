@@ -46,6 +46,8 @@ SKIPPED_ON_CPU = {
 
 
 def current() -> str:
+    """POLARSTACK_DEVICE: gpu (unset) or cpu, USAGE otherwise. Read by the site (polarstack.cli.site) and by
+    read_now() (polarstack.stack.resolved); everything below them is handed the device (`cpu`) by its caller."""
     value = (os.environ.get(DEVICE_ENV) or "gpu").strip().lower()
     if value not in DEVICES:
         raise StackError(
@@ -54,31 +56,24 @@ def current() -> str:
     return value
 
 
-def is_cpu() -> bool:
-    return current() == "cpu"
+def make_words(cpu: bool) -> str:
+    """What advice adds to a `make` command so that it names the stack of the caller's device (`cpu`: DEVICE=cpu, as
+    the site resolved it): ` DEVICE=cpu` on the CPU stack."""
+    return " DEVICE=cpu" if cpu else ""
 
 
-def make_words() -> str:
-    """What advice adds to a `make` command so that it names this device's stack: ` DEVICE=cpu` on the CPU stack."""
-    return " DEVICE=cpu" if is_cpu() else ""
-
-
-def project() -> str:
-    """The Compose project name of the docker runtime on this device."""
-    return _cpu_project() if is_cpu() else "polarstack"
+def project(cpu: bool) -> str:
+    """The Compose project name of the docker runtime on the caller's device (`cpu`: DEVICE=cpu)."""
+    return _cpu_project() if cpu else "polarstack"
 
 
 def _cpu_project() -> str:
     return os.environ.get("POLARSTACK_CPU_PROJECT") or CPU_PROJECT
 
 
-def state_file() -> str:
-    """The run-state file's name: one per Compose project on DEVICE=cpu (the demo and the test tier have their own)."""
-    return state_file_for(current())
-
-
 def state_file_for(name: str) -> str:
-    """The run-state file's name of the docker runtime on device `name` (gpu or cpu)."""
+    """The run-state file's name of the docker runtime on device `name` (gpu or cpu): one per Compose project on
+    DEVICE=cpu (the demo and the test tier have their own)."""
     if name != "cpu":
         return "docker-state.json"
     return CPU_STATE_FILE if _cpu_project() == CPU_PROJECT else f"docker-state.{_cpu_project()}.json"

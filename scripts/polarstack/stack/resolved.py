@@ -15,10 +15,13 @@ from typing import Any, Protocol
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack import device, docker_state, local
 from polarstack.stack.cluster import Cluster
+from polarstack.stack.compose import Where
 from polarstack.stack.local import LocalState
 
 
-class Resolved(Protocol):
+class Resolved(Where, Protocol):
+    """Where a command runs: also a polarstack.stack.compose.Where, so it is handed to Compose as it is."""
+
     @property
     def cpu(self) -> bool:
         """DEVICE=cpu: the docker runtime's CPU stack (polarstack.stack.device)."""
@@ -54,10 +57,12 @@ class ReadOnce:
     def local_state(self) -> LocalState | None:
         return local.read_state()
 
+    cpu: bool  # the device: the site's field, read_now()'s read
+
     @functools.cached_property
     def docker_record(self) -> dict[str, Any] | None:
-        """The docker runtime's record of `make up` on this device (polarstack.stack.docker_state)."""
-        return docker_state.read()
+        """The docker runtime's record of `make up` on this device (`cpu`; polarstack.stack.docker_state)."""
+        return docker_state.read(cpu=self.cpu)
 
 
 class _ReadNow(ReadOnce):
@@ -65,7 +70,7 @@ class _ReadNow(ReadOnce):
 
     @functools.cached_property
     def cpu(self) -> bool:
-        return device.is_cpu()
+        return device.current() == "cpu"
 
 
 def read_now() -> Resolved:

@@ -38,7 +38,7 @@ class NodeSteps(Protocol):
 
     def open_session(self, profile: Profile, found: Cluster) -> None: ...
 
-    def after_up(self, profile: Profile, found: Cluster) -> None: ...
+    def after_up(self, profile: Profile, where: compose.Where) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -162,22 +162,25 @@ class DockerRuntime:
         return self.site.cluster
 
     def check_node(self, verb: str, profile: Profile | None, *, gpus: bool = False) -> None:
-        """Docker, its engine and Compose (and the NVIDIA runtime and GPUs when `gpus`, never on DEVICE=cpu)."""
-        compose.check_node(verb, profile, need_gpus=gpus and not self.cpu, multi=self.cluster.multi)
+        """Docker, its engine and Compose (and the NVIDIA runtime and GPUs when `gpus`, never on DEVICE=cpu); the
+        site's cluster is asked for first."""
+        where = compose.Place(self.cpu, self.cluster)
+        compose.check_node(verb, profile, need_gpus=gpus and not self.cpu, where=where)
 
     def compose(self, profile: Profile, args: Sequence[str], *, capture: bool = False) -> subprocess.CompletedProcess:
-        return compose.run_compose(profile, list(args), capture=capture, cluster=self.cluster)
+        return compose.run_compose(profile, list(args), where=self.site, capture=capture)
 
     def up(self, profile: Profile, request: UpRequest, checks: UpChecks) -> Path | None:
         """`make up`: every check in its order (each refusal one sentence), then `compose up --wait`, then the record.
         None when the profile was up already (nothing started or recreated)."""
         self.check_node("up", profile, gpus=True)
         # STATE: an earlier `make up` never finished and left containers (its record as the site read it)
-        stack_faults.refuse_unfinished_up(profile, self.site.docker_record)
-        record = docker_state.guard_other_profile("up", profile)  # profiles share service names: never X while Y runs
-        if stack_faults.already_up(profile, record):  # `make up` twice: nothing started or recreated
+        stack_faults.refuse_unfinished_up(profile, self.site.docker_record, self.site)
+        # profiles share service names: never X while Y runs
+        record = docker_state.guard_other_profile("up", profile, self.site)
+        if stack_faults.already_up(profile, record, self.site):  # `make up` twice: nothing started or recreated
             if self.cluster.multi and checks.nodes:  # but this node's report is written again, into the head's session
-                checks.nodes.after_up(profile, self.cluster)
+                checks.nodes.after_up(profile, self.site)
             return None
         stack_faults.refuse_taken_ports(profile)  # STATE: a port of the stack is taken (host networking)
         if self.cpu:  # the CPU bases and the tiny model (cached)
@@ -189,19 +192,19 @@ class DockerRuntime:
             checks.nodes.open_session(profile, self.cluster)
         self._compose_up(profile, request.services)
         extra = device.tool_record(profile.router) if self.cpu else None  # real engines: a scripted tool answer
-        path = docker_state.write(profile, extra=extra)
+        path = docker_state.write(profile, extra=extra, cpu=self.cpu)
         checks.say(f"{profile.name} is up (state in {path}); `make smoke` and `make train` use it.")
         port = profile.setting("RAY_DASHBOARD_PORT", "8265")
         checks.say("\n".join(ray_auth.login_lines(compose.token_file(), port)))  # the file, never the token
         if self.cluster.multi and checks.nodes:  # this node's report; the cluster check once every node is up
-            checks.nodes.after_up(profile, self.cluster)
+            checks.nodes.after_up(profile, self.site)
         return path
 
     def _before_start(self, profile: Profile, checks: UpChecks) -> None:
         """Weights, sandbox image, agent CLI and images, the memory, the verifier: before any engine starts."""
         assets.check_before_up(profile, cpu=self.cpu)
         # ASSETS_MISSING naming `make build` (DEVICE=cpu: builds them)
-        stack_faults.images_before_up(profile, cpu=self.cpu)
+        stack_faults.images_before_up(profile, self.site)
         if self.cpu:  # the tiny model on the CPU: the estimate is the GPU node's, not this stack's
             checks.say(
                 "memory: not estimated for DEVICE=cpu (the tiny model on the CPU; the node's estimate: make train "
@@ -213,29 +216,31 @@ class DockerRuntime:
 
     def _compose_up(self, profile: Profile, services: Sequence[str]) -> None:
         sigterm_as_interrupt()  # a SIGTERM takes down what this `up` started, like Ctrl-C
-        docker_state.write_unfinished(profile)  # until `write`: the next `make up` refuses, `make down` finds it
+        # until `write`: the next `make up` refuses, `make down` finds it
+        docker_state.write_unfinished(profile, cpu=self.cpu)
         try:
             proc = self.compose(profile, ["up", "--detach", "--wait", *services])
         except KeyboardInterrupt:  # Ctrl-C half-way: nothing of this profile is left running or recorded
-            stack_faults.take_down_after_interrupt(profile)
+            stack_faults.take_down_after_interrupt(profile, self.site)
             raise
         if proc.returncode in (130, -2):  # Compose got the Ctrl-C (this process may have SIGINT ignored): the same
-            stack_faults.take_down_after_interrupt(profile)
+            stack_faults.take_down_after_interrupt(profile, self.site)
             raise KeyboardInterrupt
         if proc.returncode != 0:
-            raise stack_faults.why_up_failed(profile, proc.returncode)
+            raise stack_faults.why_up_failed(profile, proc.returncode, self.site)
 
     def down(self, profile: Profile | None = None, services: Sequence[str] = ()) -> list[tuple[str, list[int]]]:
         """`make down`: the profile's containers, refused while another profile runs; its record forgotten. []
         when nothing of it was up (said on stderr)."""
         assert profile is not None, "the docker runtime stops one profile"
         self.check_node("down", profile)
-        record = docker_state.guard_other_profile("down", profile)  # profiles share service names: never Y for X
-        if record is None and not docker_state.service_states(profile):
-            _say(f"nothing of profile {profile.name} is up under Docker ({device.project()}); nothing to stop.")
+        # profiles share service names: never Y for X
+        record = docker_state.guard_other_profile("down", profile, self.site)
+        if record is None and not docker_state.service_states(profile, self.site):
+            _say(f"nothing of profile {profile.name} is up under Docker ({device.project(self.cpu)}); nothing to stop.")
             return []
         self._compose_or_fail("down", profile, ["down", *services])
-        docker_state.forget(profile.name)
+        docker_state.forget(profile.name, cpu=self.cpu)
         return [(profile.name, [])]
 
     def clean(self, profile: Profile, confirm: Callable[[], bool]) -> int:
@@ -244,15 +249,15 @@ class DockerRuntime:
         if not confirm():
             print("nothing deleted.")
             return 0
-        docker_state.guard_other_profile("clean", profile)  # another profile running: refused, record kept
+        docker_state.guard_other_profile("clean", profile, self.site)  # another profile running: refused, record kept
         code = self.compose(profile, ["down", "--volumes"]).returncode
         if code == 0:
-            docker_state.clear()
+            docker_state.clear(cpu=self.cpu)
         return code
 
     def render(self, profile: Profile) -> tuple[Path, Path]:
         """`polarstack compose env`: .run/compose/<profile>.env and .gpus.yaml (DEVICE=cpu: .run/compose-cpu/)."""
-        return compose.render(profile, cluster=self.cluster)
+        return compose.render(profile, cluster=self.cluster, cpu=self.cpu)
 
     def config(self, profile: Profile) -> str:
         """`polarstack compose config`: the Compose model of the profile, as Compose resolves it."""
@@ -283,7 +288,7 @@ class DockerRuntime:
                 "`make up` skips the sandbox check by name.",
                 ExitCode.USAGE,
             )
-        return compose.run_oneshot(verb, profile)
+        return compose.run_oneshot(verb, profile, self.site)
 
     def _compose_or_fail(self, verb: str, profile: Profile, args: list[str]) -> int:
         proc = self.compose(profile, args)

@@ -25,29 +25,30 @@ from polarstack.processes import port_taken, shielded
 from polarstack.stack import compose, device, docker_state, ports, profiles
 
 
-def already_up(profile, record) -> bool:
+def already_up(profile, record, where: compose.Where) -> bool:
     """`make up` twice: True (and one sentence) when this profile's record is there and all its services run;
-    then nothing is started or recreated. A record whose stack stopped is started again."""
-    if record is None or record.get("profile") != profile.name or docker_state.not_running(profile):
+    then nothing is started or recreated. A record whose stack stopped is started again. `where`: the site's device
+    and cluster, as for every function here."""
+    if record is None or record.get("profile") != profile.name or docker_state.not_running(profile, where):
         return False
     print(
-        f"polarstack: profile {profile.name} is already up under Docker ({device.project()}); nothing started or "
-        f"recreated (`make down{device.make_words()}` first to start it afresh).",
+        f"polarstack: profile {profile.name} is already up under Docker ({device.project(where.cpu)}); nothing "
+        f"started or recreated (`make down{device.make_words(where.cpu)}` first to start it afresh).",
         file=sys.stderr,
     )
     return True
 
 
-def refuse_unfinished_up(profile, state: dict | None) -> None:
+def refuse_unfinished_up(profile, state: dict | None, where: compose.Where) -> None:
     """Before `make up`: STATE when the record (`state`, as the caller's site read it) is of a `make up` that never
     finished and its containers are still there (any state: `compose ps --all` lists every container of the project,
     orphans included); a record none of whose containers is left (Compose failed before creating any) is forgotten."""
     if state is None or not docker_state.unfinished(state):
         return
-    up = state["profile"]
-    left = docker_state.service_states(profiles.load(up))
+    up, cpu = state["profile"], where.cpu
+    left = docker_state.service_states(profiles.load(up), where)
     if not left:
-        docker_state.clear()
+        docker_state.clear(cpu=cpu)
         print(
             f"polarstack: forgot the record of an unfinished `make up PROFILE={up}`: none of its containers is left.",
             file=sys.stderr,
@@ -55,9 +56,9 @@ def refuse_unfinished_up(profile, state: dict | None) -> None:
         return
     listed = ", ".join(f"{name} ({left[name]})" for name in sorted(left))
     raise StackError(
-        f"an earlier `make up PROFILE={up}` did not finish and left {listed} under Docker ({device.project()}); "
-        f"run `make down{device.make_words()}` (it stops profile {up}) first, then `make up PROFILE={profile.name}"
-        f"{device.make_words()}`.",
+        f"an earlier `make up PROFILE={up}` did not finish and left {listed} under Docker ({device.project(cpu)}); "
+        f"run `make down{device.make_words(cpu)}` (it stops profile {up}) first, then `make up PROFILE={profile.name}"
+        f"{device.make_words(cpu)}`.",
         ExitCode.STATE,
     )
 
@@ -92,18 +93,19 @@ def refuse_taken_ports(profile) -> None:
             )
 
 
-def take_down_after_interrupt(profile) -> None:
+def take_down_after_interrupt(profile, where: compose.Where) -> None:
     """Ctrl-C during `make up`: remove this profile's containers (shielded from a second Ctrl-C), forget its record."""
     with shielded():
-        compose.run_compose(profile, ["down", "--remove-orphans"], capture=True)
-        docker_state.forget(profile.name)
+        compose.run_compose(profile, ["down", "--remove-orphans"], where=where, capture=True)
+        docker_state.forget(profile.name, cpu=where.cpu)
     print(f"polarstack: interrupted: took down what `make up` had started for profile {profile.name}.", file=sys.stderr)
 
 
-def why_up_failed(profile, returncode: int) -> StackError:
+def why_up_failed(profile, returncode: int, where: compose.Where) -> StackError:
     """The sentence for a failed `compose up --wait`: which service never became healthy or exited."""
+    dev = device.make_words(where.cpu)  # the advice names the CPU stack's DEVICE=cpu
     try:
-        states = docker_state.service_states(profile)
+        states = docker_state.service_states(profile, where)
     except StackError:
         states = {}
     unhealthy = sorted(name for name, state in states.items() if state == "unhealthy")
@@ -117,14 +119,14 @@ def why_up_failed(profile, returncode: int) -> StackError:
         interval = profile.setting("HEALTHCHECK_INTERVAL") or "15s"  # compose.yaml's x-healthcheck-timing default
         return StackError(
             f"{', '.join(unhealthy)} of profile {profile.name} never passed its healthcheck ({start}, then 3 failed "
-            f"checks {interval.removesuffix('s')} s apart); see `make logs SERVICE={name}{device.make_words()}`, then "
-            f"`make down{device.make_words()}`.",
+            f"checks {interval.removesuffix('s')} s apart); see `make logs SERVICE={name}{dev}`, then "
+            f"`make down{dev}`.",
             ExitCode.ENVIRONMENT,
         )
     if exited:
         return StackError(
             f"{', '.join(exited)} of profile {profile.name} exited during `make up`; see `make logs "
-            f"SERVICE={exited[0]}{device.make_words()}`, then `make down{device.make_words()}`.",
+            f"SERVICE={exited[0]}{dev}`, then `make down{dev}`.",
             ExitCode.ENVIRONMENT,
         )
     return StackError(
@@ -133,10 +135,10 @@ def why_up_failed(profile, returncode: int) -> StackError:
     )
 
 
-def profile_images(profile) -> dict[str, str]:
+def profile_images(profile, where: compose.Where) -> dict[str, str]:
     """Service -> the image Compose uses for it in `profile`: `compose config --format json` of the files `make up`
     passes (every service the profile enables, DEVICE=cpu's and NODES>1's overrides included)."""
-    proc = compose.run_compose(profile, ["config", "--format", "json"], capture=True)
+    proc = compose.run_compose(profile, ["config", "--format", "json"], where=where, capture=True)
     if proc.returncode != 0:
         raise StackError(f"Compose rejected profile {profile.name}: {compose.first_line(proc)}", ExitCode.USAGE)
     try:
@@ -158,17 +160,17 @@ def _image_exists(image: str) -> bool:
     return proc.returncode == 0
 
 
-def images_before_up(profile, *, cpu: bool, say=lambda line: print(line, file=sys.stderr)) -> None:
+def images_before_up(profile, where: compose.Where, *, say=lambda line: print(line, file=sys.stderr)) -> None:
     """Before the shape probe and `compose up`: every image of the profile must be there. On the node, ASSETS_MISSING
     naming the missing ones and `make build`; on DEVICE=cpu (whose `make up` builds, README) a line naming them, then
-    `compose build` of those services with its progress. `cpu`: DEVICE=cpu (the caller's site)."""
-    missing = {service: image for service, image in profile_images(profile).items() if not _image_exists(image)}
+    `compose build` of those services with its progress. `where`: the caller's site (its device: DEVICE=cpu)."""
+    missing = {service: image for service, image in profile_images(profile, where).items() if not _image_exists(image)}
     if not missing:
         return
     listed = ", ".join(f"{image} ({service})" for service, image in missing.items())
-    if cpu:
+    if where.cpu:
         say(f"polarstack: make up DEVICE=cpu builds {listed} first (from the CPU bases; later runs reuse them).")
-        proc = compose.run_compose(profile, ["build", *missing])
+        proc = compose.run_compose(profile, ["build", *missing], where=where)
         if proc.returncode != 0:
             raise StackError(
                 f"docker compose build failed for {', '.join(missing)} of profile {profile.name} (exit "

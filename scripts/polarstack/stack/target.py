@@ -109,7 +109,7 @@ def resolve_target(
         # with nothing up plans the default profile.
         record = None
         if not plan_only or site.docker_record is not None:
-            record = docker_state.DockerRecord.of(docker_state.usable(profile, recorded=site.docker_record))
+            record = docker_state.DockerRecord.of(docker_state.usable(profile, site, recorded=site.docker_record))
         name = profile or (record.profile if record else docker_state.DEFAULT_PROFILE)
     loaded = profiles.load(name)
     # NODES>1: the router on the head's address and every node's engines by theirs (polarstack.stack.cluster).

@@ -43,11 +43,13 @@ def run_check(profile: profiles.Profile, found: Cluster) -> nodes.ClusterReport:
     )
 
 
-def write_report(profile: profiles.Profile, found: Cluster) -> Path:
-    """This node's report into SHARED_DIR/nodes/ (`polarstack cluster report`); USAGE on one node."""
+def write_report(profile: profiles.Profile, where: compose.Where) -> Path:
+    """This node's report into SHARED_DIR/nodes/ (`polarstack cluster report`); USAGE on one node. `where`: the site's
+    cluster and device."""
+    found = where.cluster
     if not found.multi:
         raise StackError("NODES=1: a single node writes no node report (configs/cluster.env).", ExitCode.USAGE)
-    return nodes.write_report(found, profile, compose.render_values(profile, found))
+    return nodes.write_report(found, profile, compose.render_values(profile, found, cpu=where.cpu), cpu=where.cpu)
 
 
 def before_up(found: Cluster) -> None:
@@ -91,10 +93,11 @@ def open_session(profile: profiles.Profile, found: Cluster) -> None:
         )
 
 
-def after_up(profile: profiles.Profile, found: Cluster, show: Callable[[nodes.ClusterReport], None]) -> None:
+def after_up(profile: profiles.Profile, where: compose.Where, show: Callable[[nodes.ClusterReport], None]) -> None:
     """After this node's `make up`: its report; once every node's report of the head's session is in, the check,
-    handed to `show` (the CLI renders it)."""
-    path = nodes.write_report(found, profile, compose.render_values(profile, found))
+    handed to `show` (the CLI renders it). `where`: the docker runtime's cluster and device (the site's)."""
+    found, cpu = where.cluster, where.cpu
+    path = nodes.write_report(found, profile, compose.render_values(profile, found, cpu=cpu), cpu=cpu)
     print(f"node {found.rank} ({found.addr}): report in {path}", file=sys.stderr)
     waiting = nodes.pending(found)
     if waiting:
@@ -120,5 +123,5 @@ class NodeSteps:
     def open_session(self, profile: profiles.Profile, found: Cluster) -> None:
         open_session(profile, found)
 
-    def after_up(self, profile: profiles.Profile, found: Cluster) -> None:
-        after_up(profile, found, self.show)
+    def after_up(self, profile: profiles.Profile, where: compose.Where) -> None:
+        after_up(profile, where, self.show)

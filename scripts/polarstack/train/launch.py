@@ -83,11 +83,14 @@ def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> 
         show_plan(plan, target.runtime)
         return 0
     if target.runtime == "docker":
-        compose.check_node("train", profile, need_gpus=True)
+        compose.check_node("train", profile, need_gpus=True, where=site)
         # NODES>1: every node's report, pins, Ray membership, ports, clock, GPUs and memory (polarstack.checks.nodes)
         cluster_plan.require_nodes(profile, plan.cluster, plan.memory, ray_dashboard_port(profile, plan.config))
         # A passing `make preflight` of these pins, this profile and this plan (polarstack.train.rehearsal_record).
-        print(rehearsal_record.require(profile, override=request.without_rehearsal), file=sys.stderr)
+        print(
+            rehearsal_record.require(profile, cluster=plan.cluster, override=request.without_rehearsal),
+            file=sys.stderr,
+        )
     host_gate(request, target, plan, profile)
     if target.local:
         raise StackError(
@@ -97,7 +100,7 @@ def run(request: TrainRequest, show_plan: Callable[[LaunchPlan, str], None]) -> 
         )
     # What a restart from the last checkpoint runs: the same plan resumed (the plan itself under RESUME=1).
     return launch_in_trainer(
-        request, plan, profile, resume_variant(plan), int(plan.config["supervise"]["max_restarts"])
+        request, plan, profile, site, resume_variant(plan), int(plan.config["supervise"]["max_restarts"])
     )
 
 
@@ -145,26 +148,22 @@ def host_gate(request: TrainRequest, target, plan, profile) -> None:
     print(f"gate passed: {report.message}", file=sys.stderr)
 
 
-def release_router_workers(profile, cluster: Cluster | None = None) -> list[str]:
+def release_router_workers(profile, cluster: Cluster) -> list[str]:
     """Where slime registers the engines with the router (ROUTER_REGISTRATION=register), the router must list none
     of them when a job starts (routers.worker_api.release_all); elsewhere nothing to do. The router is on the head's
-    address at NODES>1 (127.0.0.1 on one node). `cluster`: the plan's (read when not given, as by the rehearsal's
-    node)."""
+    address at NODES>1 (127.0.0.1 on one node). `cluster`: the plan's (the site's)."""
     if profile.registration != "register" or profile.router is None:
         return []
-    cluster = cluster if cluster is not None else cluster_mod.load()
     return worker_api.release_all(f"http://{cluster.head_addr}:{profile.router_port}", timeout=30)
 
 
-def resume_engines(profile, cluster: Cluster | None = None) -> list[str]:
+def resume_engines(profile, cluster: Cluster) -> list[str]:
     """Before every job: POST /continue_generation to each engine (the call slime makes after a weight reload,
     slime/backends/sglang_utils/sglang_engine.py continue_generation; slime/ray/actor_group.py pauses the engines
     before the reload and resumes them after it). A job stopped between the two leaves the engines paused: every
     request, /health's included, then waits (sglang tokenizer_manager pause_generation), so the next attempt's gate
     and healthchecks would fail. Returns one warning per engine that did not accept it (the gate then says more).
-    At NODES>1 every engine of every node, by its cluster address. `cluster`: the plan's (read when not given, as by
-    the rehearsal's node)."""
-    cluster = cluster if cluster is not None else cluster_mod.load()
+    At NODES>1 every engine of every node, by its cluster address. `cluster`: the plan's (the site's)."""
     urls = profiles.docker_engine_urls(profile) if not cluster.multi else cluster_mod.engine_urls(profile, cluster)
     warnings = []
     for url in urls:
@@ -177,16 +176,16 @@ def resume_engines(profile, cluster: Cluster | None = None) -> list[str]:
     return warnings
 
 
-def refuse_active_job(profile, config: dict, cluster: Cluster | None = None) -> None:
+def refuse_active_job(profile, config: dict, where: compose.Where) -> None:
     """Refuse (STATE) while the trainer's Ray cluster has a PENDING or RUNNING job (polarstack.train.ray_job): slime's
     placement group would wait for its GPUs forever, and releasing the router's workers would take the engines from
-    under it. Runs before the router's workers are released and before launch.sh submits. `cluster`: the plan's
-    (read when not given, as by the rehearsal's node)."""
-    cluster = cluster if cluster is not None else cluster_mod.load()
-    address = cluster_plan.dashboard_url(cluster, ray_dashboard_port(profile, config))
+    under it. Runs before the router's workers are released and before launch.sh submits. `where`: the site's device
+    and cluster (the plan's)."""
+    address = cluster_plan.dashboard_url(where.cluster, ray_dashboard_port(profile, config))
     proc = compose.run_compose(
         profile,
         ["exec", "-T", "trainer", "python3", "-m", "polarstack.train.ray_job", "--address", address],
+        where=where,
         capture=True,
     )
     try:
@@ -200,7 +199,7 @@ def refuse_active_job(profile, config: dict, cluster: Cluster | None = None) -> 
         raise StackError(ray_job.active_sentence(jobs, address) + ".", ExitCode.STATE)
 
 
-def stop_attempt_job(plan: LaunchPlan, profile, out: Path) -> None:
+def stop_attempt_job(plan: LaunchPlan, profile, out: Path, where: compose.Where) -> None:
     """The host's half of launch.sh's trap: `docker compose exec` passes no signal into the trainer, so when make is
     interrupted (Ctrl-C, SIGTERM, a dropped session's SIGHUP) the job of the last attempt (job-id.txt, written by
     launch.sh) is stopped here by its submission id; `ray job stop` waits until it is terminal (ray-job.json)."""
@@ -212,32 +211,34 @@ def stop_attempt_job(plan: LaunchPlan, profile, out: Path) -> None:
     with contextlib.suppress(OSError):  # the terminal may be gone
         print(f"polarstack: interrupted; stopping Ray job {job}", file=sys.stderr)
     compose.run_compose(
-        profile, ["exec", "-T", "trainer", "ray", "job", "stop", f"--address={address}", job], capture=True
+        profile, ["exec", "-T", "trainer", "ray", "job", "stop", f"--address={address}", job], where=where, capture=True
     )
 
 
-def checkpoint_free_bytes(profile, volume: str = cluster_plan.CHECKPOINTS_VOLUME) -> int | None:
+def checkpoint_free_bytes(profile, where: compose.Where, volume: str = cluster_plan.CHECKPOINTS_VOLUME) -> int | None:
     """Free bytes of the checkpoints volume (SHARED_DIR/checkpoints at NODES>1), read inside the trainer (where it is
     mounted); None when unreadable."""
-    proc = compose.run_compose(profile, ["exec", "-T", "trainer", *retention.DF_AVAIL, volume], capture=True)
+    proc = compose.run_compose(
+        profile, ["exec", "-T", "trainer", *retention.DF_AVAIL, volume], where=where, capture=True
+    )
     return retention.parse_df(proc.stdout) if proc.returncode == 0 else None
 
 
-def logs_space(profile, checkpoints: str) -> tuple[bool, int] | None:
+def logs_space(profile, where: compose.Where, checkpoints: str) -> tuple[bool, int] | None:
     """Whether the logs volume (Polar's saved results) shares the checkpoints' filesystem, and its free bytes, read
     inside the trainer (where both are mounted); None when unreadable."""
     script = retention.logs_probe(checkpoints, cluster_plan.LOGS_VOLUME)
-    proc = compose.run_compose(profile, ["exec", "-T", "trainer", "sh", "-c", script], capture=True)
+    proc = compose.run_compose(profile, ["exec", "-T", "trainer", "sh", "-c", script], where=where, capture=True)
     return retention.parse_logs_probe(proc.stdout) if proc.returncode == 0 else None
 
 
-def check_checkpoint_space(profile, plan: LaunchPlan, resume: bool) -> None:
+def check_checkpoint_space(profile, plan: LaunchPlan, resume: bool, where: compose.Where) -> None:
     """Refuse (ENVIRONMENT) when the plan's saves cannot fit the volume (polarstack.train.retention). Also says where
     Polar's saved results grow, uncounted: on the checkpoints' filesystem, or with their own free space."""
     volume = cluster_plan.checkpoint_volume(plan.cluster)
-    free = checkpoint_free_bytes(profile, volume)
+    free = checkpoint_free_bytes(profile, where, volume)
     print(
-        "polarstack: " + retention.logs_sentence(logs_space(profile, volume), cluster_plan.POLAR_RESULTS_DIR),
+        "polarstack: " + retention.logs_sentence(logs_space(profile, where, volume), cluster_plan.POLAR_RESULTS_DIR),
         file=sys.stderr,
     )
     if free is None:
@@ -283,15 +284,18 @@ def polar_refusal(rc: int, plan, out: Path) -> StackError | None:
     return None
 
 
-def launch_in_trainer(request: TrainRequest, plan, profile, resume_plan=None, max_restarts: int = 0) -> int:
-    """Prepare .run/train/<run> and run launch.sh inside the trainer; its exits as one sentence each."""
+def launch_in_trainer(
+    request: TrainRequest, plan, profile, where: compose.Where, resume_plan=None, max_restarts: int = 0
+) -> int:
+    """Prepare .run/train/<run> and run launch.sh inside the trainer; its exits as one sentence each. `where`: the
+    site's device and cluster (the plan's), whose trainer runs it."""
 
     run_id = plan.run_id
-    shape_probe.check_docker(profile, running=True)  # the reward in the namespace shape of Polar's sessions
-    sandbox_probe.check_in_trainer(profile)  # apptainer, the SIF and the agent CLI dir, looked up inside the trainer
+    shape_probe.check_docker(profile, where, running=True)  # the reward in the namespace shape of Polar's sessions
+    sandbox_probe.check_in_trainer(profile, where)  # apptainer, the SIF and the agent CLI dir, inside the trainer
     if plan.memory is not None:  # computed per GPU and per host (polarstack.train.memory)
         print("\n".join(plan.memory.lines()), file=sys.stderr)
-    check_checkpoint_space(profile, plan, request.resume)
+    check_checkpoint_space(profile, plan, request.resume, where)
     out = train_run_dir() / run_id
     tasks.prepare(
         request.task,
@@ -309,11 +313,13 @@ def launch_in_trainer(request: TrainRequest, plan, profile, resume_plan=None, ma
 
     def attempt(resume: bool) -> int:
         abort.unlink(missing_ok=True)  # a sentence left by an earlier attempt of this run is stale
-        refuse_active_job(profile, plan.config, plan.cluster)  # one job at a time, before the engines are released
+        refuse_active_job(profile, plan.config, where)  # one job at a time, before the engines are released
         release_router_workers(profile, plan.cluster)  # slime registers the engines again at every job's start
         resume_engines(profile, plan.cluster)  # an earlier job stopped mid weight-reload left them paused
         script = "launch.sh" if resume == request.resume else "launch-resume.sh"
-        proc = compose.run_compose(profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/{script}"])
+        proc = compose.run_compose(
+            profile, ["exec", "-T", "trainer", "bash", f"{TRAINER_RUN_DIR}/{run_id}/{script}"], where=where
+        )
         if proc.returncode == RESUME_REFUSED and not abort.is_file():  # launch.sh's checkpoint guard said why
             raise StackError(
                 f"the trainer refused run {run_id}: "
@@ -334,6 +340,7 @@ def launch_in_trainer(request: TrainRequest, plan, profile, resume_plan=None, ma
         proc = compose.run_compose(
             profile,
             ["exec", "-T", "trainer", "cat", f"{plan.checkpoint_dir}/latest_checkpointed_iteration.txt"],
+            where=where,
             capture=True,
         )
         return supervise.parse_iteration(proc.stdout) if proc.returncode == 0 else None
@@ -351,7 +358,7 @@ def launch_in_trainer(request: TrainRequest, plan, profile, resume_plan=None, ma
             logs=logs_hint(out),
         )
     except KeyboardInterrupt:  # SIGINT, or SIGTERM / SIGHUP through processes.interrupt_on
-        stop_attempt_job(plan, profile, out)
+        stop_attempt_job(plan, profile, out, where)
         raise
     finally:
         for sig, handler in previous.items():

@@ -27,7 +27,7 @@ from polarstack.stack import ports, verifier_knobs
 from polarstack.stack.assets import sandbox_mode_env
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.exposure import SLIME_ROUTER_ARGS
-from polarstack.stack.profiles import WEIGHT_SYNC_TRANSPORTS, Profile, knob
+from polarstack.stack.profiles import WEIGHT_SYNC_TRANSPORTS, Profile
 from polarstack.stack.ray_head import head_command, object_store_bytes
 from polarstack.train import batch_layout, cluster_plan, control_plane, memory, retention, rollout_cost, step_cost
 from polarstack.train.ray_job import SUBMISSION_ID
@@ -310,7 +310,7 @@ def weight_sync_args(profile: Profile, cluster: Cluster = cluster_mod.SINGLE) ->
     At NODES>1 the disk directory is SHARED_DIR/weight-updates (polarstack.train.cluster_plan.weight_update_dir):
     refused without SHARED_DIR, since every node writes part of each copy and every engine reads all of it."""
 
-    transport = knob(profile, "WEIGHT_SYNC_TRANSPORT") or "disk"
+    transport = profile.setting("WEIGHT_SYNC_TRANSPORT") or "disk"
     if transport not in WEIGHT_SYNC_TRANSPORTS:
         raise StackError(
             f"WEIGHT_SYNC_TRANSPORT={transport} must be one of {', '.join(WEIGHT_SYNC_TRANSPORTS)} "
@@ -324,7 +324,7 @@ def weight_sync_args(profile: Profile, cluster: Cluster = cluster_mod.SINGLE) ->
             "--update-weight-transport",
             "disk",
             "--update-weight-disk-dir",
-            cluster_plan.weight_update_dir(cluster, knob(profile, "WEIGHT_UPDATE_DIR") or "/shared/weight-updates"),
+            cluster_plan.weight_update_dir(cluster, profile.setting("WEIGHT_UPDATE_DIR") or "/shared/weight-updates"),
         ]
     return ["--update-weight-mode", "full", "--update-weight-transport", "nccl"]
 
@@ -395,9 +395,10 @@ def _turn_cap_line(plan: LaunchPlan) -> list[str]:
 
 def ray_dashboard_port(profile: Profile, config: dict[str, Any]) -> int:
     """The port of the trainer's Ray dashboard (its jobs API): the RAY_DASHBOARD_PORT knob compose.yaml gives `ray start
-    --dashboard-port`, else configs/train/defaults.yaml's ray.dashboard_port. One number for the head, the submit, the
-    active-job check and the stop, so moving the knob (make up's port check names it) moves them all."""
-    value = knob(profile, "RAY_DASHBOARD_PORT").strip()
+    --dashboard-port` (the profile's stack setting, resolved when it loaded: Profile.setting), else
+    configs/train/defaults.yaml's ray.dashboard_port. One number for the head, the submit, the active-job check and the
+    stop, so moving the knob (make up's port check names it) moves them all."""
+    value = profile.setting("RAY_DASHBOARD_PORT").strip()
     return int(value) if value.isdigit() else int(config["ray"]["dashboard_port"])
 
 
@@ -411,15 +412,15 @@ def build_plan(
     served_model_name: str | None = None,
     resume: bool = False,
     capacity: memory.Capacity | None = None,
-    cluster: Cluster | None = None,
+    cluster: Cluster,
 ) -> LaunchPlan:
     """The launch of `task` (one of TASKS: check_task) on `profile`, decided in the stages below, in this order: the
     cluster's layout, the merged configuration (validated), Polar's two files, slime's arguments, the trace budget and
     the memory plan, the four commands, and launch.sh. resume_variant derives the same run resumed from the plan.
     `capacity`: the node's memory (default: nvidia-smi and /proc/meminfo, else GPU_MEMORY_GB; polarstack.train.memory).
-    `cluster`: the nodes (default: configs/cluster.env and the environment, polarstack.stack.cluster.load); at NODES>1
-    polarstack.train.cluster_plan says what changes. engine-direct is refused there before anything renders."""
-    cluster = cluster if cluster is not None else cluster_mod.load()
+    `cluster`: the nodes, as the caller resolved them (the site's: configs/cluster.env and the environment,
+    polarstack.stack.cluster.load); at NODES>1 polarstack.train.cluster_plan says what changes. engine-direct is refused
+    there before anything renders."""
     nodes = cluster_layout(profile, cluster)
     config, tp = run_config(task, profile, config, model_path, cluster)
     ckpt = checkpoint_dir(task, profile, config)
@@ -481,7 +482,7 @@ def cluster_layout(profile: Profile, cluster: Cluster) -> list[cluster_mod.NodeL
     if refused:
         raise StackError(refused, ExitCode.USAGE)
     nodes = cluster_mod.layout(profile, cluster) if cluster.multi else []
-    cluster_plan.check_storage(cluster, knob(profile, "WEIGHT_SYNC_TRANSPORT") or "disk")
+    cluster_plan.check_storage(cluster, profile.setting("WEIGHT_SYNC_TRANSPORT") or "disk")
     return nodes
 
 

@@ -32,6 +32,7 @@ from polarstack.stack import assets, docker_state, profiles
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile, stack_knobs
+from polarstack.stack.resolved import Resolved
 from polarstack.train import cluster_plan, memory, step_cost, synthetic_rollout
 from polarstack.train.model_size import model_facts
 from polarstack.train.plan import LaunchPlan, build_plan, check_task
@@ -534,11 +535,11 @@ def _rollouts(plan: LaunchPlan) -> int:
 
 
 def build(
-    profile: Profile, *, run_id: str | None = None, sets: list[str] | None = None, cluster: Cluster | None = None
+    profile: Profile, *, cluster: Cluster, run_id: str | None = None, sets: list[str] | None = None
 ) -> PreflightPlan:
-    """`cluster`: the nodes (default: configs/cluster.env and the environment); at NODES>1 both jobs are the
-    multi-node launch (polarstack.train.cluster_plan) and the steps add the nodes' checks and SHARED_DIR's proof."""
-    cluster = cluster if cluster is not None else cluster_mod.load()
+    """`cluster`: the nodes, as the caller resolved them (the site's: configs/cluster.env and the environment); at
+    NODES>1 both jobs are the multi-node launch (polarstack.train.cluster_plan) and the steps add the nodes' checks and
+    SHARED_DIR's proof."""
     rehearsal = copy.deepcopy(preflight_config())
     config = train_config(rehearsal, sets)
     # The real run's optimizer offload is rehearsed too (polarstack.train.memory): slime's offload flags change how the
@@ -658,17 +659,19 @@ class PreflightRequest:
     sets: tuple[str, ...] = ()
 
 
-def checked_plan(request: PreflightRequest) -> tuple[Profile, PreflightPlan]:
+def checked_plan(request: PreflightRequest, site: Resolved) -> tuple[Profile, PreflightPlan]:
     """The profile and the rehearsal's plan for `request`, refused (USAGE) with MODEL_DIR set (refuse_model_dir), for a
-    diagnostic profile, or when the plan is inconsistent (checks)."""
-    profile = profiles.load(docker_state.profile_name(request.profile))
+    diagnostic profile, or when the plan is inconsistent (checks). The profile: the one asked for, else the one the
+    site's record names (`make up`'s), else engine-direct."""
+    recorded = site.docker_record if not request.profile else None
+    profile = profiles.load(request.profile or (recorded["profile"] if recorded else docker_state.DEFAULT_PROFILE))
     refuse_model_dir()
     if profile.expect != "pass":
         raise StackError(
             f"profile {profile.name} is diagnostic (its smoke fails by design); rehearse a working profile.",
             ExitCode.USAGE,
         )
-    plan = build(profile, sets=list(request.sets))
+    plan = build(profile, sets=list(request.sets), cluster=site.cluster)
     problems = checks(plan)
     if problems:
         raise StackError(f"the rehearsal's plan is inconsistent: {problems[0]}.", ExitCode.USAGE)

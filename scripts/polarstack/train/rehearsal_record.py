@@ -22,6 +22,7 @@ from typing import Any
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import run_dir
 from polarstack.pins import pins
+from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile, stack_knobs
 from polarstack.train import preflight
 from polarstack.train.tracker import WANDB_KEY_ENV
@@ -46,9 +47,12 @@ def _without_tracker_key():
             os.environ[WANDB_KEY_ENV] = saved
 
 
-def plan_hash(profile: Profile, *, pin_values: dict[str, str] | None = None, sets: list[str] | None = None) -> str:
+def plan_hash(
+    profile: Profile, *, cluster: Cluster, pin_values: dict[str, str] | None = None, sets: list[str] | None = None
+) -> str:
+    """The hash of what a rehearsal of `profile` on `cluster` (the caller's, the site's) proves (module docstring)."""
     with _without_tracker_key():
-        plan = preflight.build(profile, run_id=HASH_RUN_ID, sets=sets)
+        plan = preflight.build(profile, run_id=HASH_RUN_ID, sets=sets, cluster=cluster)
     material = {
         "pins": dict(sorted((pin_values if pin_values is not None else pins()).items())),
         "profile": {"name": profile.name, "values": dict(sorted(profile.values.items()))},
@@ -70,15 +74,17 @@ def write(
     result: dict[str, Any],
     report_path: str,
     *,
+    cluster: Cluster,
     now: float | None = None,
     sets: list[str] | None = None,
 ) -> Path:
-    """The record of one rehearsal; with SET overrides its hash is that plan's, which `make train` does not match."""
+    """The record of one rehearsal on `cluster` (the plan's); with SET overrides its hash is that plan's, which
+    `make train` does not match."""
     path = record_path(profile.name)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "profile": profile.name,
-        "hash": plan_hash(profile, sets=sets),
+        "hash": plan_hash(profile, cluster=cluster, sets=sets),
         "passed": bool(result["passed"]),
         "finished_at": now if now is not None else time.time(),
         "report": report_path,
@@ -95,8 +101,9 @@ def age(seconds: float) -> str:
     return f"{seconds / 86400:.1f} days"
 
 
-def require(profile: Profile, *, override: bool, now: float | None = None) -> str:
-    """The sentence `make train` prints about the rehearsal; NO_REHEARSAL unless one passed for this hash."""
+def require(profile: Profile, *, cluster: Cluster, override: bool, now: float | None = None) -> str:
+    """The sentence `make train` prints about the rehearsal; NO_REHEARSAL unless one passed for this hash (of the plan
+    on `cluster`, the run's)."""
     now = now if now is not None else time.time()
     path = record_path(profile.name)
     record: dict[str, Any] | None = None
@@ -109,7 +116,7 @@ def require(profile: Profile, *, override: bool, now: float | None = None) -> st
         problem = f"no rehearsal of profile {profile.name} was recorded ({path})"
     elif not record.get("passed"):
         problem = f"the last rehearsal of profile {profile.name} failed ({record.get('report')})"
-    elif record.get("hash") != plan_hash(profile):
+    elif record.get("hash") != plan_hash(profile, cluster=cluster):
         problem = (
             f"the rehearsal of profile {profile.name} ({age(now - float(record['finished_at']))} ago) proved other "
             "pins, profile values or plan than this run's"

@@ -7,6 +7,7 @@ first job, the resumed job, reads each engine's weight_version and the checkpoin
 report under .run/train/<run>/ and the pass record under .run/preflight/, and always takes the stack down again:
 the real run starts with `make up` of the real model. Every step goes through `Node`, so tests drive the sequence
 with a fake node (tests/unit/train/test_rehearsal_run.py); on a machine without the GPU stack nothing here can run.
+The device, the cluster and the record it starts from are the CLI's site's (`site`), handed to every step.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from polarstack.stack import assets, compose, docker_state, verifier_knobs
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile
+from polarstack.stack.resolved import Resolved
 from polarstack.stack.target import resolve_target
 from polarstack.train import cluster_plan, preflight, rehearsal_record, retention, supervise
 from polarstack.train import launch as train_launch
@@ -92,22 +94,26 @@ RELOAD_SCRIPT = (
 
 
 class Node:
-    """What the rehearsal asks of the docker runtime (replaced by a fake in tests)."""
+    """What the rehearsal asks of the docker runtime (replaced by a fake in tests), on the site's device and cluster."""
 
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile, site: Resolved) -> None:
         self.profile = profile
+        self.site = site
 
     def compose(self, args: list[str]) -> int:
-        return compose.run_compose(self.profile, args).returncode
+        return compose.run_compose(self.profile, args, where=self.site).returncode
 
     def trainer(self, command: str) -> tuple[int, str]:
-        proc = compose.run_compose(self.profile, ["exec", "-T", "trainer", "bash", "-c", command], capture=True)
+        proc = compose.run_compose(
+            self.profile, ["exec", "-T", "trainer", "bash", "-c", command], where=self.site, capture=True
+        )
         return proc.returncode, proc.stdout
 
     def release_workers(self, config: dict[str, Any]) -> None:  # before every job: slime registers the engines again
-        train_launch.refuse_active_job(self.profile, config)  # but never from under a job still running (train.launch)
-        train_launch.release_router_workers(self.profile)
-        train_launch.resume_engines(self.profile)  # an earlier job stopped mid weight-reload left them paused
+        # but never from under a job still running (train.launch)
+        train_launch.refuse_active_job(self.profile, config, self.site)
+        train_launch.release_router_workers(self.profile, self.site.cluster)
+        train_launch.resume_engines(self.profile, self.site.cluster)  # a job stopped mid weight-reload left them paused
 
     def open_session(self, plan: PreflightPlan, progress: Callable[[str], None]) -> None:
         """NODES>1, before this node (the head) starts anything: the session every node's report of this bring-up
@@ -121,8 +127,8 @@ class Node:
     def join(self, plan: PreflightPlan, progress: Callable[[str], None]) -> None:
         """NODES>1, once this node (the head) is up: its report in the session open_session opened, every other node's
         `make up` (with the rehearsal's MODEL_* values) joins it, then the cluster check (polarstack.checks.nodes)."""
-        cluster = plan.cluster
-        nodes.write_report(cluster, self.profile, compose.render_values(self.profile, cluster))
+        cluster, cpu = plan.cluster, self.site.cpu
+        nodes.write_report(cluster, self.profile, compose.render_values(self.profile, cluster, cpu=cpu), cpu=cpu)
         deadline = time.monotonic() + JOIN_TIMEOUT_SECONDS
         env = " ".join(f"{k}={v}" for k, v in plan.stack_env.items())
         while waiting := nodes.pending(cluster):
@@ -142,6 +148,7 @@ class Node:
         cluster_plan.require_nodes(self.profile, cluster, first.memory, ray_dashboard_port(self.profile, first.config))
 
     def gate(self, plan: PreflightPlan) -> None:
+        # the record the rehearsal wrote after its `up` (the site's is of before it): read now (stack.resolved.read_now)
         target = resolve_target("docker", self.profile.name, None, verb="train")
         train_launch.host_gate(train_launch.TrainRequest(task=plan.task), target, plan.phases[0][1], self.profile)
 
@@ -184,9 +191,10 @@ def rendered_isolation(plan: PreflightPlan) -> str:
     return str(env.get(verifier_knobs.ISOLATION) or "namespaces")
 
 
-def refuse_if_up() -> None:
-    """STATE while a profile is up: the rehearsal brings the stack up with the small model itself."""
-    up = docker_state.read()
+def refuse_if_up(site: Resolved) -> None:
+    """STATE while a profile is up (the site's record): the rehearsal brings the stack up with the small model
+    itself."""
+    up = site.docker_record
     if up:
         raise StackError(
             f"make preflight needs the stack down (profile {up.get('profile')} is up): the engines load the model "
@@ -198,44 +206,46 @@ def refuse_if_up() -> None:
 def run(
     profile: Profile,
     plan: PreflightPlan,
+    site: Resolved,
     *,
     node: Node | None = None,
     clock: Callable[[], float] = time.monotonic,
     progress: Callable[[str], None] = lambda m: print(f"preflight: {m}", file=sys.stderr),
 ) -> dict[str, Any]:
-    node = node or Node(profile)
-    refuse_if_up()
+    """The rehearsal (module docstring) on the site's device and cluster, from the record the site read."""
+    node = node or Node(profile, site)
+    refuse_if_up(site)
     os.environ.update(plan.stack_env)  # the small model for `make up` (environment overrides configs/stack.env)
     # Until this rehearsal passes, no earlier pass of this profile counts: a run stopped half-way leaves a failure.
-    rehearsal_record.write(profile, {"passed": False}, plan.report_path, sets=plan.sets)
-    _require_small_model(profile, plan)
+    rehearsal_record.write(profile, {"passed": False}, plan.report_path, cluster=plan.cluster, sets=plan.sets)
+    _require_small_model(profile, plan, site.cpu)
     out = train_run_dir() / plan.run_id
     phases: dict[str, float] = {}
     evidence: dict[str, Any] = {}
     started = clock()
-    _bring_up(node, profile, plan, progress)
+    _bring_up(node, profile, plan, progress, site.cpu)
     try:
         if plan.cluster.multi:  # every other node's `make up`, then the cluster check (Node.join)
             node.join(plan, progress)
         phases["up"] = clock() - started
-        _before_jobs(node, profile, plan, out, evidence, progress)
+        _before_jobs(node, profile, plan, out, evidence, progress, site)
         failed = _run_jobs(node, profile, plan, out, evidence, phases, clock, progress)
         # The small model's evidence is on disk before anything is removed or the 7B's parts start (replaced below).
         provisional = {**evidence, "seven_b": {"skipped": "the rehearsal stopped before the 7B's parts"}}
         _write_report(out, plan, profile, provisional)
     finally:
-        _take_down(node, profile, plan, progress)
-    evidence["seven_b"] = _seven_b_evidence(node, profile, plan, failed, phases, clock, progress)
+        _take_down(node, profile, plan, progress, site.cpu)
+    evidence["seven_b"] = _seven_b_evidence(node, profile, plan, failed, phases, clock, progress, site.cpu)
     result = _write_report(out, plan, profile, evidence)
-    rehearsal_record.write(profile, result, plan.report_path, sets=plan.sets)
+    rehearsal_record.write(profile, result, plan.report_path, cluster=plan.cluster, sets=plan.sets)
     return result
 
 
-def _require_small_model(profile: Profile, plan: PreflightPlan) -> None:
+def _require_small_model(profile: Profile, plan: PreflightPlan, cpu: bool) -> None:
     """assets.check_before_up with the rehearsal's model: a missing one is named with the `make model` that fetches
-    it (plain `make model` would fetch the real model)."""
+    it (plain `make model` would fetch the real model). `cpu`: the site's device."""
     try:
-        assets.check_before_up(profile)
+        assets.check_before_up(profile, cpu=cpu)
     except StackError as exc:  # plain `make model` would fetch the real model: name the rehearsal's
         if exc.code != ExitCode.ASSETS_MISSING or assets.MODEL_MARKER not in exc.message:
             raise
@@ -249,8 +259,9 @@ def _require_small_model(profile: Profile, plan: PreflightPlan) -> None:
         ) from None
 
 
-def _bring_up(node: Node, profile: Profile, plan: PreflightPlan, progress: Callable[[str], None]) -> None:
-    """`up` of the profile with the small model (ENVIRONMENT when it fails), recorded as the docker runtime's state."""
+def _bring_up(node: Node, profile: Profile, plan: PreflightPlan, progress: Callable[[str], None], cpu: bool) -> None:
+    """`up` of the profile with the small model (ENVIRONMENT when it fails), recorded as the docker runtime's state
+    (of the site's device, `cpu`)."""
     progress(f"bringing {profile.name} up with {plan.stack_env['MODEL_NAME']}")
     if (
         plan.cluster.multi
@@ -260,7 +271,7 @@ def _bring_up(node: Node, profile: Profile, plan: PreflightPlan, progress: Calla
         raise StackError(
             f"docker compose up failed for profile {profile.name}; see the output above.", ExitCode.ENVIRONMENT
         )
-    docker_state.write(profile)
+    docker_state.write(profile, cpu=cpu)
 
 
 def _before_jobs(
@@ -270,9 +281,11 @@ def _before_jobs(
     out: Path,
     evidence: dict[str, Any],
     progress: Callable[[str], None],
+    site: Resolved,
 ) -> None:
     """Once the stack is up, before the first job: the smoke gate, the task data and the plan's files, the sandbox
-    probe, SHARED_DIR (NODES>1), the disk space, and slime's model script against the weights' config."""
+    probe (in the site's trainer), SHARED_DIR (NODES>1), the disk space, and slime's model script against the weights'
+    config."""
     node.gate(plan)
     tasks.prepare(
         plan.task,
@@ -283,7 +296,7 @@ def _before_jobs(
     )
     for file_name, text in plan.files.items():
         (out / file_name).write_text(text)
-    sandbox_probe.check_in_trainer(profile)
+    sandbox_probe.check_in_trainer(profile, site)
     if plan.cluster.multi:  # SHARED_DIR is one directory on every node, before anything writes to it
         evidence["shared_dir"] = prove_shared_dir(node, plan, progress)
     check_space(node, plan, progress)
@@ -367,12 +380,13 @@ def _write_report(out: Path, plan: PreflightPlan, profile: Profile, evidence: di
     return result
 
 
-def _take_down(node: Node, profile: Profile, plan: PreflightPlan, progress: Callable[[str], None]) -> None:
-    """Always, however the rehearsal ended: its checkpoints removed (the trainer still up), then the stack down."""
+def _take_down(node: Node, profile: Profile, plan: PreflightPlan, progress: Callable[[str], None], cpu: bool) -> None:
+    """Always, however the rehearsal ended: its checkpoints removed (the trainer still up), then the stack down and
+    its record (of the site's device, `cpu`) cleared."""
     remove_checkpoints(node, plan, progress)
     progress(f"taking {profile.name} down (the real run starts with `make up`)")
     node.compose(["down"])
-    docker_state.clear()
+    docker_state.clear(cpu=cpu)
 
 
 def _seven_b_evidence(
@@ -383,14 +397,16 @@ def _seven_b_evidence(
     phases: dict[str, float],
     clock: Callable[[], float],
     progress: Callable[[str], None],
+    cpu: bool,
 ) -> dict[str, Any]:
-    """The 7B's parts when planned and both jobs passed (their time in phases["7b"]); else why they did not run."""
+    """The 7B's parts when planned and both jobs passed (their time in phases["7b"]); else why they did not run.
+    `cpu`: the site's device."""
     if plan.seven_b is None:
         return {"not_planned": "NODES>1 (the 7B's parts run on one node)"}
     if failed:
         return {"skipped": f"{failed}, so the 7B's parts did not run"}
     began = clock()
-    parts = seven_b_parts(node, profile, plan, progress)
+    parts = seven_b_parts(node, profile, plan, progress, cpu)
     phases["7b"] = clock() - began
     return parts
 
@@ -408,10 +424,13 @@ def parse_gpu_log(text: str) -> dict[str, float]:
     return peaks
 
 
-def seven_b_parts(node: Node, profile: Profile, plan: PreflightPlan, progress: Callable[[str], None]) -> dict[str, Any]:
+def seven_b_parts(
+    node: Node, profile: Profile, plan: PreflightPlan, progress: Callable[[str], None], cpu: bool
+) -> dict[str, Any]:
     """The 7B's parts (polarstack.train.preflight.seven_b), after the small model's stack went down: the profile up
     again with the real run's model, the train-only step (launch-7b-step.sh) with its GPU samples, the reload into
-    engine-0, and the stack down. Returns the evidence the report's seven_b_* classes judge."""
+    engine-0, and the stack down. Returns the evidence the report's seven_b_* classes judge. `cpu`: the site's
+    device (the assets' check and the record)."""
     seven = plan.seven_b
     assert seven is not None
     out = train_run_dir() / plan.run_id
@@ -424,14 +443,14 @@ def seven_b_parts(node: Node, profile: Profile, plan: PreflightPlan, progress: C
     }
     os.environ.update(seven.stack_env)  # `make up`'s model: the real run's
     try:
-        assets.check_before_up(profile)
+        assets.check_before_up(profile, cpu=cpu)
     except StackError as exc:
         return {**record, "skipped": f"the 7B cannot come up: {exc.message}"}
     progress(f"bringing {profile.name} up with {seven.stack_env['MODEL_NAME']} for the 7B's parts")
     if node.compose(UP_ARGS) != 0:
         node.compose(["down"])
         return {**record, "skipped": f"docker compose up with {seven.model} failed (see the output above)"}
-    docker_state.write(profile)
+    docker_state.write(profile, cpu=cpu)
     try:
         progress(f"the 7B's train-only step ({seven.prompts * seven.per_prompt} synthetic traces)")
         code, _ = node.trainer(f"bash {run_dir}/launch-7b-step.sh > {run_dir}/job-7b-step.log 2>&1")
@@ -455,7 +474,7 @@ def seven_b_parts(node: Node, profile: Profile, plan: PreflightPlan, progress: C
     finally:
         progress(f"taking {profile.name} down again")
         node.compose(["down"])
-        docker_state.clear()
+        docker_state.clear(cpu=cpu)
     return record
 
 

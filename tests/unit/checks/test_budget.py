@@ -12,6 +12,7 @@ from polarstack.offline.verify import check_sequence_budget
 from polarstack.paths import load_defaults
 from polarstack.pins import pins
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.unit
@@ -38,7 +39,7 @@ def test_measured_harness_prompt_is_for_the_pinned_cli_and_exceeds_slimes_defaul
 
 @pytest.mark.parametrize("name", profiles.PROFILE_ORDER)
 def test_launch_passes_seq_length_and_recompute(name):
-    args = build_plan("humaneval", profiles.load(name), run_id="t").train_args
+    args = build_plan("humaneval", profiles.load(name), run_id="t", cluster=load_cluster()).train_args
     config = load_defaults()
     assert budget.flag_value(args, "--seq-length") == config["context"]["seq_length"]
     assert " ".join(config["context"]["recompute"]) in " ".join(args)
@@ -46,7 +47,7 @@ def test_launch_passes_seq_length_and_recompute(name):
 
 
 def test_without_seq_length_the_check_names_slimes_default():
-    args = build_plan("humaneval", profiles.load("engine-direct"), run_id="t").train_args
+    args = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", cluster=load_cluster()).train_args
     i = args.index("--seq-length")
     problems = budget.check(args[:i] + args[i + 2 :], load_defaults())
     assert problems and "slime uses 4096 tokens" in problems[0]
@@ -70,7 +71,7 @@ def test_train_refuses_a_budget_that_clips_every_trace(capsys, sets, needle):
 
 
 def test_verify_offline_checks_the_budget_per_profile():
-    check = check_sequence_budget(profiles.load("patched-router"))
+    check = check_sequence_budget(profiles.load("patched-router"), load_cluster())
     assert check.ok, check.problems
     assert "harness" in check.detail and "seq 32768" in check.detail
 

@@ -37,7 +37,7 @@ class FakeProbe(nodes.Probe):
     def image_id(self, image: str) -> str | None:
         return "sha256:" + image.split(":")[0].replace("/", "-")
 
-    def model_fingerprint(self, profile, model_path: str) -> str | None:
+    def model_fingerprint(self, profile, model_path: str, where) -> str | None:
         return "model-fp-1"
 
     def gpus(self):
@@ -92,14 +92,14 @@ def head_up(cluster, profile, probe=None):
     """The head's `make up`: the session before anything starts (train.cluster_up.open_session), its report after."""
     probe = probe or FakeProbe()
     nodes.start_session(cluster, probe)
-    nodes.write_report(cluster, profile, VALUES, probe)
+    nodes.write_report(cluster, profile, VALUES, probe, cpu=False)
 
 
 def bring_up(cluster, profile, probe=None):
     """What `make up` writes on the head, then on node 1."""
     probe = probe or FakeProbe()
     head_up(cluster, profile, probe)
-    nodes.write_report(rank(cluster, 1), profile, VALUES, probe)
+    nodes.write_report(rank(cluster, 1), profile, VALUES, probe, cpu=False)
 
 
 def run_check(cluster, profile, probe=None, need=NEED):
@@ -157,15 +157,15 @@ def test_a_node_whose_make_up_ends_before_the_heads_reports_into_its_session(clu
     """The review's finding: both nodes' `make up` run at once and node 1's ends first. The head opened the session
     before it started anything, so node 1's report is of the current session, not refused or stale."""
     nodes.start_session(cluster, FakeProbe())  # the head's before_up
-    nodes.write_report(rank(cluster, 1), profile, VALUES, FakeProbe())
+    nodes.write_report(rank(cluster, 1), profile, VALUES, FakeProbe(), cpu=False)
     assert nodes.pending(cluster) == [0]
-    nodes.write_report(cluster, profile, VALUES, FakeProbe())  # the head's after_up
+    nodes.write_report(cluster, profile, VALUES, FakeProbe(), cpu=False)  # the head's after_up
     assert nodes.pending(cluster) == [] and run_check(cluster, profile).ok
 
 
 def test_a_node_cannot_join_before_the_head(cluster, profile):
     with pytest.raises(StackError) as caught:
-        nodes.write_report(rank(cluster, 1), profile, VALUES, FakeProbe())
+        nodes.write_report(rank(cluster, 1), profile, VALUES, FakeProbe(), cpu=False)
     assert caught.value.code == ExitCode.STATE and "run `make up` on the head (10.0.0.1" in caught.value.message
 
 

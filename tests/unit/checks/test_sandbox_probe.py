@@ -20,6 +20,8 @@ from polarstack.pins import pins, repo_root
 from polarstack.polar import harness_preset
 from polarstack.reward import sandbox as sandbox_paths
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
+from polarstack.stack.resolved import read_now
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +30,7 @@ def test_train_checks_inside_the_trainer(tmp_path, monkeypatch):
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_ABSENT", "agent-cli")
     with pytest.raises(Exception) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ASSETS_MISSING and "make sif" in exc.value.message
 
 
@@ -36,7 +38,7 @@ def test_train_names_a_sandbox_that_cannot_start(tmp_path, monkeypatch):
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_SANDBOX_ERROR", "FATAL: could not create user namespace")
     with pytest.raises(Exception) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ENVIRONMENT
     assert "could not create user namespace" in exc.value.message and "/dev/fuse" in exc.value.message
 
@@ -124,7 +126,7 @@ def real_probe(tmp_path, monkeypatch) -> Path:
 
 def test_probe_runs_the_verifier_the_way_polar_starts_the_sandbox(tmp_path, monkeypatch, capsys):
     log = real_probe(tmp_path, monkeypatch)
-    sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     err = capsys.readouterr().err
     assert "PASSED probe for the canonical HumanEval/0, FAILED probe for a wrong one" in err
     assert "agent sandbox starts in the trainer (2.1.332 (Claude Code))" in err
@@ -168,7 +170,7 @@ def test_probe_refuses_sessions_that_see_the_trainers_tmp(tmp_path, monkeypatch)
     log = real_probe(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_APPTAINER_BINDS_TMP", "1")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ENVIRONMENT
     assert "found another session's hidden tests (eval/problem.json)" in exc.value.message
     assert "POLAR_APPTAINER_NO_MOUNT_TMP=1" in exc.value.message
@@ -185,7 +187,7 @@ def test_probe_refuses_a_session_tmp_it_cannot_vouch_for(tmp_path, monkeypatch, 
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_SESSION_TMP", seen)
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ENVIRONMENT and says in exc.value.message
 
 
@@ -197,12 +199,12 @@ def test_no_secret_of_the_trainer_reaches_the_sandbox(tmp_path, monkeypatch, cap
     rule, under which APPTAINERENV_WANDB_API_KEY still reaches the session."""
     log = real_probe(tmp_path, monkeypatch)
     monkeypatch.setenv("WANDB_API_KEY", "wandb-secret-value-7f3a9c")
-    sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert "PASSED probe for the canonical HumanEval/0" in capsys.readouterr().err
     assert "wandb-secret-value-7f3a9c" not in log.read_text()
     monkeypatch.setenv("APPTAINERENV_WANDB_API_KEY", "wandb-secret-value-7f3a9c")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ENVIRONMENT
     assert "the agent sandbox's environment holds WANDB_API_KEY" in exc.value.message
 
@@ -211,13 +213,13 @@ def test_probe_refuses_a_trainer_that_passes_its_environment_into_the_sessions(t
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_APPTAINER_CLEANENV", "")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ENVIRONMENT
     assert "POLAR_APPTAINER_CLEANENV=1" in exc.value.message and "WANDB_API_KEY" in exc.value.message
     monkeypatch.setenv("FAKE_APPTAINER_CLEANENV", "1")
     monkeypatch.setenv("FAKE_SESSION_ENV", "HOME PATH WANDB_API_KEY")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert "holds WANDB_API_KEY" in exc.value.message
 
 
@@ -225,7 +227,7 @@ def test_probe_refuses_a_trainer_whose_sessions_share_its_ipc_namespace(tmp_path
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_APPTAINER_ISOLATE_IPC", "")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ENVIRONMENT and "POLAR_APPTAINER_ISOLATE_IPC=1" in exc.value.message
 
 
@@ -237,7 +239,7 @@ def test_probe_passes_in_the_namespace_shape_apptainer_gives_the_sessions(tmp_pa
         pytest.skip("needs util-linux's unshare")
     real_probe(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_APPTAINER_WRAP", "unshare --user --map-root-user --mount --fork --")
-    sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert "PASSED probe for the canonical HumanEval/0, FAILED probe for a wrong one" in capsys.readouterr().err
 
 
@@ -250,7 +252,7 @@ def test_probe_refuses_when_the_verifier_cannot_isolate(tmp_path, monkeypatch):
     drop = "-sys_admin,-setuid,-setgid"
     monkeypatch.setenv("FAKE_APPTAINER_WRAP", f"setpriv --inh-caps={drop} --bounding-set={drop} --")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     message = exc.value.message
     assert exc.value.code == ExitCode.ENVIRONMENT
     assert "reward would be 0 for every sample" in message and "needs CAP_SETUID and CAP_SETGID" in message
@@ -261,7 +263,7 @@ def test_probe_refuses_a_verifier_that_passes_a_wrong_solution(tmp_path, monkeyp
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VERIFIER_BAD", "PASSED probe")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ENVIRONMENT and "did not print `FAILED probe`" in exc.value.message
 
 
@@ -269,7 +271,7 @@ def test_probe_refuses_when_the_canonical_solution_fails(tmp_path, monkeypatch):
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_VERIFIER_GOOD", "FATAL:   could not open image\\nFAILED probe (timeout: 10 s)")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ENVIRONMENT and "reward would be 0 for every sample" in exc.value.message
     assert "FAILED probe (timeout: 10 s)" in exc.value.message
 
@@ -278,7 +280,7 @@ def test_probe_refuses_a_trainer_in_polar_instance_mode(tmp_path, monkeypatch):
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_APPTAINER_MODE", "")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ENVIRONMENT
     assert "POLAR_APPTAINER_NO_INSTANCE=1" in exc.value.message and "make up" in exc.value.message
 
@@ -289,7 +291,7 @@ def test_probe_refuses_a_trainer_that_binds_its_tmp_into_the_sessions(tmp_path, 
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_APPTAINER_NO_MOUNT_TMP", "")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ENVIRONMENT
     assert "POLAR_APPTAINER_NO_MOUNT_TMP=1" in exc.value.message and "hidden tests" in exc.value.message
     assert "make up" in exc.value.message
@@ -337,14 +339,14 @@ def test_the_probe_refuses_a_sandbox_cli_of_another_version(tmp_path, monkeypatc
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_CLI_VERSION", "2.0.1 (Claude Code)")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ASSETS_MISSING
     assert "reports 2.0.1, not AGENT_CLI_VERSION=" in exc.value.message and "make sif" in exc.value.message
 
 
 def test_the_probe_accepts_the_pinned_cli_and_says_so(tmp_path, monkeypatch, capsys):
     fake_node.install(tmp_path, monkeypatch)
-    sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert (
         f"agent sandbox starts in the trainer ({pins()['AGENT_CLI_VERSION']} (Claude Code))" in capsys.readouterr().err
     )
@@ -354,7 +356,7 @@ def test_the_probe_refuses_a_cli_that_prints_no_version(tmp_path, monkeypatch):
     fake_node.install(tmp_path, monkeypatch)
     monkeypatch.setenv("FAKE_CLI_VERSION", "command not found")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert "printed no version (command not found)" in exc.value.message
 
 
@@ -371,12 +373,12 @@ def test_claude_codes_preset_checks_no_version_and_a_checking_preset_gets_the_pi
 def test_verify_offline_checks_the_preset_against_the_record(monkeypatch):
     from polarstack.offline import verify as verify_offline
 
-    assert verify_offline.check_harness_preset().ok
+    assert verify_offline.check_harness_preset(load_cluster()).ok
     facts = harness_preset.record()
     facts["presets"]["claude_code"]["checks_cli_version"] = True  # a preset that checks: the template must say so
     monkeypatch.setattr(harness_preset, "record", lambda: facts)
     monkeypatch.setattr(harness_preset, "settings_for", lambda harness, facts=None: {})
-    check = verify_offline.check_harness_preset()
+    check = verify_offline.check_harness_preset(load_cluster())
     assert not check.ok and "checks the CLI version" in check.problems[0]
 
 
@@ -388,13 +390,13 @@ def test_a_proxy_with_credentials_or_an_apptainerenv_variable_in_the_trainer_is_
     log = real_probe(tmp_path, monkeypatch)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy-user:proxy-secret-4c1d@proxy.example:3128")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ENVIRONMENT
     assert "HTTPS_PROXY with a user and password in its URL" in exc.value.message, exc.value.message
     assert "proxy-secret-4c1d" not in exc.value.message and "proxy-secret-4c1d" not in log.read_text()
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")  # no credentials: passes
-    sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+    sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     monkeypatch.setenv("APPTAINERENV_SOMETHING", "x")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert "what the trainer's APPTAINERENV_SOMETHING set" in exc.value.message, exc.value.message

@@ -151,13 +151,16 @@ def test_make_preflight_refuses_before_the_rehearsal_brings_anything_up(node, fa
 def test_make_train_runs_it_in_the_running_trainer_before_the_sandbox_probe(node, fake_verifier, monkeypatch):
     """Where `make train` runs its sandbox probe: in the running trainer (`compose exec`), first."""
     from polarstack.stack import profiles
+    from polarstack.stack.resolved import read_now
     from polarstack.train import launch
 
     monkeypatch.setenv("FAKE_SHAPE_REFUSE", "1")
-    monkeypatch.setattr(sandbox_probe, "check_in_trainer", lambda profile: pytest.fail("sandbox probe ran first"))
+    monkeypatch.setattr(
+        sandbox_probe, "check_in_trainer", lambda profile, where: pytest.fail("sandbox probe ran first")
+    )
     plan = type("Plan", (), {"run_id": "shape-test", "memory": None})()
     with pytest.raises(StackError) as refused:
-        launch.launch_in_trainer(None, plan, profiles.load("engine-direct"))
+        launch.launch_in_trainer(None, plan, profiles.load("engine-direct"), read_now())
     assert refused.value.code == ExitCode.ENVIRONMENT and "refusing before anything starts" in refused.value.message
     assert_in_polars_shape(runs(fake_verifier))
     assert " exec -T trainer sh -c command -v unshare" in node.read_text()  # the script begins so

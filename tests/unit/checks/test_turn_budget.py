@@ -12,6 +12,7 @@ import yaml
 from polarstack.checks import budget
 from polarstack.paths import load_defaults
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.unit
@@ -23,7 +24,13 @@ def no_state(tmp_path, monkeypatch):
 
 
 def _plan(config=None):
-    return build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=config or load_defaults())
+    return build_plan(
+        "humaneval",
+        profiles.load("engine-direct"),
+        run_id="t",
+        config=config or load_defaults(),
+        cluster=load_cluster(),
+    )
 
 
 def test_four_turns_fit_with_their_tool_results():

@@ -10,6 +10,7 @@ import pytest
 
 from polarstack.offline import apptainer_userns
 from polarstack.pins import pins
+from polarstack.stack.cluster import load as load_cluster
 
 ROOT = Path(__file__).resolve().parents[3]
 RECORD = json.loads((ROOT / apptainer_userns.RECORD).read_text())
@@ -25,7 +26,7 @@ def test_the_record_is_of_the_pinned_release_and_cites_the_source():
 
 
 def test_the_shipped_stack_is_in_the_recorded_shape():
-    assert apptainer_userns.problems() == []
+    assert apptainer_userns.problems(cluster=load_cluster()) == []
 
 
 @pytest.mark.parametrize(
@@ -37,7 +38,7 @@ def test_the_shipped_stack_is_in_the_recorded_shape():
     ],
 )
 def test_a_broken_record_is_a_problem(change, expected):
-    found = apptainer_userns.problems(dict(RECORD, **change), texts={})
+    found = apptainer_userns.problems(dict(RECORD, **change), texts={}, cluster=load_cluster())
     assert any(expected in p for p in found), found
 
 
@@ -46,7 +47,7 @@ def test_a_broken_record_is_a_problem(change, expected):
 )
 def test_a_stack_that_changes_the_shape_is_a_problem(switch):
     texts = {"launch.sh": f"export {switch}=1\n" if not switch.startswith("--") else f"apptainer exec {switch} x\n"}
-    found = apptainer_userns.problems(RECORD, texts=texts)
+    found = apptainer_userns.problems(RECORD, texts=texts, cluster=load_cluster())
     assert len(found) == 1 and switch in found[0] and "launch.sh" in found[0], found
 
 

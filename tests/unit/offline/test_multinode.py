@@ -26,7 +26,7 @@ def problems_of(profile_name="patched-router"):
 
 
 def test_the_committed_multi_node_plan_passes():
-    checks = multinode.check()
+    checks = multinode.check(cpu=False)
     assert [c.name for c in checks if not c.ok] == []
     assert len(checks) == 4  # the facts, the two working router profiles, the refusals
 
@@ -87,7 +87,7 @@ def test_a_worker_without_one_cpu_per_gpu_is_caught(monkeypatch):
         return out
 
     monkeypatch.setattr(compose, "cluster_override", without_cpus)
-    found = multinode.override_problems(profiles.load("patched-router"), EXAMPLE)
+    found = multinode.override_problems(profiles.load("patched-router"), EXAMPLE, cpu=False)
     assert any("node 1 (192.0.2.11)" in p and "--num-cpus=2" in p for p in found)
 
 
@@ -101,7 +101,7 @@ def test_the_token_not_mounted_is_caught(monkeypatch):
         return out
 
     monkeypatch.setattr(compose, "cluster_override", no_token)
-    found = multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE)
+    found = multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE, cpu=False)
     assert any("the host's token file is not mounted read-only" in p for p in found)
 
 
@@ -117,7 +117,7 @@ def test_a_token_mount_that_would_create_a_directory_is_caught(monkeypatch):
         return out
 
     monkeypatch.setattr(compose, "cluster_override", short_syntax)
-    found = multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE)
+    found = multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE, cpu=False)
     assert any("the host's token file is not mounted read-only" in p for p in found)
 
 
@@ -149,7 +149,7 @@ def _override_without(monkeypatch, change):
         return out
 
     monkeypatch.setattr(compose, "cluster_override", changed)
-    return multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE)
+    return multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE, cpu=False)
 
 
 def test_a_head_ray_that_waits_for_the_static_router_is_caught(monkeypatch):
@@ -165,7 +165,7 @@ def test_a_static_router_without_time_for_the_other_nodes_is_caught(monkeypatch)
     )
     assert any("gives the other nodes' engines no time to load" in p for p in found)
     monkeypatch.setattr(compose, "static_wait_args", lambda *a: [])
-    found = multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE)
+    found = multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE, cpu=False)
     assert any("waits its default s for the other nodes' engines" in p for p in found)
 
 
@@ -178,5 +178,5 @@ def test_a_worker_healthcheck_without_time_to_join_is_caught(monkeypatch):
 
 def test_a_wait_flag_the_pinned_router_does_not_take_is_caught(monkeypatch):
     monkeypatch.setattr(compose, "static_wait_args", lambda *a: ["--worker-startup-timeout-secs", "900", "--no-such"])
-    found = multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE)
+    found = multinode.override_problems(profiles.load("router-passthrough"), EXAMPLE, cpu=False)
     assert any("--no-such" in p for p in found)

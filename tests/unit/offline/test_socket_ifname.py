@@ -12,6 +12,7 @@ import pytest
 from polarstack.offline import socket_ifname
 from polarstack.paths import load_defaults
 from polarstack.stack import compose, exposure, profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.unit
@@ -29,7 +30,7 @@ def test_compose_gives_the_trainer_and_every_engine_loopback_interfaces():
 @pytest.mark.parametrize("name", profiles.available())
 def test_launch_sh_and_the_ray_job_set_loopback_interfaces(name, tmp_path, monkeypatch):
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path))
-    plan = build_plan("humaneval", profiles.load(name), run_id="t", config=load_defaults())
+    plan = build_plan("humaneval", profiles.load(name), run_id="t", config=load_defaults(), cluster=load_cluster())
     submit = plan.commands[-1]
     job_env = json.loads(next(a for a in submit if a.startswith("--runtime-env-json=")).split("=", 1)[1])["env_vars"]
     assert {k: job_env.get(k) for k in LOOPBACK} == LOOPBACK

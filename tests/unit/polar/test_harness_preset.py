@@ -14,6 +14,7 @@ from polarstack.offline.verify import check_harness_preset
 from polarstack.paths import load_defaults
 from polarstack.polar import harness_preset
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import preflight
 from polarstack.train.plan import build_plan
 
@@ -48,10 +49,10 @@ def test_the_cap_is_the_most_turns_whose_last_request_fits_the_context():
 @pytest.mark.parametrize("name", ["engine-direct", "patched-router"])
 def test_the_plan_and_the_rehearsal_cap_every_session(name):
     profile = profiles.load(name)
-    plan = build_plan("humaneval", profile, run_id="x")
+    plan = build_plan("humaneval", profile, run_id="x", cluster=load_cluster())
     assert _agent(plan)["settings"]["max_turns"] == budget.turn_cap(load_defaults())
     assert any("at most 4 turns each" in line and "--max-turns" in line for line in plan.as_dict()["watch"])
-    rehearsal = preflight.build(profile, run_id="preflight-x")
+    rehearsal = preflight.build(profile, run_id="preflight-x", cluster=load_cluster())
     assert all(_agent(p)["settings"]["max_turns"] == 4 for _, p in rehearsal.phases)
 
 
@@ -64,9 +65,9 @@ def test_the_preset_records_the_setting_and_the_cli_its_flag():
 
 
 def test_verify_offline_fails_a_template_without_the_cap_or_a_record_without_the_flag():
-    agent = _agent(build_plan("humaneval", profiles.load("engine-direct"), run_id="x"))
+    agent = _agent(build_plan("humaneval", profiles.load("engine-direct"), run_id="x", cluster=load_cluster()))
     assert harness_preset.turn_cap_problems(agent, 4) == []
-    assert check_harness_preset().ok
+    assert check_harness_preset(load_cluster()).ok
     uncapped = {**agent, "settings": {}}
     assert "max_turns=None, not 4 turns" in harness_preset.turn_cap_problems(uncapped, 4)[0]
     facts = copy.deepcopy(harness_preset.record())

@@ -14,6 +14,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.offline import prompt_budget
 from polarstack.paths import load_defaults
 from polarstack.reward import tasks
+from polarstack.stack.resolved import read_now
 
 pytestmark = pytest.mark.unit
 
@@ -72,7 +73,7 @@ def test_make_train_passes_the_plans_budget_to_prepare(monkeypatch):
         task, source, resume = "humaneval", None, False
 
     with pytest.raises(StackError):
-        launch.launch_in_trainer(Request(), Plan(), None)
+        launch.launch_in_trainer(Request(), Plan(), None, read_now())
     assert seen["max_prompt_tokens"] == 777
 
 

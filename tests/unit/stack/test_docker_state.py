@@ -20,6 +20,7 @@ from polarstack.cli.main import main
 from polarstack.errors import ExitCode
 from polarstack.pins import repo_root
 from polarstack.stack import docker_state
+from polarstack.stack.resolved import read_now
 
 pytestmark = pytest.mark.unit
 ROOT = repo_root()
@@ -44,7 +45,7 @@ PATCHED = "engine-0 engine-1 router trainer"  # the long-running services of pat
 def test_up_records_the_profile_and_train_smoke_down_follow_it(node, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_RUNNING", PATCHED)
     assert main(["compose", "up", "--profile", "patched-router"]) == 0
-    state = docker_state.read()
+    state = docker_state.read(cpu=False)
     assert state["profile"] == "patched-router" and state["base_url"] == "http://127.0.0.1:30080"
     assert "--profile patched-router up --detach --wait" in compose_calls(node)[-1]
     capsys.readouterr()
@@ -58,7 +59,7 @@ def test_up_records_the_profile_and_train_smoke_down_follow_it(node, monkeypatch
 
     assert main(["compose", "down"]) == 0
     assert "--profile patched-router down" in compose_calls(node)[-1]
-    assert docker_state.read() is None
+    assert docker_state.read(cpu=False) is None
     capsys.readouterr()
     assert main(["train", "--task", "humaneval", "--dry-run", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["profile"] == "engine-direct"
@@ -155,7 +156,7 @@ def test_smoke_in_the_trainer_hands_its_verdict_and_code_to_the_host(node, monke
     assert "no token ids came back" in capsys.readouterr().err
     assert "--polar-config /run-polarstack/train/smoke/polar_config.yaml" in compose_calls(node)[-1]
     assert (
-        docker_state.state_path().parent / "train" / "smoke" / "polar_config.yaml"
+        docker_state.state_path(cpu=False).parent / "train" / "smoke" / "polar_config.yaml"
     ).read_text() == config.read_text()
     monkeypatch.delenv("FAKE_TRAINER_SMOKE")  # the trainer's polarstack died without a report
     monkeypatch.setenv("FAKE_TRAINER_SMOKE_RC", "137")
@@ -250,7 +251,7 @@ def test_nothing_recorded_is_refused_by_docker_smoke_and_train(node, monkeypatch
 
 def test_half_written_or_changed_record_is_refused(node, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_RUNNING", PATCHED)
-    path = docker_state.state_path()
+    path = docker_state.state_path(cpu=False)
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"profile": "patched-router", "runtime": "docker"}))
     refused(capsys, ["smoke"], "half-written", "make up PROFILE=patched-router")
@@ -273,13 +274,13 @@ def test_up_over_another_running_profile_is_refused_and_a_stale_record_replaced(
         "make up PROFILE=engine-direct",
     )
     assert len([c for c in compose_calls(node) if c.endswith("up --detach --wait")]) == ups  # nothing started
-    assert docker_state.read()["profile"] == "patched-router"
+    assert docker_state.read(cpu=False)["profile"] == "patched-router"
     assert main(["compose", "up", "--profile", "patched-router"]) == 0  # the same profile again: fine
     monkeypatch.setenv("FAKE_RUNNING", "")  # patched-router's containers are gone
     monkeypatch.setenv("FAKE_EXITED", "engine-0 trainer")
     assert main(["compose", "up", "--profile", "engine-direct"]) == 0
     assert "forgot the record of profile patched-router" in capsys.readouterr().err
-    assert docker_state.read()["profile"] == "engine-direct"
+    assert docker_state.read(cpu=False)["profile"] == "engine-direct"
 
 
 def test_down_of_another_profile_keeps_the_record_of_the_one_up(node, monkeypatch, capsys):
@@ -294,16 +295,16 @@ def test_down_of_another_profile_keeps_the_record_of_the_one_up(node, monkeypatc
             "stays recorded",
             "make down PROFILE=patched-router",
         )
-        assert docker_state.read()["profile"] == "patched-router"
+        assert docker_state.read(cpu=False)["profile"] == "patched-router"
     assert not any(" down" in call for call in compose_calls(node))  # nothing of patched-router was stopped
     assert main(["compose", "down"]) == 0  # the profile that is up
-    assert docker_state.read() is None
+    assert docker_state.read(cpu=False) is None
 
 
 def test_failed_up_records_nothing(node, monkeypatch):
     monkeypatch.setenv("FAKE_COMPOSE_RC", "1")
     assert main(["compose", "up", "--profile", "patched-router"]) == ExitCode.ENVIRONMENT
-    assert docker_state.read() is None
+    assert docker_state.read(cpu=False) is None
 
 
 def test_up_after_an_up_that_did_not_finish_is_refused_naming_make_down(node, monkeypatch, capsys):
@@ -316,7 +317,7 @@ def test_up_after_an_up_that_did_not_finish_is_refused_naming_make_down(node, mo
     monkeypatch.setenv("FAKE_EXITED", "model-download")
     assert main(["compose", "up", "--profile", "engine-direct"]) == ExitCode.ENVIRONMENT
     assert "engine-0 of profile engine-direct never passed its healthcheck" in capsys.readouterr().err
-    assert docker_state.read()["unfinished"] == "make up"
+    assert docker_state.read(cpu=False)["unfinished"] == "make up"
     monkeypatch.delenv("FAKE_UP_RC")
     ups = len([c for c in compose_calls(node) if c.endswith("up --detach --wait")])
     for args in (
@@ -334,21 +335,23 @@ def test_up_after_an_up_that_did_not_finish_is_refused_naming_make_down(node, mo
     assert len([c for c in compose_calls(node) if c.endswith("up --detach --wait")]) == ups  # nothing started again
     refused(capsys, ["smoke"], "half-written", "`make up` did not finish")
     assert main(["compose", "down"]) == 0
-    assert "--profile engine-direct down" in compose_calls(node)[-1] and docker_state.read() is None
+    assert "--profile engine-direct down" in compose_calls(node)[-1] and docker_state.read(cpu=False) is None
     monkeypatch.setenv("FAKE_UNHEALTHY", "")
     monkeypatch.setenv("FAKE_EXITED", "")
     monkeypatch.setenv("FAKE_RUNNING", "engine-0 trainer")
-    assert main(["compose", "up"]) == 0 and "base_url" in docker_state.read()
+    assert main(["compose", "up"]) == 0 and "base_url" in docker_state.read(cpu=False)
 
 
 def test_an_unfinished_up_that_left_no_container_is_forgotten(node, monkeypatch, capsys):
     """Compose failed before it created anything (a build, a pull): nothing to take down, so `make up` goes on."""
     from polarstack.stack import profiles
 
-    docker_state.write_unfinished(profiles.load("patched-router"))
+    docker_state.write_unfinished(profiles.load("patched-router"), cpu=False)
     assert main(["compose", "up", "--profile", "engine-direct"]) == 0
     assert "forgot the record of an unfinished `make up PROFILE=patched-router`" in capsys.readouterr().err
-    assert docker_state.read()["profile"] == "engine-direct" and not docker_state.unfinished(docker_state.read())
+    assert docker_state.read(cpu=False)["profile"] == "engine-direct" and not docker_state.unfinished(
+        docker_state.read(cpu=False)
+    )
 
 
 def test_makefile_passes_no_default_profile():
@@ -453,26 +456,26 @@ def test_a_demo_swaps_profiles_on_its_shared_engines_and_refuses_everyone_else(n
     patched, stock = profiles.load("patched-router"), profiles.load("stock-router")
     owner = docker_state.demo_owner(["engine-0", "engine-1"])
     monkeypatch.setenv("FAKE_RUNNING", "engine-0 engine-1")  # the previous profile's router is already down
-    docker_state.write(patched, demo=owner)
-    assert docker_state.guard_other_profile("up", stock, demo=owner) is None  # the demo's own swap
-    assert docker_state.read() is None
+    docker_state.write(patched, cpu=False, demo=owner)
+    assert docker_state.guard_other_profile("up", stock, read_now(), demo=owner) is None  # the demo's own swap
+    assert docker_state.read(cpu=False) is None
 
-    docker_state.write(patched, demo=owner)
+    docker_state.write(patched, cpu=False, demo=owner)
     for wanted in (stock, patched):  # a user's command, even for the profile the demo runs
         with pytest.raises(StackError) as refused_:
-            docker_state.guard_other_profile("up", wanted)
+            docker_state.guard_other_profile("up", wanted, read_now())
         assert refused_.value.code == ExitCode.STATE and f"`make demo` (pid {owner['pid']})" in refused_.value.message
-    assert docker_state.read()["profile"] == "patched-router"
+    assert docker_state.read(cpu=False)["profile"] == "patched-router"
 
     monkeypatch.setenv("FAKE_RUNNING", "engine-0 engine-1 router")  # the demo forgot to stop the last router
     with pytest.raises(StackError) as refused_:
-        docker_state.guard_other_profile("up", stock, demo=owner)
+        docker_state.guard_other_profile("up", stock, read_now(), demo=owner)
     assert "still runs router beside the shared engines" in refused_.value.message
 
     ended = {**owner, "start_time": -1}  # the demo's pid now names another process: the demo has ended
-    docker_state.write(patched, demo=ended)
+    docker_state.write(patched, cpu=False, demo=ended)
     with pytest.raises(StackError) as refused_:  # its containers still run: refused like any other stack
-        docker_state.guard_other_profile("up", stock, demo=owner)
+        docker_state.guard_other_profile("up", stock, read_now(), demo=owner)
     assert "make down PROFILE=patched-router" in refused_.value.message
     monkeypatch.setenv("FAKE_RUNNING", "")
-    assert docker_state.guard_other_profile("up", stock) is None  # none runs: forgotten
+    assert docker_state.guard_other_profile("up", stock, read_now()) is None  # none runs: forgotten

@@ -10,6 +10,7 @@ from polarstack.checks import sandbox_probe
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import host_check, profiles
+from polarstack.stack.resolved import read_now
 
 pytestmark = pytest.mark.unit
 
@@ -62,7 +63,7 @@ def test_the_probe_names_the_host_setting_when_the_sandbox_cannot_start(tmp_path
     proc_sys(tmp_path, **{"kernel.apparmor_restrict_unprivileged_userns": 1})
     monkeypatch.setenv("FAKE_SANDBOX_ERROR", "FATAL: could not create user namespace")
     with pytest.raises(StackError) as exc:
-        sandbox_probe.check_in_trainer(profiles.load("engine-direct"))
+        sandbox_probe.check_in_trainer(profiles.load("engine-direct"), read_now())
     assert exc.value.code == ExitCode.ENVIRONMENT
     message = exc.value.message
     assert "could not create user namespace" in message and "apparmor_restrict_unprivileged_userns=1" in message

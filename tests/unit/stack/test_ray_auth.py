@@ -17,6 +17,7 @@ from polarstack.cli.main import main
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import repo_root
 from polarstack.stack import compose, profiles, ray_auth
+from polarstack.stack.resolved import read_now
 
 pytestmark = pytest.mark.unit
 
@@ -143,7 +144,7 @@ def test_the_authorization_header_is_the_bearer_form_ray_reads(tmp_path):
 def _fake_compose(monkeypatch, tmp_path) -> None:
     """Compose stands in as /bin/true: run_compose's own steps run, nothing starts."""
     monkeypatch.setenv("COMPOSE_BIN", "/bin/true")
-    monkeypatch.setattr(compose, "compose_args", lambda profile, directory=None, cluster=None: [])
+    monkeypatch.setattr(compose, "compose_args", lambda profile, directory=None, *, cluster, cpu: [])
 
 
 @pytest.mark.parametrize("verb", ["down", "ps", "logs", "config"])
@@ -151,7 +152,7 @@ def test_only_up_writes_the_token(tmp_path, monkeypatch, verb):
     _fake_compose(monkeypatch, tmp_path)
     path = tmp_path / "cfg" / "ray-auth-token"
     monkeypatch.setenv("RAY_AUTH_TOKEN_FILE", str(path))
-    assert compose.run_compose(profiles.load("engine-direct"), [verb], capture=True).returncode == 0
+    assert compose.run_compose(profiles.load("engine-direct"), [verb], where=read_now(), capture=True).returncode == 0
     assert not path.exists()  # `make down` on a node never makes (or checks) a token
 
 
@@ -167,7 +168,7 @@ def test_up_writes_the_token_before_compose_runs(tmp_path, monkeypatch):
         return real_run(cmd, **kwargs)
 
     monkeypatch.setattr(compose.subprocess, "run", run)
-    compose.run_compose(profiles.load("engine-direct"), ["up", "--detach", "--wait"], capture=True)
+    compose.run_compose(profiles.load("engine-direct"), ["up", "--detach", "--wait"], where=read_now(), capture=True)
     assert seen == {"existed": True}
 
 
@@ -183,7 +184,9 @@ def test_up_on_a_worker_node_needs_the_heads_copy(tmp_path, monkeypatch):
     }.items():
         monkeypatch.setenv(key, value)
     with pytest.raises(StackError) as info:
-        compose.run_compose(profiles.load("patched-router"), ["up", "--detach", "--wait"], capture=True)
+        compose.run_compose(
+            profiles.load("patched-router"), ["up", "--detach", "--wait"], where=read_now(), capture=True
+        )
     assert info.value.code == ExitCode.STATE and "NODE_RANK=0" in info.value.message and not path.exists()
 
 

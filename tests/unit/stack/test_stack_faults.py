@@ -11,6 +11,7 @@ import pytest
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import free_ports
 from polarstack.stack import docker_state, ports, profiles, stack_faults
+from polarstack.stack.resolved import read_now
 
 pytestmark = pytest.mark.unit
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -72,8 +73,8 @@ def test_ports_left_in_time_wait_by_a_stopped_stack_pass(monkeypatch):
 )
 def test_a_failed_up_names_the_service(monkeypatch, states, expected):
     monkeypatch.setenv("ENGINE_START_PERIOD", "5s")
-    monkeypatch.setattr(docker_state, "service_states", lambda profile: states)
-    error = stack_faults.why_up_failed(profiles.load("engine-direct"), 1)
+    monkeypatch.setattr(docker_state, "service_states", lambda profile, where: states)
+    error = stack_faults.why_up_failed(profiles.load("engine-direct"), 1, read_now())
     assert error.code == ExitCode.ENVIRONMENT and expected in error.message
 
 
@@ -143,7 +144,7 @@ def test_make_up_on_the_cpu_says_what_it_builds_then_builds_it_before_the_probe(
     monkeypatch.setattr(device, "prepare", lambda progress: None)
     monkeypatch.setattr(assets, "check_before_up", lambda profile, **_: None)
 
-    def probe(profile, running=False):
+    def probe(profile, where, running=False):
         raise StackError("the probe ran", ExitCode.GATE)
 
     monkeypatch.setattr(shape_probe, "check_docker", probe)

@@ -23,6 +23,8 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.offline import verifier_env, verify
 from polarstack.paths import load_defaults
 from polarstack.stack import profiles, verifier_knobs
+from polarstack.stack.cluster import load as load_cluster
+from polarstack.stack.resolved import read_now
 from polarstack.train.plan import build_plan
 
 pytestmark = pytest.mark.unit
@@ -35,7 +37,9 @@ def clean_env(monkeypatch):
 
 
 def rendered(profile: str = "engine-direct"):
-    plan = build_plan("humaneval", profiles.load(profile), run_id="knobs", config=load_defaults())
+    plan = build_plan(
+        "humaneval", profiles.load(profile), run_id="knobs", config=load_defaults(), cluster=load_cluster()
+    )
     template = yaml.safe_load(plan.files["polar_config.yaml"])["polar_task_template"]
     launch = dict(
         line.removeprefix("export ").split("=", 1)
@@ -57,7 +61,7 @@ def test_the_isolation_reaches_the_test_commands_runtime_env_launch_sh_and_the_r
     assert template["runtime"]["env"]["HOME"] == "/polar/session/home"  # the template's own env is kept
     # the trainer's environment (compose.yaml, rendered by the real Compose binary) and the rest, by verify-offline
     with tempfile.TemporaryDirectory() as tmp:
-        check = verify.check_assets(profiles.load("engine-direct"), Path(tmp))
+        check = verify.check_assets(profiles.load("engine-direct"), Path(tmp), read_now())
     assert check.ok, check.problems
 
 
@@ -139,7 +143,7 @@ def test_the_rehearsal_report_names_an_active_opt_out(monkeypatch, capsys):
     from polarstack.train import preflight, rehearsal_run
 
     monkeypatch.setenv(verifier_knobs.ISOLATION, "none")
-    plan = preflight.build(profiles.load("engine-direct"))
+    plan = preflight.build(profiles.load("engine-direct"), cluster=load_cluster())
     assert rehearsal_run.rendered_isolation(plan) == "none"
     evidence = {"reward_path": {"canonical_reward": 1.0, "wrong_reward": 0.0, "isolation": "none"}}
     result = rehearsal_report.report(evidence)
@@ -149,4 +153,7 @@ def test_the_rehearsal_report_names_an_active_opt_out(monkeypatch, capsys):
     evidence["reward_path"]["isolation"] = "namespaces"
     assert rehearsal_report.report(evidence)["warnings"] == []
     monkeypatch.delenv(verifier_knobs.ISOLATION)
-    assert rehearsal_run.rendered_isolation(preflight.build(profiles.load("engine-direct"))) == "namespaces"
+    assert (
+        rehearsal_run.rendered_isolation(preflight.build(profiles.load("engine-direct"), cluster=load_cluster()))
+        == "namespaces"
+    )

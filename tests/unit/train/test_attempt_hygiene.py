@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import json
 import signal
@@ -23,6 +24,7 @@ import pytest
 from polarstack import processes
 from polarstack.paths import load_defaults
 from polarstack.stack import compose, profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import launch
 from polarstack.train.plan import build_plan
 from train_fakes import fake_node_for_train
@@ -72,7 +74,7 @@ def test_a_nohup_process_survives_the_sighup_of_a_dropped_session():
 def test_the_dashboard_port_follows_the_knob(monkeypatch):
     monkeypatch.setenv("RAY_DASHBOARD_PORT", "31265")
     profile = profiles.load("engine-direct")
-    plan = build_plan("humaneval", profile, run_id="t", config=load_defaults())
+    plan = build_plan("humaneval", profile, run_id="t", config=load_defaults(), cluster=load_cluster())
     script = plan.files["launch.sh"]
     assert "127.0.0.1:31265" in script and "127.0.0.1:8265" not in script
     assert plan.config["ray"]["dashboard_port"] == 31265
@@ -80,16 +82,19 @@ def test_the_dashboard_port_follows_the_knob(monkeypatch):
     monkeypatch.setattr(
         compose, "run_compose", lambda p, args, **kw: seen.append(args) or subprocess.CompletedProcess(args, 0, "[]\n")
     )
-    launch.refuse_active_job(profile, load_defaults(), plan.cluster)  # a config with 8265: the knob still wins
+    # a config with 8265: the knob still wins
+    launch.refuse_active_job(profile, load_defaults(), compose.Place(False, plan.cluster))
     assert "http://127.0.0.1:31265" in seen[-1]
 
 
-def test_without_the_knob_the_configured_port_is_used(monkeypatch):
-    monkeypatch.setattr(profiles, "knob", lambda profile, key, default="": "")
-    monkeypatch.setattr("polarstack.train.plan.knob", lambda profile, key, default="": "")
+def test_without_the_knob_the_configured_port_is_used():
+    loaded = profiles.load("engine-direct")
+    # the plan's stack settings all unset (as if neither the profile, the environment nor configs/stack.env gave them)
+    unset = dict.fromkeys(("RAY_DASHBOARD_PORT", "WEIGHT_SYNC_TRANSPORT", "WEIGHT_UPDATE_DIR"), "")
+    profile = dataclasses.replace(loaded, settings={**loaded.settings, **unset})
     config = load_defaults()
     config["ray"]["dashboard_port"] = 8299
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=config)
+    plan = build_plan("humaneval", profile, run_id="t", config=config, cluster=load_cluster())
     assert "127.0.0.1:8299" in plan.files["launch.sh"]
 
 
@@ -116,7 +121,7 @@ def test_every_engine_is_told_to_continue_generation_before_a_job(monkeypatch, c
             live = f"http://127.0.0.1:{server.server_address[1]}"
             monkeypatch.setattr(profiles, "docker_engine_urls", lambda profile: [live, f"http://127.0.0.1:{dead}"])
             _Recorder.seen.clear()
-            warnings = launch.resume_engines(profiles.load("router-passthrough"))
+            warnings = launch.resume_engines(profiles.load("router-passthrough"), load_cluster())
     finally:
         server.shutdown()
         server.server_close()

@@ -12,6 +12,7 @@ from polarstack.errors import ExitCode
 from polarstack.offline.verify import check_batch_layout
 from polarstack.paths import load_defaults
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import batch_layout
 from polarstack.train.plan import build_plan
 
@@ -37,10 +38,10 @@ def test_the_record_names_each_rule_where_it_is_in_the_pinned_sources():
 
 @pytest.mark.parametrize("name", WORKING)
 def test_every_working_profile_renders_a_layout_megatron_and_slime_accept(name):
-    plan = build_plan("humaneval", profiles.load(name), run_id="t", config=load_defaults())
+    plan = build_plan("humaneval", profiles.load(name), run_id="t", config=load_defaults(), cluster=load_cluster())
     layout = batch_layout.from_train_args(plan.train_args)
     assert batch_layout.problems(layout) == []
-    check = check_batch_layout(profiles.load(name))
+    check = check_batch_layout(profiles.load(name), cluster=load_cluster())
     assert check.ok, check.problems
     assert layout.data_parallel_size == (3 if name == "engine-direct" else 1)
 
@@ -70,8 +71,8 @@ def test_the_old_global_batch_of_64_is_refused_on_engine_direct_naming_the_numbe
 def test_verify_offline_fails_a_layout_that_breaks_megatrons_rule(monkeypatch):
     config = load_defaults(["grpo.rollout_batch_size=8", "grpo.global_batch_size=64"])
     monkeypatch.setattr("polarstack.offline.verify.load_defaults", lambda *a, **k: copy.deepcopy(config))
-    assert not check_batch_layout(profiles.load("engine-direct")).ok
-    assert check_batch_layout(profiles.load("patched-router")).ok  # DP 1 there: 64 is fine
+    assert not check_batch_layout(profiles.load("engine-direct"), cluster=load_cluster()).ok
+    assert check_batch_layout(profiles.load("patched-router"), cluster=load_cluster()).ok  # DP 1 there: 64 is fine
 
 
 @pytest.mark.parametrize(

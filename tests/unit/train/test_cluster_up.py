@@ -12,7 +12,7 @@ import pytest
 from polarstack.checks import nodes
 from polarstack.cli.cluster import render_cluster_check
 from polarstack.errors import ExitCode, StackError
-from polarstack.stack import profiles
+from polarstack.stack import compose, profiles
 from polarstack.stack.cluster import Cluster
 from polarstack.train import cluster_up
 
@@ -77,15 +77,17 @@ def test_after_up_waits_for_the_other_nodes_then_checks(tmp_path, monkeypatch, c
     profile = profiles.load("patched-router")
     found = make(tmp_path)
     written, checked = [], []
-    monkeypatch.setattr(cluster_up.compose, "render_values", lambda p, c: {})
-    monkeypatch.setattr(nodes, "write_report", lambda c, p, v: written.append(c.rank) or tmp_path / f"rank-{c.rank}")
+    monkeypatch.setattr(cluster_up.compose, "render_values", lambda p, c, *, cpu: {})
+    monkeypatch.setattr(
+        nodes, "write_report", lambda c, p, v, *, cpu: written.append(c.rank) or tmp_path / f"rank-{c.rank}"
+    )
     monkeypatch.setattr(nodes, "pending", lambda c: [1])
     monkeypatch.setattr(
         cluster_up, "check_cluster", lambda p, c: checked.append(c.rank) or nodes.ClusterReport(2, "s", [])
     )
-    cluster_up.after_up(profile, found, render_cluster_check)
+    cluster_up.after_up(profile, compose.Place(False, found), render_cluster_check)
     assert written == [0] and checked == []
     assert "waiting for `make up` on node 1 (127.0.0.2)" in capsys.readouterr().err
     monkeypatch.setattr(nodes, "pending", lambda c: [])
-    cluster_up.after_up(profile, found, render_cluster_check)
+    cluster_up.after_up(profile, compose.Place(False, found), render_cluster_check)
     assert checked == [0] and "cluster:" in capsys.readouterr().out

@@ -22,6 +22,8 @@ from polarstack.paths import load_defaults
 from polarstack.pins import repo_root
 from polarstack.stack import profiles
 from polarstack.stack.assets import sandbox_mode_env
+from polarstack.stack.cluster import load as load_cluster
+from polarstack.stack.resolved import read_now
 from polarstack.train import control_plane
 from polarstack.train import plan as plan_mod
 from polarstack.train.plan import build_plan
@@ -49,7 +51,9 @@ def cleanenv_off(monkeypatch):
 
 
 def _plan():
-    return build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults())
+    return build_plan(
+        "humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults(), cluster=load_cluster()
+    )
 
 
 def _check(plan, **change) -> list[str]:
@@ -121,7 +125,9 @@ def test_verify_offline_passes_the_rendered_script_with_and_without_the_token(cl
 
     with tempfile.TemporaryDirectory() as tmp:
         checks = [
-            c for c in verify.check_profile(profiles.load("engine-direct"), Path(tmp)) if "control-plane" in c.name
+            c
+            for c in verify.check_profile(profiles.load("engine-direct"), Path(tmp), read_now())
+            if "control-plane" in c.name
         ]
     assert len(checks) == 2 and all(c.ok for c in checks), [c.problems for c in checks]
 

@@ -22,6 +22,7 @@ from polarstack.offline import meaning
 from polarstack.paths import load_defaults
 from polarstack.pins import pins, repo_root
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train.plan import RESUME_REFUSED, build_plan, checkpoint_guard
 
 pytestmark = pytest.mark.unit
@@ -35,7 +36,7 @@ def no_local_state(tmp_path, monkeypatch):
 
 
 def plan(profile="engine-direct", **kwargs):
-    return build_plan("humaneval", profiles.load(profile), run_id="t", **kwargs)
+    return build_plan("humaneval", profiles.load(profile), run_id="t", cluster=load_cluster(), **kwargs)
 
 
 def record_tool():
@@ -182,7 +183,7 @@ def test_record_tool_runs_as_a_script(tmp_path):
 def test_checkpoints_dropout_and_a_stable_save_dir():
     first, second = (
         plan().train_args,
-        build_plan("humaneval", profiles.load("engine-direct"), run_id="other").train_args,
+        build_plan("humaneval", profiles.load("engine-direct"), run_id="other", cluster=load_cluster()).train_args,
     )
     save = first[first.index("--save") + 1]
     assert save == second[second.index("--save") + 1] == "/checkpoints/polarstack/humaneval-engine-direct"
@@ -204,7 +205,9 @@ def test_the_old_launch_fails_the_hygiene_check():
 
 def _guard(tmp_path: Path, resume: bool, checkpoint: bool) -> subprocess.CompletedProcess:
     config = load_defaults([f"model.save={tmp_path}"])
-    p = build_plan("humaneval", profiles.load("engine-direct"), run_id="t", config=config, resume=resume)
+    p = build_plan(
+        "humaneval", profiles.load("engine-direct"), run_id="t", config=config, resume=resume, cluster=load_cluster()
+    )
     if checkpoint:
         Path(p.checkpoint_dir).mkdir(parents=True)
         (Path(p.checkpoint_dir) / "latest_checkpointed_iteration.txt").write_text("20\n")

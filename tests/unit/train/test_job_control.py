@@ -20,6 +20,7 @@ from polarstack.errors import ExitCode
 from polarstack.paths import load_defaults
 from polarstack.processes import startup_seconds
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import ray_job
 from polarstack.train.plan import POLAR_PORT_HELD, POLAR_START_FAILED, build_plan, job_control_lines
 from train_fakes import fake_node_for_train, rendered_launch_sh
@@ -64,7 +65,9 @@ def test_make_train_launches_when_no_job_is_active(tmp_path, monkeypatch, capsys
 
 
 def test_launch_sh_submits_with_an_attempt_id_and_passes_the_offline_check():
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults())
+    plan = build_plan(
+        "humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults(), cluster=load_cluster()
+    )
     script = plan.files["launch.sh"]
     assert '--submission-id="$submission_id"' in script and "attempt_id=r-$((" in script
     assert ray_job.job_control_problems(plan.commands[3], script) == []
@@ -79,7 +82,7 @@ def test_the_trap_stops_this_attempts_job_on_a_signal(tmp_path, sig):
     """The rendered job-control lines run by bash with a fake `ray`: a signal during the (background) submit makes the
     EXIT trap `ray job stop` <run>-<attempt> and stop the submit client; the next attempt gets id <run>-2."""
     config = load_defaults()
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=config)
+    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=config, cluster=load_cluster())
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "ray").write_text('#!/usr/bin/env bash\necho "ray $*" >> "$RAY_LOG"\n')

@@ -11,6 +11,7 @@ import yaml
 
 import rehearsal_fakes as fakes
 from polarstack.paths import train_defaults
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import gate, learning_signal
 
 pytestmark = pytest.mark.unit
@@ -112,7 +113,7 @@ def test_knobs_are_documented_defaults_and_reach_the_job():
     from polarstack.stack import profiles
     from polarstack.train.plan import build_plan
 
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="x")
+    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="x", cluster=load_cluster())
     config = yaml.safe_load(plan.files["polar_config.yaml"])
     assert config["polar_gate_zero_advantage_rollouts"] == 10 and config["polar_gate_summary_file"].endswith(
         "/x/rollouts.jsonl"

@@ -20,6 +20,7 @@ from polarstack.cli.main import main
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import load_defaults
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import memory, preflight
 from polarstack.train.plan import build_plan
 
@@ -164,10 +165,10 @@ def test_the_fake_node_reports_its_cards(tmp_path, monkeypatch):
     seen = memory.node_capacity(profile)
     assert seen.gpu_gb == pytest.approx(140, abs=0.01) and seen.host_gb == pytest.approx(512, abs=0.01)
     assert "nvidia-smi memory.total" in seen.source
-    assert build_plan("humaneval", profile, run_id="t").memory.offload
+    assert build_plan("humaneval", profile, run_id="t", cluster=load_cluster()).memory.offload
     fake_node.set_memory(tmp_path, monkeypatch, gpu_gb=48)
     with pytest.raises(StackError, match="48.0 GB"):
-        build_plan("humaneval", profile, run_id="t")
+        build_plan("humaneval", profile, run_id="t", cluster=load_cluster())
 
 
 def test_make_up_refuses_a_node_too_small_before_compose_starts(tmp_path, monkeypatch, capsys):
@@ -199,7 +200,7 @@ def test_bad_memory_settings_are_usage_errors(monkeypatch):
 def test_verify_offline_recomputes_the_estimate_from_the_recorded_facts():
     from polarstack.offline import memory_facts
 
-    result = memory_facts.check()
+    result = memory_facts.check(load_cluster())
     assert result.ok, result.problems
     assert "engine-direct: 117.7 GB per trainer GPU (offload on)" in result.detail
     for tp, dp, offload in ((1, 3, True), (1, 3, False), (2, 1, False)):
@@ -318,11 +319,11 @@ def test_the_docs_table_shows_the_computed_totals():
 def test_the_rehearsal_uses_the_real_runs_offload():
     """slime's offload flags change how the optimizer steps and saves, so the rehearsal (which fits without them on
     140 GB) runs them wherever the real run needs them: engine-direct, not the router profiles."""
-    direct = preflight.build(profiles.load("engine-direct"), run_id="r")
+    direct = preflight.build(profiles.load("engine-direct"), run_id="r", cluster=load_cluster())
     for _, phase in direct.phases:
         assert phase.memory.offload and all(flag in phase.train_args for flag in memory.OFFLOAD_ARGS)
     assert "memory.optimizer_offload=on" in direct.phases[0][1].memory.decision
-    router = preflight.build(profiles.load("patched-router"), run_id="r")
+    router = preflight.build(profiles.load("patched-router"), run_id="r", cluster=load_cluster())
     assert not router.phases[0][1].memory.offload
     assert not set(memory.OFFLOAD_ARGS) & set(router.phases[0][1].train_args)
 
@@ -336,26 +337,27 @@ def test_the_host_is_checked_against_memavailable_not_memtotal(tmp_path, monkeyp
     seen = memory.node_capacity(profile)
     assert seen.host_gb == pytest.approx(200, abs=0.01) and "MemAvailable" in seen.source
     with pytest.raises(StackError, match="GB available") as info:
-        build_plan("humaneval", profile, run_id="t")
+        build_plan("humaneval", profile, run_id="t", cluster=load_cluster())
     assert info.value.code == ExitCode.ENVIRONMENT
     fake_node.set_memory(tmp_path, monkeypatch, gpu_gb=140, host_gb=512, host_total_gb=512)
-    assert build_plan("humaneval", profile, run_id="t").memory.offload
+    assert build_plan("humaneval", profile, run_id="t", cluster=load_cluster()).memory.offload
 
 
 def test_rays_object_store_is_set_by_the_stack_and_counted(monkeypatch):
     """Issue 32 point 8: RAY_OBJECT_STORE_GB reaches every `ray start` the stack renders and the host estimate."""
     from polarstack.offline import host_memory
+    from polarstack.stack import cluster as cluster_mod
     from polarstack.stack import compose, ray_head
 
     monkeypatch.setenv("RAY_OBJECT_STORE_GB", "12.5")
     profile = profiles.load("engine-direct")
     capacity = memory.Capacity(140.0, None, "test")
-    plan = build_plan("humaneval", profile, run_id="t", capacity=capacity)
+    plan = build_plan("humaneval", profile, run_id="t", capacity=capacity, cluster=load_cluster())
     term = next(t for t in plan.memory.host if "--object-store-memory" in t.name)
     assert term.gb == 12.5
     assert "--object-store-memory=12500000000" in plan.commands[0]
     assert "--object-store-memory=12500000000" in plan.files["launch.sh"]
-    assert compose.render_values(profile)["RAY_OBJECT_STORE_BYTES"] == "12500000000"
+    assert compose.render_values(profile, cluster_mod.load(), cpu=False)["RAY_OBJECT_STORE_BYTES"] == "12500000000"
     values = profiles.stack_knobs()
     assert host_memory.check(plan.commands[0], plan.memory, values).ok
     unset = [a for a in plan.commands[0] if not a.startswith("--object-store-memory")]

@@ -10,6 +10,7 @@ import yaml
 
 from polarstack.cli.main import main
 from polarstack.errors import ExitCode
+from polarstack.stack.cluster import load as load_cluster
 
 pytestmark = pytest.mark.unit
 
@@ -140,7 +141,7 @@ def test_the_job_needs_no_working_directory(name, task):
     from polarstack.train import ray_job
     from polarstack.train.plan import build_plan
 
-    submit = build_plan(task, profiles.load(name), run_id="t").commands[-1]
+    submit = build_plan(task, profiles.load(name), run_id="t", cluster=load_cluster()).commands[-1]
     assert ray_job.problems(submit) == []
     entrypoint = submit[submit.index("--") + 1 :]
     assert entrypoint[:2] == ["python3", "/root/slime/train_async.py"]

@@ -17,6 +17,7 @@ from polarstack.errors import ExitCode
 from polarstack.reward.tasks import TASKS
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack import compose, profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import plan as train_plan
 from polarstack.train.plan import build_plan, resume_variant
 from train_fakes import TRAIN_ARGS, fake_node_for_train
@@ -98,9 +99,9 @@ def test_the_launch_plans_once_and_its_resume_script_is_the_plan_resumed(calls, 
 def test_the_resume_variant_is_what_build_plan_renders_resumed(name, task):
     profile = profiles.load(name)
     config = paths.load_defaults()
-    fresh = build_plan(task, profile, run_id="r", config=config)
+    fresh = build_plan(task, profile, run_id="r", config=config, cluster=load_cluster())
     resumed = resume_variant(fresh)
-    again = build_plan(task, profile, run_id="r", config=config, resume=True)
+    again = build_plan(task, profile, run_id="r", config=config, resume=True, cluster=load_cluster())
     assert resumed.as_dict() == again.as_dict()
     assert resumed.train_args == again.train_args and resumed.files == again.files
     assert not fresh.resume and "--load" not in fresh.train_args  # the plan it came from is unchanged

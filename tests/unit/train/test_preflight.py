@@ -15,6 +15,7 @@ from polarstack.errors import ExitCode, StackError
 from polarstack.offline import verify as verify_offline
 from polarstack.pins import repo_root
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import model_size, preflight
 
 pytestmark = pytest.mark.unit
@@ -130,11 +131,11 @@ def test_recorder_parses_bash_arrays():
 
 def test_verify_offline_checks_the_rehearsal(monkeypatch):
     profile = profiles.load("engine-direct")
-    assert verify_offline.check_preflight(profile).ok
+    assert verify_offline.check_preflight(profile, load_cluster()).ok
     drifted = preflight.models_record()
     drifted["models"]["qwen2.5-7B"]["args"] = drifted["models"]["qwen2.5-7B"]["args"][:-1]  # a flag lost upstream
     monkeypatch.setattr(preflight, "models_record", lambda: drifted)
-    check = verify_offline.check_preflight(profile)
+    check = verify_offline.check_preflight(profile, load_cluster())
     assert not check.ok and any("qwen2.5-7B.sh" in p for p in check.problems)
 
 

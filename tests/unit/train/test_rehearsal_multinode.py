@@ -15,6 +15,7 @@ from polarstack.checks import nodes, sandbox_probe
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import assets, docker_state, profiles
 from polarstack.stack.cluster import Cluster
+from polarstack.stack.resolved import read_now
 from polarstack.train import cluster_plan, preflight, rehearsal_run
 from rehearsal_fakes import FakeNode
 
@@ -52,8 +53,8 @@ class TwoNodes(FakeNode):
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(assets, "check_before_up", lambda profile: None)
-    monkeypatch.setattr(sandbox_probe, "check_in_trainer", lambda profile: None)
+    monkeypatch.setattr(assets, "check_before_up", lambda profile, *, cpu: None)
+    monkeypatch.setattr(sandbox_probe, "check_in_trainer", lambda profile, where: None)
     for key in ("MODEL_PATH", "MODEL_NAME", "SERVED_MODEL_NAME"):
         monkeypatch.setenv(key, "")
         monkeypatch.delenv(key)
@@ -65,7 +66,7 @@ def setup(tmp_path, monkeypatch):
 def test_a_2_node_rehearsal_joins_proves_the_shared_dir_and_reads_every_engine(setup):
     profile, plan, host = setup
     node = TwoNodes(host)
-    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    result = rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)
     assert result["passed"], result
     assert node.joined == 1 and node.compose_calls == ["up", "down"]
     assert node.order == [("session", [])]  # the session and the other nodes' line before the head's `up`
@@ -82,7 +83,9 @@ def test_a_2_node_rehearsal_joins_proves_the_shared_dir_and_reads_every_engine(s
 
 def test_an_engine_of_node_1_the_weights_never_reached_fails_weight_sync(setup):
     profile, plan, host = setup
-    result = rehearsal_run.run(profile, plan, node=TwoNodes(host, stale_engine=ENGINES[3]), progress=lambda m: None)
+    result = rehearsal_run.run(
+        profile, plan, read_now(), node=TwoNodes(host, stale_engine=ENGINES[3]), progress=lambda m: None
+    )
     verdict = next(c for c in result["verdicts"] if c["class"] == "weight_sync")
     assert not result["passed"] and verdict["verdict"] == "fail"
     assert verdict["change"].startswith(f"weights did not reach {ENGINES[3]} ")
@@ -93,22 +96,24 @@ def test_a_node_that_does_not_share_the_directory_stops_the_rehearsal(setup):
     seen = {"10.0.0.1": {"read": True, "wrote": True}, "10.0.0.2": {"read": False, "wrote": True}}
     node = TwoNodes(host, probe=seen)
     with pytest.raises(StackError) as caught:
-        rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+        rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)
     assert caught.value.code == ExitCode.REHEARSAL_FAILED
     assert "node 1 (10.0.0.2) does not see the head's file in SHARED_DIR" in caught.value.message
-    assert node.jobs == 0 and node.compose_calls == ["up", "down"] and docker_state.read() is None
+    assert node.jobs == 0 and node.compose_calls == ["up", "down"] and docker_state.read(cpu=False) is None
 
 
 def test_join_waits_for_the_last_node_then_checks_them(setup, monkeypatch):
     profile, plan, _ = setup
     waiting = [[1], [1], []]
     calls = []
-    monkeypatch.setattr(nodes, "write_report", lambda c, p, values, probe=None: calls.append(("report", c.rank)))
+    monkeypatch.setattr(
+        nodes, "write_report", lambda c, p, values, probe=None, *, cpu: calls.append(("report", c.rank))
+    )
     monkeypatch.setattr(nodes, "pending", lambda c: waiting.pop(0))
     monkeypatch.setattr(rehearsal_run.time, "sleep", lambda s: calls.append(("sleep", s)))
     monkeypatch.setattr(cluster_plan, "require_nodes", lambda *a, **kw: calls.append(("check", a[1].nodes)))
     messages = []
-    rehearsal_run.Node(profile).join(plan, messages.append)
+    rehearsal_run.Node(profile, read_now()).join(plan, messages.append)
     assert calls == [("report", 0), ("sleep", 10), ("sleep", 10), ("check", 2)]
     assert "MODEL_PATH=/models/Qwen2.5-3B-Instruct" in messages[0] and "node 1 (10.0.0.2)" in messages[0]
 
@@ -119,7 +124,7 @@ def test_join_gives_up_naming_the_node_and_the_command(setup, monkeypatch):
     monkeypatch.setattr(nodes, "pending", lambda c: [1])
     monkeypatch.setattr(rehearsal_run, "JOIN_TIMEOUT_SECONDS", -1)
     with pytest.raises(StackError) as caught:
-        rehearsal_run.Node(profile).join(plan, lambda m: None)
+        rehearsal_run.Node(profile, read_now()).join(plan, lambda m: None)
     assert caught.value.code == ExitCode.STATE
     assert caught.value.message.startswith("node(s) 10.0.0.2 did not come up within")
     assert "make up PROFILE=patched-router MODEL_NAME=Qwen/Qwen2.5-3B-Instruct" in caught.value.message
@@ -132,7 +137,7 @@ def test_the_session_is_opened_and_the_other_nodes_asked_before_the_heads_up(set
     opened = []
     monkeypatch.setattr(nodes, "start_session", lambda c, probe=None: opened.append(c.rank))
     messages = []
-    rehearsal_run.Node(profile).open_session(plan, messages.append)
+    rehearsal_run.Node(profile, read_now()).open_session(plan, messages.append)
     assert opened == [0]
     assert messages[0].startswith("now run `make up PROFILE=patched-router MODEL_NAME=Qwen/Qwen2.5-3B-Instruct")
     assert "node 1 (10.0.0.2)" in messages[0]

@@ -9,6 +9,7 @@ from polarstack.cli.main import main
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import rehearsal_record
 
 pytestmark = pytest.mark.unit
@@ -22,7 +23,7 @@ def run_dir(tmp_path, monkeypatch):
 
 def refused(profile, **kw):
     with pytest.raises(StackError) as info:
-        rehearsal_record.require(profile, override=False, **kw)
+        rehearsal_record.require(profile, cluster=load_cluster(), override=False, **kw)
     assert info.value.code == ExitCode.NO_REHEARSAL
     return info.value.message
 
@@ -30,20 +31,20 @@ def refused(profile, **kw):
 def test_no_record_refuses_and_the_override_launches():
     profile = profiles.load("engine-direct")
     assert "no rehearsal of profile engine-direct" in refused(profile)
-    assert "WARNING" in rehearsal_record.require(profile, override=True)
+    assert "WARNING" in rehearsal_record.require(profile, override=True, cluster=load_cluster())
 
 
 def test_a_matching_pass_prints_its_age():
     profile = profiles.load("patched-router")
-    rehearsal_record.write(profile, PASSED, ".run/train/x/rehearsal-report.json", now=1000.0)
-    line = rehearsal_record.require(profile, override=False, now=1000.0 + 2 * 3600)
+    rehearsal_record.write(profile, PASSED, ".run/train/x/rehearsal-report.json", now=1000.0, cluster=load_cluster())
+    line = rehearsal_record.require(profile, override=False, now=1000.0 + 2 * 3600, cluster=load_cluster())
     assert "passed 2.0 h ago" in line
 
 
 def test_a_changed_pin_refuses(monkeypatch):
     profile = profiles.load("engine-direct")
-    rehearsal_record.write(profile, PASSED, "r", now=0.0)
-    rehearsal_record.require(profile, override=False, now=60.0)  # same pins: passes
+    rehearsal_record.write(profile, PASSED, "r", now=0.0, cluster=load_cluster())
+    rehearsal_record.require(profile, override=False, now=60.0, cluster=load_cluster())  # same pins: passes
     changed = {**pins(), "SGLANG_VERSION": "0.5.16"}
     monkeypatch.setattr(rehearsal_record, "pins", lambda: changed)
     assert "other pins, profile values or plan" in refused(profile, now=60.0)
@@ -51,15 +52,17 @@ def test_a_changed_pin_refuses(monkeypatch):
 
 def test_a_failed_rehearsal_or_another_plan_refuses():
     profile = profiles.load("router-passthrough")
-    rehearsal_record.write(profile, {"passed": False}, "r")
+    rehearsal_record.write(profile, {"passed": False}, "r", cluster=load_cluster())
     assert "failed" in refused(profile)
-    rehearsal_record.write(profile, PASSED, "r", sets=["grpo.lr=2.0e-6"])
+    rehearsal_record.write(profile, PASSED, "r", sets=["grpo.lr=2.0e-6"], cluster=load_cluster())
     assert "other pins" in refused(profile)
 
 
 def test_make_train_on_docker_refuses_with_exit_17(monkeypatch, capsys):
     monkeypatch.setattr("polarstack.stack.compose.check_node", lambda *a, **kw: None)
-    monkeypatch.setattr("polarstack.stack.docker_state.usable", lambda requested, **_: {"profile": "engine-direct"})
+    monkeypatch.setattr(
+        "polarstack.stack.docker_state.usable", lambda requested, where, **_: {"profile": "engine-direct"}
+    )
     assert main(["train", "--task", "humaneval", "--runtime", "docker"]) == ExitCode.NO_REHEARSAL
     err = capsys.readouterr().err
     assert "make preflight PROFILE=engine-direct" in err and len(err.strip().splitlines()) == 1
@@ -69,8 +72,8 @@ def test_make_train_on_docker_refuses_with_exit_17(monkeypatch, capsys):
 
 def test_a_changed_stack_knob_refuses_but_the_model_path_does_not(monkeypatch):
     profile = profiles.load("patched-router")
-    rehearsal_record.write(profile, PASSED, "r", now=0.0)
+    rehearsal_record.write(profile, PASSED, "r", now=0.0, cluster=load_cluster())
     monkeypatch.setenv("MODEL_PATH", "/models/Qwen2.5-7B-Instruct-other")  # the rehearsal serves its own model
-    rehearsal_record.require(profile, override=False, now=1.0)
+    rehearsal_record.require(profile, override=False, now=1.0, cluster=load_cluster())
     monkeypatch.setenv("ENGINE_TOOL_CALL_PARSER", "hermes")
     assert "other pins" in refused(profile, now=1.0)

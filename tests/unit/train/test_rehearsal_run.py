@@ -11,6 +11,8 @@ import pytest
 from polarstack.checks import rehearsal_report, sandbox_probe
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import assets, docker_state, profiles
+from polarstack.stack.cluster import load as load_cluster
+from polarstack.stack.resolved import read_now
 from polarstack.train import preflight, rehearsal_record, rehearsal_run
 from rehearsal_fakes import FakeNode
 
@@ -20,20 +22,20 @@ pytestmark = pytest.mark.unit
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
     monkeypatch.setenv("POLARSTACK_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(assets, "check_before_up", lambda profile: None)
-    monkeypatch.setattr(sandbox_probe, "check_in_trainer", lambda profile: None)
+    monkeypatch.setattr(assets, "check_before_up", lambda profile, *, cpu: None)
+    monkeypatch.setattr(sandbox_probe, "check_in_trainer", lambda profile, where: None)
     for key in ("MODEL_PATH", "MODEL_NAME", "SERVED_MODEL_NAME"):
         monkeypatch.setenv(key, "")  # recorded as absent, so the values run() exports are undone after the test
         monkeypatch.delenv(key)
     profile = profiles.load("engine-direct")
-    plan = preflight.build(profile, run_id="preflight-test")
+    plan = preflight.build(profile, run_id="preflight-test", cluster=load_cluster())
     return profile, plan, tmp_path / "run" / "train" / "preflight-test"
 
 
 def test_a_full_rehearsal_passes_records_and_takes_the_stack_down(setup):
     profile, plan, host = setup
     node = FakeNode(host)
-    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    result = rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)
     assert result["passed"], result
     # the small model's stack, then the real run's (the 7B's train-only step and reload), each taken down
     assert node.compose_calls == ["up", "down", "up", "down"]
@@ -51,8 +53,8 @@ def test_a_full_rehearsal_passes_records_and_takes_the_stack_down(setup):
         ("resume", 3),
     ]
     assert (host / "tasks" / "train.jsonl").read_text().count("\n") == 9
-    assert "passed" in rehearsal_record.require(profile, override=False)
-    assert docker_state.read() is None
+    assert "passed" in rehearsal_record.require(profile, override=False, cluster=load_cluster())
+    assert docker_state.read(cpu=False) is None
 
 
 def test_the_rehearsal_removes_its_checkpoints_once_the_report_is_written(setup):
@@ -60,13 +62,13 @@ def test_the_rehearsal_removes_its_checkpoints_once_the_report_is_written(setup)
     nothing resumes; it used to stay on the checkpoints volume after every rehearsal."""
     profile, plan, host = setup
     node = FakeNode(host)
-    assert rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)["passed"]
+    assert rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)["passed"]
     assert node.removed == [
         (f"/checkpoints/polarstack/{plan.run_id}", True)
     ]  # after the report was written, before down
     assert (host / "rehearsal-report.json").is_file()
     failed = FakeNode(host, fail_job="resume")
-    rehearsal_run.run(profile, plan, node=failed, progress=lambda m: None)
+    rehearsal_run.run(profile, plan, read_now(), node=failed, progress=lambda m: None)
     assert [d for d, _ in failed.removed] == [f"/checkpoints/polarstack/{plan.run_id}"] and failed.compose_calls[
         -1
     ] == "down"
@@ -78,7 +80,7 @@ def test_the_rehearsal_refuses_when_its_saves_cannot_fit_the_volume(setup):
     profile, plan, host = setup
     node = FakeNode(host, free=int(50e9))
     with pytest.raises(StackError) as info:
-        rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+        rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)
     assert info.value.code == ExitCode.ENVIRONMENT and "50.0 GB free" in info.value.message
     assert "weight-sync copy of 6.2 GB" in info.value.message
     assert node.jobs == 0 and node.compose_calls[-1] == "down"
@@ -87,25 +89,25 @@ def test_the_rehearsal_refuses_when_its_saves_cannot_fit_the_volume(setup):
 def test_a_failing_job_still_takes_the_stack_down_and_fails_the_report(setup):
     profile, plan, host = setup
     node = FakeNode(host, fail_job="resume")
-    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    result = rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)
     assert not result["passed"] and result["first_failure"] == "weight_sync"
     assert node.compose_calls[-1] == "down"
     with pytest.raises(StackError) as info:
-        rehearsal_record.require(profile, override=False)
+        rehearsal_record.require(profile, override=False, cluster=load_cluster())
     assert info.value.code == ExitCode.NO_REHEARSAL
 
 
 def test_refused_while_a_profile_is_up(setup):
     profile, plan, host = setup
-    docker_state.write(profiles.load("patched-router"))
+    docker_state.write(profiles.load("patched-router"), cpu=False)
     with pytest.raises(StackError) as info:
-        rehearsal_run.run(profile, plan, node=FakeNode(host), progress=lambda m: None)
+        rehearsal_run.run(profile, plan, read_now(), node=FakeNode(host), progress=lambda m: None)
     assert info.value.code == ExitCode.STATE and "make down" in info.value.message
 
 
 def test_a_rehearsal_stopped_half_way_voids_an_earlier_pass(setup):
     profile, plan, host = setup
-    rehearsal_record.write(profile, {"passed": True}, "earlier")
+    rehearsal_record.write(profile, {"passed": True}, "earlier", cluster=load_cluster())
     node = FakeNode(host)
 
     def gate_refuses(plan):
@@ -113,17 +115,17 @@ def test_a_rehearsal_stopped_half_way_voids_an_earlier_pass(setup):
 
     node.gate = gate_refuses
     with pytest.raises(StackError) as info:
-        rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+        rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)
     assert info.value.code == ExitCode.GATE and node.compose_calls == ["up", "down"]
     with pytest.raises(StackError) as refused:
-        rehearsal_record.require(profile, override=False)
+        rehearsal_record.require(profile, override=False, cluster=load_cluster())
     assert refused.value.code == ExitCode.NO_REHEARSAL and "failed" in refused.value.message
 
 
 def test_missing_small_model_names_the_rehearsals_make_model(setup, monkeypatch):
     profile, plan, host = setup
 
-    def missing(profile):
+    def missing(profile, *, cpu):
         raise StackError(
             f"make up needs the weights of {os.environ['MODEL_NAME']} (no {assets.MODEL_MARKER} in the models "
             "volume), which are missing: run `make model`.",
@@ -133,7 +135,7 @@ def test_missing_small_model_names_the_rehearsals_make_model(setup, monkeypatch)
     monkeypatch.setattr(assets, "check_before_up", missing)
     node = FakeNode(host)
     with pytest.raises(StackError) as info:
-        rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+        rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)
     assert info.value.code == ExitCode.ASSETS_MISSING and node.compose_calls == []
     assert "make model MODEL_NAME=Qwen/Qwen2.5-3B-Instruct MODEL_PATH=/models/Qwen2.5-3B-Instruct" in info.value.message
 
@@ -142,7 +144,7 @@ def test_weights_that_slimes_script_does_not_describe_stop_before_any_job(setup)
     profile, plan, host = setup
     node = FakeNode(host, config={**FakeNode.CONFIG, "rope_theta": 10000.0})
     with pytest.raises(StackError) as info:
-        rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+        rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)
     assert info.value.code == ExitCode.REHEARSAL_FAILED and "rope_theta=10000.0" in info.value.message
     assert node.jobs == 0 and node.compose_calls == ["up", "down"]
 
@@ -152,7 +154,7 @@ def test_job_two_runs_through_the_supervisor_which_restarts_it_once(setup):
     polarstack.train.supervise, and is made to crash once; the supervisor resumes it from its checkpoint."""
     profile, plan, host = setup
     node = FakeNode(host)
-    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    result = rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)
     assert result["passed"], result
     resume_jobs = [c for c in node.commands if "launch-resume.sh" in c]
     assert len(resume_jobs) == 2 and f"exit {rehearsal_run.INJECTED_EXIT}" in resume_jobs[0]
@@ -167,7 +169,7 @@ def test_job_two_runs_through_the_supervisor_which_restarts_it_once(setup):
 def test_a_resumed_job_that_crashes_before_its_checkpoint_fails_the_supervisor_class(setup):
     profile, plan, host = setup
     node = FakeNode(host, fail_job="resume")
-    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    result = rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)
     sup = next(v for v in result["verdicts"] if v["class"] == "supervisor")
     assert sup["verdict"] == "fail" and "the supervisor stopped" in sup["figure"]
 
@@ -177,15 +179,17 @@ def test_the_7b_parts_are_judged_each_in_its_own_class(setup):
     into engine-0, from what the node leaves; a broken step or reload fails its own class."""
     profile, plan, host = setup
     saved = lambda: json.loads((host / "rehearsal-report.json").read_text())  # noqa: E731
-    rehearsal_run.run(profile, plan, node=FakeNode(host), progress=lambda m: None)
+    rehearsal_run.run(profile, plan, read_now(), node=FakeNode(host), progress=lambda m: None)
     seven = saved()["evidence"]["seven_b"]
     assert seven["exit"] == 0 and seven["steps"] == 1
     assert seven["peak_gpu_gb"] == {"0": 100.66, "1": 100.66, "2": 100.66}  # 96,000 MiB, the peak of the samples
     assert seven["estimate_gb"] == pytest.approx(plan.seven_b.memory.trainer_gb, abs=1e-3)
     assert (host / "launch-7b-step.sh").is_file() and "7b" in saved()["evidence"]["phases"]
-    oom = rehearsal_run.run(profile, plan, node=FakeNode(host, step_exit=1), progress=lambda m: None)
+    oom = rehearsal_run.run(profile, plan, read_now(), node=FakeNode(host, step_exit=1), progress=lambda m: None)
     assert oom["first_failure"] == "seven_b_step"
-    bad_reload = rehearsal_run.run(profile, plan, node=FakeNode(host, reload_ok=False), progress=lambda m: None)
+    bad_reload = rehearsal_run.run(
+        profile, plan, read_now(), node=FakeNode(host, reload_ok=False), progress=lambda m: None
+    )
     assert bad_reload["first_failure"] == "seven_b_reload"
     with pytest.raises(StackError) as info:
         rehearsal_report.raise_on_failure(bad_reload)
@@ -195,13 +199,13 @@ def test_the_7b_parts_are_judged_each_in_its_own_class(setup):
 def test_without_the_7b_weights_the_7b_parts_fail_naming_make_model(setup, monkeypatch):
     profile, plan, host = setup
 
-    def check(profile):
+    def check(profile, *, cpu):
         if os.environ.get("MODEL_PATH") == "/models/Qwen2.5-7B-Instruct":
             raise StackError("the model weights are missing: run `make model` first.", ExitCode.ASSETS_MISSING)
 
     monkeypatch.setattr(assets, "check_before_up", check)
     node = FakeNode(host)
-    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    result = rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)
     assert result["first_failure"] == "seven_b_step" and node.compose_calls == ["up", "down"]
     assert "make model" in next(v for v in result["verdicts"] if v["class"] == "seven_b_step")["figure"]
 
@@ -209,7 +213,7 @@ def test_without_the_7b_weights_the_7b_parts_fail_naming_make_model(setup, monke
 def test_a_failed_job_skips_the_7b_parts(setup):
     profile, plan, host = setup
     node = FakeNode(host, fail_job="train")
-    result = rehearsal_run.run(profile, plan, node=node, progress=lambda m: None)
+    result = rehearsal_run.run(profile, plan, read_now(), node=node, progress=lambda m: None)
     assert node.compose_calls == ["up", "down"] and not node.seven_b_commands
     row = next(v for v in result["verdicts"] if v["class"] == "seven_b_step")
     assert row["verdict"] == "fail" and "job train failed" in row["figure"]

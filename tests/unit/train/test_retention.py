@@ -19,6 +19,7 @@ from polarstack.cli.main import main
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import load_defaults
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import memory, retention
 from polarstack.train.plan import build_plan
 from train_fakes import fake_node_for_train
@@ -68,7 +69,9 @@ def test_prune_touches_nothing_without_a_complete_save(tmp_path):
 
 
 def test_launch_sh_prunes_beside_the_job_and_after_it():
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults())
+    plan = build_plan(
+        "humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults(), cluster=load_cluster()
+    )
     script = plan.files["launch.sh"]
     tracker = f"{plan.checkpoint_dir}/latest_checkpointed_iteration.txt"
     assert f"protect=$(cat {tracker} 2>/dev/null || echo -1)" in script
@@ -80,7 +83,11 @@ def test_launch_sh_prunes_beside_the_job_and_after_it():
     assert lines[submit + 2].startswith(watch) and "--watch" not in lines[submit + 2]
     assert lines.index(next(x for x in lines if x.startswith("protect="))) < submit  # read before the job saves
     off = build_plan(
-        "humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults(["checkpoint.keep_last=0"])
+        "humaneval",
+        profiles.load("engine-direct"),
+        run_id="r",
+        config=load_defaults(["checkpoint.keep_last=0"]),
+        cluster=load_cluster(),
     )
     assert "polarstack.train.retention" not in off.files["launch.sh"]
     assert any("keep_last 2: at most 3 on the volume (319.9 GB)" in x for x in plan.as_dict()["watch"])
@@ -89,7 +96,11 @@ def test_launch_sh_prunes_beside_the_job_and_after_it():
 def test_a_bad_keep_last_is_a_usage_error():
     with pytest.raises(StackError) as exc:
         build_plan(
-            "humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults(["checkpoint.keep_last=-1"])
+            "humaneval",
+            profiles.load("engine-direct"),
+            run_id="r",
+            config=load_defaults(["checkpoint.keep_last=-1"]),
+            cluster=load_cluster(),
         )
     assert exc.value.code == ExitCode.USAGE and "keep_last" in exc.value.message
 
@@ -175,7 +186,9 @@ def test_the_results_dir_is_the_plans_save_dir():
 
     from polarstack.train import cluster_plan
 
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults())
+    plan = build_plan(
+        "humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults(), cluster=load_cluster()
+    )
     assert yaml.safe_load(plan.files["topology.yaml"])["rollout"]["save_dir"] == cluster_plan.POLAR_RESULTS_DIR
     assert cluster_plan.POLAR_RESULTS_DIR.startswith(cluster_plan.LOGS_VOLUME + "/")
     compose = yaml.safe_load((ROOT / "compose" / "compose.yaml").read_text())
@@ -209,7 +222,9 @@ def test_verify_offline_reads_that_each_disk_weight_sync_writes_a_copy_removed_a
 def test_verify_offline_sees_a_disk_check_that_ignores_the_weight_sync_copy(monkeypatch):
     from polarstack.offline import memory_facts
 
-    plan = build_plan("humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults())
+    plan = build_plan(
+        "humaneval", profiles.load("engine-direct"), run_id="r", config=load_defaults(), cluster=load_cluster()
+    )
     assert memory_facts.weight_sync_problems("engine-direct", plan, load_defaults()) == []
     real = retention.disk_problem
     monkeypatch.setattr(

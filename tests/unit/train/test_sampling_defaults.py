@@ -19,6 +19,7 @@ from polarstack.offline import meaning
 from polarstack.paths import load_defaults
 from polarstack.pins import repo_root
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train.plan import build_plan
 
 RECORDED = meaning.sampling_facts()
@@ -39,7 +40,9 @@ def _compose_engines() -> dict[str, list[str]]:
 
 
 def _train_args(profile: str = "engine-direct") -> list[str]:
-    return build_plan("humaneval", profiles.load(profile), run_id="t", config=load_defaults()).train_args
+    return build_plan(
+        "humaneval", profiles.load(profile), run_id="t", config=load_defaults(), cluster=load_cluster()
+    ).train_args
 
 
 def test_the_recorded_fact_says_what_the_check_relies_on():

@@ -15,6 +15,7 @@ from polarstack.checks import rehearsal_report
 from polarstack.cli.main import main
 from polarstack.offline import rehearsal_keys
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import preflight, synthetic_rollout
 
 pytestmark = pytest.mark.unit
@@ -103,7 +104,7 @@ def test_make_train_dry_run_shows_the_rehearsals_7b_parts_and_the_host_memory_te
 
 
 def test_the_7b_plan_means_what_slimes_lines_say():
-    plan = preflight.build(profiles.load("engine-direct"), run_id="t")
+    plan = preflight.build(profiles.load("engine-direct"), run_id="t", cluster=load_cluster())
     assert preflight.seven_b_problems(plan.seven_b) == []
     keys = copy.deepcopy(rehearsal_keys.record())
     keys["slime"]["sample"]["fields"].remove("rollout_log_probs")  # a slime whose Sample lacks a field we write

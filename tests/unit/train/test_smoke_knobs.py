@@ -16,6 +16,7 @@ import pytest
 from polarstack.checks import smoke, tool_exchange
 from polarstack.errors import ExitCode, StackError
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.stack.target import Target
 from polarstack.train import gate, launch, supervise
 from polarstack.train.plan import build_plan
@@ -45,12 +46,14 @@ def runtime_env(plan):
 
 def test_the_documented_knobs_reach_the_ray_jobs_runtime_env(monkeypatch):
     profile = profiles.load("engine-direct")
-    assert not set(KNOBS) & set(runtime_env(build_plan("humaneval", profile, run_id="x")))
+    assert not set(KNOBS) & set(runtime_env(build_plan("humaneval", profile, run_id="x", cluster=load_cluster())))
     for name, value in KNOBS.items():
         monkeypatch.setenv(name, value)
-    env = runtime_env(build_plan("humaneval", profile, run_id="x"))
+    env = runtime_env(build_plan("humaneval", profile, run_id="x", cluster=load_cluster()))
     assert {k: env[k] for k in KNOBS} == KNOBS
-    assert all(k in (build_plan("humaneval", profile, run_id="x").files["launch.sh"]) for k in KNOBS)
+    assert all(
+        k in (build_plan("humaneval", profile, run_id="x", cluster=load_cluster()).files["launch.sh"]) for k in KNOBS
+    )
     assert set(tool_exchange.SMOKE_KNOBS) == set(KNOBS)  # every knob the smoke reads from the environment
 
 
@@ -89,7 +92,7 @@ def test_the_host_gate_and_the_in_job_check_share_the_deadline(tmp_path, monkeyp
     gate.first_rollout_check(job_args(tmp_path))
     in_job = seen.pop("timeout")
     profile = profiles.load("engine-direct")
-    plan = build_plan("humaneval", profile, run_id="x")
+    plan = build_plan("humaneval", profile, run_id="x", cluster=load_cluster())
     target = Target("docker", profile.name, profile.base_url(), profile.route, loaded=profile)
     launch.host_gate(launch.TrainRequest(task="humaneval"), target, plan, profile)
     assert in_job == seen.get("timeout") == expected  # the host gate passed its own (before: none, run_smoke's 10 s)

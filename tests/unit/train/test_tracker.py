@@ -11,6 +11,7 @@ import yaml
 from polarstack.cli.main import main
 from polarstack.paths import compose_file
 from polarstack.stack import profiles
+from polarstack.stack.cluster import load as load_cluster
 from polarstack.train import rehearsal_record
 
 pytestmark = pytest.mark.unit
@@ -53,9 +54,9 @@ def test_tensorboard_under_the_checkpoints_volume_without_a_key(monkeypatch, cap
 def test_rehearsal_hash_does_not_depend_on_the_tracker(monkeypatch):
     profile = profiles.load("engine-direct")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    without = rehearsal_record.plan_hash(profile)
+    without = rehearsal_record.plan_hash(profile, cluster=load_cluster())
     monkeypatch.setenv("WANDB_API_KEY", SECRET)
-    assert rehearsal_record.plan_hash(profile) == without
+    assert rehearsal_record.plan_hash(profile, cluster=load_cluster()) == without
     import os
 
     assert os.environ["WANDB_API_KEY"] == SECRET  # restored
