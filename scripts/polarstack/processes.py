@@ -94,6 +94,18 @@ def runnable_now() -> float:
         return 0.0
 
 
+def favour_session(pid: int, nice: int) -> bool:
+    """Give the session of `pid` the CPU share of `nice` where the kernel's autogroup applies (a session is then one
+    scheduling group: /proc/<pid>/autogroup; sched(7)), so work started in a session of its own is not held to one
+    share among many busy sessions. True when set; False where there is no autogroup or raising a priority is not
+    allowed here (CAP_SYS_NICE), which leaves the share as it was."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
+    except OSError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def announced_install(what: str, where: Path, why: str = ""):
     """A pip install a person would otherwise wait on in silence (a cold one takes seconds to minutes): one line on

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RAY_START_CEILING, RAY_START_SECONDS
+from conftest import RAY_SESSION_NICE, RAY_START_CEILING, RAY_START_SECONDS
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import load_defaults
 from polarstack.pins import pins
@@ -152,6 +152,7 @@ def trainer_head(tmp_path_factory, ray_bin):
                     temp_dir=temp_dir / str(attempt),
                     dashboard_port=inputs.dashboard_port,
                     timeout=startup_seconds(RAY_START_SECONDS, ceiling=RAY_START_CEILING),
+                    session_nice=RAY_SESSION_NICE,
                 )
                 break
             except StackError as exc:

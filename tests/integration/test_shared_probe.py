@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RAY_START_CEILING, RAY_START_SECONDS
+from conftest import RAY_SESSION_NICE, RAY_START_CEILING, RAY_START_SECONDS
 from polarstack.checks import shared_probe
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import free_port, startup_seconds
@@ -39,6 +39,7 @@ def head(ray_bin):
                 temp_dir=temp,
                 dashboard_port=dashboard,
                 timeout=startup_seconds(RAY_START_SECONDS, ceiling=RAY_START_CEILING),
+                session_nice=RAY_SESSION_NICE,
             )
             break
         except StackError as exc:

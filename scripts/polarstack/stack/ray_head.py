@@ -41,7 +41,7 @@ import httpx
 from polarstack.errors import ExitCode, StackError
 from polarstack.paths import cache_dir
 from polarstack.pins import pin, repo_root
-from polarstack.processes import announced_install, child_env, file_lock, free_ports
+from polarstack.processes import announced_install, child_env, favour_session, file_lock, free_ports
 from polarstack.stack import ray_auth
 from polarstack.stack.listeners import Listener, listening, session_pids
 from polarstack.stack.profiles import stack_knobs
@@ -278,9 +278,14 @@ def start(
     dashboard_port: int,
     timeout: float = 120.0,
     settle: float = 3.0,
+    session_nice: int | None = None,
 ) -> RunningHead:
     """Start `command` (a `ray start --head --block ...` line) in its own session; return once the dashboard
-    answers and the set of listening sockets has not changed for `settle` seconds (agents start late)."""
+    answers and the set of listening sockets has not changed for `settle` seconds (agents start late).
+    `session_nice`: the CPU share of the head's session where the kernel's autogroup applies
+    (processes.favour_session), for a head started beside other busy sessions: the pinned ray gives some of its
+    start-up fixed waits that no setting changes (ray_client_server's 30 s for the raylet's registration,
+    _private/services.py get_node_with_retry), which a head held to one share among many busy sessions missed."""
     if command[:2] != ["ray", "start"] or "--block" not in command:
         raise StackError(f"{command[:3]} is not a blocking `ray start` command.", ExitCode.USAGE)
     if env.get("RAY_AUTH_MODE") == "token":  # the stack's token file as ray_auth accepts it (ray reads it itself)
@@ -303,6 +308,8 @@ def start(
             env=full_env,
             start_new_session=True,
         )
+    if session_nice is not None:
+        favour_session(process.pid, session_nice)  # before ray start spawns its servers: they inherit the session
     head = RunningHead(process, log_path, dashboard_port)
     deadline = time.monotonic() + timeout
     url = f"http://127.0.0.1:{dashboard_port}{HEALTH_PATH}"

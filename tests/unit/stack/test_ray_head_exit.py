@@ -59,3 +59,24 @@ def test_start_says_it_when_ray_start_exits(tmp_path):
     assert (
         "RuntimeError: Timed out waiting for node info" in message and str(tmp_path / "t" / "ray-start.log") in message
     )
+
+
+def test_start_gives_the_head_s_session_the_share_asked_before_it_answers(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "ray"
+    fake.write_text(f"#!{sys.executable}\nimport sys\nsys.exit(1)\n")
+    fake.chmod(0o755)
+    asked = []
+    monkeypatch.setattr(ray_head, "favour_session", lambda pid, nice: asked.append((pid, nice)) or True)
+    for nice in (None, -10):
+        with pytest.raises(StackError):
+            ray_head.start(
+                ["ray", "start", "--head", "--block"],
+                {},
+                bin_dir=bin_dir,
+                temp_dir=tmp_path / str(nice),
+                dashboard_port=1,
+                session_nice=nice,
+            )
+    assert [n for _, n in asked] == [-10] and asked[0][0] > 0  # only when asked, with the head's own pid
