@@ -32,6 +32,8 @@ from pathlib import Path
 import cluster_netns
 import pytest
 
+from conftest import RAY_SESSION_NICE
+from favoured_sessions import favoured_new_sessions
 from polarstack.processes import start_time, stop_pid
 from polarstack.stack import ray_head
 from polarstack.stack.listeners import Listener, listening
@@ -83,26 +85,28 @@ class ClusterRun:
         return env
 
     def cli(self, role: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
-            [*self.topo.exec(role), sys.executable, "-m", "polarstack", *args],
-            env=self.env(role),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        with favoured_new_sessions(RAY_SESSION_NICE):  # the node's Ray sessions (tests/favoured_sessions.py)
+            proc = subprocess.run(
+                [*self.topo.exec(role), sys.executable, "-m", "polarstack", *args],
+                env=self.env(role),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         self.outputs += [proc.stdout, proc.stderr]
         return proc
 
     def make(self, role: str, target: str, timeout: float = 120, **variables: str) -> subprocess.CompletedProcess:
         """`make <target> VAR=value ...` of the repository in `role`'s namespace, as a user runs it on a node (the
         Makefile calls the same CLI; its exit code there is make's 2 on any failure, the CLI's printed beside it)."""
-        proc = subprocess.run(
-            [*self.topo.exec(role), "make", "-C", str(REPO), target, *(f"{k}={v}" for k, v in variables.items())],
-            env=self.env(role),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        with favoured_new_sessions(RAY_SESSION_NICE):
+            proc = subprocess.run(
+                [*self.topo.exec(role), "make", "-C", str(REPO), target, *(f"{k}={v}" for k, v in variables.items())],
+                env=self.env(role),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         self.outputs += [proc.stdout, proc.stderr]
         return proc
 

@@ -18,7 +18,9 @@ from pathlib import Path
 import cluster_netns
 import pytest
 
+from conftest import RAY_SESSION_NICE
 from default_signals import default_signals
+from polarstack.processes import favour_session
 from polarstack.stack import ray_auth, ray_head
 
 pytestmark = pytest.mark.cluster
@@ -73,6 +75,7 @@ def test_a_worker_started_before_the_head_joins_it(tmp_path):
                 start_new_session=True,
                 preexec_fn=default_signals,  # _stop's SIGTERM at its default, not inherited as ignored
             )
+            favour_session(process.pid, RAY_SESSION_NICE)  # the session's CPU share, as the harness's heads get
             started.append(process)
             return process
 
