@@ -197,7 +197,7 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     if target.runtime == "docker" and not args.in_trainer:  # on the host (the record is checked): in the trainer
         return _smoke_via_trainer(args, options, target.loaded)
     if target.runtime == "docker":
-        docker_smoke.check_inside_trainer(target.loaded, site.cpu)
+        docker_smoke.check_inside_trainer(target.loaded, site.cpu, os.environ)  # the trainer's rendered environment
     report = smoke.run_smoke(_smoke_target(target, engines), options)
     if args.json:
         print_json(report.as_dict())
@@ -362,7 +362,8 @@ def _add_pin(sub) -> None:
 
 
 def _cmd_pin(args: argparse.Namespace) -> int:
-    for key, value in pin.run_pin().items():
+    registry = os.environ.get(pin.REGISTRY_ENV, pin.REGISTRY)  # the registry to ask (tests: one that is not there)
+    for key, value in pin.run_pin(registry, os.environ.get(pin.AUTH_ENV, pin.AUTH)).items():
         print(f"{key}={value}")
     return 0
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import sys
 import threading
@@ -114,7 +113,7 @@ def plan_request(request: TrainRequest, profile, cluster: Cluster) -> LaunchPlan
         profile,
         run_id=f"{request.task}-{profile.name}-{time.strftime('%Y%m%dT%H%M%S')}",
         config=load_defaults(list(request.sets)),
-        model_path=os.environ.get("MODEL_PATH") or knobs.get("MODEL_PATH"),
+        model_path=knobs.get("MODEL_PATH"),  # stack_knobs: the environment's MODEL_PATH over configs/stack.env's
         served_model_name=knobs.get("SERVED_MODEL_NAME"),
         resume=request.resume,
         cluster=cluster,
