@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Callable
 
 from polarstack import __version__
-from polarstack.checks import docker_smoke, probe, smoke
+from polarstack.checks import docker_smoke, probe, smoke, tool_exchange
 from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.cli import bench as cli_bench
 from polarstack.cli import cluster as cli_cluster
@@ -178,7 +178,8 @@ def _add_smoke(sub) -> None:
 
 
 def _cmd_smoke(args: argparse.Namespace) -> int:
-    options = SmokeOptions.from_args(args)  # first: an unreadable --polar-config is the first thing said
+    # first: an unreadable --polar-config is the first thing said; the smoke's knobs are this environment's
+    options = SmokeOptions.from_args(args, tool_exchange.knobs_from(os.environ))
     if args.in_trainer and (args.base_url is not None or args.profile is None):
         raise StackError(
             "--in-trainer takes --profile and no --base-url (`make smoke` passes them); run `make smoke` "

@@ -135,11 +135,13 @@ def host_gate(request: TrainRequest, target, plan, profile) -> None:
         tool_fields=site.get("tool_fields"),
         tool_unscripted=site.get("tool_unscripted"),
     )
+    knobs = tool_exchange.knobs_from(profile.settings)  # the smoke's knobs, as the profile was loaded (the site)
     options = SmokeOptions(
         model=target.served_model(),
-        timeout=tool_exchange.smoke_deadline(site.get("timeout")),  # the rule the in-job check uses too
+        timeout=tool_exchange.smoke_deadline(site.get("timeout"), knob=knobs.timeout),  # the in-job check's rule too
         tokenizer_name=configured_name(polar_values),
         allow_retokenized=bool(polar_values.get("polar_gate_allow_retokenized")),
+        knobs=knobs,
     )
     report = smoke.run_smoke(checked, options)
     if not report.ok:
