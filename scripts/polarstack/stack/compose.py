@@ -384,7 +384,7 @@ def cluster_override(profile: Profile, cluster: Cluster) -> dict[str, Any]:
         "volumes": [
             {  # compose.yaml's long form: a missing host file fails `up` instead of becoming a directory
                 "type": "bind",
-                "source": str(ray_auth.token_path(cluster.token_file or None)),
+                "source": str(ray_auth.token_path(cluster.token_file)),
                 "target": ray_auth.CONTAINER_TOKEN_PATH,
                 "read_only": True,
                 "bind": {"create_host_path": False},
