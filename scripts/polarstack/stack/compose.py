@@ -429,7 +429,8 @@ def first_line(proc: subprocess.CompletedProcess) -> str:
 
 
 def compose_command() -> list[str]:
-    """How to call Compose v2 here: COMPOSE_BIN, the docker plugin, or the bundled binary."""
+    """How to call Compose v2 here: COMPOSE_BIN (a binary of one's choosing; tests point it at a fake, tests/fake_node.py),
+    the docker plugin, or the bundled binary."""
     if os.environ.get("COMPOSE_BIN"):
         return [os.environ["COMPOSE_BIN"]]
     if shutil.which("docker") and _run(["docker", "compose", "version"]).returncode == 0:
