@@ -12,6 +12,7 @@ Run from the repository with its venv (starts one server, or uses --url), after 
 import argparse
 import base64
 import json
+import os
 import sys
 
 import httpx
@@ -26,6 +27,7 @@ from polarstack.stack.profiles import knob
 
 def requests(model: str, scripted: dict) -> dict[str, dict]:
     hello = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+    knobs = tool_exchange.knobs_from(os.environ)  # the smoke's knobs, as a tool reads them: its environment
     session = hello + [
         {"role": "assistant", "content": "def add(a, b):\n    return a + b"},
         {"role": "user", "content": "Now add a docstring."},
@@ -39,7 +41,7 @@ def requests(model: str, scripted: dict) -> dict[str, dict]:
         "session_turn_2": polar(session),
         "top_logprobs": polar(hello, top_logprobs=3),
         "n_2": polar(hello, n=2, temperature=1.0),
-        "tool_call_scripted": {**tool_exchange.tool_request(model), **scripted},
+        "tool_call_scripted": {**tool_exchange.tool_request(model, knobs=knobs), **scripted},
         "no_polar_fields": {"model": model, "messages": hello, "max_tokens": 16},
     }
 

@@ -6,6 +6,8 @@ requests (context.agent_max_output_tokens -> CLAUDE_CODE_MAX_OUTPUT_TOKENS), the
 with sglang's message, and the smoke's tool exchange has the agent's first-turn shape, so a configuration the node
 would refuse fails `make smoke` in one sentence naming the setting."""
 
+import dataclasses
+
 import httpx
 import pytest
 import yaml
@@ -124,9 +126,9 @@ def test_smoke_fails_in_one_sentence_naming_the_setting_when_the_agents_requests
     assert tool_exchange.tool_max_tokens() == 32000
 
 
-def test_the_padding_can_be_switched_off(engine, monkeypatch):
-    monkeypatch.setenv(tool_exchange.PAD_ENV, "0")
-    report = run_smoke(SmokeTarget(engine.url), ONE)
+def test_the_padding_can_be_switched_off(engine):
+    knobs = tool_exchange.knobs_from({tool_exchange.PAD_ENV: "0"})  # as the CLI reads them from its environment
+    report = run_smoke(SmokeTarget(engine.url), dataclasses.replace(ONE, knobs=knobs))
     assert report.ok, report.message
     assert report.tool_check["prompt_padding_tokens"] == 0
 

@@ -80,7 +80,7 @@ def test_compose_passes_every_dockerfile_arg():
 
 def test_pin_without_registry_changes_nothing(monkeypatch, capsys):
     before = (ROOT / "configs/pins.env").read_bytes()
-    monkeypatch.setattr("polarstack.stack.pin.AUTH", "http://127.0.0.1:9/token")
+    monkeypatch.setenv("POLARSTACK_REGISTRY_AUTH", "http://127.0.0.1:9/token")  # the CLI hands it to run_pin
     code = main(["pin"])
     assert code == ExitCode.ENVIRONMENT
     assert "unchanged" in capsys.readouterr().err

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import httpx
 
-from polarstack.checks import measure
+from polarstack.checks import measure, tool_exchange
 from polarstack.checks.measure import machine
 from polarstack.checks.smoke import run_smoke
 from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
@@ -195,7 +195,8 @@ def run_bench(
                 reps_out = []
                 for rep in range(reps):
                     progress(f"bench: {name} repetition {rep + 1}/{reps}")
-                    smoke = run_smoke(SmokeTarget(state.base_url, route=profile.route), SmokeOptions())
+                    options = SmokeOptions(knobs=tool_exchange.knobs_from(profile.settings))  # the profile's knobs
+                    smoke = run_smoke(SmokeTarget(state.base_url, route=profile.route), options)
                     row = {
                         "smoke_seconds": smoke.elapsed,
                         "smoke_verdict": "pass" if smoke.ok else smoke.code.name,

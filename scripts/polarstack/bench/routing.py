@@ -26,6 +26,7 @@ from typing import Any, Callable
 import httpx
 
 from polarstack.bench import workload
+from polarstack.checks import tool_exchange
 from polarstack.checks.measure import machine
 from polarstack.checks.smoke import run_smoke
 from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
@@ -170,7 +171,8 @@ def run(
                 try:
                     m = measure(engines, lambda _s, url=router.url: url, load, model, mode.session_header)
                     if mode.args == tuple(profile.router_args) and mode.session_header is None:
-                        smoke = run_smoke(SmokeTarget(router.url, route=profile.route), SmokeOptions())
+                        options = SmokeOptions(knobs=tool_exchange.knobs_from(profile.settings))  # the profile's knobs
+                        smoke = run_smoke(SmokeTarget(router.url, route=profile.route), options)
                         row["smoke"] = "pass" if smoke.ok else smoke.code.name
                 finally:
                     router.stop(timeout=5.0)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from polarstack.checks import rehearsal_report
+from polarstack.checks import rehearsal_report, tool_exchange
 from polarstack.checks.smoke import run_smoke
 from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.errors import ExitCode, StackError
@@ -127,7 +127,12 @@ def run_profile(
         stack = runtime.up(profile)
         row["up_seconds"] = round(time.perf_counter() - started, 3)
         # the real engine on a shared 2-core CPU answers a 16-token request in 0.1-7 s (measured): more headroom
-        options = SmokeOptions(timeout=real_sglang.SMOKE_TIMEOUT) if engine == "sglang" else SmokeOptions()
+        knobs = tool_exchange.knobs_from(profile.settings)  # the smoke's knobs, as the profile was loaded
+        options = (
+            SmokeOptions(timeout=real_sglang.SMOKE_TIMEOUT, knobs=knobs)
+            if engine == "sglang"
+            else SmokeOptions(knobs=knobs)
+        )
         target = SmokeTarget(
             stack.base_url, route=profile.route, tool_fields=stack.tool_fields, tool_unscripted=stack.tool_unscripted
         )

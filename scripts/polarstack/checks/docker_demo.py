@@ -30,7 +30,7 @@ from polarstack.checks.smoke_inputs import SmokeOptions
 from polarstack.errors import ExitCode, StackError
 from polarstack.processes import shielded
 from polarstack.stack import bases, compose, device, docker_state, dockerd, profiles, real_sglang
-from polarstack.stack.resolved import Resolved, read_now
+from polarstack.stack.resolved import Resolved, reread
 from polarstack.stack.runtime import DockerRuntime
 
 DEMO_PROJECT = "polarstack-demo"
@@ -46,17 +46,19 @@ NO_ENGINE = (
 )
 
 
-def _environment() -> None:
-    """DEVICE=cpu, the demo's own project and ports (the caller's environment still wins for the ports)."""
+def _environment(project: str | None) -> None:
+    """DEVICE=cpu, the demo's own project (`project`: POLARSTACK_DEMO_PROJECT as the CLI read it, else DEMO_PROJECT)
+    and ports (the caller's environment still wins for the ports), for Compose and the settings read below."""
     os.environ[device.DEVICE_ENV] = "cpu"
-    os.environ["POLARSTACK_CPU_PROJECT"] = os.environ.get("POLARSTACK_DEMO_PROJECT") or DEMO_PROJECT
+    os.environ["POLARSTACK_CPU_PROJECT"] = project or DEMO_PROJECT
     for key, value in DEMO_PORTS.items():
         os.environ.setdefault(key, value)
     device.apply_cpu_defaults()
 
 
-def check_engine() -> None:
-    if not dockerd.answers(os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"):
+def check_engine(docker_host: str | None) -> None:
+    """`docker_host`: DOCKER_HOST as the CLI read it (the engine every docker and Compose command here talks to)."""
+    if not dockerd.answers(docker_host or "unix:///var/run/docker.sock"):
         raise StackError(NO_ENGINE, ExitCode.ENVIRONMENT)
 
 
@@ -137,13 +139,21 @@ def teardown(profile, where: Resolved) -> None:
         docker_state.clear(cpu=where.cpu)
 
 
-def run_demo(names: list[str] | None = None, progress: Callable[[str], None] = print) -> dict[str, Any]:
-    """Every profile through Docker; the rows and the closing note's figures (times, disk, memory)."""
-    check_engine()
-    _environment()
+def run_demo(
+    names: list[str] | None,
+    progress: Callable[[str], None],
+    *,
+    site: Resolved,
+    docker_host: str | None,
+    project: str | None,
+) -> dict[str, Any]:
+    """Every profile through Docker; the rows and the closing note's figures (times, disk, memory). `site`: the
+    CLI's; `docker_host` and `project`: DOCKER_HOST and POLARSTACK_DEMO_PROJECT as the CLI read them."""
+    check_engine(docker_host)
+    _environment(project)
     # The demo's own DEVICE=cpu project, set by _environment (a stack of its own, whatever the site's device): the
-    # device and the cluster read now (stack.resolved.read_now), for every step below.
-    where = read_now()
+    # site's cluster, the device cpu and the run state of that project, read now (stack.resolved.reread).
+    where = reread(site, cpu=True)
     started = time.perf_counter()
     order = names or list(profiles.PROFILE_ORDER)
     two_engines = next(n for n in profiles.PROFILE_ORDER if profiles.load(n).engine_count == 2)
@@ -186,7 +196,7 @@ def run_demo(names: list[str] | None = None, progress: Callable[[str], None] = p
         "elapsed_seconds": round(time.perf_counter() - started, 1),
         "build_seconds": round(build_seconds, 1),
         "peak_memory_bytes": sampler.peak,
-        "data_root_bytes": dockerd.data_root_bytes() if _private(os.environ.get("DOCKER_HOST")) else None,
+        "data_root_bytes": dockerd.data_root_bytes() if _private(docker_host) else None,
     }
 
 

@@ -15,9 +15,9 @@ image's profile file gives (a stale image would check other ports).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -131,9 +131,10 @@ def run_in_trainer(
     )
 
 
-def check_inside_trainer(profile, cpu: bool) -> None:
-    """--in-trainer: Polar importable, and the trainer's rendered environment agrees with the image's profile file.
-    `cpu`: DEVICE=cpu (the trainer's environment says so, compose.cpu.yaml), whose trainer has no Polar."""
+def check_inside_trainer(profile, cpu: bool, environment: Mapping[str, str]) -> None:
+    """--in-trainer: Polar importable, and the trainer's rendered environment (`environment`: the CLI's, the one
+    `make up` gave the trainer) agrees with the image's profile file. `cpu`: DEVICE=cpu (the trainer's environment
+    says so, compose.cpu.yaml), whose trainer has no Polar."""
 
     if not polar_opinion.available() and cpu:  # the CPU trainer has no Polar (GitHub only): say so
         print(f"polarstack: skipped: {device.SKIPPED_ON_CPU['polar']}", file=sys.stderr)
@@ -145,9 +146,9 @@ def check_inside_trainer(profile, cpu: bool) -> None:
         )
     rendered = {"PROFILE_NAME": profile.name, "SGLANG_ROUTER_BASE_URL": profile.base_url()}
     differs = [
-        f"{key}={os.environ[key]} (the image's profile says {value})"
+        f"{key}={environment[key]} (the image's profile says {value})"
         for key, value in rendered.items()
-        if os.environ.get(key) not in (None, value)
+        if environment.get(key) not in (None, value)
     ]
     if differs:
         raise StackError(

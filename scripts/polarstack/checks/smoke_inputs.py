@@ -23,6 +23,21 @@ from polarstack.stack import real_sglang
 
 
 @dataclass(frozen=True)
+class SmokeKnobs:
+    """The smoke's environment knobs (docs/tool-calls.md; checks.tool_exchange names and judges them), as the caller
+    read them: the CLI from its environment, `make train`'s gate, the demos and the benches from the profile's
+    settings (the environment, resolved when the profile was loaded: stack.profiles.ENVIRONMENT_KNOBS), the in-job
+    gate from the job's environment (tool_exchange.knobs_from). Each is the raw text, "" when unset, judged where the
+    smoke uses it, so a bad value fails where and as it always did. Not flags: to_argv leaves them out, and the
+    smoke inside the trainer reads the trainer's own environment."""
+
+    tool_pad: str = ""  # POLARSTACK_SMOKE_TOOL_PAD: "0" sends only the unpadded tool request
+    tool_max_tokens: str = ""  # POLARSTACK_SMOKE_TOOL_MAX_TOKENS: the tool requests' max_tokens
+    timeout: str = ""  # POLARSTACK_SMOKE_TIMEOUT: every smoke request's deadline, in seconds
+    agent_request: str = ""  # POLARSTACK_SMOKE_AGENT_REQUEST: the agent CLI's captured request (engine.agent_turn)
+
+
+@dataclass(frozen=True)
 class SmokeOptions:
     """How the smoke runs; every default is written here and nowhere else."""
 
@@ -37,6 +52,7 @@ class SmokeOptions:
     # the builder tokenizer (None: no re-tokenization); from_args reads it from polar_config, else from the template
     # this stack renders (checks.retokenize.configured_name)
     tokenizer_name: str | None = None
+    knobs: SmokeKnobs = SmokeKnobs()  # the smoke's environment knobs, as the caller read them (SmokeKnobs)
 
     @classmethod
     def add_arguments(cls, parser: Any) -> None:
@@ -93,9 +109,10 @@ class SmokeOptions:
         )
 
     @classmethod
-    def from_args(cls, namespace: Any) -> SmokeOptions:
-        """The options of a parsed smoke command line (the parser add_arguments filled); reads --polar-config for its
-        builder tokenizer (a StackError, USAGE, when it cannot be read)."""
+    def from_args(cls, namespace: Any, knobs: SmokeKnobs = SmokeKnobs()) -> SmokeOptions:
+        """The options of a parsed smoke command line (the parser add_arguments filled), with the `knobs` the CLI
+        read from its environment; reads --polar-config for its builder tokenizer (a StackError, USAGE, when it
+        cannot be read)."""
         config = namespace.polar_config
         return cls(
             model=namespace.model,
@@ -107,13 +124,15 @@ class SmokeOptions:
             allow_retokenized=namespace.allow_retokenized,
             polar_config=config,
             tokenizer_name=retokenize.configured_name(retokenize.read_config(config) if config else None),
+            knobs=knobs,
         )
 
     def to_argv(self) -> list[str]:
-        """These options as the smoke's flags (from_args of their parse gives them back). The counts and the
-        timeout are always written, so the smoke that reads them (inside the trainer) applies no default of its
-        own; the tokenizer travels as the Polar config it was read from (without one, the side that parses the
-        flags reads the template this stack renders, as from_args does)."""
+        """These options as the smoke's flags (from_args of their parse gives them back, all but the knobs). The
+        counts and the timeout are always written, so the smoke that reads them (inside the trainer) applies no
+        default of its own; the tokenizer travels as the Polar config it was read from (without one, the side that
+        parses the flags reads the template this stack renders, as from_args does). The knobs are no flags: the
+        smoke inside the trainer reads the trainer's own environment (SmokeKnobs)."""
         if self.polar_config is None and self.tokenizer_name != retokenize.configured_name(None):
             raise ValueError(
                 f"SmokeOptions.to_argv: tokenizer_name {self.tokenizer_name!r} has no flag of its own; it is read "

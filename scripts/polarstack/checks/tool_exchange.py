@@ -17,7 +17,7 @@ Why: Polar's Anthropic transform builds `tool_use` blocks only from `message.too
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -25,6 +25,7 @@ import httpx
 from polarstack.checks import budget
 from polarstack.checks.exchange import exchange
 from polarstack.checks.route import v1_url
+from polarstack.checks.smoke_inputs import SmokeKnobs
 from polarstack.engine import agent_turn
 from polarstack.engine.tool_parser import FLAG, PARSER_KNOB
 from polarstack.errors import ExitCode, StackError
@@ -59,6 +60,14 @@ PAD_ENV = "POLARSTACK_SMOKE_TOOL_PAD"
 # (polarstack.train.plan, `smoke_knobs`).
 TIMEOUT_ENV = "POLARSTACK_SMOKE_TIMEOUT"
 SMOKE_KNOBS = (PAD_ENV, MAX_TOKENS_ENV, TIMEOUT_ENV, agent_turn.CAPTURED_ENV)
+# Nothing here reads the environment: the caller hands the knobs over (SmokeOptions.knobs, checks.smoke_inputs).
+KNOB_FIELDS = dict(zip(SMOKE_KNOBS, ("tool_pad", "tool_max_tokens", "timeout", "agent_request"), strict=True))
+
+
+def knobs_from(values: Mapping[str, str]) -> SmokeKnobs:
+    """The smoke's knobs that `values` sets (an environment, or a profile's settings, stack.profiles
+    .ENVIRONMENT_KNOBS), each as its raw text; "" for one it does not set."""
+    return SmokeKnobs(**{field: values.get(name, "") for name, field in KNOB_FIELDS.items()})
 
 
 def deadline_rule() -> dict[str, float]:
@@ -76,8 +85,8 @@ def deadline_rule() -> dict[str, float]:
     return out
 
 
-def _knob_deadline() -> float | None:
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+def _knob_deadline(knob: str) -> float | None:
+    raw = knob.strip()
     if not raw:
         return None
     try:
@@ -89,21 +98,25 @@ def _knob_deadline() -> float | None:
     return value
 
 
-def smoke_deadline(target_timeout: float | None = None, prompt_tokens: int = 0, max_tokens: int = 0) -> float:
+def smoke_deadline(
+    target_timeout: float | None = None, prompt_tokens: int = 0, max_tokens: int = 0, *, knob: str = ""
+) -> float:
     """Seconds a smoke request of `prompt_tokens` asking `max_tokens` may take, by the rule above (the plain
-    requests: a short prompt and 16 tokens, so the floor); a bad value is USAGE naming the knob or the setting."""
-    knob = _knob_deadline()
-    if knob is not None:
-        return knob
+    requests: a short prompt and 16 tokens, so the floor); `knob`: TIMEOUT_ENV's text as the caller read it
+    (SmokeKnobs.timeout). A bad value is USAGE naming the knob or the setting."""
+    given = _knob_deadline(knob)
+    if given is not None:
+        return given
     rule = deadline_rule()
     floor = float(target_timeout) if target_timeout else rule["floor_seconds"]
     needed = prompt_tokens / rule["min_prefill_tokens_per_second"] + max_tokens / rule["min_decode_tokens_per_second"]
     return round(max(floor, needed), 1)
 
 
-def smoke_knobs() -> dict[str, str]:
-    """The documented smoke knobs set in this environment, for the training job's runtime env."""
-    return {name: os.environ[name] for name in SMOKE_KNOBS if os.environ.get(name, "").strip()}
+def smoke_knobs(settings: Mapping[str, str]) -> dict[str, str]:
+    """The documented smoke knobs `settings` sets (a profile's: its environment as loaded), for the training job's
+    runtime env."""
+    return {name: settings[name] for name in SMOKE_KNOBS if settings.get(name, "").strip()}
 
 
 TOOL_PROMPT = agent_turn.TASK
@@ -142,8 +155,9 @@ def recorded_fact_problems() -> list[str]:
     return problems
 
 
-def tool_max_tokens() -> int:
-    raw = os.environ.get(MAX_TOKENS_ENV, "").strip()
+def tool_max_tokens(knob: str = "") -> int:
+    """MAX_TOKENS_ENV's value (`knob`, as the caller read it), else the agent's own per-request max_tokens."""
+    raw = knob.strip()
     if not raw:
         return budget.harness_request_shape()[1]
     try:
@@ -156,15 +170,21 @@ def tool_max_tokens() -> int:
 
 
 def tool_request(
-    model: str, max_tokens: int | None = None, padded: bool = False, warnings: list[str] | None = None
+    model: str,
+    max_tokens: int | None = None,
+    padded: bool = False,
+    warnings: list[str] | None = None,
+    knobs: SmokeKnobs | None = None,
 ) -> dict[str, Any]:
     """Polar's request shape (contract.prepare_request: stream false, logprobs, the two sglang return flags) plus
     the agent's 12 tools as Polar's transform hands them on (engine.agent_turn), at temperature 0 so a real model's
     answer is its most likely one; `padded`: the system prompt, descriptions and wrapping at the harness's length
-    (the CLI's own, when agent_turn.CAPTURED_ENV names a capture; an unreadable one is appended to `warnings`)."""
+    (the CLI's own, when the knobs' agent_turn.CAPTURED_ENV names a capture; an unreadable one is appended to
+    `warnings`). `knobs`: the smoke's, as its caller read them (SmokeOptions.knobs); None: none set."""
+    knobs = knobs if knobs is not None else SmokeKnobs()
     tools, messages = agent_turn.tools(padded), agent_turn.messages(padded)
     if padded:
-        parts, warning = agent_turn.captured_parts()
+        parts, warning = agent_turn.captured_parts(knobs.agent_request)
         if parts:
             tools, messages = parts
         if warning and warnings is not None:
@@ -172,7 +192,7 @@ def tool_request(
     return contract.prepare_request(
         {
             "model": model,
-            "max_tokens": max_tokens or tool_max_tokens(),
+            "max_tokens": max_tokens or tool_max_tokens(knobs.tool_max_tokens),
             "temperature": 0,
             "tools": tools,
             "tool_choice": TOOL_CHOICE,
@@ -252,21 +272,23 @@ def exchange_tools(report: Any, http: Any) -> None:
     why."""
     unscripted = report.target.tool_unscripted
     unscripted = unscripted if unscripted and not report.resolution.bypassed else None
-    pad = os.environ.get(PAD_ENV, "1").strip() != "0"
+    knobs = report.options.knobs  # the smoke's knobs, as the caller read them
+    pad = knobs.tool_pad.strip() != "0"
     harness_tokens = budget.harness_request_shape()[0]
     # the plan's own agent.env when the gate passes it (make train, the in-job gate), else the defaults'
     planned = report.target.agent_env
-    max_tokens = None if planned is None or os.environ.get(MAX_TOKENS_ENV) else budget.env_max_tokens(planned)
+    max_tokens = None if planned is None or knobs.tool_max_tokens else budget.env_max_tokens(planned)
     bodies = []
     for padded in (False, True) if pad else (False,):
-        body = tool_request(report.model, max_tokens=max_tokens, padded=padded, warnings=report.warnings)
+        body = tool_request(report.model, max_tokens=max_tokens, padded=padded, warnings=report.warnings, knobs=knobs)
         body = {**body, **(report.target.tool_fields or {})}  # tool_fields: a scripted real engine (stack.local)
         if unscripted:
             body["max_tokens"] = UNSCRIPTED_MAX_TOKENS
         bodies.append((padded, body))
     floor = http.timeout.read
     deadlines = {
-        padded: smoke_deadline(floor, agent_turn.request_tokens(body), body["max_tokens"]) for padded, body in bodies
+        padded: smoke_deadline(floor, agent_turn.request_tokens(body), body["max_tokens"], knob=knobs.timeout)
+        for padded, body in bodies
     }
     summary: dict[str, Any] = {
         "targets": [],

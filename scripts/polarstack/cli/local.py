@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from polarstack.checks import docker_demo, shape_probe
@@ -152,7 +153,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_docker_demo(args: argparse.Namespace) -> int:
     sigterm_as_interrupt()  # the demo's stack is taken down, like after Ctrl-C
-    result = docker_demo.run_demo(args.profiles, progress=lambda m: print(m, file=sys.stderr))
+    result = docker_demo.run_demo(
+        args.profiles,
+        lambda m: print(m, file=sys.stderr),
+        site=args.site,
+        docker_host=os.environ.get("DOCKER_HOST"),  # the engine every docker and Compose command here talks to
+        project=os.environ.get("POLARSTACK_DEMO_PROJECT"),  # the demo's own Compose project (default DEMO_PROJECT)
+    )
     if args.json:
         print_json(result)
     else:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Callable
 
 from polarstack import __version__
-from polarstack.checks import docker_smoke, probe, smoke
+from polarstack.checks import docker_smoke, probe, smoke, tool_exchange
 from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
 from polarstack.cli import bench as cli_bench
 from polarstack.cli import cluster as cli_cluster
@@ -178,7 +178,8 @@ def _add_smoke(sub) -> None:
 
 
 def _cmd_smoke(args: argparse.Namespace) -> int:
-    options = SmokeOptions.from_args(args)  # first: an unreadable --polar-config is the first thing said
+    # first: an unreadable --polar-config is the first thing said; the smoke's knobs are this environment's
+    options = SmokeOptions.from_args(args, tool_exchange.knobs_from(os.environ))
     if args.in_trainer and (args.base_url is not None or args.profile is None):
         raise StackError(
             "--in-trainer takes --profile and no --base-url (`make smoke` passes them); run `make smoke` "
@@ -197,7 +198,7 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
     if target.runtime == "docker" and not args.in_trainer:  # on the host (the record is checked): in the trainer
         return _smoke_via_trainer(args, options, target.loaded)
     if target.runtime == "docker":
-        docker_smoke.check_inside_trainer(target.loaded, site.cpu)
+        docker_smoke.check_inside_trainer(target.loaded, site.cpu, os.environ)  # the trainer's rendered environment
     report = smoke.run_smoke(_smoke_target(target, engines), options)
     if args.json:
         print_json(report.as_dict())
@@ -362,7 +363,8 @@ def _add_pin(sub) -> None:
 
 
 def _cmd_pin(args: argparse.Namespace) -> int:
-    for key, value in pin.run_pin().items():
+    registry = os.environ.get(pin.REGISTRY_ENV, pin.REGISTRY)  # the registry to ask (tests: one that is not there)
+    for key, value in pin.run_pin(registry, os.environ.get(pin.AUTH_ENV, pin.AUTH)).items():
         print(f"{key}={value}")
     return 0
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -203,11 +202,14 @@ CAPTURED_ENV = "POLARSTACK_SMOKE_AGENT_REQUEST"
 CAPTURE_PROMPT = "Reply with the single word OK."  # the prompt measure_harness_prompt.py captures with
 
 
-def captured_parts() -> tuple[tuple[list[dict[str, Any]], list[dict[str, Any]]] | None, str | None]:
+def captured_parts(
+    knob: str = "",
+) -> tuple[tuple[list[dict[str, Any]], list[dict[str, Any]]] | None, str | None]:
     """((tools, messages) of the captured request as the engine would get them, or None; a warning or None).
+    `knob`: CAPTURED_ENV's value as the smoke's caller read it (checks.smoke_inputs.SmokeKnobs), "" when unset.
     An unreadable capture is a warning, and the project's request goes instead: the knob rides into the training
     job (checks.tool_exchange.SMOKE_KNOBS), where a host path may not exist."""
-    path = os.environ.get(CAPTURED_ENV, "").strip()
+    path = knob.strip()
     if not path:
         return None, None
     try:

@@ -384,7 +384,7 @@ def cluster_override(profile: Profile, cluster: Cluster) -> dict[str, Any]:
         "volumes": [
             {  # compose.yaml's long form: a missing host file fails `up` instead of becoming a directory
                 "type": "bind",
-                "source": str(ray_auth.token_path(cluster.token_file or None)),
+                "source": str(ray_auth.token_path(cluster.token_file)),
                 "target": ray_auth.CONTAINER_TOKEN_PATH,
                 "read_only": True,
                 "bind": {"create_host_path": False},
@@ -429,7 +429,8 @@ def first_line(proc: subprocess.CompletedProcess) -> str:
 
 
 def compose_command() -> list[str]:
-    """How to call Compose v2 here: COMPOSE_BIN, the docker plugin, or the bundled binary."""
+    """How to call Compose v2 here: COMPOSE_BIN (a binary of one's choosing; tests point it at a fake, tests/fake_node.py),
+    the docker plugin, or the bundled binary."""
     if os.environ.get("COMPOSE_BIN"):
         return [os.environ["COMPOSE_BIN"]]
     if shutil.which("docker") and _run(["docker", "compose", "version"]).returncode == 0:

@@ -7,7 +7,6 @@ Asks the registry's HTTP API (Docker Hub's token service, then a HEAD of the man
 
 from __future__ import annotations
 
-import os
 import re
 
 import httpx
@@ -15,8 +14,11 @@ import httpx
 from polarstack.errors import ExitCode, StackError
 from polarstack.pins import pins, repo_root
 
-REGISTRY = os.environ.get("POLARSTACK_REGISTRY", "https://registry-1.docker.io")
-AUTH = os.environ.get("POLARSTACK_REGISTRY_AUTH", "https://auth.docker.io/token")
+# Docker Hub's registry and token service; POLARSTACK_REGISTRY / POLARSTACK_REGISTRY_AUTH replace them, read by the
+# CLI (polarstack.cli.main, `pin`) and handed to run_pin.
+REGISTRY = "https://registry-1.docker.io"
+AUTH = "https://auth.docker.io/token"
+REGISTRY_ENV, AUTH_ENV = "POLARSTACK_REGISTRY", "POLARSTACK_REGISTRY_AUTH"
 ACCEPT = ", ".join(
     [
         "application/vnd.oci.image.index.v1+json",
@@ -39,13 +41,13 @@ def _repository(image: str) -> str:
     return image if "/" in image else f"library/{image}"
 
 
-def resolve_digest(image: str, tag: str, timeout: float = 8.0) -> str:
+def resolve_digest(image: str, tag: str, timeout: float = 8.0, *, registry: str = REGISTRY, auth: str = AUTH) -> str:
     repo = _repository(image)
     with httpx.Client(timeout=timeout, trust_env=True) as http:
-        token = http.get(AUTH, params={"service": "registry.docker.io", "scope": f"repository:{repo}:pull"})
+        token = http.get(auth, params={"service": "registry.docker.io", "scope": f"repository:{repo}:pull"})
         token.raise_for_status()
         headers = {"Accept": ACCEPT, "Authorization": f"Bearer {token.json()['token']}"}
-        reply = http.head(f"{REGISTRY}/v2/{repo}/manifests/{tag}", headers=headers)
+        reply = http.head(f"{registry}/v2/{repo}/manifests/{tag}", headers=headers)
         reply.raise_for_status()
     digest = reply.headers.get("Docker-Content-Digest", "")
     if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
@@ -53,13 +55,14 @@ def resolve_digest(image: str, tag: str, timeout: float = 8.0) -> str:
     return digest
 
 
-def run_pin() -> dict[str, str]:
+def run_pin(registry: str = REGISTRY, auth: str = AUTH) -> dict[str, str]:
+    """Each image pin's digest from `registry` (its token from `auth`: the caller's, Docker Hub's by default)."""
     table = pins()
     resolved: dict[str, str] = {}
     for prefix in image_pins():
         image, tag = table[f"{prefix}_IMAGE"], table[f"{prefix}_IMAGE_TAG"]
         try:
-            resolved[f"{prefix}_IMAGE_DIGEST"] = "@" + resolve_digest(image, tag)
+            resolved[f"{prefix}_IMAGE_DIGEST"] = "@" + resolve_digest(image, tag, registry=registry, auth=auth)
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             raise StackError(
                 f"no registry answered for {image}:{tag} ({type(exc).__name__}); configs/pins.env is "

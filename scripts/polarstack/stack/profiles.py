@@ -311,8 +311,16 @@ def load(name: str, *, node_gpus: int | None = None, path: Path | None = None) -
     return Profile(name, path, values, settings={**stack_settings(), **values})
 
 
-# Knobs a profile's stack reads that configs/stack.env does not list (compose.yaml's defaults apply without them).
-ENVIRONMENT_KNOBS = ("HEALTHCHECK_INTERVAL",)
+# Knobs a profile's stack reads that configs/stack.env does not list (compose.yaml's defaults apply without them), and
+# the smoke's (docs/tool-calls.md; checks.tool_exchange.SMOKE_KNOBS, which tests/unit/train/test_smoke_knobs.py
+# holds to these): `make train`'s gate and job, the demos and the benches take them from the profile's settings.
+ENVIRONMENT_KNOBS = (
+    "HEALTHCHECK_INTERVAL",
+    "POLARSTACK_SMOKE_TOOL_PAD",
+    "POLARSTACK_SMOKE_TOOL_MAX_TOKENS",
+    "POLARSTACK_SMOKE_TIMEOUT",
+    "POLARSTACK_SMOKE_AGENT_REQUEST",
+)
 
 
 def stack_settings() -> dict[str, str]:

@@ -33,9 +33,10 @@ def default_path() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".config") / "polarstack" / "ray-auth-token"
 
 
-def token_path(configured: str | None = None) -> Path:
-    """The host's token file: `configured` (RAY_AUTH_TOKEN_FILE), else the default under the config home."""
-    text = (configured if configured is not None else os.environ.get("RAY_AUTH_TOKEN_FILE", "")).strip()
+def token_path(configured: str = "") -> Path:
+    """The host's token file: `configured` (RAY_AUTH_TOKEN_FILE as the caller's cluster resolved it: Cluster.token_file,
+    configs/cluster.env or the environment), else the default under the config home."""
+    text = configured.strip()
     path = Path(text).expanduser() if text else default_path()
     if not path.is_absolute():
         raise StackError(f"RAY_AUTH_TOKEN_FILE={text} must be an absolute path (configs/cluster.env).", ExitCode.USAGE)

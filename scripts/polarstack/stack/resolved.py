@@ -4,7 +4,10 @@
 record. The CLI's site (polarstack.cli.site.Site) is the one built for every command, each field read at most once,
 when first asked; the modules below take it from their caller instead of reading the environment, configs/cluster.env
 or the run state themselves. `read_now()` is the stated fallback for callers that run without a CLI around them (the
-tests of one module, the offline checks): the same reads, each done when asked.
+tests of one module, scripts/tools): the same reads, each done when asked; in the package it is only the default of a
+`site` its product callers always pass (tests/static/test_site_reads.py). `reread(site)` is for a caller whose own
+command changed the run states (the rehearsal's `up`, the docker demo's own project): the site's device and cluster,
+the run states read again.
 """
 
 from __future__ import annotations
@@ -76,3 +79,17 @@ class _ReadNow(ReadOnce):
 def read_now() -> Resolved:
     """The fallback for a caller without a site (module docstring)."""
     return _ReadNow()
+
+
+class _Reread(ReadOnce):
+    """Resolved with the device and the cluster given, the run states read when first asked (reread)."""
+
+    def __init__(self, cpu: bool, cluster: Cluster) -> None:
+        self.cpu = cpu
+        self.cluster = cluster  # the caller's: ReadOnce.cluster is not read
+
+
+def reread(site: Resolved, *, cpu: bool | None = None) -> Resolved:
+    """The run states as they are now, for a caller whose command changed them since the site read them: the
+    device (`cpu`, else the site's) and the cluster of the caller's `site`."""
+    return _Reread(site.cpu if cpu is None else cpu, site.cluster)

@@ -56,7 +56,7 @@ def before_up(found: Cluster) -> None:
     """Before this node's `make up`: CLUSTER_IFACE holds this node's address (nothing else is bound), Ray's token file
     is in place (the head writes it, every other node must have a copy), SHARED_DIR is there and writable."""
     found.bind_host()  # ENVIRONMENT: the interface is missing or does not hold NODE_ADDRS[NODE_RANK]
-    path = ray_auth.token_path(found.token_file or None)
+    path = ray_auth.token_path(found.token_file)
     ray_auth.prepare(path, head=found.head)
     shared = Path(cluster_plan.shared_dir(found, "the node reports, the weight sync and the checkpoints"))
     if not shared.is_dir():

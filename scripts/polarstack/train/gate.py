@@ -399,11 +399,13 @@ def first_rollout_check(args: Any) -> None:
         route=getattr(args, "polar_gate_route", "base") or "base",
         agent_env=agent_env_of(args),  # the agent's per-request max_tokens as the job renders it (issue 18 point 2)
     )
+    knobs = tool_exchange.knobs_from(os.environ)  # in-job: the smoke's knobs the job's runtime env carries (plan.py)
     options = SmokeOptions(
         model=getattr(args, "polar_served_model_name", None),
-        timeout=tool_exchange.smoke_deadline(),  # the host gate's rule; the knobs reach the job's env (plan.py)
+        timeout=tool_exchange.smoke_deadline(knob=knobs.timeout),  # the host gate's rule
         tokenizer_name=tokenizer_name,
         allow_retokenized=bool(getattr(args, "polar_gate_allow_retokenized", False)),
+        knobs=knobs,
     )
     report = smoke.run_smoke(target, options)
     if not report.ok and report.code == ExitCode.UNREACHABLE:

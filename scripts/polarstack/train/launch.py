@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import sys
 import threading
@@ -114,7 +113,7 @@ def plan_request(request: TrainRequest, profile, cluster: Cluster) -> LaunchPlan
         profile,
         run_id=f"{request.task}-{profile.name}-{time.strftime('%Y%m%dT%H%M%S')}",
         config=load_defaults(list(request.sets)),
-        model_path=os.environ.get("MODEL_PATH") or knobs.get("MODEL_PATH"),
+        model_path=knobs.get("MODEL_PATH"),  # stack_knobs: the environment's MODEL_PATH over configs/stack.env's
         served_model_name=knobs.get("SERVED_MODEL_NAME"),
         resume=request.resume,
         cluster=cluster,
@@ -136,11 +135,13 @@ def host_gate(request: TrainRequest, target, plan, profile) -> None:
         tool_fields=site.get("tool_fields"),
         tool_unscripted=site.get("tool_unscripted"),
     )
+    knobs = tool_exchange.knobs_from(profile.settings)  # the smoke's knobs, as the profile was loaded (the site)
     options = SmokeOptions(
         model=target.served_model(),
-        timeout=tool_exchange.smoke_deadline(site.get("timeout")),  # the rule the in-job check uses too
+        timeout=tool_exchange.smoke_deadline(site.get("timeout"), knob=knobs.timeout),  # the in-job check's rule too
         tokenizer_name=configured_name(polar_values),
         allow_retokenized=bool(polar_values.get("polar_gate_allow_retokenized")),
+        knobs=knobs,
     )
     report = smoke.run_smoke(checked, options)
     if not report.ok:

@@ -705,8 +705,9 @@ def job_commands(plan: LaunchPlan, profile: Profile, tracker_env: dict[str, str]
             **sandbox_mode_env(),
             **verifier_knobs.verifier_env(),  # the in-job gate names an active opt-out (polarstack.train.gate)
             **tracker_env,
-            # The documented smoke knobs (docs/tool-calls.md), for the in-job first-rollout check (issue 26 point 7).
-            **tool_exchange.smoke_knobs(),
+            # The documented smoke knobs (docs/tool-calls.md), for the in-job first-rollout check (issue 26 point 7):
+            # the environment's, as the profile was loaded (stack.profiles.ENVIRONMENT_KNOBS).
+            **tool_exchange.smoke_knobs(profile.settings),
         }
     }  # Polar's direct-exec apptainer mode (polarstack.stack.assets)
     dashboard = cluster_plan.dashboard_url(cluster, config["ray"]["dashboard_port"])

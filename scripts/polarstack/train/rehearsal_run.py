@@ -28,7 +28,7 @@ from polarstack.stack import assets, compose, docker_state, verifier_knobs
 from polarstack.stack import cluster as cluster_mod
 from polarstack.stack.cluster import Cluster
 from polarstack.stack.profiles import Profile
-from polarstack.stack.resolved import Resolved
+from polarstack.stack.resolved import Resolved, reread
 from polarstack.stack.target import resolve_target
 from polarstack.train import cluster_plan, preflight, rehearsal_record, retention, supervise
 from polarstack.train import launch as train_launch
@@ -148,8 +148,9 @@ class Node:
         cluster_plan.require_nodes(self.profile, cluster, first.memory, ray_dashboard_port(self.profile, first.config))
 
     def gate(self, plan: PreflightPlan) -> None:
-        # the record the rehearsal wrote after its `up` (the site's is of before it): read now (stack.resolved.read_now)
-        target = resolve_target("docker", self.profile.name, None, verb="train")
+        # the record the rehearsal wrote after its `up` (the site's is of before it): read again, on the site's device
+        # and cluster (stack.resolved.reread)
+        target = resolve_target("docker", self.profile.name, None, verb="train", site=reread(self.site))
         train_launch.host_gate(train_launch.TrainRequest(task=plan.task), target, plan.phases[0][1], self.profile)
 
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from polarstack.checks import docker_smoke, smoke
-from polarstack.checks.smoke_inputs import SmokeOptions, SmokeTarget
+from polarstack.checks.smoke_inputs import SmokeKnobs, SmokeOptions, SmokeTarget
 from polarstack.cli import main as cli_main
 from polarstack.pins import repo_root
 from polarstack.stack import profiles
@@ -229,11 +229,22 @@ def test_options_that_differ_from_every_default_round_trip(tmp_path):
         tokenizer_name="Qwen/Qwen2.5-0.5B-Instruct",
     )
     defaults = SmokeOptions()
-    assert all(getattr(options, f.name) != getattr(defaults, f.name) for f in dataclasses.fields(SmokeOptions))
+    flagged = [f.name for f in dataclasses.fields(SmokeOptions) if f.name != "knobs"]  # the knobs: no flags (below)
+    assert all(getattr(options, name) != getattr(defaults, name) for name in flagged)
     assert SmokeOptions.from_args(parsed(options.to_argv())) == options
     # and the other way: a command line survives options and back
     argv = ["--requests", "3", "--turns", "1", "--timeout", "60.0", "--max-tokens", "32", "--strict"]
     assert SmokeOptions.from_args(parsed(argv)).to_argv() == argv
+
+
+def test_the_knobs_are_no_flags_the_trainer_reads_its_own_environment():
+    """The smoke's environment knobs (SmokeKnobs: POLARSTACK_SMOKE_*) are read by whoever builds the options (the
+    CLI: its environment); to_argv leaves them out, so the smoke inside the trainer reads the trainer's own."""
+    knobs = SmokeKnobs(tool_pad="0", tool_max_tokens="256", timeout="90", agent_request="/x.json")
+    options = SmokeOptions(requests=1, knobs=knobs)
+    assert options.to_argv() == SmokeOptions(requests=1).to_argv()
+    assert SmokeOptions.from_args(parsed(options.to_argv())) == SmokeOptions(requests=1)
+    assert SmokeOptions.from_args(parsed([]), knobs) == SmokeOptions(knobs=knobs)
 
 
 def test_a_tokenizer_without_its_config_has_no_command_line():
@@ -301,6 +312,22 @@ def test_the_cli_hands_the_smoke_its_two_objects(monkeypatch, capsys):
     target, options = seen[0]
     assert type(target) is SmokeTarget and type(options) is SmokeOptions
     assert target == SmokeTarget(URL) and options == SmokeOptions(requests=1, strict=True)
+
+
+def test_the_cli_reads_the_smokes_knobs_from_its_environment(monkeypatch):
+    """POLARSTACK_SMOKE_* (docs/tool-calls.md) are read by the CLI, not by the smoke: they reach it in the options."""
+    seen = []
+
+    def fake(target, options):
+        seen.append(options)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(smoke, "run_smoke", fake)
+    monkeypatch.setenv("POLARSTACK_SMOKE_TOOL_PAD", "0")
+    monkeypatch.setenv("POLARSTACK_SMOKE_TIMEOUT", "90")
+    with pytest.raises(SystemExit):
+        cli_main.main(["smoke", "--base-url", URL])
+    assert seen[0].knobs == SmokeKnobs(tool_pad="0", timeout="90")
 
 
 @pytest.mark.parametrize("argv, timeout", [([], 60.0), (["--timeout", "5"], 5.0)])

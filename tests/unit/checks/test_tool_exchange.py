@@ -87,9 +87,11 @@ def serve(
     return seen
 
 
-def run(**target) -> SmokeReport:
-    """One plain request and the tool requests to URL; `target`: SmokeTarget's fields (the real engine's script)."""
-    return smoke.run_smoke(SmokeTarget(URL, **target), SmokeOptions(requests=1, turns=0))
+def run(knobs: dict[str, str] | None = None, **target) -> SmokeReport:
+    """One plain request and the tool requests to URL; `target`: SmokeTarget's fields (the real engine's script);
+    `knobs`: the smoke's knobs by their variables, as its caller read them (the CLI: its environment)."""
+    options = SmokeOptions(requests=1, turns=0, knobs=tool_exchange.knobs_from(knobs or {}))
+    return smoke.run_smoke(SmokeTarget(URL, **target), options)
 
 
 def tool_entries(report) -> list[dict]:
@@ -150,11 +152,9 @@ def test_an_answer_cut_at_max_tokens_names_the_setting_not_the_parser(monkeypatc
 
 def test_the_max_tokens_setting_reaches_the_request(monkeypatch):
     seen = serve(monkeypatch, PARSED)
-    monkeypatch.setenv(tool_exchange.MAX_TOKENS_ENV, "2048")
-    assert run().ok
+    assert run({tool_exchange.MAX_TOKENS_ENV: "2048"}).ok
     assert [b["max_tokens"] for _, b in seen if b.get("tools")] == [2048, 2048]
-    monkeypatch.setenv(tool_exchange.MAX_TOKENS_ENV, "lots")
-    assert run().code == ExitCode.USAGE
+    assert run({tool_exchange.MAX_TOKENS_ENV: "lots"}).code == ExitCode.USAGE
 
 
 def test_prose_without_a_call_fails_with_12_saying_the_model_did_not_call_the_tool(monkeypatch):
@@ -381,8 +381,7 @@ def test_prose_on_the_unpadded_request_fails_even_when_the_padded_one_parsed(mon
 
 def test_without_padding_only_the_unpadded_request_goes(monkeypatch):
     seen = serve(monkeypatch, PARSED)
-    monkeypatch.setenv(tool_exchange.PAD_ENV, "0")
-    report = run()
+    report = run({tool_exchange.PAD_ENV: "0"})
     assert report.ok, report.message
     bodies = [b for _, b in seen if b.get("tools")]
     assert len(bodies) == 1 and not padded(bodies[0]) and report.tool_check["prompt_padding_tokens"] == 0
@@ -408,9 +407,7 @@ def test_the_deadline_follows_the_requests_token_count(monkeypatch):
     assert tool_exchange.smoke_deadline(None, 11583, 4096) == round(11583 / 1000 + 4096 / 20, 1) == 216.4
     assert tool_exchange.smoke_deadline(60.0, 0, 16) == 60.0
     assert tool_exchange.smoke_deadline(60.0, 20000, 4096) == 224.8
-    monkeypatch.setenv(tool_exchange.TIMEOUT_ENV, "90")
-    assert tool_exchange.smoke_deadline(None, 11583, 4096) == 90.0
-    monkeypatch.delenv(tool_exchange.TIMEOUT_ENV)
+    assert tool_exchange.smoke_deadline(None, 11583, 4096, knob="90") == 90.0
 
     timeouts: list[tuple[bool, float]] = []
 
@@ -462,9 +459,8 @@ def test_a_captured_agent_request_replaces_the_projects_prose_in_the_padded_requ
     }
     path = tmp_path / "agent-request.json"
     path.write_text(json.dumps(capture))
-    monkeypatch.setenv(agent_turn.CAPTURED_ENV, str(path))
     seen = serve(monkeypatch, PARSED)
-    report = run()
+    report = run({agent_turn.CAPTURED_ENV: str(path)})
     assert report.ok, report.message
     short, long = [b for _, b in seen if b.get("tools")]
     assert long["messages"][0] == {"role": "system", "content": "CLI system block one.\nBlock two."}
@@ -472,9 +468,8 @@ def test_a_captured_agent_request_replaces_the_projects_prose_in_the_padded_requ
     assert [t["function"]["name"] for t in long["tools"]] == ["Write", "Bash"]
     assert long["tools"][0]["function"]["description"] == "CLI words."
     assert len(short["tools"]) == 12 and not padded(short)
-    monkeypatch.setenv(agent_turn.CAPTURED_ENV, str(tmp_path / "missing.json"))
     seen = serve(monkeypatch, PARSED)
-    report = run()
+    report = run({agent_turn.CAPTURED_ENV: str(tmp_path / "missing.json")})
     assert report.ok, report.message
     assert any(agent_turn.CAPTURED_ENV in w and "project's agent-length request instead" in w for w in report.warnings)
     long = [b for _, b in seen if b.get("tools")][1]

@@ -49,23 +49,27 @@ def test_the_documented_knobs_reach_the_ray_jobs_runtime_env(monkeypatch):
     assert not set(KNOBS) & set(runtime_env(build_plan("humaneval", profile, run_id="x", cluster=load_cluster())))
     for name, value in KNOBS.items():
         monkeypatch.setenv(name, value)
+    profile = profiles.load("engine-direct")  # as the site loads it: its settings hold the environment's knobs
     env = runtime_env(build_plan("humaneval", profile, run_id="x", cluster=load_cluster()))
     assert {k: env[k] for k in KNOBS} == KNOBS
     assert all(
         k in (build_plan("humaneval", profile, run_id="x", cluster=load_cluster()).files["launch.sh"]) for k in KNOBS
     )
     assert set(tool_exchange.SMOKE_KNOBS) == set(KNOBS)  # every knob the smoke reads from the environment
+    # ... each a setting of the profile (resolved when it is loaded), how make train's gate and job, the demos and
+    # the benches get them; the CLI's smoke reads its own environment, the in-job gate the job's
+    assert set(KNOBS) <= set(profiles.ENVIRONMENT_KNOBS)
+    assert tool_exchange.knobs_from(profile.settings) == tool_exchange.knobs_from(KNOBS)
 
 
-def test_one_deadline_rule(monkeypatch):
+def test_one_deadline_rule():
     assert tool_exchange.smoke_deadline() == tool_exchange.deadline_rule()["floor_seconds"] == 30.0
     assert tool_exchange.smoke_deadline(60.0) == 60.0  # what the target needs (the real sglang on a CPU)
-    monkeypatch.setenv("POLARSTACK_SMOKE_TIMEOUT", "90")
-    assert tool_exchange.smoke_deadline() == tool_exchange.smoke_deadline(60.0) == 90.0
+    knob = tool_exchange.knobs_from({"POLARSTACK_SMOKE_TIMEOUT": "90"}).timeout  # as the caller read it
+    assert tool_exchange.smoke_deadline(knob=knob) == tool_exchange.smoke_deadline(60.0, knob=knob) == 90.0
     for bad in ("0", "-1", "soon", "inf"):
-        monkeypatch.setenv("POLARSTACK_SMOKE_TIMEOUT", bad)
         with pytest.raises(StackError) as info:
-            tool_exchange.smoke_deadline()
+            tool_exchange.smoke_deadline(knob=bad)
         assert info.value.code == ExitCode.USAGE and "POLARSTACK_SMOKE_TIMEOUT" in info.value.message
 
 
